@@ -1,0 +1,49 @@
+"""mxnet-amp: automatic mixed precision (float16 / bfloat16) for Apache MXNet 1.9 models.
+
+Drop-in for ``mx.contrib.amp`` callers::
+
+    import mxnet_amp as amp
+    sym, args, auxs = amp.convert_model(sym, args, auxs, target_dtype='bfloat16')
+    net16 = amp.convert_hybrid_block(net, target_dtype='float16')
+"""
+from __future__ import annotations
+
+from .convert import convert_model, convert_symbol
+from .errors import (AlreadyConvertedError, AMPError, CheckpointError, DeferredInitError,
+                     GraphError, ListError, ParamError, TypeInferenceError, UnknownOpError)
+from .io import load_checkpoint, save_checkpoint
+from .policy import load_policy
+
+__all__ = [
+    "convert_symbol", "convert_model", "save_checkpoint", "load_checkpoint",
+    "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_widest_type_cast",
+    "list_conditional_fp32_ops",
+    "AMPError", "AlreadyConvertedError", "CheckpointError", "DeferredInitError", "GraphError",
+    "ListError", "ParamError", "TypeInferenceError", "UnknownOpError",
+]
+__version__ = "0.1.0"
+
+
+def list_lp16_ops(target_dtype: str = "float16") -> list[str]:
+    """Ops that compute in ``target_dtype`` (the *target* category)."""
+    return sorted(load_policy(target_dtype).target)
+
+
+def list_fp32_ops(target_dtype: str = "float16") -> list[str]:
+    """Ops that always compute in float32."""
+    return sorted(load_policy(target_dtype).fp32)
+
+
+def list_lp16_fp32_ops(target_dtype: str = "float16") -> list[str]:
+    """Ops that run in whatever dtype their inputs have (the *follow* category)."""
+    return sorted(load_policy(target_dtype).follow)
+
+
+def list_widest_type_cast(target_dtype: str = "float16") -> list[str]:
+    """Ops whose float inputs are unified to the widest dtype among them."""
+    return sorted(load_policy(target_dtype).widest)
+
+
+def list_conditional_fp32_ops(target_dtype: str = "float16") -> list[tuple[str, str, list[str]]]:
+    """``(op, attribute, values)``: the op computes in float32 when the attribute takes a value."""
+    return [(op, attr, list(values)) for op, attr, values in load_policy(target_dtype).conditional]

@@ -1,0 +1,216 @@
+"""``convert_symbol`` and ``convert_model``: the symbol-level public API."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .dtypes import dtype_name, is_float
+from .errors import GraphError, TypeInferenceError
+from .graph import Graph
+from .io import graph_from_symbol, graph_to_symbol
+from .optypes import OpTypes
+from .params import array_dtype, check_params, recast_params
+from .passes.insert_casts import CastResult, insert_casts
+from .policy import OpPolicy, load_policy, warn_unlisted
+from .registry import InferenceFailed, infer_types
+
+__all__ = ["convert_symbol", "convert_model", "convert_graph", "Conversion"]
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """The full outcome of a conversion: the new graph and everything decided on the way."""
+
+    graph: Graph
+    original: Graph
+    result: CastResult
+    policy: OpPolicy
+    data_names: tuple[str, ...]
+    param_dtypes: Mapping[str, str]
+    arg_dtypes: Mapping[str, str]
+    aux_dtypes: Mapping[str, str]
+
+
+def _data_names(graph: Graph, data_names, param_names) -> list[str]:
+    variables = [n for n in graph.variables()]
+    if data_names is not None:
+        if isinstance(data_names, str):
+            data_names = [data_names]
+        names = {n.name for n in variables}
+        unknown = [d for d in data_names if d not in names]
+        if unknown:
+            raise GraphError(f"data_names {unknown} are not inputs of the symbol "
+                             f"(its inputs: {sorted(names)[:20]})")
+        return list(data_names)
+    if param_names is not None:
+        return [n.name for n in variables if n.name not in param_names]
+    # as mx.contrib.amp: inputs without a __dtype__ attribute are data
+    return [n.name for n in variables if "__dtype__" not in n.attrs]
+
+
+def convert_graph(graph: Graph, *, target_dtype: str = "float16",
+                  target_dtype_ops: Sequence[str] | None = None,
+                  fp32_ops: Sequence[str] | None = None,
+                  widest_dtype_ops: Sequence[str] | None = None,
+                  conditional_fp32_ops=None,
+                  excluded_sym_names: Sequence[str] | None = None,
+                  data_names: Sequence[str] | None = None,
+                  cast_optional_params: bool = False,
+                  param_dtypes: Mapping[str, str] | None = None,
+                  input_dtypes: Mapping[str, str] | None = None,
+                  output_dtype: str | None = "float32",
+                  policy: OpPolicy | None = None) -> Conversion:
+    """Convert a :class:`Graph`; see :func:`convert_symbol` for the parameters.
+
+    ``param_dtypes`` gives the stored dtype of each weight (default float32 for every
+    non-data input); ``input_dtypes`` the dtype of model inputs (default float32, or what a
+    ``__dtype__`` attribute says).
+    """
+    if policy is None:
+        policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                             conditional_fp32_ops)
+    names = _data_names(graph, data_names, None if param_dtypes is None else set(param_dtypes))
+    data_set = set(names)
+    excluded = frozenset(excluded_sym_names or ())
+    all_names = {n.name for n in graph.nodes}
+    missing = sorted(excluded - all_names)
+    if missing:
+        raise GraphError(f"excluded_sym_names {missing} name no node of the symbol")
+    from .dtypes import MX_NAME
+    data_dtypes = {}
+    stored = {}
+    for n in graph.variables():
+        attr = n.attrs.get("__dtype__")
+        attr_dtype = MX_NAME.get(int(attr)) if attr is not None and attr.lstrip("-").isdigit() else None
+        if n.name in data_set:
+            dt = (input_dtypes or {}).get(n.name) or attr_dtype or "float32"
+            data_dtypes[n.name] = dtype_name(dt)
+        else:
+            stored[n.name] = (param_dtypes or {}).get(n.name) or attr_dtype or "float32"
+    op_types = OpTypes()
+    if cast_optional_params:
+        # round one leaves float weights to their consumers; a weight every consumer wants
+        # in the same dtype is stored in it, the others stay as stored and get casts
+        first = insert_casts(graph, policy, data_dtypes=data_dtypes,
+                             param_dtypes={k: (None if is_float(v) else v) for k, v in stored.items()},
+                             excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+        for name, want in first.param_wants.items():
+            if len(want) == 1 and is_float(stored[name]):
+                stored[name] = next(iter(want))
+    result = insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
+                          excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+    if result.unlisted_ops:
+        warn_unlisted(result.unlisted_ops, policy.target_dtype)
+    sym = graph_to_symbol(result.graph)
+    try:
+        args, _, auxs = infer_types(sym, data_dtypes)
+    except InferenceFailed as err:
+        raise TypeInferenceError(f"the converted graph does not type-check: {err}") from None
+    arg_dtypes = dict(zip(sym.list_arguments(), args))
+    aux_dtypes = dict(zip(sym.list_auxiliary_states(), auxs))
+    undecided = [k for k, v in {**arg_dtypes, **aux_dtypes}.items() if v is None]
+    if undecided:
+        warnings.warn(f"type inference leaves {undecided[:10]} undecided; they stay as stored",
+                      stacklevel=2)
+    return Conversion(result.graph, graph, result, policy, tuple(names),
+                      dict(stored), arg_dtypes, aux_dtypes)
+
+
+def convert_symbol(sym, target_dtype: str = "float16",
+                   target_dtype_ops: Sequence[str] | None = None,
+                   fp32_ops: Sequence[str] | None = None,
+                   widest_dtype_ops: Sequence[str] | None = None,
+                   conditional_fp32_ops=None,
+                   excluded_sym_names: Sequence[str] | None = None,
+                   data_names: Sequence[str] | None = None,
+                   cast_optional_params: bool = False):
+    """Convert an fp32 symbol to mixed precision.
+
+    Parameters
+    ----------
+    sym : Symbol
+        The fp32 model; it is not modified.
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+        The low precision dtype.
+    target_dtype_ops, fp32_ops, widest_dtype_ops : list of str, optional
+        Ops to move into the target / float32 / widest category (on top of the shipped lists).
+    conditional_fp32_ops : list of (op, attr, values), optional
+        Ops that run in float32 when ``attr`` takes one of ``values``.
+    excluded_sym_names : list of str, optional
+        Node names that run in float32 whatever their op.
+    data_names : list of str, optional
+        Model inputs. By default, as in ``mx.contrib.amp``, every input without a
+        ``__dtype__`` attribute; the others are weights.
+    cast_optional_params : bool, default False
+        Store weights whose every consumer runs in low precision in low precision (the
+        converted graph then expects them so); otherwise weights stay float32.
+
+    Returns
+    -------
+    Symbol
+        A new symbol holding the casts; model inputs and outputs stay float32.
+    """
+    graph = graph_from_symbol(sym)
+    conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
+                               fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
+                               conditional_fp32_ops=conditional_fp32_ops,
+                               excluded_sym_names=excluded_sym_names, data_names=data_names,
+                               cast_optional_params=cast_optional_params)
+    return graph_to_symbol(conversion.graph)
+
+
+def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
+                       target_dtype: str = "float16", target_dtype_ops=None, fp32_ops=None,
+                       widest_dtype_ops=None, conditional_fp32_ops=None,
+                       excluded_sym_names=None, data_names=None,
+                       cast_optional_params: bool = False, input_dtypes=None,
+                       output_dtype: str | None = "float32"):
+    """:func:`convert_model` that also returns the :class:`Conversion` record."""
+    graph = graph_from_symbol(sym)
+    arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
+    params = {**arg_params, **aux_params}
+    if data_names is None:
+        data_names = [n for n in arg_names if n not in arg_params]
+    check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+    param_dtypes = {k: array_dtype(v) for k, v in params.items()}
+    conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
+                               fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
+                               conditional_fp32_ops=conditional_fp32_ops,
+                               excluded_sym_names=excluded_sym_names, data_names=data_names,
+                               cast_optional_params=cast_optional_params,
+                               param_dtypes=param_dtypes, input_dtypes=input_dtypes,
+                               output_dtype=output_dtype)
+    new_args = recast_params(arg_params, conversion.arg_dtypes)
+    new_aux = recast_params(aux_params, conversion.aux_dtypes)
+    return graph_to_symbol(conversion.graph), new_args, new_aux, conversion
+
+
+def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
+                  target_dtype: str = "float16",
+                  target_dtype_ops: Sequence[str] | None = None,
+                  fp32_ops: Sequence[str] | None = None,
+                  widest_dtype_ops: Sequence[str] | None = None,
+                  conditional_fp32_ops=None,
+                  excluded_sym_names: Sequence[str] | None = None,
+                  data_names: Sequence[str] | None = None,
+                  cast_optional_params: bool = False):
+    """Convert an fp32 model (symbol and params) to mixed precision.
+
+    Parameters are those of :func:`convert_symbol`; ``arg_params`` and ``aux_params`` are
+    the model's weights (not modified). ``data_names`` defaults to the arguments that have
+    no entry in ``arg_params``.
+
+    Returns
+    -------
+    (Symbol, dict, dict)
+        The converted symbol and new arg/aux param dicts, each array in the dtype the
+        converted graph's type inference gives it, ready for ``mx.mod.Module`` or
+        :func:`mxnet_amp.save_checkpoint`.
+    """
+    sym, args, auxs, _ = convert_model_full(
+        sym, arg_params, aux_params, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
+        fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
+        conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
+        data_names=data_names, cast_optional_params=cast_optional_params)
+    return sym, args, auxs

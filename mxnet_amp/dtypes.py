@@ -1,0 +1,60 @@
+"""Dtype names and MXNet's integer type codes.
+
+Inside mxnet-amp a dtype is its plain name (``'float32'``, ``'bfloat16'``, ``'int64'``);
+numpy has no bfloat16, so names rather than numpy dtypes are what the graph carries.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FLOAT_DTYPES", "LOW_PRECISION", "MX_CODE", "MX_NAME", "dtype_name", "is_float",
+           "widest", "bfloat16_np"]
+
+# mshadow type flags (include/mshadow/base.h)
+MX_CODE = {
+    "float32": 0, "float64": 1, "float16": 2, "uint8": 3, "int32": 4, "int8": 5,
+    "int64": 6, "bool": 7, "int16": 8, "uint16": 9, "uint32": 10, "uint64": 11, "bfloat16": 12,
+}
+MX_NAME = {code: name for name, code in MX_CODE.items()}
+
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+LOW_PRECISION = frozenset({"float16", "bfloat16"})
+
+# how wide a float dtype is, for amp_multicast semantics (bf16 and fp16 never meet in one graph)
+_WIDTH = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+
+# MXNet's numpy stand-in for bfloat16 (what NDArray.dtype reports for a bf16 array)
+bfloat16_np = np.dtype([("bfloat16", np.uint16)])
+
+
+def dtype_name(dtype: Any) -> str:
+    """Return the plain name of ``dtype`` (a name, numpy dtype/type, or MXNet's bf16 stand-in)."""
+    if isinstance(dtype, str):
+        if dtype in MX_CODE:
+            return dtype
+        if dtype == "bf16":
+            return "bfloat16"
+    if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in MX_NAME:
+        return MX_NAME[dtype]
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"not a dtype: {dtype!r}") from None
+    if np_dtype == bfloat16_np:
+        return "bfloat16"
+    name = np_dtype.name
+    if name not in MX_CODE:
+        raise ValueError(f"dtype {name!r} has no MXNet type code")
+    return name
+
+
+def is_float(dtype: str | None) -> bool:
+    """True for a floating point dtype name."""
+    return dtype in FLOAT_DTYPES
+
+
+def widest(dtypes) -> str:
+    """The widest float dtype among ``dtypes`` (names), as amp_multicast picks it."""
+    return max(dtypes, key=lambda d: _WIDTH[d])

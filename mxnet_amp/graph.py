@@ -1,0 +1,138 @@
+"""The graph value the passes work on: a flat, topologically ordered node list.
+
+No mxnet import here: a :class:`Graph` is plain data, built once from symbol JSON
+(:mod:`mxnet_amp.io`) and never mutated. Passes read one graph and build a new one with
+:class:`GraphBuilder`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterator, Mapping
+
+__all__ = ["Entry", "Node", "Graph", "GraphBuilder", "AMP_CAST_OPS"]
+
+# the cast ops a converted graph holds; a graph containing them was converted before
+AMP_CAST_OPS = frozenset({"amp_cast", "amp_multicast"})
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One output of one node: ``(node index, output index)`` as in MXNet's JSON."""
+
+    node: int
+    index: int = 0
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """An operator application, or a variable when ``op == 'null'``."""
+
+    op: str
+    name: str
+    inputs: tuple[Entry, ...] = ()
+    attrs: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    subgraphs: tuple["Graph", ...] = ()
+    # JSON keys this version of mxnet-amp does not interpret, written back unchanged
+    extra: Mapping[str, object] = field(default_factory=lambda: _EMPTY)
+
+    @property
+    def is_variable(self) -> bool:
+        return self.op == "null"
+
+    def replace(self, **changes) -> "Node":
+        """A copy with ``changes`` applied (self when there are none)."""
+        if not changes:
+            return self
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """An immutable symbol graph: nodes in topological order, plus the output entries."""
+
+    nodes: tuple[Node, ...]
+    heads: tuple[Entry, ...]
+    attrs: Mapping[str, object] = field(default_factory=lambda: _EMPTY)
+    _consumers: list = field(default=None, repr=False, compare=False)  # lazily derived
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def variables(self) -> list[Node]:
+        """Variable nodes in order (MXNet's ``arg_nodes``, arguments and aux states alike)."""
+        return [n for n in self.nodes if n.is_variable]
+
+    def consumers(self) -> list[list[tuple[int, int]]]:
+        """For node ``i``, the ``(consumer node, input position)`` pairs reading any of its outputs."""
+        if self._consumers is None:
+            users: list[list[tuple[int, int]]] = [[] for _ in self.nodes]
+            for i, node in enumerate(self.nodes):
+                for pos, entry in enumerate(node.inputs):
+                    users[entry.node].append((i, pos))
+            object.__setattr__(self, "_consumers", users)
+        return self._consumers
+
+    def num_used_outputs(self) -> list[int]:
+        """For each node, one more than the highest output index any consumer or head reads."""
+        used = [1] * len(self.nodes)
+        for node in self.nodes:
+            for e in node.inputs:
+                if e.index + 1 > used[e.node]:
+                    used[e.node] = e.index + 1
+        for e in self.heads:
+            if e.index + 1 > used[e.node]:
+                used[e.node] = e.index + 1
+        return used
+
+    def ops(self) -> set[str]:
+        """Every op name in the graph, subgraphs included (variables excluded)."""
+        found: set[str] = set()
+        stack = [self]
+        while stack:
+            g = stack.pop()
+            for n in g.nodes:
+                if not n.is_variable:
+                    found.add(n.op)
+                stack.extend(n.subgraphs)
+        return found
+
+    def index_of(self, name: str) -> int:
+        """Index of the node called ``name`` (KeyError when there is none)."""
+        for i, n in enumerate(self.nodes):
+            if n.name == name:
+                return i
+        raise KeyError(name)
+
+
+class GraphBuilder:
+    """Appends nodes to a new graph; keeps node names unique."""
+
+    __slots__ = ("nodes", "names")
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.names: set[str] = set()
+
+    def add(self, node: Node) -> int:
+        self.nodes.append(node)
+        self.names.add(node.name)
+        return len(self.nodes) - 1
+
+    def fresh_name(self, base: str) -> str:
+        """``base``, or ``base_1``, ``base_2``… when the name is taken."""
+        name, k = base, 0
+        while name in self.names:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
+    def build(self, heads, attrs: Mapping[str, object] = _EMPTY) -> Graph:
+        return Graph(tuple(self.nodes), tuple(heads), attrs)

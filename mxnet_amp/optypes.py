@@ -1,0 +1,77 @@
+"""Ask MXNet's own type inference what one op does with given input dtypes.
+
+The pass never guesses an op's dtype rules (BatchNorm keeps fp32 statistics under fp16
+data, Embedding's output follows its weight, ``_zeros`` follows its ``dtype`` attribute…):
+it builds a one-node graph and runs MXNet's ``FInferType`` on it. Answers are cached per
+(op, attributes, input dtypes), so a graph of repeated blocks costs a few dozen probes.
+"""
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from .graph import Node
+from .registry import InferenceFailed, infer_types
+
+__all__ = ["OpTypes", "InferenceFailed"]
+
+
+class OpTypes:
+    """A cache of single-op type inference results; one instance per conversion."""
+
+    __slots__ = ("_cache", "probes")
+
+    def __init__(self) -> None:
+        self._cache: dict = {}
+        self.probes = 0  # how many times MXNet was actually asked
+
+    def infer(self, node: Node, input_dtypes: Sequence[str | None], num_outputs: int):
+        """Input and output dtypes MXNet infers for ``node`` given ``input_dtypes``.
+
+        ``None`` in ``input_dtypes`` leaves an input for MXNet to decide (a weight, say).
+        Returns ``(inputs, outputs)``, tuples of dtype names (``None`` = undecided).
+        Raises :class:`InferenceFailed` when MXNet rejects the combination.
+        """
+        key = None
+        if not node.subgraphs:
+            key = (node.op, tuple(sorted(node.attrs.items())), tuple(input_dtypes), num_outputs)
+            hit = self._cache.get(key)
+            if hit is not None:
+                if isinstance(hit, InferenceFailed):
+                    raise hit
+                return hit
+        try:
+            result = self._probe(node, input_dtypes, num_outputs)
+        except InferenceFailed as err:
+            if key is not None:
+                self._cache[key] = err
+            raise
+        if key is not None:
+            self._cache[key] = result
+        return result
+
+    def _probe(self, node: Node, input_dtypes, num_outputs):
+        import mxnet as mx
+        from .io import _graph_obj
+        self.probes += 1
+        n = len(input_dtypes)
+        raw = {"op": node.op, "name": "probe", "attrs": dict(node.attrs),
+               "inputs": [[i, 0, 0] for i in range(n)]}
+        if node.subgraphs:
+            raw["subgraphs"] = [_graph_obj(g) for g in node.subgraphs]
+        graph = {
+            "nodes": [{"op": "null", "name": f"in{i}", "inputs": []} for i in range(n)] + [raw],
+            "arg_nodes": list(range(n)),
+            "heads": [[n, k, 0] for k in range(num_outputs)],
+            "attrs": {"mxnet_version": ["int", 10901]},
+        }
+        try:
+            sym = mx.sym.load_json(json.dumps(graph))
+        except mx.base.MXNetError as err:
+            raise InferenceFailed(str(err).strip().split("\n")[0]) from None
+        known = {f"in{i}": d for i, d in enumerate(input_dtypes) if d is not None}
+        args, outs, auxs = infer_types(sym, known)
+        by_name = dict(zip(sym.list_arguments(), args))
+        by_name.update(zip(sym.list_auxiliary_states(), auxs))
+        inputs = tuple(by_name.get(f"in{i}", input_dtypes[i]) for i in range(n))
+        return inputs, tuple(outs)

@@ -1,0 +1,235 @@
+"""Op categories as data: load ``lists/<dtype>.toml``, validate it, apply user overrides.
+
+A list file holds ``[[group]]`` tables (category, reason, ops), ``[[conditional]]`` tables
+(op, attr, values, reason), ``[[pattern]]`` tables (name prefix, category, reason) and an
+``[index_inputs]`` table. ``docs/ops.md`` describes the format and every op's category.
+"""
+from __future__ import annotations
+
+import enum
+import tomllib
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Iterable, Mapping, Sequence
+
+from .errors import ListError, UnknownOpError
+
+__all__ = ["Category", "OpPolicy", "load_policy", "lists_dir", "SUPPORTED_TARGET_DTYPES",
+           "check_target_dtype"]
+
+SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
+
+
+class Category(str, enum.Enum):
+    """How the pass treats an op."""
+
+    TARGET = "target"        # computes in the target dtype
+    FP32 = "fp32"            # computes in float32
+    WIDEST = "widest"        # float inputs unified to the widest among them (amp_multicast)
+    FOLLOW = "follow"        # no casts: runs in the dtype its inputs have
+    CONDITIONAL = "conditional"  # fp32 for listed attribute values, else follow
+
+
+def check_target_dtype(target_dtype) -> str:
+    """Normalise and check ``target_dtype`` (float16 or bfloat16)."""
+    from .dtypes import dtype_name
+    try:
+        name = dtype_name(target_dtype)
+    except ValueError:
+        name = str(target_dtype)
+    if name not in SUPPORTED_TARGET_DTYPES:
+        raise ValueError(f"target_dtype must be 'float16' or 'bfloat16', got {target_dtype!r}")
+    return name
+
+
+def lists_dir() -> Path:
+    """Folder holding the list files: inside the installed package, else the source tree."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "lists", here.parent / "lists"):
+        if (candidate / "float16.toml").is_file():
+            return candidate
+    raise ListError(f"op list files not found beside {here} (looked in {here / 'lists'} and "
+                    f"{here.parent / 'lists'}); the installation is incomplete")
+
+
+@dataclass(frozen=True)
+class OpPolicy:
+    """The op categories for one target dtype, after user overrides."""
+
+    target_dtype: str
+    target: frozenset[str]
+    fp32: frozenset[str]
+    widest: frozenset[str]
+    follow: frozenset[str]
+    conditional: tuple[tuple[str, str, tuple[str, ...]], ...]
+    patterns: tuple[tuple[str, Category], ...] = ()
+    index_inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    def category_of(self, op: str) -> Category | None:
+        """The category ``op`` is listed in (or matched by a pattern); None when unlisted."""
+        for name, cat in ((Category.TARGET, self.target), (Category.FP32, self.fp32),
+                          (Category.WIDEST, self.widest), (Category.FOLLOW, self.follow)):
+            if op in cat:
+                return name
+        if any(c[0] == op for c in self.conditional):
+            return Category.CONDITIONAL
+        for prefix, cat in self.patterns:
+            if op.startswith(prefix):
+                return cat
+        return None
+
+    def decide(self, op: str, attrs: Mapping[str, str]) -> Category | None:
+        """The category a node with ``op`` and ``attrs`` runs under (conditions resolved)."""
+        cat = self.category_of(op)
+        if cat is Category.CONDITIONAL:
+            for cop, attr, values in self.conditional:
+                if cop == op and attrs.get(attr) in values:
+                    return Category.FP32
+            return Category.FOLLOW
+        return cat
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ListError(f"{path}: cannot read op list: {err}") from None
+
+
+def _check_ops(names: Iterable[str], where: str) -> None:
+    from .registry import registry_op_names
+    known = registry_op_names()
+    unknown = {n for n in names if n not in known}
+    if unknown:
+        raise UnknownOpError(unknown, where)
+
+
+@lru_cache(maxsize=4)
+def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
+    path = Path(folder) / f"{target_dtype}.toml"
+    data = _read(path)
+    if data.get("target_dtype") != target_dtype:
+        raise ListError(f"{path}: says target_dtype = {data.get('target_dtype')!r}, "
+                        f"expected {target_dtype!r}")
+    cats: dict[Category, set[str]] = {c: set() for c in
+                                      (Category.TARGET, Category.FP32, Category.WIDEST, Category.FOLLOW)}
+    seen: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    for k, group in enumerate(data.get("group", ())):
+        try:
+            cat = Category(group["category"])
+            ops, reason = group["ops"], group["reason"]
+        except (KeyError, ValueError) as err:
+            raise ListError(f"{path}: group {k} is malformed ({err})") from None
+        if cat is Category.CONDITIONAL or not reason:
+            raise ListError(f"{path}: group {k}: category must be target/fp32/widest/follow "
+                            "and the reason must not be empty")
+        for op in ops:
+            if op in seen:
+                raise ListError(f"{path}: op {op!r} is listed twice ({seen[op]} and {cat.value})")
+            seen[op] = cat.value
+            cats[cat].add(op)
+            reasons[op] = reason
+    conditional = []
+    for k, cond in enumerate(data.get("conditional", ())):
+        try:
+            op, attr, values = cond["op"], cond["attr"], tuple(str(v) for v in cond["values"])
+        except KeyError as err:
+            raise ListError(f"{path}: conditional {k} lacks {err}") from None
+        if seen.get(op, "conditional") != "conditional":
+            raise ListError(f"{path}: op {op!r} is both {seen[op]} and conditional")
+        seen[op] = "conditional"
+        reasons.setdefault(op, cond.get("reason", ""))
+        conditional.append((op, attr, values))
+    patterns = tuple((p["prefix"], Category(p["category"])) for p in data.get("pattern", ()))
+    index_inputs = {op: tuple(names) for op, names in data.get("index_inputs", {}).items()}
+    _check_ops(set(seen) | set(index_inputs), str(path))
+    return OpPolicy(target_dtype, *(frozenset(cats[c]) for c in cats), tuple(conditional),
+                    patterns, MappingProxyType(index_inputs), MappingProxyType(reasons))
+
+
+def _names(value, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a list of op names, got {value!r}")
+    return [str(v) for v in value]
+
+
+def load_policy(target_dtype: str = "float16",
+                target_dtype_ops: Sequence[str] | None = None,
+                fp32_ops: Sequence[str] | None = None,
+                widest_dtype_ops: Sequence[str] | None = None,
+                conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
+                follow_ops: Sequence[str] | None = None) -> OpPolicy:
+    """The op policy for ``target_dtype``: the shipped lists with user overrides applied.
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}
+    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops : list of str, optional
+        Ops to *move* into that category (out of whichever category the lists give them).
+        Unlike ``mx.contrib.amp``, an override does not replace the whole default list, so
+        ``fp32_ops=['Convolution']`` keeps every other default.
+    conditional_fp32_ops : list of (op, attr, values), optional
+        Ops to run in float32 when ``attr`` has one of ``values``; replaces the op's category.
+
+    Raises
+    ------
+    UnknownOpError
+        An override names ops the MXNet registry does not know (all of them are listed).
+    ListError
+        One op is named in two overrides.
+    """
+    target_dtype = check_target_dtype(target_dtype)
+    base = _base_policy(target_dtype, str(lists_dir()))
+    moves = {Category.TARGET: _names(target_dtype_ops, "target_dtype_ops"),
+             Category.FP32: _names(fp32_ops, "fp32_ops"),
+             Category.WIDEST: _names(widest_dtype_ops, "widest_dtype_ops"),
+             Category.FOLLOW: _names(follow_ops, "follow_ops")}
+    conds = []
+    for item in conditional_fp32_ops or ():
+        try:
+            op, attr, values = item
+        except (TypeError, ValueError):
+            raise TypeError("conditional_fp32_ops entries must be (op, attr, values) tuples, "
+                            f"got {item!r}") from None
+        if isinstance(values, str):
+            values = [values]
+        conds.append((str(op), str(attr), tuple(str(v) for v in values)))
+    if not any(moves.values()) and not conds:
+        return base
+    named: dict[str, str] = {}
+    for cat, ops in moves.items():
+        for op in ops:
+            if op in named and named[op] != cat.value:
+                raise ListError(f"op {op!r} is named in two overrides ({named[op]} and {cat.value})")
+            named[op] = cat.value
+    for op, _, _ in conds:
+        if op in named and named[op] != "conditional":
+            raise ListError(f"op {op!r} is named in two overrides ({named[op]} and conditional_fp32_ops)")
+        named[op] = "conditional"
+    _check_ops(named, "user overrides")
+    sets = {Category.TARGET: set(base.target), Category.FP32: set(base.fp32),
+            Category.WIDEST: set(base.widest), Category.FOLLOW: set(base.follow)}
+    for s in sets.values():
+        s.difference_update(named)
+    for cat, ops in moves.items():
+        sets[cat].update(ops)
+    conditional = tuple(c for c in base.conditional if c[0] not in named) + tuple(conds)
+    return OpPolicy(target_dtype, *(frozenset(sets[c]) for c in sets), conditional,
+                    base.patterns, base.index_inputs, base.reasons)
+
+
+def warn_unlisted(ops: Iterable[str], target_dtype: str) -> None:
+    """Warn once about ops that no list classifies (they are kept in float32)."""
+    ops = sorted(set(ops))
+    if ops:
+        warnings.warn(f"op(s) {', '.join(ops)} are in no {target_dtype} list; they run in float32. "
+                      "Name them in target_dtype_ops / fp32_ops / widest_dtype_ops to choose.",
+                      stacklevel=3)

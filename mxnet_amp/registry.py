@@ -1,0 +1,88 @@
+"""What the live MXNet build knows: registered op names, op input names, and type inference.
+
+These read MXNet's C API directly: ``Symbol.infer_type_partial`` returns nothing at all
+when inference is incomplete, and the pass needs the partial answer.
+"""
+from __future__ import annotations
+
+import ctypes
+from array import array
+from functools import lru_cache
+from typing import Mapping
+
+from .dtypes import MX_CODE, MX_NAME
+
+__all__ = ["registry_op_names", "op_input_names", "infer_types", "InferenceFailed"]
+
+
+class InferenceFailed(Exception):
+    """MXNet's type inference rejected the given dtypes (the message is MXNet's)."""
+
+
+def _lib():
+    from mxnet.base import _LIB
+    return _LIB
+
+
+@lru_cache(maxsize=None)
+def registry_op_names() -> frozenset[str]:
+    """Every operator name MXNet has registered (aliases included)."""
+    from mxnet.base import check_call, py_str
+    size = ctypes.c_uint()
+    names = ctypes.POINTER(ctypes.c_char_p)()
+    check_call(_lib().MXListAllOpNames(ctypes.byref(size), ctypes.byref(names)))
+    return frozenset(py_str(names[i]) for i in range(size.value))
+
+
+@lru_cache(maxsize=None)
+def op_input_names(op: str) -> tuple[str, ...]:
+    """Names of the NDArray inputs of ``op`` in order, as its ``mx.sym`` signature lists them.
+
+    A variadic op (``Concat``, ``add_n``) gives ``()``: its inputs have no fixed names.
+    """
+    from mxnet.base import check_call, py_str
+    handle = ctypes.c_void_p()
+    check_call(_lib().NNGetOpHandle(op.encode(), ctypes.byref(handle)))
+    name, desc = ctypes.c_char_p(), ctypes.c_char_p()
+    num_args = ctypes.c_uint()
+    arg_names = ctypes.POINTER(ctypes.c_char_p)()
+    arg_types = ctypes.POINTER(ctypes.c_char_p)()
+    arg_descs = ctypes.POINTER(ctypes.c_char_p)()
+    key_var_num_args = ctypes.c_char_p()
+    ret_type = ctypes.c_char_p()
+    check_call(_lib().MXSymbolGetAtomicSymbolInfo(
+        handle, ctypes.byref(name), ctypes.byref(desc), ctypes.byref(num_args),
+        ctypes.byref(arg_names), ctypes.byref(arg_types), ctypes.byref(arg_descs),
+        ctypes.byref(key_var_num_args), ctypes.byref(ret_type)))
+    inputs = []
+    for i in range(num_args.value):
+        kind = py_str(arg_types[i])
+        if kind.startswith("NDArray-or-Symbol[]"):
+            return ()
+        if kind.startswith("NDArray-or-Symbol"):
+            inputs.append(py_str(arg_names[i]))
+    return tuple(inputs)
+
+
+def infer_types(sym, known: Mapping[str, str]):
+    """Partial type inference on ``sym`` given dtype names for some inputs.
+
+    Returns ``(arg_dtypes, out_dtypes, aux_dtypes)``: lists of dtype names, ``None`` where
+    MXNet could not tell. Raises :class:`InferenceFailed` when MXNet rejects the dtypes.
+    """
+    from mxnet.base import MXNetError, c_array_buf, c_str_array
+    keys = list(known)
+    codes = array("i", [MX_CODE[known[k]] for k in keys])
+    sizes = [ctypes.c_uint() for _ in range(3)]
+    datas = [ctypes.POINTER(ctypes.c_int)() for _ in range(3)]
+    complete = ctypes.c_int()
+    ret = _lib().MXSymbolInferTypePartial(
+        sym.handle, ctypes.c_uint(len(keys)), c_str_array(keys), c_array_buf(ctypes.c_int, codes),
+        ctypes.byref(sizes[0]), ctypes.byref(datas[0]), ctypes.byref(sizes[1]),
+        ctypes.byref(datas[1]), ctypes.byref(sizes[2]), ctypes.byref(datas[2]),
+        ctypes.byref(complete))
+    if ret != 0:
+        from mxnet.base import py_str
+        message = py_str(_lib().MXGetLastError())
+        raise InferenceFailed(message.strip().split("\n\n")[0])
+    return tuple([MX_NAME.get(datas[j][i]) for i in range(sizes[j].value)] for j in range(3))

@@ -1,0 +1,31 @@
+"""mxnet-amp: automatic mixed precision (float16 / bfloat16) for Apache MXNet 1.9."""
+from setuptools import setup
+
+# mxnet 1.9.1 breaks with numpy >= 1.24; gluoncv 0.10.5 needs these upper bounds to stay
+# on numpy 1.x (plain opencv-python pulls numpy 2 in)
+NUMPY = "numpy==1.23.5"
+GLUONCV = ["gluoncv==0.10.5.post0", "opencv-python-headless<4.9", "scipy<1.12",
+           "matplotlib<3.9", "pandas<2.1", "Pillow<11"]
+
+setup(
+    name="mxnet-amp",
+    version="0.1.0",
+    description="Automatic mixed precision (float16/bfloat16) for Apache MXNet 1.9 models",
+    long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=["mxnet_amp", "mxnet_amp.passes", "mxnet_amp.lists"],
+    # the op lists live at the top of the repository and ship inside the package
+    package_dir={"mxnet_amp.lists": "lists"},
+    package_data={"mxnet_amp.lists": ["*.toml"]},
+    install_requires=[NUMPY, "tqdm>=4.60"],
+    extras_require={
+        "cpu": ["mxnet==1.9.1"],
+        "gpu": ["mxnet-cu112==1.9.1"],
+        "zoo": GLUONCV,
+        "test": ["pytest>=7", "hypothesis>=6"] + GLUONCV,
+        "docs": ["pdoc>=14"],
+    },
+    entry_points={"console_scripts": ["mxnet-amp=mxnet_amp.cli:main"]},
+    classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],
+)

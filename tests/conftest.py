@@ -1,0 +1,21 @@
+"""Shared fixtures and markers."""
+import os
+import warnings
+
+import pytest
+
+os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long zoo sweeps, not run in CI (pytest -m slow)")
+    config.addinivalue_line("markers", "native_bf16: needs a CPU whose oneDNN runs bf16 matrix ops")
+
+
+@pytest.fixture(scope="session")
+def native_bf16():
+    """True where this CPU executes bf16 Convolution/FullyConnected (needs avx512)."""
+    from mxnet_amp.hardware import bf16_runs_natively
+    return bf16_runs_natively()
