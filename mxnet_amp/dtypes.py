@@ -50,6 +50,11 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
+def np_dtype(name: str):
+    """What MXNet's NDArray API takes for dtype ``name`` (its stand-in for bfloat16)."""
+    return bfloat16_np if name == "bfloat16" else np.dtype(name)
+
+
 def is_float(dtype: str | None) -> bool:
     """True for a floating point dtype name."""
     return dtype in FLOAT_DTYPES
