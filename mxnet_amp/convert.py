@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from .dtypes import dtype_name, is_float
@@ -30,6 +30,8 @@ class Conversion:
     param_dtypes: Mapping[str, str]
     arg_dtypes: Mapping[str, str]
     aux_dtypes: Mapping[str, str]
+    # each weight's dtype as given, before cast_optional_params chose new ones (for reports)
+    input_param_dtypes: Mapping[str, str] = field(default_factory=dict)
 
 
 def _data_names(graph: Graph, data_names, param_names) -> list[str]:
@@ -89,6 +91,7 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
         else:
             stored[n.name] = (param_dtypes or {}).get(n.name) or attr_dtype or "float32"
     op_types = OpTypes()
+    input_param_dtypes = dict(stored)
     if cast_optional_params:
         # round one leaves float weights to their consumers; a weight every consumer wants
         # in the same dtype is stored in it, the others stay as stored and get casts
@@ -114,7 +117,7 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
         warnings.warn(f"type inference leaves {undecided[:10]} undecided; they stay as stored",
                       stacklevel=2)
     return Conversion(result.graph, graph, result, policy, tuple(names),
-                      dict(stored), arg_dtypes, aux_dtypes)
+                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes)
 
 
 def convert_symbol(sym, target_dtype: str = "float16",

@@ -5,12 +5,21 @@ MXNet cannot execute float16 on a CPU, and bfloat16 matrix ops only on CPUs with
 tensor the converted graph keeps in low precision, exactly the value that dtype can hold:
 each such tensor is rounded by a round trip ``amp_cast(amp_cast(x, low), float32)``, which
 MXNet runs on any CPU. Rounding is to nearest even; values beyond the dtype's range become
-±inf (65504 for float16) and tiny ones flush to subnormals or zero as the dtype has them.
-The ops themselves compute in float32 with float32 accumulation, as GPU tensor cores do.
+±inf (beyond 65504 for float16), tiny ones become float16 subnormals or zero (below
+2**-25); bfloat16 flushes what would be its subnormals (below 2**-126) to zero, as MXNet's
+cast and the AVX512-BF16 conversion instruction do. The ops themselves compute in float32
+with float32 accumulation, as GPU tensor cores and oneDNN's bf16 kernels do. Weights the
+converted graph casts to low precision are rounded once, ahead of time.
+
+For one elementwise op (add, multiply, divide, sqrt) computing in float32 and rounding once
+gives exactly the IEEE result of computing in the low precision dtype (float32 has more
+than twice the digits plus two), so those agree bit for bit with native execution.
 
 Not modelled: kernels that accumulate in low precision internally (some fp16 reductions),
-fused-kernel rounding differences, and low precision intermediate values *inside* one op
-(e.g. softmax's exponentials when softmax itself runs in fp16).
+a kernel rounding twice inside one op (a GPU FullyConnected rounds its product to float16
+before adding the bias; here the sum is rounded once), fused-kernel differences, and low
+precision intermediate values *inside* one op (softmax's exponentials when softmax itself
+runs in float16). Speed and memory are float32's.
 """
 from __future__ import annotations
 
@@ -23,7 +32,7 @@ from .io import graph_from_symbol, graph_to_symbol
 from .params import array_dtype, cast_array
 from .passes.infer_dtypes import infer_dtypes
 
-__all__ = ["emulate_graph", "emulate_model", "round_array"]
+__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array"]
 
 
 def _cast(name: str, src: Entry, dtype: str) -> Node:
@@ -55,6 +64,10 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str]) -> Graph:
             first = builder.add(_cast(builder.fresh_name(node.name + "_to_" + low), inputs[0], low))
             env.append([Entry(builder.add(_cast(node.name, Entry(first), "float32")))])
             continue
+        if node.subgraphs:
+            # loop / cond bodies were converted with a float32 interface: emulate inside
+            node = node.replace(subgraphs=tuple(
+                emulate_graph(g, {v.name: "float32" for v in g.variables()}) for g in node.subgraphs))
         idx = builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node)
         outs = []
         for k in range(used[i]):
@@ -72,8 +85,73 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str]) -> Graph:
 
 
 def round_array(array, dtype: str):
-    """``array`` rounded to ``dtype`` and returned as float32 (a new NDArray)."""
+    """``array`` rounded to ``dtype`` and returned as float32 (a new NDArray, same context).
+
+    Bit for bit what ``amp_cast`` to ``dtype`` and back gives; a float32 array's bfloat16
+    rounding is done in numpy, some 10x faster than MXNet's CPU kernel."""
+    if dtype == "bfloat16" and array_dtype(array) == "float32":
+        import mxnet as mx
+        return mx.nd.array(_bf16_round_np(array.asnumpy()), ctx=array.context, dtype="float32")
     return cast_array(cast_array(array, dtype), "float32")
+
+
+def _bf16_round_np(x):
+    """float32 numpy array rounded to bfloat16 as MXNet's amp_cast does it: to nearest even,
+    float32 subnormals flushed to +0 (as AVX512-BF16's conversion does), NaN kept quiet."""
+    import numpy as np
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    out = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    out[(bits & np.uint32(0x7F800000)) == 0] = 0
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    out[nan] = (bits[nan] | np.uint32(0x00400000)) & np.uint32(0xFFFF0000)
+    return out.view(np.float32)
+
+
+def _fold_param_casts(graph: Graph, params: Mapping) -> tuple[Graph, dict]:
+    """An emulated ``graph`` whose weight roundings are done once, ahead of time.
+
+    Each round trip ``amp_cast(amp_cast(w, low), float32)`` of a weight ``w`` in ``params``
+    becomes a float32 variable (named after the outer cast, a name unique in the graph)
+    holding the rounded weight. Same values as rounding in the graph, but done once instead
+    of at every run: bfloat16 rounding is slow on CPU (a resnet18's weights cost seconds
+    per forward pass). Returns the graph, without nodes nothing reads any more, and the
+    rounded weights."""
+    nodes = list(graph.nodes)
+    rounded = {}
+    for i, node in enumerate(graph.nodes):
+        if node.op != "amp_cast" or node.attrs.get("dtype") != "float32":
+            continue
+        inner = graph.nodes[node.inputs[0].node]
+        if inner.op != "amp_cast" or inner.attrs.get("dtype") not in LOW_PRECISION:
+            continue
+        src = graph.nodes[inner.inputs[0].node]
+        if not src.is_variable or src.name not in params:
+            continue
+        attrs = {k: v for k, v in src.attrs.items() if k != "__dtype__"}
+        nodes[i] = Node("null", node.name, (), MappingProxyType(attrs))
+        rounded[node.name] = round_array(params[src.name], inner.attrs["dtype"])
+    if not rounded:
+        return graph, {}
+    return _prune(Graph(tuple(nodes), graph.heads, graph.attrs)), rounded
+
+
+def _prune(graph: Graph) -> Graph:
+    """``graph`` without the nodes its heads do not depend on."""
+    keep = [False] * len(graph.nodes)
+    stack = [e.node for e in graph.heads]
+    while stack:
+        i = stack.pop()
+        if not keep[i]:
+            keep[i] = True
+            stack.extend(e.node for e in graph.nodes[i].inputs)
+    new_index, nodes = {}, []
+    for i, node in enumerate(graph.nodes):
+        if keep[i]:
+            new_index[i] = len(nodes)
+            nodes.append(node.replace(inputs=tuple(Entry(new_index[e.node], e.index, e.version)
+                                                   for e in node.inputs)) if node.inputs else node)
+    heads = tuple(Entry(new_index[e.node], e.index, e.version) for e in graph.heads)
+    return Graph(tuple(nodes), heads, graph.attrs)
 
 
 def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
@@ -94,15 +172,27 @@ def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
     -------
     (Symbol, dict, dict)
         Runs on any CPU; outputs equal what the low precision model computes up to what the
-        module documentation lists as not modelled.
+        module documentation lists as not modelled. A weight the converted graph casts to
+        low precision appears rounded, as a float32 param named after that cast; the
+        returned dicts hold exactly the params the returned symbol reads.
+        The caller's symbol and dicts are not modified.
     """
     graph = graph_from_symbol(sym)
     var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     for n in graph.variables():
         var_dtypes.setdefault(n.name, (input_dtypes or {}).get(n.name, "float32"))
-    emulated = emulate_graph(graph, var_dtypes)
+    emulated, rounded = _fold_param_casts(emulate_graph(graph, var_dtypes), arg_params)
+    emulated = graph_to_symbol(emulated)
+    arg_names = set(emulated.list_arguments())
+    aux_names = set(emulated.list_auxiliary_states())
 
-    def widen(params):
+    def widen(params, wanted):
         return {k: (cast_array(v, "float32") if array_dtype(v) in LOW_PRECISION else v)
-                for k, v in params.items()}
-    return graph_to_symbol(emulated), widen(arg_params), widen(aux_params)
+                for k, v in params.items() if k in wanted}
+    return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)
+
+
+def emulate(sym, arg_params: Mapping, aux_params: Mapping,
+            input_dtypes: Mapping[str, str] | None = None):
+    """Alias of :func:`emulate_model`."""
+    return emulate_model(sym, arg_params, aux_params, input_dtypes)

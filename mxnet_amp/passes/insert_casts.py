@@ -20,7 +20,7 @@ from typing import Mapping
 
 from ..dtypes import LOW_PRECISION, MX_CODE, is_float, widest
 from ..errors import AlreadyConvertedError
-from ..graph import AMP_CAST_OPS, Entry, Graph, GraphBuilder, Node
+from ..graph import Entry, Graph, GraphBuilder, Node
 from ..optypes import InferenceFailed, OpTypes
 from ..policy import Category, OpPolicy
 from ..registry import op_input_names
@@ -80,7 +80,9 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
     op_types = op_types or OpTypes()
     target = policy.target_dtype
     for node in graph.nodes:
-        if node.op in AMP_CAST_OPS:
+        # converted graphs hold amp_casts to low precision; an amp_multicast (or a float32
+        # amp_cast) alone also occurs in fp32 models: gluoncv's SSD box decoder calls it
+        if node.op == "amp_cast" and node.attrs.get("dtype") in LOW_PRECISION:
             raise AlreadyConvertedError(
                 f"node {node.name!r} is an {node.op}: this graph was converted to mixed precision "
                 "already; convert the original fp32 model instead")
@@ -141,11 +143,13 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
         acts = [k for k in range(len(ins)) if k not in index_pos and not is_param[k] and is_float(cur[k])]
         params = [k for k in range(len(ins)) if k not in index_pos and is_param[k]
                   and (cur[k] is None or is_float(cur[k]))]
+        flexible_acts = []
         if not acts and params:
             # an op reading weights only (tied embeddings, say): the weights are its data
             for k in params:
                 if cur[k] is None:
                     cur[k] = "float32"
+                    flexible_acts.append(k)
             acts, params = params, []
 
         subgraphs = node.subgraphs
@@ -168,7 +172,15 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
                 probe_in[k] = d
             for k in params:
                 probe_in[k] = None
-            return op_types.infer(probe_node, probe_in, used[i])
+            result = op_types.infer(probe_node, probe_in, used[i])
+            # MXNet leaves a weight undecided when the op does not tie its dtype to the
+            # others' (slice_like's data input, say): it is then read as stored
+            stuck = [k for k in params if result[0][k] is None and cur[k] is not None]
+            if stuck:
+                for k in stuck:
+                    probe_in[k] = cur[k]
+                result = op_types.infer(probe_node, probe_in, used[i])
+            return result
 
         act_dtypes = {cur[k] for k in acts}
         plans: list[tuple[str, dict[int, str]]] = []
@@ -215,6 +227,9 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
             for k in acts:
                 if desired[k] != cur[k]:
                     new_ins[k] = cast(ins[k], desired[k])
+        for k in flexible_acts:
+            # the weight is stored as decided later; this consumer reads it in desired[k]
+            wants.setdefault(graph.nodes[node.inputs[k].node].name, set()).add(desired[k])
         for k in params:
             want = filled_in[k]
             if cur[k] is None:

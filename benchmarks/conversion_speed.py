@@ -1,0 +1,149 @@
+"""Conversion wall time: ``mxnet_amp.convert_model`` vs ``mx.contrib.amp.convert_model``.
+
+Both converters run in this one process, interleaved (ours, contrib, contrib, ours, ...),
+on the same symbol and params; each figure is the median of the runs and the ratio is the
+median of the per-round ratios ours / contrib (< 1: ours is faster). Our time per node at
+each synthetic size shows how the pass grows with graph size.
+
+    python benchmarks/conversion_speed.py            # full: resnet50_v1, ssd_512_resnet50_v1_voc,
+                                                     # synthetic 1k / 10k / 100k nodes
+    python benchmarks/conversion_speed.py --quick    # seconds: resnet18_v1, synthetic 300 / 1k
+    python benchmarks/conversion_speed.py --profile  # also cProfile ours on the largest graph
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import _common as C
+from synthetic import synthetic_model
+
+# (label, how to build, repeats)
+FULL = [("resnet50_v1", "zoo", 7), ("ssd_512_resnet50_v1_voc", "zoo", 7),
+        ("synthetic_1k", 1_000, 7), ("synthetic_10k", 10_000, 5), ("synthetic_100k", 100_000, 3)]
+QUICK = [("resnet18_v1", "zoo", 2), ("synthetic_300", 300, 2), ("synthetic_1k", 1_000, 2)]
+
+# the stages of our conversion, by the function that does each, for the profile summary
+STAGES = {
+    "graph_from_symbol": "symbol -> tojson -> Graph (io.graph_from_symbol)",
+    "insert_casts": "the cast-insertion pass (passes.insert_casts)",
+    "_probe": "single-op MXNet type probes (optypes.OpTypes._probe)",
+    "graph_to_symbol": "Graph -> JSON -> mx.sym.load_json (io.graph_to_symbol, all calls)",
+    "infer_types": "MXNet partial type inference (registry.infer_types, all calls)",
+    "array_dtype": "reading param dtypes (params.array_dtype, all calls)",
+    "recast_params": "param casts (params.recast_params)",
+}
+
+
+def build(label: str, how) -> tuple:
+    if how == "zoo":
+        return C.zoo_checkpoint(label)
+    return synthetic_model(how)
+
+
+def time_case(sym, args, auxs, repeats: int, target_dtype: str) -> dict:
+    kw = {"target_dtype": target_dtype}
+    outcome = {w: C.try_convert(w, sym, args, auxs, **kw) for w in C.CONVERTERS}
+    row: dict = {"nodes": C.num_nodes(sym), "repeats": repeats}
+    for w, res in outcome.items():
+        row[w] = ({"ok": True, "casts": C.cast_counts(res["sym"])} if res["ok"]
+                  else {"ok": False, "error": res["error"]})
+    working = {w: (lambda w=w: C.CONVERTERS[w](sym, args, auxs, **kw))
+               for w, res in outcome.items() if res["ok"]}
+    cpu: dict[str, list[float]] = {w: [] for w in working}
+
+    def timed(w):
+        def run():
+            t0 = time.process_time()
+            working[w]()
+            cpu[w].append(time.process_time() - t0)
+        return run
+    # the first call of each converter above was the warm-up
+    wall = C.interleaved_times({w: timed(w) for w in working}, repeats, warmup=0)
+    for w, ts in wall.items():
+        row[w].update({"wall_s": ts, "median_s": C.median(ts), "median_cpu_s": C.median(cpu[w]),
+                       "per_node_us": 1e6 * C.median(ts) / row["nodes"]})
+    if "ours" in wall and "contrib" in wall:
+        row["ratio_ours_over_contrib"] = C.paired_ratio(wall["ours"], wall["contrib"])
+        row["cpu_ratio_ours_over_contrib"] = C.median(cpu["ours"]) / C.median(cpu["contrib"])
+    return row
+
+
+def profile_ours(sym, args, auxs, target_dtype: str) -> dict:
+    """Where our conversion spends its time: cumulative share of each stage, and the
+    functions with the most own time."""
+    prof = cProfile.Profile()
+    prof.enable()
+    C.convert_ours(sym, args, auxs, target_dtype=target_dtype)
+    prof.disable()
+    stats = pstats.Stats(prof)
+    total = max(v[3] for v in stats.stats.values())  # the outermost cumulative time
+    stages = {}
+    for (path, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+        if func in STAGES and "mxnet_amp" in path:
+            stages[func] = {"what": STAGES[func], "calls": nc, "cum_s": ct,
+                            "percent": 100 * ct / total}
+    own = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:15]
+    top = [{"function": f"{p.split('site-packages/')[-1].split('/work/main/')[-1]}:{ln}({fn})",
+            "calls": v[1], "own_s": v[2], "own_percent": 100 * v[2] / total} for (p, ln, fn), v in own]
+    return {"total_s": total, "stages": stages, "top_own_time": top,
+            "note": "cProfile inflates pure-Python time more than C time; shares are indicative"}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny cases, seconds (the smoke test)")
+    ap.add_argument("--profile", action="store_true", help="cProfile ours on the largest case")
+    ap.add_argument("--target-dtype", default="float16", choices=("float16", "bfloat16"))
+    ap.add_argument("--out", help="JSON path (default benchmarks/results/conversion_speed.json)")
+    opts = ap.parse_args(argv)
+    cases = QUICK if opts.quick else FULL
+    results = []
+    largest = None
+    for label, how, repeats in cases:
+        sym, args, auxs = build(label, how)
+        row = {"case": label, "target_dtype": opts.target_dtype,
+               **time_case(sym, args, auxs, repeats, opts.target_dtype)}
+        results.append(row)
+        _print([row])
+        largest = (label, sym, args, auxs)
+    synth = [r for r in results if r["case"].startswith("synthetic") and r["ours"].get("ok")]
+    growth = None
+    if len(synth) >= 2:
+        a, b = synth[0], synth[-1]
+        growth = {"from": a["case"], "to": b["case"],
+                  "node_ratio": b["nodes"] / a["nodes"],
+                  "time_ratio": b["ours"]["median_s"] / a["ours"]["median_s"],
+                  "per_node_us": {r["case"]: r["ours"]["per_node_us"] for r in synth}}
+    payload = {"benchmark": "conversion_speed", "environment": C.environment(),
+               "results": results, "ours_growth": growth}
+    if opts.profile and largest is not None:
+        payload["profile"] = {"case": largest[0], **profile_ours(*largest[1:], opts.target_dtype)}
+    print()
+    _print(results)
+    if growth:
+        print(f"\nours: {growth['node_ratio']:.0f}x the nodes took {growth['time_ratio']:.1f}x the time")
+    out = opts.out or C.default_out("conversion_speed", opts.quick)
+    C.write_json(out, payload)
+    print(f"wrote {out}")
+    return 0
+
+
+def _print(rows) -> None:
+    table = []
+    for r in rows:
+        o, c = r["ours"], r["contrib"]
+        table.append([r["case"], r["nodes"], r["repeats"],
+                      o.get("median_s") if o["ok"] else "FAILED",
+                      c.get("median_s") if c["ok"] else "FAILED: " + c["error"][:60],
+                      r.get("ratio_ours_over_contrib"), o.get("per_node_us"),
+                      o["casts"]["amp_cast"] + o["casts"]["amp_multicast"] if o["ok"] else None,
+                      c["casts"]["amp_cast"] + c["casts"]["amp_multicast"] if c["ok"] else None])
+    C.print_table(["case", "nodes", "runs", "ours s", "contrib s", "ours/contrib",
+                   "ours us/node", "ours casts", "contrib casts"], table)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

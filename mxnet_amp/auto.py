@@ -1,0 +1,776 @@
+"""Validation-driven automatic mixed precision: convert, measure, keep in float32 what breaks.
+
+:func:`auto_convert_model` converts a model with the shipped op lists and then checks the
+result on sample inputs against the float32 model, keeping in float32 the nodes whose low
+precision breaks it. The work is driven by one instrumented float32 run:
+
+1. **Reference run** (one model execution). The float32 graph is bound once with every op
+   output as a graph output, which gives the reference outputs and, for each tensor, the
+   largest magnitude and the share of nonzero values the target dtype would flush to zero.
+2. **Range culprits** (no execution). A tensor whose float32 values exceed the target
+   dtype's range (65504 for float16) becomes inf wherever the converted graph holds it in
+   low precision; one whose values mostly flush to zero loses them. For every such tensor
+   the nodes *holding* it in low precision are kept in float32: its producer when it
+   computes in low precision, and each consumer that reads it through a cast to low
+   precision (a target op). Converting is cheap, so this repeats on the converted graph
+   until no flagged tensor is held in low precision anywhere.
+3. **Converted check** (one execution). The converted model runs on the same inputs (natively
+   where this machine can, else through :mod:`mxnet_amp.emulation`) and is compared with the
+   reference (``validate``, or ``allclose`` with ``rtol``/``atol``). A model that converts
+   cleanly is done here: two executions.
+4. **Accuracy search**, only when the ranges do not explain a failed check. Over the
+   candidate low precision nodes (ordered by how much of their output falls in the
+   dtype's subnormal range, then topologically) a binary search finds the shortest prefix
+   whose exclusion validates; its last node is a culprit. Repeating on the prefix before
+   it finds each of ``k`` culprits in ``ceil(log2 N) + 1`` executions: ``O(k log N)``.
+   The search never returns a configuration it has not seen validate.
+
+Every model execution is counted in the report (:class:`AutoReport`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from .convert import Conversion, convert_model_full
+from .dtypes import LOW_PRECISION
+from .errors import GraphError, ParamError
+from .graph import AMP_CAST_OPS, Entry, Graph
+from .io import graph_from_symbol, graph_to_symbol
+from .optypes import OpTypes
+from .passes.infer_dtypes import infer_dtypes
+from .policy import Category, check_target_dtype
+
+__all__ = ["auto_convert_model", "auto_convert_block", "AutoReport", "KeptNode", "SearchStep",
+           "TensorRange", "DTYPE_LIMITS", "default_tolerances"]
+
+
+@dataclass(frozen=True)
+class DtypeLimits:
+    """The range of a low precision dtype as rounding from float32 sees it."""
+
+    max: float          # largest finite value; beyond it values overflow to inf
+    zero_below: float   # |x| below it rounds to zero
+    min_normal: float   # below it (and from zero_below) values are subnormal: fewer digits
+
+
+DTYPE_LIMITS = {
+    # 2**-25 itself ties to even, i.e. to zero: the first value kept is the next float32
+    "float16": DtypeLimits(65504.0, float(np.nextafter(np.float32(2.0 ** -25), np.float32(1))),
+                           2.0 ** -14),
+    # MXNet's cast (as AVX512-BF16's) flushes what would be bfloat16 subnormals to zero
+    "bfloat16": DtypeLimits((2 - 2 ** -7) * 2.0 ** 127, 2.0 ** -126, 2.0 ** -126),
+}
+
+# float16 keeps ~3.3 significant digits, bfloat16 ~2.4: its default tolerance is wider
+_TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
+
+REASONS = ("user", "overflow", "underflow", "accuracy")
+
+
+def default_tolerances(target_dtype: str) -> tuple[float, float]:
+    """``(rtol, atol)`` used when :func:`auto_convert_model` is not given them."""
+    return _TOLERANCES[check_target_dtype(target_dtype)]
+
+
+@dataclass(frozen=True)
+class TensorRange:
+    """What one float32 tensor holds, seen from a low precision dtype."""
+
+    max_abs: float      # largest |value| (inf/nan when the float32 run had them)
+    flushed: float      # fraction of its nonzero values the dtype rounds to zero
+    subnormal: float    # fraction of its nonzero values that become subnormal
+
+
+@dataclass(frozen=True)
+class KeptNode:
+    """A node the auto mode kept in float32, and why.
+
+    ``reason`` is ``'overflow'`` (``value``: the largest |value| of ``tensor`` in the float32
+    run), ``'underflow'`` (``value``: the fraction of its nonzero values flushed to zero),
+    ``'accuracy'`` (``value``: how much excluding it lowered the error, in units of the
+    tolerance: see :attr:`AutoReport.tolerance_ratio`) or ``'user'`` (excluded_sym_names).
+    """
+
+    name: str
+    op: str
+    reason: str
+    value: float | None = None
+    tensor: str | None = None   # the offending tensor (a node output) for range reasons
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One model execution of the auto mode."""
+
+    kind: str                  # 'reference', 'check', 'all-fp32', 'bisect'
+    excluded: int              # nodes kept in float32 in the executed configuration
+    passed: bool | None        # None for the reference run
+    tolerance_ratio: float | None
+    max_abs_error: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AutoReport:
+    """What :func:`auto_convert_model` decided and measured.
+
+    Attributes
+    ----------
+    target_dtype : str
+    execution : {'native', 'emulated'}
+        How the converted model ran for the checks: on the hardware in ``target_dtype``, or
+        through :mod:`mxnet_amp.emulation` in float32 with low precision rounding.
+    context : str
+        The MXNet context the model ran on.
+    kept_fp32 : tuple of KeptNode
+        Every node kept in float32 beyond what the op lists decide, with its reason.
+    executions : int
+        Model executions (forward passes over the sample inputs), the reference included.
+    validated : bool
+        Whether the returned configuration passed the check.
+    tolerance_ratio : float
+        For the returned configuration, ``max |out - ref| / (atol + rtol * |ref|)`` over all
+        outputs (``<= 1`` is ``allclose``; inf where an output is non-finite and the
+        reference is not).
+    max_abs_error : float
+        ``max |out - ref|`` over all outputs (finite values only).
+    rtol, atol : float
+    op_nodes : int
+        Op nodes in the float32 graph.
+    low_precision_nodes : int
+        Op nodes computing in ``target_dtype`` in the returned model.
+    steps : tuple of SearchStep
+        One entry per execution, in order.
+    notes : tuple of str
+        Anything the caller should know (emulation used, search budget ran out...).
+    """
+
+    target_dtype: str
+    execution: str
+    context: str
+    kept_fp32: tuple[KeptNode, ...]
+    executions: int
+    validated: bool
+    tolerance_ratio: float
+    max_abs_error: float
+    rtol: float
+    atol: float
+    op_nodes: int
+    low_precision_nodes: int
+    steps: tuple[SearchStep, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def excluded_sym_names(self) -> list[str]:
+        """Names of every node kept in float32 (pass them to ``convert_model``)."""
+        return [k.name for k in self.kept_fp32]
+
+    def by_reason(self, reason: str) -> list[KeptNode]:
+        """The kept nodes with ``reason``."""
+        return [k for k in self.kept_fp32 if k.reason == reason]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["kept_fp32"] = [k.to_dict() for k in self.kept_fp32]
+        d["steps"] = [s.to_dict() for s in self.steps]
+        d["notes"] = list(self.notes)
+        return d
+
+    def summary(self) -> str:
+        """A few human readable lines."""
+        lines = [f"auto {self.target_dtype} ({self.execution}, {self.context}): "
+                 f"{self.low_precision_nodes}/{self.op_nodes} op nodes in {self.target_dtype}, "
+                 f"{len(self.kept_fp32)} kept in float32, {self.executions} executions, "
+                 f"{'validated' if self.validated else 'NOT validated'} "
+                 f"(error {self.max_abs_error:.3g}, {self.tolerance_ratio:.3g} x tolerance)"]
+        for k in self.kept_fp32:
+            val = "" if k.value is None else f" {k.value:.4g}"
+            on = f" on {k.tensor}" if k.tensor and k.tensor != k.name else ""
+            lines.append(f"  {k.name} ({k.op}): {k.reason}{val}{on}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# measuring
+
+def tensor_range(x: np.ndarray, limits: DtypeLimits) -> TensorRange:
+    """The :class:`TensorRange` of array ``x`` against ``limits``."""
+    a = np.abs(np.asarray(x, dtype=np.float32)).ravel()
+    if a.size == 0:
+        return TensorRange(0.0, 0.0, 0.0)
+    max_abs = float(np.max(a)) if not np.isnan(a).all() else float("nan")
+    if np.isnan(a).any() and not np.isnan(max_abs):
+        max_abs = float(np.nanmax(a))
+    nonzero = a[a > 0]
+    if nonzero.size == 0:
+        return TensorRange(max_abs, 0.0, 0.0)
+    flushed = float(np.count_nonzero(nonzero < limits.zero_below)) / nonzero.size
+    subnormal = float(np.count_nonzero((nonzero >= limits.zero_below)
+                                       & (nonzero < limits.min_normal))) / nonzero.size
+    return TensorRange(max_abs, flushed, subnormal)
+
+
+def _tolerance_ratio(ref: Sequence[np.ndarray], out: Sequence[np.ndarray], rtol: float,
+                     atol: float) -> tuple[float, float]:
+    """``(max |out-ref| / (atol + rtol |ref|), max finite |out-ref|)`` over all outputs."""
+    ratio, max_abs = 0.0, 0.0
+    for r, o in zip(ref, out):
+        r = np.asarray(r, dtype=np.float64)
+        o = np.asarray(o, dtype=np.float64)
+        if r.shape != o.shape:
+            return math.inf, math.inf
+        same = (r == o) | (np.isnan(r) & np.isnan(o))   # inf == inf counts as agreement
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(same, 0.0, np.abs(o - r))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        if diff.size:
+            finite = diff[np.isfinite(diff)]
+            if finite.size:
+                max_abs = max(max_abs, float(finite.max()))
+            with np.errstate(invalid="ignore"):
+                ratio = max(ratio, float(np.max(diff / (atol + rtol * np.abs(np.nan_to_num(r))))))
+    return ratio, max_abs
+
+
+# ---------------------------------------------------------------------------------------
+# the graph side
+
+def _tensor_name(graph: Graph, key: tuple[int, int]) -> str:
+    node = graph.nodes[key[0]]
+    return node.name if key[1] == 0 else f"{node.name}[{key[1]}]"
+
+
+def _instrumented(graph: Graph) -> tuple[Graph, list[tuple[int, int]]]:
+    """``graph`` with every used op output (and every head) as an output, and their keys."""
+    used = graph.num_used_outputs()
+    keys: list[tuple[int, int]] = []
+    for i, node in enumerate(graph.nodes):
+        if not node.is_variable:
+            keys.extend((i, k) for k in range(used[i]))
+    seen = set(keys)
+    keys.extend((e.node, e.index) for e in graph.heads if (e.node, e.index) not in seen)
+    heads = tuple(Entry(i, k) for i, k in keys)
+    return Graph(graph.nodes, heads, graph.attrs), keys
+
+
+def _descendants(graph: Graph, starts: set[int]) -> set[int]:
+    users = graph.consumers()
+    seen, stack = set(starts), list(starts)
+    while stack:
+        for j, _ in users[stack.pop()]:
+            if j not in seen:
+                seen.add(j)
+                stack.append(j)
+    return seen
+
+
+def _low_holders(original: Graph, converted: Graph,
+                 dtypes: list[tuple[str | None, ...]],
+                 categories: Mapping[str, Category]) -> dict[tuple[str, int], set[str]]:
+    """For each original tensor ``(node name, output)``, the original op nodes that would hold
+    it in low precision even if its producer computed in float32: the producer itself when
+    it computes in low precision, and every consumer that casts it to low precision (a
+    target op, reading it through a cast or already in low precision)."""
+    names = {n.name for n in original.nodes}
+    holders: dict[tuple[str, int], set[str]] = {}
+
+    def source(e: Entry):
+        node = converted.nodes[e.node]
+        if node.op in AMP_CAST_OPS and node.name not in names:
+            src = node.inputs[0] if node.op == "amp_cast" else node.inputs[e.index]
+            return (converted.nodes[src.node].name, src.index), dtypes[e.node][e.index], True
+        return (node.name, e.index), dtypes[e.node][e.index], False
+
+    for j, node in enumerate(converted.nodes):
+        if node.is_variable or node.name not in names:
+            continue
+        for k, d in enumerate(dtypes[j]):
+            if d in LOW_PRECISION:
+                holders.setdefault((node.name, k), set()).add(node.name)
+        for e in node.inputs:
+            key, d, via_cast = source(e)
+            if d in LOW_PRECISION and (via_cast or categories.get(node.name) is Category.TARGET):
+                holders.setdefault(key, set()).add(node.name)
+    return holders
+
+
+# ---------------------------------------------------------------------------------------
+# running
+
+class _Runs:
+    """Executes configurations, counts executions, caches check results per exclusion set."""
+
+    def __init__(self, *, sym, arg_params, aux_params, inputs, ctx, target_dtype, execution,
+                 convert_kwargs, rtol, atol, validate, max_executions, progress):
+        self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
+        self.inputs, self.ctx = inputs, ctx
+        self.target_dtype, self.execution = target_dtype, execution
+        self.convert_kwargs = convert_kwargs
+        self.rtol, self.atol, self.validate = rtol, atol, validate
+        self.max_executions = max_executions
+        self.progress = progress
+        self.executions = 0
+        self.steps: list[SearchStep] = []
+        self.results: dict[frozenset, tuple[bool, float, float]] = {}
+        self.conversions: dict[frozenset, tuple] = {}
+        self.reference: list[np.ndarray] | None = None
+        self.op_types = OpTypes()
+
+    @property
+    def budget_left(self) -> bool:
+        return self.max_executions is None or self.executions < self.max_executions
+
+    def convert(self, excluded: frozenset):
+        hit = self.conversions.get(excluded)
+        if hit is None:
+            hit = convert_model_full(self.sym, self.arg_params, self.aux_params,
+                                     target_dtype=self.target_dtype,
+                                     excluded_sym_names=sorted(excluded), **self.convert_kwargs)
+            self.conversions = {excluded: hit}   # only the latest: conversions hold param copies
+        return hit
+
+    def forward(self, sym, arg_params, aux_params) -> list[np.ndarray]:
+        """One model execution. Through a CachedOp, as Gluon runs models: ``Symbol.bind``
+        applies MXNet 1.9's MKLDNN subgraph fusion, which returns wrong values for a fused
+        FullyConnected+relu when both outputs are graph outputs (the instrumented run)."""
+        import mxnet as mx
+        values = {k: v.as_in_context(self.ctx) for k, v in {**arg_params, **aux_params}.items()}
+        values.update(self.inputs)
+        names = sym.list_inputs()
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ParamError(f"no value for the model inputs {missing[:10]}")
+        op = mx.nd.CachedOp(sym)
+        with mx.autograd.pause(train_mode=False):
+            outs = op(*[values[n] for n in names])
+        if isinstance(outs, mx.nd.NDArray):
+            outs = [outs]
+        result = [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy()
+                  for o in outs]
+        self._count()
+        return result
+
+    def _count(self) -> None:
+        self.executions += 1
+        self.progress.update(1)
+
+    def run_reference(self, instrumented_sym) -> list[np.ndarray]:
+        outs = self.forward(instrumented_sym, self.arg_params, self.aux_params)
+        self.steps.append(SearchStep("reference", 0, None, None, None))
+        return outs
+
+    def check(self, excluded: frozenset, kind: str) -> tuple[bool, float, float]:
+        """Run the converted model without ``excluded`` in low precision; cached."""
+        hit = self.results.get(excluded)
+        if hit is not None:
+            return hit
+        sym, args, auxs, _ = self.convert(excluded)
+        if self.execution == "emulated":
+            from .emulation import emulate_model
+            sym, args, auxs = emulate_model(sym, args, auxs, input_dtypes=self.input_dtypes())
+        outs = self.forward(sym, args, auxs)
+        ratio, max_abs = _tolerance_ratio(self.reference, outs, self.rtol, self.atol)
+        if self.validate is not None:
+            passed = bool(self.validate([r.copy() for r in self.reference], outs))
+        else:
+            passed = ratio <= 1.0
+        self.results[excluded] = (passed, ratio, max_abs)
+        self.steps.append(SearchStep(kind, len(excluded), passed, ratio, max_abs))
+        self.progress.set_postfix(kept_fp32=len(excluded), ok=passed, refresh=False)
+        return passed, ratio, max_abs
+
+    def input_dtypes(self) -> dict[str, str]:
+        from .dtypes import dtype_name
+        return {k: dtype_name(v.dtype) for k, v in self.inputs.items()}
+
+
+def _context(ctx):
+    import mxnet as mx
+    if ctx is None:
+        return mx.cpu()
+    if not isinstance(ctx, mx.Context):
+        raise TypeError(f"ctx must be an mx.Context (mx.cpu(), mx.gpu(0)), got {ctx!r}")
+    return ctx
+
+
+def _execution_mode(target_dtype: str, ctx, execution: str) -> tuple[str, str | None]:
+    """``('native'|'emulated', note)``; ``execution='auto'`` picks native where it runs."""
+    from .hardware import bf16_runs_natively, fp16_runs_natively
+    if execution not in ("auto", "native", "emulated"):
+        raise ValueError(f"execution must be 'auto', 'native' or 'emulated', got {execution!r}")
+    if execution != "auto":
+        return execution, None
+    if target_dtype == "float16":
+        if ctx.device_type == "gpu" and fp16_runs_natively(ctx):
+            return "native", None
+        return "emulated", (f"float16 does not execute on {ctx} in MXNet; the checks ran the "
+                            "converted model through mxnet_amp.emulation")
+    if ctx.device_type == "cpu" and bf16_runs_natively():
+        return "native", None
+    return "emulated", (f"bfloat16 matrix ops do not execute on this {ctx} (oneDNN needs "
+                        "avx512); the checks ran the converted model through mxnet_amp.emulation")
+
+
+def _sample_inputs(sample_inputs, data_names: Sequence[str], ctx) -> dict:
+    import mxnet as mx
+    if isinstance(sample_inputs, Mapping):
+        given = dict(sample_inputs)
+    elif isinstance(sample_inputs, (list, tuple)):
+        if len(sample_inputs) != len(data_names):
+            raise GraphError(f"sample_inputs holds {len(sample_inputs)} arrays but the model "
+                             f"has {len(data_names)} inputs {list(data_names)}")
+        given = dict(zip(data_names, sample_inputs))
+    elif len(data_names) == 1:
+        given = {data_names[0]: sample_inputs}
+    else:
+        raise GraphError(f"the model has inputs {list(data_names)}: pass sample_inputs as a "
+                         "dict of name to array")
+    missing = [n for n in data_names if n not in given]
+    extra = sorted(set(given) - set(data_names))
+    if missing or extra:
+        raise GraphError(f"sample_inputs must give exactly the model inputs {list(data_names)}"
+                         + (f"; missing {missing}" if missing else "")
+                         + (f"; not inputs of the model: {extra}" if extra else ""))
+    out = {}
+    for name in data_names:
+        value = given[name]
+        if isinstance(value, mx.nd.NDArray):
+            out[name] = value.copyto(ctx)   # never bind the caller's array
+        else:
+            arr = np.asarray(value)
+            out[name] = mx.nd.array(arr, ctx=ctx, dtype=arr.dtype if arr.dtype.kind in "iuf" else np.float32)
+    return out
+
+
+def _offending(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits,
+               underflow_fraction: float):
+    """``(key, reason, value)`` for each tensor out of range, in graph order."""
+    found = []
+    for key in sorted(stats):
+        r = stats[key]
+        if r.max_abs > limits.max:       # inf and nan from the float32 run count too
+            found.append((key, "overflow", r.max_abs))
+        elif r.flushed > 0 and r.flushed >= underflow_fraction:
+            found.append((key, "underflow", r.flushed))
+    return found
+
+
+def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fraction,
+                      user_excluded: frozenset) -> tuple[frozenset, dict[str, KeptNode]]:
+    """Grow the exclusion set until no out of range tensor is held in low precision."""
+    offending = _offending(stats, limits, underflow_fraction)
+    excluded = set(user_excluded)
+    kept: dict[str, KeptNode] = {}
+    ops = {n.name: n.op for n in original.nodes}
+    index = {n.name: i for i, n in enumerate(original.nodes)}
+    while offending:
+        _, _, _, conversion = runs.convert(frozenset(excluded))
+        holders = _holders_of(conversion, runs)
+        selected: dict[str, KeptNode] = {}
+        tainted: set[int] = set()
+        for key, reason, value in offending:
+            if key[0] in tainted:
+                # downstream of a node chosen this round: its dtype may change; next round
+                continue
+            name = original.nodes[key[0]].name
+            now = holders.get((name, key[1]), set()) - excluded
+            if not now:
+                continue
+            tensor = _tensor_name(original, key)
+            for holder in sorted(now):
+                selected.setdefault(holder, KeptNode(holder, ops[holder], reason, value, tensor))
+            tainted |= _descendants(original, {index[h] for h in now})
+        if not selected:
+            break
+        excluded |= set(selected)
+        kept.update(selected)
+    return frozenset(excluded), kept
+
+
+def _holders_of(conversion: Conversion, runs: _Runs):
+    var_dtypes = {k: v for k, v in {**conversion.arg_dtypes, **conversion.aux_dtypes}.items()
+                  if v is not None}
+    var_dtypes.update(runs.input_dtypes())
+    dtypes = infer_dtypes(conversion.graph, var_dtypes, runs.op_types)
+    return _low_holders(conversion.original, conversion.graph, dtypes, conversion.result.categories)
+
+
+def _low_nodes(conversion: Conversion) -> list[str]:
+    return [n.name for n in conversion.original.nodes if not n.is_variable
+            and conversion.result.node_dtypes.get(n.name) in LOW_PRECISION]
+
+
+def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
+                     notes: list[str]) -> tuple[frozenset, dict[str, KeptNode]]:
+    """Bisect for the nodes whose low precision breaks validation (module doc, step 4).
+
+    Returns the exclusion set to use (always one that was seen to pass, or ``base`` when
+    nothing passed) and the accuracy culprits."""
+    index = {n.name: i for i, n in enumerate(original.nodes)}
+    used = original.num_used_outputs()
+
+    def suspicion(name: str) -> float:
+        i = index[name]
+        return max((stats[(i, k)].subnormal for k in range(used[i]) if (i, k) in stats), default=0.0)
+
+    _, _, _, conversion = runs.convert(base)
+    cands = sorted(_low_nodes(conversion), key=lambda n: (-suspicion(n), index[n]))
+    ops = {n.name: n.op for n in original.nodes}
+    kept: dict[str, KeptNode] = {}
+    found: list[str] = []
+
+    def config(prefix: int) -> frozenset:
+        return base | frozenset(found) | frozenset(cands[:prefix])
+
+    if not runs.budget_left:
+        notes.append("the execution budget ran out before the accuracy search could start")
+        return base, kept
+    ok, ratio_all, _ = runs.check(config(len(cands)), "all-fp32")
+    if not ok:
+        notes.append("even with every low precision node kept in float32 the check fails: "
+                     "validate or the tolerances reject the float32 model itself")
+        return base, kept
+    lo, hi = 0, len(cands)     # config(lo) fails, config(hi) passes (both measured)
+    while True:
+        while hi - lo > 1 and runs.budget_left:
+            mid = (lo + hi) // 2
+            ok, _, _ = runs.check(config(mid), "bisect")
+            lo, hi = (lo, mid) if ok else (mid, hi)
+        if hi - lo > 1:
+            notes.append(f"the execution budget ({runs.max_executions}) ran out during the "
+                         f"accuracy search; kept {hi} undecided candidates in float32")
+            return config(hi), kept
+        culprit = cands[hi - 1]
+        contribution = runs.results[config(lo)][1] - runs.results[config(hi)][1]
+        kept[culprit] = KeptNode(culprit, ops[culprit], "accuracy", float(contribution), culprit)
+        found.append(culprit)
+        cands = cands[:hi - 1]
+        # config(len(cands)) is the configuration that just passed
+        if not cands:
+            return config(0), kept
+        if not runs.budget_left:
+            notes.append(f"the execution budget ({runs.max_executions}) ran out during the "
+                         f"accuracy search; kept {len(cands)} undecided candidates in float32")
+            return config(len(cands)), kept
+        ok, _, _ = runs.check(config(0), "bisect")
+        if ok:
+            return config(0), kept
+        lo, hi = 0, len(cands)
+
+
+def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inputs,
+                       target_dtype: str = "float16", rtol: float | None = None,
+                       atol: float | None = None,
+                       validate: Callable[[list, list], bool] | None = None, *,
+                       ctx=None, execution: str = "auto",
+                       excluded_sym_names: Sequence[str] | None = None,
+                       target_dtype_ops: Sequence[str] | None = None,
+                       fp32_ops: Sequence[str] | None = None,
+                       widest_dtype_ops: Sequence[str] | None = None,
+                       conditional_fp32_ops=None,
+                       data_names: Sequence[str] | None = None,
+                       cast_optional_params: bool = False,
+                       underflow_fraction: float = 0.1,
+                       max_executions: int | None = None,
+                       quiet: bool = False):
+    """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
+
+    Parameters
+    ----------
+    sym : Symbol
+        The fp32 model (not modified).
+    arg_params, aux_params : dict of str to NDArray
+        Its params (not modified).
+    sample_inputs : NDArray, array, list of arrays, or dict of name to array
+        One batch of representative inputs: a dict by input name, a list in the order of
+        the model's inputs, or one array for a single-input model.
+    target_dtype : {'float16', 'bfloat16'}
+    rtol, atol : float, optional
+        Tolerances of the default check ``allclose(converted, fp32, rtol, atol)`` (finite
+        outputs where the reference is finite). Default :func:`default_tolerances`:
+        (1e-2, 1e-3) for float16, (5e-2, 1e-2) for bfloat16.
+    validate : callable, optional
+        ``validate(reference_outputs, converted_outputs) -> bool`` on lists of float32
+        numpy arrays (model output order), replacing the default check.
+    ctx : Context, optional
+        Where the model runs (default ``mx.cpu()``). With a GPU context float16 runs natively.
+    execution : {'auto', 'native', 'emulated'}
+        How the converted model runs for the checks. ``'auto'``: natively where the
+        hardware executes ``target_dtype`` (float16 on a GPU, bfloat16 on an avx512 CPU),
+        else through :mod:`mxnet_amp.emulation`. The report says which.
+    excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+    data_names, cast_optional_params
+        As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded.
+    underflow_fraction : float, default 0.1
+        A tensor is an underflow culprit when at least this fraction of its nonzero float32
+        values flush to zero in ``target_dtype``.
+    max_executions : int, optional
+        Upper bound on model executions (at least 2). When the accuracy search hits it, the
+        undecided candidates stay float32 (the last configuration seen to pass).
+    quiet : bool, default False
+        No progress bar.
+
+    Returns
+    -------
+    (Symbol, dict, dict, AutoReport)
+        The converted model, as :func:`mxnet_amp.convert_model` returns it with the chosen
+        exclusions, and the report.
+
+    Raises
+    ------
+    GraphError, ParamError
+        Bad sample inputs, or params that do not fit the symbol.
+
+    Notes
+    -----
+    A model that converts cleanly costs 2 executions (reference with per-node ranges, then
+    the converted check); one whose problems the ranges explain costs the same. ``k``
+    accuracy culprits among ``N`` low precision nodes cost at most
+    ``3 + k * (ceil(log2 N) + 1)``.
+    """
+    from tqdm.auto import tqdm
+    target_dtype = check_target_dtype(target_dtype)
+    d_rtol, d_atol = default_tolerances(target_dtype)
+    rtol = d_rtol if rtol is None else float(rtol)
+    atol = d_atol if atol is None else float(atol)
+    if max_executions is not None and max_executions < 2:
+        raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
+    if not 0 < underflow_fraction <= 1:
+        raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
+    ctx = _context(ctx)
+    mode, mode_note = _execution_mode(target_dtype, ctx, execution)
+    if data_names is None:
+        data_names = [n for n in sym.list_arguments() if n not in arg_params]
+    elif isinstance(data_names, str):
+        data_names = [data_names]
+    data_names = list(data_names)
+    inputs = _sample_inputs(sample_inputs, data_names, ctx)
+    limits = DTYPE_LIMITS[target_dtype]
+    original = graph_from_symbol(sym)
+    user_excluded = frozenset(excluded_sym_names or ())
+    unknown = sorted(user_excluded - {n.name for n in original.nodes})
+    if unknown:
+        raise GraphError(f"excluded_sym_names {unknown} name no node of the symbol")
+    convert_kwargs = dict(target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops,
+                          widest_dtype_ops=widest_dtype_ops,
+                          conditional_fp32_ops=conditional_fp32_ops, data_names=data_names,
+                          cast_optional_params=cast_optional_params)
+    notes = [mode_note] if mode_note else []
+    progress = tqdm(desc=f"auto {target_dtype}", unit="run", disable=quiet, leave=False)
+    try:
+        runs = _Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
+                     ctx=ctx, target_dtype=target_dtype, execution=mode,
+                     convert_kwargs=convert_kwargs, rtol=rtol, atol=atol, validate=validate,
+                     max_executions=max_executions, progress=progress)
+        # the first conversion checks params against the symbol (typed errors) before a run
+        runs.convert(user_excluded)
+
+        # 1. one float32 run with every op output: reference and per-tensor ranges
+        probe, keys = _instrumented(original)
+        outs = runs.run_reference(graph_to_symbol(probe))
+        by_key = dict(zip(keys, outs))
+        runs.reference = [by_key[(e.node, e.index)] for e in original.heads]
+        stats: dict[tuple[int, int], TensorRange] = {}
+        for key, value in by_key.items():
+            if value.dtype.kind == "f":
+                stats[key] = tensor_range(value, limits)
+        params = {**arg_params, **aux_params}
+        for i, node in enumerate(original.nodes):
+            if node.is_variable:
+                value = inputs[node.name] if node.name in inputs else params.get(node.name)
+                if value is not None and np.dtype(value.dtype).kind == "f":
+                    stats[(i, 0)] = tensor_range(value.asnumpy(), limits)
+        del by_key, outs
+        if not all(np.isfinite(r).all() for r in runs.reference):
+            notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
+
+        # 2. nodes holding out of range tensors in low precision: float32 (no execution)
+        excluded, kept = _range_exclusions(runs, original, stats, limits, underflow_fraction,
+                                           user_excluded)
+        # 3. one converted check
+        ok, _, _ = runs.check(excluded, "check")
+        # 4. only when the ranges do not explain the error: bounded search
+        if not ok:
+            excluded, found = _accuracy_search(runs, original, excluded, stats, notes)
+            kept.update(found)
+        passed, ratio, max_abs = runs.results.get(excluded, (False, math.inf, math.inf))
+        new_sym, new_args, new_auxs, conversion = runs.convert(excluded)
+    finally:
+        progress.close()
+    ops = {n.name: n.op for n in original.nodes}
+    kept_nodes = [KeptNode(n, ops[n], "user") for n in sorted(user_excluded)]
+    kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: original.index_of(n))]
+    if not passed:
+        import warnings
+        warnings.warn("auto_convert_model: the returned model did not validate "
+                      f"(error {ratio:.3g} x tolerance); see report.notes", stacklevel=2)
+    report = AutoReport(
+        target_dtype=target_dtype, execution=mode, context=str(ctx),
+        kept_fp32=tuple(kept_nodes), executions=runs.executions, validated=passed,
+        tolerance_ratio=ratio, max_abs_error=max_abs, rtol=rtol, atol=atol,
+        op_nodes=sum(1 for n in original.nodes if not n.is_variable),
+        low_precision_nodes=len(_low_nodes(conversion)), steps=tuple(runs.steps),
+        notes=tuple(notes))
+    return new_sym, new_args, new_auxs, report
+
+
+def auto_convert_block(block, sample_inputs, target_dtype: str = "float16",
+                       rtol: float | None = None, atol: float | None = None,
+                       validate: Callable[[list, list], bool] | None = None, *,
+                       input_names: Sequence[str] | None = None, ctx=None,
+                       **kwargs):
+    """:func:`auto_convert_model` for a Gluon block: returns ``(SymbolBlock, AutoReport)``.
+
+    Parameters
+    ----------
+    block : HybridBlock or SymbolBlock
+        The fp32 model, params initialised (not modified).
+    sample_inputs : NDArray, list of NDArray, or dict
+        One batch: an array per positional input of the block (or a dict by input name).
+    input_names : list of str, optional
+        As in :func:`mxnet_amp.gluon.convert_hybrid_block`.
+    ctx : Context, optional
+        Where the checks run and the converted block's params live (default: the block's).
+    **kwargs
+        Any other keyword of :func:`auto_convert_model`.
+
+    Returns
+    -------
+    (SymbolBlock, AutoReport)
+        The block :func:`mxnet_amp.gluon.convert_hybrid_block` builds with the chosen
+        ``excluded_sym_names``, and the report.
+    """
+    from .gluon import block_model, convert_hybrid_block
+    for key in ("data_names", "execution_ctx"):
+        if key in kwargs:
+            raise TypeError(f"auto_convert_block takes no {key!r}; use input_names")
+    sym, arg_params, aux_params, names = block_model(block, input_names)
+    run_ctx = ctx if ctx is not None else _block_context(block)
+    _, _, _, report = auto_convert_model(sym, arg_params, aux_params, sample_inputs,
+                                         target_dtype, rtol, atol, validate, ctx=run_ctx,
+                                         data_names=names, **kwargs)
+    convert_options = {k: kwargs[k] for k in ("target_dtype_ops", "fp32_ops", "widest_dtype_ops",
+                                              "conditional_fp32_ops", "cast_optional_params")
+                       if k in kwargs}
+    converted = convert_hybrid_block(block, target_dtype=target_dtype,
+                                     excluded_sym_names=report.excluded_sym_names,
+                                     input_names=names, ctx=ctx, **convert_options)
+    return converted, report
+
+
+def _block_context(block):
+    import mxnet as mx
+    for param in block.collect_params().values():
+        if param._data is not None:
+            return param.list_ctx()[0]
+    return mx.cpu()

@@ -1,0 +1,282 @@
+"""Gluon adapter: convert a HybridBlock / SymbolBlock to a mixed precision ``SymbolBlock``.
+
+The block's graph comes from its cached graph (a SymbolBlock, or a HybridBlock that ran
+hybridized) or, otherwise, from calling it on symbol variables, which traces the same
+``hybrid_forward`` without hybridizing the caller's block or changing its state. The graph
+and params go through :func:`mxnet_amp.convert.convert_model_full`; the result is a new
+``SymbolBlock`` whose params hold copies in the dtypes the converted graph infers, with the
+original param names, so that its export loads back with ``SymbolBlock.imports``.
+
+MXNet 1.9.1's ``HybridBlock.export`` drops amp casts unless told ``remove_amp_cast=False``;
+:func:`export_block` writes the converted block with its casts, atomically.
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+from .convert import convert_model_full
+from .errors import DeferredInitError, GraphError, ParamError
+from .graph import Graph
+from .io import graph_from_symbol, graph_to_symbol, save_checkpoint
+
+__all__ = ["convert_hybrid_block", "convert_block", "export_block", "emulate_block",
+           "block_model"]
+
+
+def _gluon():
+    from mxnet import gluon
+    return gluon
+
+
+def _flat_outputs(sym) -> list:
+    """One single-output symbol per output of ``sym``."""
+    return [sym[k] for k in range(len(sym.list_outputs()))]
+
+
+def _traced_graph(block, input_names: Sequence[str]):
+    """``(input names, output symbol, input format, output format)`` by calling ``block`` on
+    symbol variables; the block is not hybridized and keeps its cached state."""
+    import mxnet as mx
+    from mxnet.gluon.block import _flatten
+    inputs = [mx.sym.var(n) for n in input_names]
+    try:
+        out = block(*inputs)
+    except TypeError as err:
+        raise GraphError(
+            f"tracing {type(block).__name__} with inputs {list(input_names)} failed ({err}); "
+            "pass input_names with one name per positional input of its forward, or "
+            "hybridize it and run one forward pass first") from None
+    flat, out_format = _flatten(out, "output")
+    if not flat or not all(isinstance(s, mx.sym.Symbol) for s in flat):
+        raise GraphError(f"{type(block).__name__} returned {type(out).__name__} when called "
+                         "on symbols; only (nested) tuples of symbols can be converted")
+    sym = flat[0] if len(flat) == 1 else mx.sym.Group(flat)
+    return list(input_names), sym, 0 if len(input_names) == 1 else [0] * len(input_names), out_format
+
+
+def _cached_graph(block):
+    """``(input names, output symbol, input format, output format)`` from the cached graph."""
+    syms, out = block._cached_graph
+    return [s.name for s in syms], out, block._in_format, block._out_format
+
+
+def _rename_inputs(sym, old: Sequence[str], new: Sequence[str]):
+    """``sym`` with its input variables ``old`` renamed ``new`` (a new symbol)."""
+    if list(old) == list(new):
+        return sym
+    if len(set(new)) != len(new):
+        raise GraphError(f"input_names {list(new)} name one input twice")
+    graph = graph_from_symbol(sym)
+    taken = {n.name for n in graph.nodes} - set(old)
+    clash = sorted(set(new) & taken)
+    if clash:
+        raise GraphError(f"input_names {clash} are already names of nodes or params of the block")
+    mapping = dict(zip(old, new))
+    nodes = tuple(n.replace(name=mapping[n.name]) if n.is_variable and n.name in mapping else n
+                  for n in graph.nodes)
+    return graph_to_symbol(Graph(nodes, graph.heads, graph.attrs))
+
+
+def _block_graph(block, input_names: Sequence[str] | None):
+    """The block's graph: ``(input names, output symbol, input format, output format)``."""
+    gluon = _gluon()
+    if not isinstance(block, gluon.HybridBlock):
+        raise TypeError(f"expected a gluon HybridBlock or SymbolBlock, got {type(block).__name__}"
+                        " (a plain Block has no symbolic graph to convert)")
+    if isinstance(input_names, str):
+        input_names = [input_names]
+    if block._cached_graph:
+        names, sym, in_format, out_format = _cached_graph(block)
+        if input_names is not None:
+            if len(input_names) != len(names):
+                raise GraphError(f"input_names {list(input_names)} give {len(input_names)} "
+                                 f"name(s) but the block takes {len(names)} input(s) {names}")
+            sym = _rename_inputs(sym, names, input_names)
+            names = list(input_names)
+        return names, sym, in_format, out_format
+    return _traced_graph(block, list(input_names) if input_names is not None else ["data"])
+
+
+def _param_array(param):
+    """The array of a gluon Parameter (its first context), or a typed error if it has none."""
+    if param._data is None:
+        if param._deferred_init:
+            raise DeferredInitError(
+                f"parameter {param.name!r} has deferred initialisation: its shape is not known "
+                "until data flows through the block. Run one forward pass (net(x)) first, or "
+                "give the layers their input sizes (in_units / in_channels) so that "
+                "initialize() can allocate the weights, then convert")
+        raise DeferredInitError(f"parameter {param.name!r} is not initialised: call "
+                                "block.initialize() or block.load_parameters(...) first")
+    return param.data(param.list_ctx()[0])
+
+
+def block_model(block, input_names: Sequence[str] | None = None):
+    """The symbol and params of a Gluon block, as :func:`mxnet_amp.convert_model` takes them.
+
+    Parameters
+    ----------
+    block : HybridBlock or SymbolBlock
+        Not modified (a block that never ran hybridized is traced symbolically).
+    input_names : list of str, optional
+        Names for the block's inputs, one per positional input. Default: the names its cached
+        graph has (``data``, or ``data0``, ``data1``… as ``export()`` writes them), else
+        ``['data']``.
+
+    Returns
+    -------
+    (Symbol, dict, dict, list of str)
+        Symbol, arg params, aux params (the block's own arrays, not copies) and input names.
+
+    Raises
+    ------
+    DeferredInitError
+        A parameter the graph reads is not initialised or still waits for its shape.
+    """
+    names, sym, _, _ = _block_graph(block, input_names)
+    return (sym, *_model_params(block, sym, names), names)
+
+
+def _model_params(block, sym, names):
+    params = {p.name: p for p in block.collect_params().values()}
+    arg_params, aux_params = {}, {}
+    for group, wanted in ((arg_params, sym.list_arguments()), (aux_params, sym.list_auxiliary_states())):
+        for name in wanted:
+            if name in names:
+                continue
+            if name not in params:
+                raise ParamError(f"the graph of {type(block).__name__} reads {name!r}, which is "
+                                 f"neither one of its inputs {list(names)} nor one of its params; "
+                                 "if it is an input, name it in input_names")
+            group[name] = _param_array(params[name])
+    return arg_params, aux_params
+
+
+def _contexts(block, ctx):
+    import mxnet as mx
+    if ctx is not None:
+        return [ctx] if isinstance(ctx, mx.Context) else list(ctx)
+    for param in block.collect_params().values():
+        if param._data is not None:
+            return param.list_ctx()
+    return [mx.current_context()]
+
+
+def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapping, ctx):
+    """A SymbolBlock running ``sym`` with copies of ``params`` (each keeps its dtype)."""
+    import mxnet as mx
+    from mxnet.gluon.block import _regroup
+    gluon = _gluon()
+    # typed inputs let SymbolBlock infer its params' dtypes instead of warning
+    input_syms = [mx.sym.var(n, dtype="float32") for n in names]
+    inputs = _regroup(input_syms, in_format) if in_format is not None else input_syms
+    outputs = _flat_outputs(sym)
+    outputs = _regroup(outputs, out_format) if out_format is not None else outputs
+    net = gluon.SymbolBlock(outputs, inputs)
+    # dtype_source='saved': each param takes its array's dtype (SymbolBlock would make it
+    # float32); the arrays are copied onto ``ctx``, never shared with the source block
+    net.collect_params().load_dict(dict(params), ctx=ctx, cast_dtype=True, dtype_source="saved")
+    # build the cached op now (as the first forward would; nothing runs): MXNet's own
+    # export() saves the params its cached op lists, none before a forward pass
+    net._build_cache()
+    return net
+
+
+def convert_hybrid_block(block, target_dtype: str = "float16",
+                         target_dtype_ops: Sequence[str] | None = None,
+                         fp32_ops: Sequence[str] | None = None,
+                         widest_dtype_ops: Sequence[str] | None = None,
+                         conditional_fp32_ops=None,
+                         excluded_sym_names: Sequence[str] | None = None,
+                         input_names: Sequence[str] | None = None,
+                         ctx=None, cast_optional_params: bool = False):
+    """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
+
+    Parameters
+    ----------
+    block : HybridBlock or SymbolBlock
+        The fp32 model: hybridized or not, run or not, as long as its params are initialised.
+        It is not modified and keeps working in fp32.
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+    target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, excluded_sym_names
+        As in :func:`mxnet_amp.convert_model`.
+    input_names : list of str, optional
+        Names of the block's inputs, one per positional input (several inputs need them
+        when the block never ran hybridized). Default: those of its cached graph (``data``,
+        or ``data0``, ``data1``… as ``export()`` names them), else ``['data']``. These are
+        the ``input_names`` to give ``SymbolBlock.imports`` for the exported block.
+    ctx : Context or list of Context, optional
+        Where the converted params live; default where the block's params live (unlike
+        ``mx.contrib.amp``, never ``gpu(0)`` unasked).
+    cast_optional_params : bool, default False
+        Also store in low precision the weights that are only read by low precision ops.
+
+    Returns
+    -------
+    SymbolBlock
+        Takes float32 inputs and returns float32 outputs in the block's output structure;
+        its params carry the converted dtypes and the block's param names. Save it with
+        :func:`export_block` (``export()`` drops the casts unless ``remove_amp_cast=False``).
+
+    Raises
+    ------
+    DeferredInitError
+        The block's params are not initialised yet.
+    AlreadyConvertedError, GraphError, ParamError, TypeInferenceError
+        As for :func:`mxnet_amp.convert_model`.
+    """
+    names, sym, in_format, out_format = _block_graph(block, input_names)
+    arg_params, aux_params = _model_params(block, sym, names)
+    ctx_list = _contexts(block, ctx)
+    new_sym, new_args, new_auxs, _ = convert_model_full(
+        sym, arg_params, aux_params, target_dtype=target_dtype,
+        target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
+        conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
+        data_names=names, cast_optional_params=cast_optional_params)
+    params = {f"arg:{k}": v for k, v in new_args.items()}
+    params.update({f"aux:{k}": v for k, v in new_auxs.items()})
+    return _symbol_block(new_sym, names, in_format, out_format, params, ctx_list)
+
+
+convert_block = convert_hybrid_block
+
+
+def export_block(block, path: str | os.PathLike, epoch: int = 0) -> tuple[str, str]:
+    """Write ``block`` as ``path-symbol.json`` and ``path-%04d.params``, amp casts kept.
+
+    Unlike ``HybridBlock.export`` (1.9.1), the casts are kept, the params are written even
+    before any forward pass, and each file appears only when complete (params first).
+    The files load with ``SymbolBlock.imports(json, input_names, params)`` or
+    :func:`mxnet_amp.load_checkpoint`.
+
+    Returns
+    -------
+    (str, str)
+        The symbol file and params file paths.
+    """
+    import mxnet as mx
+    prefix = os.fspath(path)
+    sym, arg_params, aux_params, _ = block_model(block)
+    cpu = mx.cpu()
+    save_checkpoint(prefix, epoch, sym,
+                    {k: v.as_in_context(cpu) for k, v in arg_params.items()},
+                    {k: v.as_in_context(cpu) for k, v in aux_params.items()})
+    return f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
+
+
+def emulate_block(block, ctx=None):
+    """A float32 ``SymbolBlock`` simulating a converted block's low precision numerics.
+
+    See :mod:`mxnet_amp.emulation`: every tensor the converted graph holds in low precision
+    is rounded to that dtype, so this runs on any CPU (no avx512 or GPU needed) and gives
+    what the low precision block computes, up to what that module lists as not modelled.
+    Same inputs, input names and output structure as ``block``; ``block`` is not modified.
+    """
+    from .emulation import emulate_model
+    names, sym, in_format, out_format = _block_graph(block, None)
+    arg_params, aux_params = _model_params(block, sym, names)
+    esym, eargs, eauxs = emulate_model(sym, arg_params, aux_params)
+    params = {f"arg:{k}": v for k, v in eargs.items()}
+    params.update({f"aux:{k}": v for k, v in eauxs.items()})
+    return _symbol_block(esym, names, in_format, out_format, params, _contexts(block, ctx))

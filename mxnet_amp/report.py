@@ -1,0 +1,401 @@
+"""What a conversion did, as data: nodes per dtype, casts, params before/after, float32 nodes.
+
+:func:`build_report` reads a :class:`~mxnet_amp.convert.Conversion` (and, when given, the
+param dicts before and after) and returns a :class:`ConversionReport`, a frozen value that
+renders as a dict, JSON or a terminal table. Nothing here runs MXNet.
+"""
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from .dtypes import dtype_name
+from .graph import Graph
+from .policy import Category
+
+__all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "report_html", "NON_FLOAT"]
+
+# the key under which nodes without a float output are counted
+NON_FLOAT = "non-float"
+
+
+@dataclass(frozen=True)
+class ParamStats:
+    """Count and size of a set of params, in total and per dtype.
+
+    ``bytes`` (and the per dtype bytes) are None when only dtypes were known (no arrays)."""
+
+    count: int
+    bytes: int | None
+    by_dtype: Mapping[str, Mapping[str, int | None]]
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "bytes": self.bytes,
+                "by_dtype": {k: dict(v) for k, v in self.by_dtype.items()}}
+
+
+@dataclass(frozen=True)
+class FP32Node:
+    """A node that computes in float32 in the converted graph, and why."""
+
+    name: str
+    op: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ConversionReport:
+    """Everything a conversion decided, in numbers.
+
+    Attributes
+    ----------
+    target_dtype : str
+    model : str or None
+        A label for the model (a checkpoint prefix, say).
+    total_nodes : int
+        Op nodes of the original graph (variables not counted).
+    nodes_by_dtype : mapping dtype -> int
+        Original op nodes per dtype they compute in (``'non-float'``: no float output).
+    nodes_by_op : mapping op -> (dtype -> int)
+    categories : mapping category -> int
+        Op nodes per policy category they ran under.
+    casts, multicasts : int
+        ``amp_cast`` / ``amp_multicast`` nodes inserted.
+    casts_by_dtype : mapping dtype -> int
+        ``amp_cast`` nodes by the dtype they cast to.
+    params_before, params_after : ParamStats or None
+    fp32_nodes : tuple of FP32Node
+        Every original op node computing in float32, with the reason.
+    excluded : tuple of str
+        Node names the caller excluded.
+    fallbacks : tuple of (name, why)
+        Nodes that could not run as their category asked.
+    unlisted_ops : tuple of str
+        Ops in no list (kept in float32).
+    """
+
+    target_dtype: str
+    model: str | None
+    total_nodes: int
+    nodes_by_dtype: Mapping[str, int]
+    nodes_by_op: Mapping[str, Mapping[str, int]]
+    categories: Mapping[str, int]
+    casts: int
+    multicasts: int
+    casts_by_dtype: Mapping[str, int]
+    params_before: ParamStats | None
+    params_after: ParamStats | None
+    fp32_nodes: tuple[FP32Node, ...] = ()
+    excluded: tuple[str, ...] = ()
+    fallbacks: tuple[tuple[str, str], ...] = ()
+    unlisted_ops: tuple[str, ...] = ()
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def fp32_reasons(self) -> dict[str, list[str]]:
+        """Reason -> names of the float32 nodes kept for it (in graph order)."""
+        out: dict[str, list[str]] = {}
+        for n in self.fp32_nodes:
+            out.setdefault(n.reason, []).append(n.name)
+        return out
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (plain types only)."""
+        return {
+            "model": self.model,
+            "target_dtype": self.target_dtype,
+            "total_nodes": self.total_nodes,
+            "nodes_by_dtype": dict(self.nodes_by_dtype),
+            "nodes_by_op": {op: dict(v) for op, v in self.nodes_by_op.items()},
+            "categories": dict(self.categories),
+            "casts": self.casts,
+            "multicasts": self.multicasts,
+            "casts_by_dtype": dict(self.casts_by_dtype),
+            "params_before": None if self.params_before is None else self.params_before.to_dict(),
+            "params_after": None if self.params_after is None else self.params_after.to_dict(),
+            "fp32_nodes": [{"name": n.name, "op": n.op, "reason": n.reason} for n in self.fp32_nodes],
+            "excluded": list(self.excluded),
+            "fallbacks": [{"name": n, "why": w} for n, w in self.fallbacks],
+            "unlisted_ops": list(self.unlisted_ops),
+            **({"extra": dict(self.extra)} if self.extra else {}),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def dtype_columns(self) -> list[str]:
+        """The dtypes that occur, low precision first (column order of the tables)."""
+        order = {self.target_dtype: 0, "float32": 1}
+        return sorted(self.nodes_by_dtype, key=lambda d: (order.get(d, 2 if d != NON_FLOAT else 3), d))
+
+    def format_table(self, max_names: int = 3) -> str:
+        """A plain text summary for a terminal."""
+        cols = self.dtype_columns()
+        title = f"mxnet-amp conversion to {self.target_dtype}" + (f": {self.model}" if self.model else "")
+        lines = [title, "=" * len(title), "", "Op nodes by op type and the dtype they compute in"]
+        width = max([len("op")] + [len(op) for op in self.nodes_by_op] + [len("total")])
+        head = "  " + "op".ljust(width) + "".join(f"{c:>11}" for c in cols) + f"{'total':>8}"
+        lines += [head, "  " + "-" * (len(head) - 2)]
+        for op in sorted(self.nodes_by_op, key=lambda o: (-sum(self.nodes_by_op[o].values()), o)):
+            row = self.nodes_by_op[op]
+            lines.append("  " + op.ljust(width) + "".join(f"{row.get(c, 0) or '.':>11}" for c in cols)
+                         + f"{sum(row.values()):>8}")
+        lines.append("  " + "total".ljust(width) + "".join(f"{self.nodes_by_dtype.get(c, 0):>11}" for c in cols)
+                     + f"{self.total_nodes:>8}")
+        lines += ["", "Casts inserted: " + f"{self.casts} amp_cast"
+                  + (" (" + ", ".join(f"{n} to {d}" for d, n in sorted(self.casts_by_dtype.items())) + ")"
+                     if self.casts_by_dtype else "")
+                  + f", {self.multicasts} amp_multicast"]
+        if self.params_before is not None or self.params_after is not None:
+            lines += ["", "Params            count          bytes   by dtype"]
+            for label, stats in (("before", self.params_before), ("after", self.params_after)):
+                if stats is None:
+                    continue
+                per = ", ".join(f"{d}: {v['count']}" for d, v in sorted(stats.by_dtype.items()))
+                lines.append(f"  {label:<12}{stats.count:>9}  {_size(stats.bytes):>13}   {per}")
+            if (self.params_before and self.params_after and self.params_before.bytes
+                    and self.params_after.bytes is not None):
+                ratio = self.params_after.bytes / self.params_before.bytes
+                lines.append(f"  after / before bytes: {ratio:.3f}")
+        reasons = self.fp32_reasons()
+        lines += ["", f"Nodes kept in float32: {len(self.fp32_nodes)}"]
+        for reason, names in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+            shown = ", ".join(names[:max_names]) + (f", … (+{len(names) - max_names})" if len(names) > max_names else "")
+            lines.append(f"  {len(names):>5}  {reason if len(reason) <= 110 else reason[:109] + '…'}")
+            lines.append(f"         {shown}")
+        if self.unlisted_ops:
+            lines += ["", "Ops in no list (kept in float32): " + ", ".join(self.unlisted_ops)]
+        return "\n".join(lines)
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def _itemsize(dtype: str) -> int:
+    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+
+
+def _param_stats(arrays: Mapping | None, dtypes: Mapping[str, str] | None) -> ParamStats | None:
+    """Stats from arrays when given, else from a name -> dtype mapping (no bytes)."""
+    if arrays is not None:
+        by: dict[str, dict[str, int]] = {}
+        total = 0
+        for value in arrays.values():
+            dt = dtype_name(value.dtype)
+            nbytes = int(np.prod(value.shape, dtype=np.int64)) * _itemsize(dt)
+            slot = by.setdefault(dt, {"count": 0, "bytes": 0})
+            slot["count"] += 1
+            slot["bytes"] += nbytes
+            total += nbytes
+        return ParamStats(len(arrays), total, by)
+    if dtypes is None:
+        return None
+    counts = Counter(d for d in dtypes.values() if d is not None)
+    return ParamStats(sum(counts.values()), None, {d: {"count": n, "bytes": None} for d, n in counts.items()})
+
+
+def _param_stats_from_shapes(arrays: Mapping, dtypes: Mapping[str, str]) -> ParamStats:
+    by: dict[str, dict[str, int]] = {}
+    total = 0
+    for key, value in arrays.items():
+        dt = dtypes.get(key.partition(":")[2]) or dtype_name(value.dtype)
+        nbytes = int(np.prod(value.shape, dtype=np.int64)) * _itemsize(dt)
+        slot = by.setdefault(dt, {"count": 0, "bytes": 0})
+        slot["count"] += 1
+        slot["bytes"] += nbytes
+        total += nbytes
+    return ParamStats(len(arrays), total, by)
+
+
+def _fp32_reason(node, category: Category | None, policy, excluded: set[str],
+                 unlisted: set[str], fallbacks: Mapping[str, str]) -> str:
+    if node.name in fallbacks:
+        return "fell back: " + fallbacks[node.name].split(";")[0][:160]
+    if node.name in excluded:
+        return "excluded by name (excluded_sym_names / --exclude)"
+    if node.subgraphs:
+        return "control flow op: float32 at its boundary (its body is converted inside)"
+    if node.op in unlisted:
+        return f"op {node.op} is in no {policy.target_dtype} list"
+    if category is Category.FP32:
+        if node.op in policy.fp32:
+            why = policy.reasons.get(node.op, "")
+            return f"fp32 list: {node.op}" + (f" ({why})" if why else "")
+        for op, attr, values in policy.conditional:
+            if op == node.op and node.attrs.get(attr) in values:
+                return f"conditional fp32: {op} with {attr}={node.attrs.get(attr)}"
+        return f"fp32 pattern matches {node.op}"
+    if category is Category.WIDEST:
+        return "widest op: the widest of its inputs is float32"
+    if category is Category.FOLLOW:
+        return "follows its float32 inputs"
+    return f"{category.value if category else 'unknown'} op computes in float32"
+
+
+def _excluded_names(conversion) -> set[str]:
+    """Names the caller excluded, read back from the pass's decisions.
+
+    The pass puts a node in FP32 for exactly four reasons: excluded, control flow, the
+    policy says so, or the op is unlisted; the first is what is left after the others."""
+    policy = conversion.policy
+    unlisted = set(conversion.result.unlisted_ops)
+    out = set()
+    for node in conversion.original.nodes:
+        cat = conversion.result.categories.get(node.name)
+        if (cat is Category.FP32 and not node.subgraphs and node.op not in unlisted
+                and policy.decide(node.op, node.attrs) is not Category.FP32):
+            out.add(node.name)
+    return out
+
+
+def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapping | None = None,
+                 new_arg_params: Mapping | None = None, new_aux_params: Mapping | None = None, *,
+                 excluded=None, model: str | None = None,
+                 reasons: Mapping[str, str] | None = None) -> ConversionReport:
+    """The :class:`ConversionReport` of ``conversion``.
+
+    Parameters
+    ----------
+    conversion : mxnet_amp.convert.Conversion
+        What :func:`~mxnet_amp.convert.convert_graph` / ``convert_model_full`` returned.
+    arg_params, aux_params : dict, optional
+        The params before conversion; give them for byte counts (else counts come from the
+        dtypes the conversion recorded).
+    new_arg_params, new_aux_params : dict, optional
+        The params after conversion.
+    excluded : iterable of str, optional
+        The excluded node names; read back from the conversion when not given.
+    model : str, optional
+        A label for the model shown in the report.
+    reasons : mapping of node name to str, optional
+        Why a float32 node is float32 where the caller knows better (automatic mode).
+
+    Returns
+    -------
+    ConversionReport
+    """
+    result = conversion.result
+    original: Graph = conversion.original
+    excluded_set = set(excluded) if excluded is not None else _excluded_names(conversion)
+    unlisted = set(result.unlisted_ops)
+    fallbacks = {}
+    for name, why in result.fallbacks:
+        fallbacks.setdefault(name, why)
+    by_op: dict[str, Counter] = {}
+    by_dtype: Counter = Counter()
+    cats: Counter = Counter()
+    fp32_nodes = []
+    total = 0
+    for node in original.nodes:
+        if node.is_variable:
+            continue
+        total += 1
+        dt = result.node_dtypes.get(node.name) or NON_FLOAT
+        by_op.setdefault(node.op, Counter())[dt] += 1
+        by_dtype[dt] += 1
+        cat = result.categories.get(node.name)
+        if cat is not None:
+            cats[cat.value] += 1
+        if dt == "float32":
+            why = (reasons or {}).get(node.name) or _fp32_reason(
+                node, cat, conversion.policy, excluded_set, unlisted, fallbacks)
+            fp32_nodes.append(FP32Node(node.name, node.op, why))
+    casts_by = Counter(n.attrs.get("dtype", "?") for n in conversion.graph.nodes if n.op == "amp_cast")
+    n_casts = sum(casts_by.values())
+    n_multi = sum(1 for n in conversion.graph.nodes if n.op == "amp_multicast")
+
+    before_arrays = None if arg_params is None and aux_params is None else {
+        **{f"arg:{k}": v for k, v in (arg_params or {}).items()},
+        **{f"aux:{k}": v for k, v in (aux_params or {}).items()}}
+    after_arrays = None if new_arg_params is None and new_aux_params is None else {
+        **{f"arg:{k}": v for k, v in (new_arg_params or {}).items()},
+        **{f"aux:{k}": v for k, v in (new_aux_params or {}).items()}}
+    decided = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    # a param type inference leaves undecided stays as stored
+    after_dtypes = {k: decided.get(k) or stored for k, stored in conversion.param_dtypes.items()}
+    # dtypes as given (param_dtypes holds those cast_optional_params chose)
+    given = getattr(conversion, "input_param_dtypes", None) or conversion.param_dtypes
+    before = _param_stats(before_arrays, dict(given))
+    if before_arrays is None and after_arrays is not None:
+        # the originals are gone (a checkpoint converted in place): their shapes are the
+        # new arrays' shapes and their dtypes are what the conversion was given
+        before = _param_stats_from_shapes(after_arrays, given)
+    return ConversionReport(
+        target_dtype=conversion.policy.target_dtype,
+        model=model,
+        total_nodes=total,
+        nodes_by_dtype=dict(by_dtype),
+        nodes_by_op={op: dict(c) for op, c in by_op.items()},
+        categories=dict(cats),
+        casts=n_casts,
+        multicasts=n_multi,
+        casts_by_dtype=dict(casts_by),
+        params_before=before,
+        params_after=_param_stats(after_arrays, after_dtypes),
+        fp32_nodes=tuple(fp32_nodes),
+        excluded=tuple(sorted(excluded_set)),
+        fallbacks=tuple(result.fallbacks),
+        unlisted_ops=tuple(sorted(unlisted)),
+    )
+
+
+_CSS = """body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222}
+table{border-collapse:collapse;margin:8px 0 18px}td,th{border:1px solid #ccc;padding:3px 9px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+.pic{overflow:auto;border:1px solid #ddd;padding:6px}code{background:#f5f5f5;padding:0 3px}"""
+
+
+def report_html(report: ConversionReport, svg: str | None = None) -> str:
+    """A single self-contained HTML page: the report's tables and, when given, the picture
+    (inline SVG, no external assets)."""
+    e = html.escape
+    cols = report.dtype_columns()
+    title = f"mxnet-amp conversion to {report.target_dtype}" + (f": {report.model}" if report.model else "")
+    rows = []
+    for op in sorted(report.nodes_by_op, key=lambda o: (-sum(report.nodes_by_op[o].values()), o)):
+        r = report.nodes_by_op[op]
+        rows.append("<tr><td>" + e(op) + "</td>" + "".join(f"<td>{r.get(c, 0)}</td>" for c in cols)
+                    + f"<td>{sum(r.values())}</td></tr>")
+    rows.append("<tr><th>total</th>" + "".join(f"<th>{report.nodes_by_dtype.get(c, 0)}</th>" for c in cols)
+                + f"<th>{report.total_nodes}</th></tr>")
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
+             "<h2>Op nodes by op type and the dtype they compute in</h2><table><tr><th>op</th>"
+             + "".join(f"<th>{e(c)}</th>" for c in cols) + "<th>total</th></tr>" + "".join(rows) + "</table>",
+             f"<h2>Casts inserted</h2><p>{report.casts} <code>amp_cast</code>"
+             + (" (" + ", ".join(f"{n} to {e(d)}" for d, n in sorted(report.casts_by_dtype.items())) + ")"
+                if report.casts_by_dtype else "")
+             + f", {report.multicasts} <code>amp_multicast</code></p>"]
+    if report.params_before or report.params_after:
+        prow = []
+        for label, st in (("before", report.params_before), ("after", report.params_after)):
+            if st is not None:
+                per = ", ".join(f"{e(d)}: {v['count']}" for d, v in sorted(st.by_dtype.items()))
+                prow.append(f"<tr><td>{label}</td><td>{st.count}</td><td>{_size(st.bytes)}</td>"
+                            f"<td>{'' if st.bytes is None else st.bytes}</td><td>{per}</td></tr>")
+        parts.append("<h2>Params</h2><table><tr><th></th><th>count</th><th>size</th><th>bytes</th>"
+                     "<th>by dtype</th></tr>" + "".join(prow) + "</table>")
+    reasons = report.fp32_reasons()
+    parts.append(f"<h2>Nodes kept in float32: {len(report.fp32_nodes)}</h2>")
+    if reasons:
+        parts.append("<table><tr><th>reason</th><th>nodes</th><th>names</th></tr>" + "".join(
+            f"<tr><td>{e(r)}</td><td>{len(n)}</td><td style='text-align:left'>{e(', '.join(n))}</td></tr>"
+            for r, n in sorted(reasons.items(), key=lambda kv: -len(kv[1]))) + "</table>")
+    if report.unlisted_ops:
+        parts.append("<p>Ops in no list (kept in float32): " + e(", ".join(report.unlisted_ops)) + "</p>")
+    if svg:
+        body = svg[svg.index("<svg"):] if "<svg" in svg else svg
+        parts.append(f"<h2>Graph</h2><div class='pic'>{body}</div>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

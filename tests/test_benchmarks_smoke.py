@@ -1,0 +1,114 @@
+"""Each benchmark script runs end to end on its --quick configuration and writes valid JSON.
+
+No timing is asserted (speed lives in benchmarks/ only); the checks are that every script
+runs as its documented command, and that its result file has the structure the docs read,
+with the figures of each measured case present and consistent.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_script(name: str, tmp_path, *extra, expect_rc: int = 0):
+    out = tmp_path / f"{name}.json"
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, os.path.join("benchmarks", f"{name}.py"), "--quick",
+                           "--out", str(out), *extra], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == expect_rc, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc, out
+
+
+def load(out):
+    data = json.loads(out.read_text())
+    assert data["command"].startswith("python ")
+    assert data["environment"]["mxnet"] == "1.9.1"
+    return data
+
+
+def test_conversion_speed_quick(tmp_path):
+    proc, out = run_script("conversion_speed", tmp_path, "--profile")
+    data = load(out)
+    assert "ours/contrib" in proc.stdout  # the table is printed
+    cases = {r["case"]: r for r in data["results"]}
+    assert set(cases) == {"resnet18_v1", "synthetic_300", "synthetic_1k"}
+    for r in cases.values():
+        assert r["nodes"] > 100
+        for w in ("ours", "contrib"):
+            assert r[w]["ok"], r[w]
+            assert len(r[w]["wall_s"]) == r["repeats"]
+            assert all(t > 0 for t in r[w]["wall_s"])
+            assert r[w]["casts"]["amp_cast"] > 0
+        assert r["ratio_ours_over_contrib"] > 0
+    assert cases["synthetic_1k"]["nodes"] > 3 * cases["synthetic_300"]["nodes"]
+    assert data["ours_growth"]["node_ratio"] > 3
+    assert data["profile"]["stages"]["insert_casts"]["percent"] > 0
+
+
+def test_cpu_inference_quick(tmp_path):
+    from mxnet_amp.hardware import bf16_runs_natively
+    _, out = run_script("cpu_inference", tmp_path)
+    data = load(out)
+    assert data["bf16_runs_natively"] == bf16_runs_natively()
+    assert len(data["results"]) == 2
+    for r in data["results"]:
+        assert r["fp32"]["items_per_s"] > 0
+        for w in ("ours", "contrib"):
+            assert r[w]["ok"], r[w]
+            assert r[w]["casts"]["amp_cast"] >= 1
+            assert 0 < r[w]["low_precision_param_bytes"] <= r["fp32_param_bytes"]
+            if data["bf16_runs_natively"]:
+                assert r[w]["items_per_s"] > 0
+            else:  # never a made-up number where bf16 cannot run
+                assert "not measurable" in r[w]["items_per_s"]
+
+
+def test_zoo_casts_quick(tmp_path):
+    _, out = run_script("zoo_casts", tmp_path)
+    data = load(out)
+    models = [r["model"] for r in data["results"]]
+    assert models == ["resnet18_v1", "mobilenet0.25"]
+    for r in data["results"]:
+        assert r["built"]
+        assert set(r["conversions"]) == {"float16", "float16_cast_optional_params", "bfloat16",
+                                         "bfloat16_cast_optional_params"}
+        for key, conv in r["conversions"].items():
+            for w in ("ours", "contrib"):
+                assert conv[w]["ok"], conv[w]
+                if key.endswith("cast_optional_params"):
+                    assert conv[w]["low_precision_param_bytes"] > 0
+                else:
+                    assert conv[w]["low_precision_param_bytes"] == 0
+    s = data["summary"]["float16"]
+    assert s["models"] == 2 and s["fewer"] + s["equal"] + s["more"] == 2
+
+
+def test_memory_quick(tmp_path):
+    _, out = run_script("memory", tmp_path, "--methods", "ours_checkpoint", "contrib",
+                        "--workdir", str(tmp_path))
+    data = load(out)
+    assert data["param_bytes"] == 4 * (512 * 512 + 512) * 4
+    assert [r["method"] for r in data["results"]] == ["ours_checkpoint", "contrib"]
+    for r in data["results"]:
+        assert r["exit_code"] == 0, r
+        assert r["vmhwm_bytes"] >= r["baseline_rss_bytes"] > 0
+        assert r["peak_over_param_bytes"] > 1
+        # weights are written in float16: the params file shrinks to about half
+        assert 0.45 < r["output_params_file_over_input"] < 0.55
+    # the temporary checkpoint folder is gone
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("mxamp_membench_")]
+
+
+def test_gpu_inference_refuses_without_gpu(tmp_path):
+    import mxnet as mx
+    if mx.runtime.Features().is_enabled("CUDA") and mx.context.num_gpus() > 0:
+        pytest.skip("a GPU is present: the refusal path does not apply")
+    proc, out = run_script("gpu_inference", tmp_path, expect_rc=2)
+    assert "refusing to run" in proc.stderr
+    assert "CPU-only build" in proc.stderr or "sees no GPU" in proc.stderr
+    assert not out.exists()

@@ -1,0 +1,473 @@
+"""The op lists (lists/float16.toml, lists/bfloat16.toml) against the live MXNet registry.
+
+Checked here: every registered op is classified exactly once per target dtype; every name a
+list mentions is registered; index inputs and conditional attributes are real; reasons are
+given; aliases of one operator agree; docs/ops.md is up to date; and the loader
+(mxnet_amp.policy) reads the lists faithfully and applies user overrides correctly.
+"""
+from __future__ import annotations
+
+import copy
+import ctypes
+import importlib.util
+import re
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LISTS = ROOT / "lists"
+DTYPES = ("float16", "bfloat16")
+CATEGORIES = ("target", "fp32", "widest", "follow")
+
+
+# --------------------------------------------------------------------------- helpers
+@lru_cache(maxsize=None)
+def op_info() -> dict[str, dict]:
+    """name -> {'real': canonical name, 'inputs': [...], 'params': {name: type string}}."""
+    from mxnet.base import _LIB, check_call, py_str
+
+    size = ctypes.c_uint()
+    plist = ctypes.POINTER(ctypes.c_char_p)()
+    check_call(_LIB.MXListAllOpNames(ctypes.byref(size), ctypes.byref(plist)))
+    names = [py_str(plist[i]) for i in range(size.value)]  # copy: the buffer is reused
+    info = {}
+    for name in names:
+        handle = ctypes.c_void_p()
+        check_call(_LIB.NNGetOpHandle(name.encode(), ctypes.byref(handle)))
+        real, desc = ctypes.c_char_p(), ctypes.c_char_p()
+        nargs = ctypes.c_uint()
+        anames = ctypes.POINTER(ctypes.c_char_p)()
+        atypes = ctypes.POINTER(ctypes.c_char_p)()
+        adescs = ctypes.POINTER(ctypes.c_char_p)()
+        kvar, rtype = ctypes.c_char_p(), ctypes.c_char_p()
+        check_call(_LIB.MXSymbolGetAtomicSymbolInfo(
+            handle, ctypes.byref(real), ctypes.byref(desc), ctypes.byref(nargs),
+            ctypes.byref(anames), ctypes.byref(atypes), ctypes.byref(adescs),
+            ctypes.byref(kvar), ctypes.byref(rtype)))
+        inputs, params = [], {}
+        for j in range(nargs.value):
+            arg, kind = py_str(anames[j]), py_str(atypes[j])
+            if kind.startswith("NDArray-or-Symbol"):
+                inputs.append(arg)
+            else:
+                params[arg] = kind
+        info[name] = {"real": py_str(real.value), "inputs": inputs, "params": params}
+    return info
+
+
+def registry() -> set[str]:
+    return set(op_info())
+
+
+@lru_cache(maxsize=None)
+def _load(dtype: str) -> dict:
+    with open(LISTS / f"{dtype}.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def load(dtype: str) -> dict:
+    return copy.deepcopy(_load(dtype))
+
+
+def classification_problems(data: dict, names: set[str]) -> tuple[dict[str, str], list[str]]:
+    """Classify ``names`` from a parsed list; return (op -> category, problems)."""
+    seen: dict[str, str] = {}
+    problems = []
+    for k, group in enumerate(data.get("group", [])):
+        for op in group["ops"]:
+            if op in seen:
+                problems.append(f"{op} is in two groups ({seen[op]} and group {k})")
+            seen[op] = f"group {k}"
+    cond_ops = {c["op"] for c in data.get("conditional", [])}
+    for op in sorted(cond_ops & set(seen)):
+        problems.append(f"{op} is in {seen[op]} and also conditional")
+    category = {}
+    for group in data.get("group", []):
+        for op in group["ops"]:
+            category[op] = group["category"]
+    for op in cond_ops:
+        category[op] = "conditional"
+    for op in sorted(set(category) - names):
+        problems.append(f"{op} is listed but not registered")
+    for op in sorted(names - set(category)):
+        for pat in data.get("pattern", []):
+            if op.startswith(pat["prefix"]):
+                category[op] = pat["category"]
+                break
+        else:
+            problems.append(f"{op} is not classified")
+    return category, problems
+
+
+# --------------------------------------------------------------------------- the registry
+def test_registry_is_enumerated():
+    names = registry()
+    # the ops the issue names explicitly as missing from mx.contrib.amp's lists
+    for op in ("cumsum", "_contrib_box_decode", "_npi_matmul", "_npx_fully_connected"):
+        assert op in names
+
+
+# --------------------------------------------------------------------------- file format
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_schema_and_reasons(dtype):
+    data = load(dtype)
+    assert data["schema"] == 1
+    assert data["target_dtype"] == dtype
+    assert set(data) <= {"schema", "target_dtype", "group", "conditional", "pattern", "index_inputs"}
+    for group in data["group"]:
+        assert set(group) == {"category", "reason", "ops"}, group
+        assert group["category"] in CATEGORIES, group["category"]
+        assert group["reason"].strip(), f"group without a reason: {group['ops'][:3]}"
+        assert group["ops"], f"empty group: {group['reason']}"
+    for cond in data.get("conditional", []):
+        assert set(cond) == {"op", "attr", "values", "reason"}, cond
+        assert cond["values"] and all(isinstance(v, str) for v in cond["values"]), cond
+        assert cond["reason"].strip(), cond
+    for pat in data.get("pattern", []):
+        assert set(pat) == {"prefix", "category", "reason"}, pat
+        assert pat["category"] in CATEGORIES, pat
+        assert pat["reason"].strip(), pat
+
+
+# --------------------------------------------------------------------------- classification
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_registry_op_classified_exactly_once(dtype):
+    _, problems = classification_problems(load(dtype), registry())
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_named_op_is_registered(dtype):
+    data = load(dtype)
+    named = {op for g in data["group"] for op in g["ops"]}
+    named |= {c["op"] for c in data.get("conditional", [])}
+    named |= set(data.get("index_inputs", {}))
+    unknown = sorted(named - registry())
+    assert not unknown, f"{dtype}.toml names ops MXNet does not register: {unknown}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_patterns_cover_only_what_they_claim(dtype):
+    data = load(dtype)
+    listed = {op for g in data["group"] for op in g["ops"]} | {c["op"] for c in data.get("conditional", [])}
+    prefixes = [p["prefix"] for p in data.get("pattern", [])]
+    for prefix in prefixes:
+        hits = {op for op in registry() if op.startswith(prefix)} - listed
+        assert hits, f"pattern {prefix!r} classifies no registry op; remove it"
+        others = [p for p in prefixes if p != prefix and (p.startswith(prefix) or prefix.startswith(p))]
+        assert not others, f"overlapping patterns {prefix!r} and {others}: order would matter"
+    # every optimizer update is explicit, not left to a rule
+    updates = {op for op in registry() if op.endswith("_update")}
+    assert updates and updates <= listed
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_aliases_share_a_category(dtype):
+    data = load(dtype)
+    category, _ = classification_problems(data, registry())
+    conds = {}
+    for c in data.get("conditional", []):
+        conds.setdefault(c["op"], set()).add((c["attr"], tuple(c["values"])))
+    by_real: dict[str, set[str]] = {}
+    for op, info in op_info().items():
+        by_real.setdefault(info["real"], set()).add(op)
+    bad = []
+    for real, names in by_real.items():
+        if len({category.get(n) for n in names}) > 1:
+            bad.append(sorted((n, category.get(n)) for n in names))
+        elif len({frozenset(conds.get(n, ())) for n in names}) > 1:
+            bad.append(sorted(names))
+    assert not bad, f"aliases of one operator classified differently: {bad}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conditional_attrs_are_real_params(dtype):
+    for cond in load(dtype).get("conditional", []):
+        params = op_info()[cond["op"]]["params"]
+        assert cond["attr"] in params, f"{cond['op']} has no parameter {cond['attr']!r}"
+        # enum parameters spell their choices as {'a', 'b', ...} in the type string
+        choices = re.findall(r"'([^']*)'", params[cond["attr"]].split("}")[0])
+        if choices:
+            wrong = [v for v in cond["values"] if v not in choices]
+            assert not wrong, f"{cond['op']}.{cond['attr']} has no value(s) {wrong}; choices {choices}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_inputs_name_real_inputs(dtype):
+    index_inputs = load(dtype).get("index_inputs", {})
+    assert index_inputs
+    for op, inputs in index_inputs.items():
+        assert op in registry(), op
+        real = op_info()[op]["inputs"]
+        wrong = [i for i in inputs if i not in real]
+        assert inputs and not wrong, f"{op} has no input(s) {wrong}; its inputs are {real}"
+
+
+def test_index_inputs_agree_between_dtypes():
+    assert load("float16").get("index_inputs") == load("bfloat16").get("index_inputs")
+
+
+# ------------------------------------------------------------- the checker itself can fail
+def _mutated(dtype, how):
+    data = load(dtype)
+    if how == "missing":
+        data["group"][0]["ops"].pop(0)
+    elif how == "duplicate":
+        data["group"][-1]["ops"].append(data["group"][0]["ops"][0])
+    elif how == "unknown":
+        data["group"][0]["ops"].append("NoSuchOperator")
+    elif how == "cond_and_group":
+        data["conditional"].append({"op": data["group"][0]["ops"][0], "attr": "x", "values": ["y"],
+                                    "reason": "r"})
+    return data
+
+
+@pytest.mark.parametrize("how", ["missing", "duplicate", "unknown", "cond_and_group"])
+def test_checker_catches_broken_lists(how):
+    _, problems = classification_problems(_mutated("float16", how), registry())
+    assert problems
+
+
+# --------------------------------------------------------------------------- principles
+# Expectations taken from the issue text (not from running the code): matrix and
+# convolution ops are target; numerically sensitive ops stay fp32; elementwise binary
+# ops are widest; shape/index ops follow.
+def _category(dtype, op):
+    category, _ = classification_problems(load(dtype), registry())
+    return category[op]
+
+
+@pytest.mark.parametrize("op", ["Convolution", "Deconvolution", "FullyConnected", "batch_dot", "dot",
+                                "_npi_matmul", "_npx_fully_connected", "RNN"])
+def test_fp16_matrix_ops_are_target(op):
+    assert _category("float16", op) == "target"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "SoftmaxOutput", "LayerNorm", "norm",
+                                "CTCLoss", "cumsum", "_contrib_box_decode", "_contrib_box_nms",
+                                "_contrib_ROIAlign", "argmax"])
+def test_sensitive_ops_are_fp32(dtype, op):
+    assert _category(dtype, op) == "fp32"
+
+
+@pytest.mark.parametrize("op", ["exp", "log", "_npi_power", "sum", "mean", "erf", "gamma", "rsqrt"])
+def test_fp16_range_sensitive_ops_are_fp32(op):
+    assert _category("float16", op) == "fp32"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["elemwise_add", "broadcast_mul", "_npi_add", "broadcast_sub"])
+def test_binary_arithmetic_is_widest(dtype, op):
+    assert _category(dtype, op) == "widest"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["Reshape", "Flatten", "slice", "take", "_npx_reshape", "expand_dims",
+                                "squeeze", "shape_array", "BatchNorm"])
+def test_movement_and_index_ops_follow(dtype, op):
+    assert _category(dtype, op) == "follow"
+
+
+def test_every_npi_and_npx_op_is_classified_explicitly():
+    # the numpy-interface ops are the gap in mx.contrib.amp's lists: no rule may cover them
+    for dtype in DTYPES:
+        data = load(dtype)
+        listed = {op for g in data["group"] for op in g["ops"]} | {c["op"] for c in data["conditional"]}
+        forward = {op for op in registry() if op.startswith(("_npi_", "_npx_", "_np_"))
+                   and "backward" not in op}
+        assert forward <= listed, sorted(forward - listed)[:10]
+
+
+# --------------------------------------------------------------------------- bfloat16 kernels
+def _bf16_run(op_fn):
+    import mxnet as mx
+    from mxnet_amp.dtypes import bfloat16_np
+    x = mx.nd.array([[0.5, 1.0, 1.5], [2.0, 2.5, 3.0]]).astype(bfloat16_np)
+    y = op_fn(mx, x)
+    assert y.dtype == bfloat16_np
+    y.wait_to_read()
+
+
+BF16_FOLLOW_SAMPLES = {  # op name -> call; each must be follow/widest in bfloat16.toml and run
+    "Reshape": lambda mx, x: mx.nd.reshape(x, shape=(3, 2)),
+    "slice": lambda mx, x: mx.nd.slice(x, begin=(0, 0), end=(1, 2)),
+    "Concat": lambda mx, x: mx.nd.concat(x, x, dim=1),
+    "elemwise_add": lambda mx, x: x + x,
+    "broadcast_mul": lambda mx, x: mx.nd.broadcast_mul(x, x[:1]),
+    "exp": lambda mx, x: mx.nd.exp(x),
+    "sum": lambda mx, x: mx.nd.sum(x, axis=1),
+    "SwapAxis": lambda mx, x: mx.nd.SwapAxis(x, dim1=0, dim2=1),
+    "where": lambda mx, x: mx.nd.where(x > 1, x, x),
+    "clip": lambda mx, x: mx.nd.clip(x, 0.6, 2.0),
+}
+
+
+@pytest.mark.parametrize("op", sorted(BF16_FOLLOW_SAMPLES))
+def test_bf16_follow_samples_run_in_bf16(op):
+    assert _category("bfloat16", op) in ("follow", "widest")
+    _bf16_run(BF16_FOLLOW_SAMPLES[op])
+
+
+BF16_NO_KERNEL = {  # op name -> call; each must be fp32 in bfloat16.toml because it cannot run
+    "Dropout": lambda mx, x: mx.nd.Dropout(x, p=0.5, mode="always"),
+    "LayerNorm": lambda mx, x: mx.nd.LayerNorm(x, x[0], x[0]),
+    "sort": lambda mx, x: mx.nd.sort(x),
+    "Pad": lambda mx, x: mx.nd.pad(x.reshape((1, 1, 2, 3)), mode="constant",
+                                   pad_width=(0, 0, 0, 0, 1, 1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(BF16_NO_KERNEL))
+def test_bf16_ops_without_kernel_are_fp32(op):
+    import mxnet as mx
+    assert _category("bfloat16", op) == "fp32"
+    with pytest.raises(mx.base.MXNetError):
+        _bf16_run(BF16_NO_KERNEL[op])
+
+
+def test_bf16_accumulation_claims():
+    # the bfloat16 list relies on these measured facts: sum accumulates in float32
+    # (so it may follow), cumsum and norm accumulate in bfloat16 (so they stay fp32)
+    import mxnet as mx
+    from mxnet_amp.dtypes import bfloat16_np
+    ones = mx.nd.ones((1, 1000)).astype(bfloat16_np)  # 1000 is exact in bfloat16
+    total = float(mx.nd.sum(ones, axis=1).astype("float32").asscalar())
+    running = float(mx.nd.cumsum(ones, axis=1).astype("float32")[0, -1].asscalar())
+    norm = float(mx.nd.norm(ones, axis=1).astype("float32").asscalar())
+    assert total == 1000.0 and _category("bfloat16", "sum") == "follow"
+    assert running < 1000.0 and _category("bfloat16", "cumsum") == "fp32"
+    assert abs(norm - 1000 ** 0.5) > 1 and _category("bfloat16", "norm") == "fp32"
+
+
+def test_bf16_onednn_ops_run_natively(native_bf16):
+    if not native_bf16:
+        pytest.skip("this CPU has no oneDNN bf16 (needs avx512)")
+    for op, fn in {"FullyConnected": lambda mx, x: mx.nd.FullyConnected(x, x, num_hidden=2, no_bias=True),
+                   "Activation": lambda mx, x: mx.nd.Activation(x, act_type="relu")}.items():
+        assert _category("bfloat16", op) in ("target", "follow", "conditional")
+        _bf16_run(fn)
+
+
+# --------------------------------------------------------------------------- generated docs
+def _gen_module():
+    spec = importlib.util.spec_from_file_location("gen_op_table", ROOT / "tools" / "gen_op_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_docs_ops_md_is_up_to_date():
+    gen = _gen_module()
+    expected = gen.render()
+    current = (ROOT / "docs" / "ops.md").read_text()
+    assert current == expected, "docs/ops.md is stale; run: python tools/gen_op_table.py"
+
+
+def test_docs_table_has_every_op_for_both_dtypes():
+    text = (ROOT / "docs" / "ops.md").read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([^`]+)` \|.*$", text, re.M)
+            if m.group(0).count("|") == 7}
+    assert set(rows) == registry()
+    assert "python tools/gen_op_table.py" in text
+
+
+def test_generator_rejects_unclassified_ops(tmp_path):
+    gen = _gen_module()
+    for dtype in DTYPES:
+        data_text = (LISTS / f"{dtype}.toml").read_text()
+        (tmp_path / f"{dtype}.toml").write_text(data_text)
+    reg = {op: info["real"] for op, info in op_info().items()}
+    reg["SomeNewOperator"] = "SomeNewOperator"
+    with pytest.raises(ValueError, match="SomeNewOperator: not classified"):
+        gen.render(reg, folder=tmp_path)
+
+
+# --------------------------------------------------------------------------- the loader
+policy = pytest.importorskip("mxnet_amp.policy")
+
+
+def _base(dtype="float16"):
+    return policy.load_policy(dtype, target_dtype_ops=None, fp32_ops=None, widest_dtype_ops=None,
+                              conditional_fp32_ops=None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_loader_agrees_with_lists(dtype):
+    p = _base(dtype)
+    category, _ = classification_problems(load(dtype), registry())
+    sets = {"target": p.target, "fp32": p.fp32, "widest": p.widest, "follow": p.follow}
+    for a in sets:
+        for b in sets:
+            if a < b:
+                assert not sets[a] & sets[b], (a, b, sorted(sets[a] & sets[b])[:5])
+    for op in registry():
+        got = p.category_of(op)
+        assert got is not None, op
+        assert got.value == category[op], (op, got, category[op])
+    assert {k: tuple(v) for k, v in load(dtype)["index_inputs"].items()} == dict(p.index_inputs)
+
+
+def test_loader_conditional_resolution():
+    p = _base("float16")
+    cond = load("float16")["conditional"][0]
+    assert p.decide(cond["op"], {cond["attr"]: cond["values"][0]}).value == "fp32"
+    assert p.decide(cond["op"], {cond["attr"]: "__not_a_value__"}).value == "follow"
+
+
+def test_override_unknown_ops_raise_and_list_them():
+    from mxnet_amp.errors import UnknownOpError
+    with pytest.raises(UnknownOpError) as err:
+        policy.load_policy("float16", fp32_ops=["Convolution", "NoSuchOp", "AlsoMissing"])
+    msg = str(err.value)
+    assert "NoSuchOp" in msg and "AlsoMissing" in msg and "Convolution" not in err.value.names
+    for kw in ("target_dtype_ops", "widest_dtype_ops", "follow_ops"):
+        with pytest.raises(UnknownOpError, match="Nope"):
+            policy.load_policy("bfloat16", **{kw: ["Nope"]})
+    with pytest.raises(UnknownOpError, match="Nope"):
+        policy.load_policy("float16", conditional_fp32_ops=[("Nope", "act_type", ["relu"])])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_override_moves_without_duplicating(dtype):
+    base = _base(dtype)
+    op = sorted(base.target)[0]
+    p = policy.load_policy(dtype, fp32_ops=[op])
+    assert op in p.fp32 and op not in p.target
+    assert p.category_of(op).value == "fp32"
+    # everything else is unchanged and still classified once
+    sets = [p.target, p.fp32, p.widest, p.follow]
+    assert sum(len(s) for s in sets) == len(set().union(*sets))
+    assert set().union(*sets) == set().union(base.target, base.fp32, base.widest, base.follow)
+    assert p.widest == base.widest and p.follow == base.follow
+    # the shipped policy is not modified by an override
+    assert op in _base(dtype).target
+
+
+def test_override_follow_and_widest_moves():
+    base = _base("float16")
+    op = sorted(base.fp32)[0]
+    p = policy.load_policy("float16", follow_ops=[op])
+    assert op in p.follow and op not in p.fp32
+    p = policy.load_policy("float16", widest_dtype_ops=[op])
+    assert op in p.widest and op not in p.fp32 and op not in p.follow
+
+
+def test_override_conditional_replaces_category():
+    base = _base("float16")
+    cond_op = base.conditional[0][0]
+    p = policy.load_policy("float16", target_dtype_ops=[cond_op])
+    assert p.category_of(cond_op).value == "target"
+    assert all(c[0] != cond_op for c in p.conditional)
+    group_op = sorted(base.follow)[0]
+    p = policy.load_policy("float16", conditional_fp32_ops=[(group_op, "x", ["y"])])
+    assert group_op not in p.follow and p.category_of(group_op).value == "conditional"
+
+
+def test_override_same_op_twice_is_an_error():
+    from mxnet_amp.errors import ListError
+    with pytest.raises(ListError, match="Convolution"):
+        policy.load_policy("float16", fp32_ops=["Convolution"], target_dtype_ops=["Convolution"])

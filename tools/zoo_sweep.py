@@ -1,0 +1,661 @@
+"""Sweep the gluoncv model zoo: build each model offline, convert it to bfloat16, run it.
+
+For every name in ``gluoncv.model_zoo.get_model_list()``:
+
+1. build it offline (``pretrained=False``, ``pretrained_base=False`` where accepted, random
+   init); a model that cannot be built without downloads is recorded "not buildable
+   offline" with the reason;
+2. run it in float32 on a small input suited to its family (the first of a few sizes that
+   the network accepts);
+3. export it (``HybridBlock.export`` to a temp prefix, ``mx.model.load_checkpoint``), as a
+   user with a checkpoint would, and convert it with :func:`mxnet_amp.convert_model`;
+4. run the converted model with bfloat16 numerics emulated (:mod:`mxnet_amp.emulation`;
+   also natively where this CPU runs bf16 matrix ops) and compare with float32;
+5. note whether ``mx.contrib.amp.convert_model`` converts it too, for comparison.
+
+A model *passes* when it converts, the converted graph type-checks and runs, no output
+is non-finite where float32 is finite, and every float output is within ``--tol`` of
+float32, measured as ``max|bf16 - fp32| / max|fp32|`` per output (outputs after top-k or
+NMS are compared sorted, because random-init scores tie and reorder under any rounding).
+
+Each model runs in a worker process with a per-model timeout; the worker is restarted
+after a timeout or crash. Models are run cheapest first (by a name heuristic) so that a
+wall-clock budget skips the heaviest ones, each recorded with the reason.
+
+Usage::
+
+    nice -n 10 python tools/zoo_sweep.py --budget 2100 --timeout 120 \
+        --json docs/zoo_sweep.json --md docs/zoo_sweep.md
+    python tools/zoo_sweep.py --models resnet18_v1 ssd_300_mobilenet0.25_voc   # a subset
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from typing import Any, Iterable, Sequence
+
+__all__ = ["family_of", "input_shapes", "sweep_one", "run_sweep", "write_markdown",
+           "cost_rank", "TOLERANCE"]
+
+TOLERANCE = 0.05  # max |bf16 - fp32| / max |fp32| per output; bf16 unit roundoff is 2^-9
+
+_VIDEO_3D = ("c3d", "i3d", "p3d", "r2plus1d", "slowfast")
+_VIDEO_2D = ("kinetics400", "ucf101", "hmdb51", "sthsthv2", "kinetics700")
+
+
+def family_of(name: str) -> str:
+    """A coarse family name for grouping the report."""
+    rules = [("int8", "int8 (quantized)"), ("ssd_", "detection/ssd"), ("yolo3", "detection/yolo3"),
+             ("faster_rcnn", "detection/rcnn"), ("mask_rcnn", "detection/rcnn"),
+             ("doublehead_rcnn", "detection/rcnn"), ("center_net", "detection/centernet"),
+             ("fcn_", "segmentation"), ("psp_", "segmentation"), ("deeplab", "segmentation"),
+             ("icnet", "segmentation"), ("fastscnn", "segmentation"), ("danet", "segmentation"),
+             ("simple_pose", "pose"), ("mobile_pose", "pose"), ("alpha_pose", "pose"),
+             ("siamrpn", "tracking"), ("monodepth2", "depth"), ("cifar_", "classification/cifar")]
+    for key, fam in rules:
+        if key in name:
+            return fam
+    if any(k in name for k in _VIDEO_3D) or "_f16s4_" in name:
+        return "action/3d"
+    if any(k in name for k in _VIDEO_2D):
+        return "action/2d"
+    return "classification/imagenet"
+
+
+def input_shapes(name: str) -> list[tuple[int, ...]]:
+    """Input shapes to try for ``name``, smallest first."""
+    fam = family_of(name)
+    if fam == "action/3d":
+        if "slowfast" in name:
+            # slow + fast pathway frames are stacked along time (4x16: 4 + 32, 8x8: 8 + 32)
+            return [(1, 3, t, 64, 64) for t in (36, 40, 48, 80)]
+        if "f16s4" in name:
+            return [(1, 3, 16, 64, 64), (1, 3, 16, 112, 112)]
+        return [(1, 3, 8, 64, 64), (1, 3, 16, 112, 112), (1, 3, 32, 112, 112)]
+    if fam == "classification/cifar":
+        return [(1, 3, 32, 32)]
+    if fam == "depth":
+        return [(1, 3, 64, 64), (1, 6, 64, 64), (1, 3, 192, 640)]
+    if "inception" in name or "googlenet" in name:
+        return [(1, 3, 128, 128), (1, 3, 224, 224), (1, 3, 299, 299)]
+    if fam.startswith("detection") or fam == "segmentation":
+        return [(1, 3, 128, 128), (1, 3, 256, 256), (1, 3, 512, 512)]
+    return [(1, 3, 64, 64), (1, 3, 128, 128), (1, 3, 224, 224), (1, 3, 299, 299)]
+
+
+_HEAVY = re.compile(r"(\d{3})|resnest|senet|nasnet|_64x4d|32x4d|16x64d|wideresnet|densenet161|"
+                    r"densenet201|vgg19|vgg16|hrnet_w(4|6)|xception71|residualattentionnet(2|4)")
+
+
+def cost_rank(name: str) -> float:
+    """A rough cost estimate from the name (higher is slower); only orders the sweep."""
+    fam = family_of(name)
+    cost = {"classification/cifar": 0.5, "classification/imagenet": 1, "pose": 1.5,
+            "action/2d": 2, "detection/ssd": 3, "detection/yolo3": 3, "detection/centernet": 3,
+            "segmentation": 4, "detection/rcnn": 5, "action/3d": 6}.get(fam, 1)
+    for depth in re.findall(r"(?:resnet|resnest|residualattentionnet|hrnet_w|darknet|dla)(\d+)", name):
+        cost *= max(1.0, int(depth) / 30)
+    if _HEAVY.search(name):
+        cost *= 1.5
+    return cost
+
+
+def _get_model(name: str):
+    from gluoncv import model_zoo
+    try:
+        return model_zoo.get_model(name, pretrained=False, pretrained_base=False)
+    except TypeError as err:
+        if "pretrained_base" not in str(err):
+            raise
+        return model_zoo.get_model(name, pretrained=False)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().split("\n")[0] or type(err).__name__
+    return f"{type(err).__name__}: {text[:300]}"
+
+
+def _fp32_forward(net, name: str):
+    """Run ``net`` on the first input shape it accepts; ``(shape, x)``."""
+    import mxnet as mx
+    errors = []
+    for shape in input_shapes(name):
+        x = mx.nd.random.uniform(-1, 1, shape=shape, ctx=mx.cpu())
+        try:
+            out = net(x)
+            mx.nd.waitall()
+            del out
+            return shape, x
+        except Exception as err:  # noqa: BLE001 - a shape the net rejects; try the next
+            errors.append(f"{shape}: {_first_line(err)}")
+    raise RuntimeError("no input shape worked: " + " | ".join(errors))
+
+
+def _bind_forward(sym, args, auxs, data):
+    import mxnet as mx
+    ex = sym.bind(mx.cpu(), args={**args, **data}, aux_states=dict(auxs), grad_req="null")
+    outs = ex.forward(is_train=False)
+    import numpy as np
+    # a bf16 output (native run) has MXNet's structured stand-in dtype; widen it first
+    return [o.asnumpy() if np.dtype(o.dtype).names is None else
+            o.astype("float32").asnumpy() for o in outs]
+
+
+def round_np(values, dtype: str):
+    """``values`` (float32 numpy) rounded to nearest even in ``dtype``, returned as float32."""
+    import numpy as np
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if dtype == "float16":
+        return values.astype(np.float16).astype(np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def fold_param_rounding(esym, eargs: dict):
+    """``(sym, args)`` with every ``cast(cast(weight, low), float32)`` pair of an emulated
+    model replaced by a weight holding the rounded values (rounded once, in numpy).
+
+    Numerically the same model; it only saves MXNet's slow bfloat16 amp_cast kernel
+    (about 0.3 us per element on this CPU) from re-rounding every weight in the run.
+    The numpy rounding is checked against ``amp_cast`` on each folded weight's first values.
+    """
+    import mxnet as mx
+    import numpy as np
+
+    from mxnet_amp.graph import Graph, Node
+    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    from mxnet_amp.params import cast_array
+    g = graph_from_symbol(esym)
+    nodes = list(g.nodes)
+    args = dict(eargs)
+    for i, node in enumerate(g.nodes):
+        if node.op != "amp_cast" or node.attrs.get("dtype") != "float32":
+            continue
+        j = node.inputs[0].node
+        low = g.nodes[j]
+        if low.op != "amp_cast" or low.attrs.get("dtype") not in ("float16", "bfloat16"):
+            continue
+        src = g.nodes[low.inputs[0].node]
+        if not src.is_variable or src.name not in eargs:
+            continue
+        values = eargs[src.name].asnumpy()
+        rounded = round_np(values, low.attrs["dtype"])
+        probe = values.reshape(-1)[:256]
+        check = cast_array(cast_array(mx.nd.array(probe), low.attrs["dtype"]), "float32").asnumpy()
+        if not np.array_equal(check, rounded.reshape(-1)[:256]):
+            raise AssertionError(f"numpy {low.attrs['dtype']} rounding differs from amp_cast "
+                                 f"on {src.name}")
+        nodes[i] = Node("null", node.name)
+        args[node.name] = mx.nd.array(rounded, dtype="float32")
+    sym = graph_to_symbol(Graph(tuple(nodes), g.heads, g.attrs))
+    used = set(sym.list_arguments())
+    return sym, {k: v for k, v in args.items() if k in used}
+
+
+def emulate_fast(sym, arg_params: dict, aux_params: dict):
+    """:func:`mxnet_amp.emulation.emulate_model`, with weights rounded in numpy.
+
+    Same graph (``emulate_graph``) and same values; only the one-off rounding of the
+    weights is done by :func:`fold_param_rounding` instead of MXNet's bfloat16 amp_cast,
+    which dominates the sweep's time otherwise."""
+    from mxnet_amp.dtypes import LOW_PRECISION
+    from mxnet_amp.emulation import emulate_graph
+    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    from mxnet_amp.params import array_dtype, cast_array
+    graph = graph_from_symbol(sym)
+    var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    for n in graph.variables():
+        var_dtypes.setdefault(n.name, "float32")
+
+    def widen(params):
+        return {k: (cast_array(v, "float32") if array_dtype(v) in LOW_PRECISION else v)
+                for k, v in params.items()}
+    esym, eargs = fold_param_rounding(graph_to_symbol(emulate_graph(graph, var_dtypes)),
+                                      widen(arg_params))
+    auxs = set(esym.list_auxiliary_states())
+    return esym, eargs, {k: v for k, v in widen(aux_params).items() if k in auxs}
+
+
+# ops whose output order or selection changes discretely under any rounding
+ORDERING_OPS = frozenset({"topk", "sort", "argsort", "_contrib_box_nms", "_contrib_box_non_maximum_suppression",
+                          "_contrib_MultiProposal", "_contrib_Proposal", "_contrib_MultiBoxDetection",
+                          "argmax", "argmin"})
+
+
+def _upstream(graph, start: Iterable[int]) -> set[int]:
+    seen, stack = set(), list(start)
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(e.node for e in graph.nodes[i].inputs)
+    return seen
+
+
+def checked_entries(graph):
+    """``(heads to compare, heads after an ordering op, extra entries to compare)``.
+
+    A head downstream of top-k / NMS / argmax is only checked for finiteness: with random
+    weights its scores tie, and rounding picks other boxes. Instead the float inputs of the
+    first ordering ops on each path (the dense scores and boxes) are compared."""
+    ordering = [i for i, n in enumerate(graph.nodes) if n.op in ORDERING_OPS]
+    first = [i for i in ordering
+             if not any(graph.nodes[j].op in ORDERING_OPS for j in _upstream(graph, [e.node for e in graph.nodes[i].inputs]))]
+    dense, after = [], []
+    for k, head in enumerate(graph.heads):
+        up = _upstream(graph, [head.node])
+        (after if any(i in up for i in ordering) else dense).append(k)
+    extra = []
+    for i in first:
+        e = graph.nodes[i].inputs[0]
+        if e not in extra and not graph.nodes[e.node].is_variable:
+            extra.append(e)
+    return dense, after, extra
+
+
+def _with_heads(sym, entries_by_name):
+    """``sym`` with extra outputs: ``(node name, output index)`` pairs, looked up by name."""
+    from mxnet_amp.graph import Entry, Graph
+    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    g = graph_from_symbol(sym)
+    index = {n.name: i for i, n in enumerate(g.nodes)}
+    heads = list(g.heads)
+    for name, k in entries_by_name:
+        # an emulated low precision output is the rounded copy beside the node
+        rounded = f"{name}{f'_out{k}' if k else ''}_round_float32"
+        heads.append(Entry(index[rounded]) if rounded in index else Entry(index[name], k))
+    return graph_to_symbol(Graph(g.nodes, tuple(heads), g.attrs))
+
+
+def compare(ref: Sequence, got: Sequence) -> dict:
+    """Per-output error of ``got`` against ``ref`` (numpy arrays): the largest
+    ``max|got - ref| / max|ref|`` over float outputs, and the outputs that are non-finite
+    where ``ref`` is finite."""
+    import numpy as np
+    errs, new_nonfinite = [], []
+    for k, (r, g) in enumerate(zip(ref, got)):
+        r = np.asarray(r)
+        g = np.asarray(g)
+        if r.shape != g.shape:
+            return {"error": f"output {k}: shape {g.shape} != fp32 shape {r.shape}"}
+        if not np.issubdtype(r.dtype, np.floating):
+            continue
+        r = r.astype(np.float64)
+        g = g.astype(np.float64)
+        fin = np.isfinite(r)
+        if (fin & ~np.isfinite(g)).any():
+            new_nonfinite.append(k)
+        rf, gf = r[fin], np.where(np.isfinite(g), g, 0.0)[fin]
+        scale = float(np.abs(rf).max()) if rf.size else 0.0
+        err = float(np.abs(rf - gf).max()) / scale if scale > 0 else float(np.abs(gf).max() if gf.size else 0.0)
+        errs.append(err)
+    return {"max_rel_err": max(errs) if errs else 0.0, "per_output_err": errs,
+            "nonfinite_outputs": new_nonfinite}
+
+
+def sweep_one(name: str, target_dtype: str = "bfloat16", tol: float = TOLERANCE,
+              native: bool | None = None) -> dict[str, Any]:
+    """Build, convert and run one zoo model; a JSON-able record of what happened."""
+    import mxnet as mx
+
+    import mxnet_amp
+    from mxnet_amp.convert import convert_model_full
+    from mxnet_amp.hardware import bf16_runs_natively
+    rec: dict[str, Any] = {"model": name, "family": family_of(name), "target_dtype": target_dtype}
+    t0 = time.time()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            net = _get_model(name)
+            net.initialize(ctx=mx.cpu())
+            net.hybridize()
+            shape, x = _fp32_forward(net, name)
+    except Exception as err:  # noqa: BLE001 - recorded as not buildable
+        rec.update(status="not_buildable", reason=_first_line(err), build_s=round(time.time() - t0, 2))
+        return rec
+    rec["input_shape"] = list(shape)
+    rec["params_m"] = round(sum(int(p.data().size) for p in net.collect_params().values()
+                                if p._data is not None) / 1e6, 2)
+    rec["build_s"] = round(time.time() - t0, 2)
+    with tempfile.TemporaryDirectory(prefix="zoo_sweep_") as tmp:
+        try:
+            net.export(os.path.join(tmp, "m"))
+            sym, args, auxs = mx.model.load_checkpoint(os.path.join(tmp, "m"), 0)
+        except Exception as err:  # noqa: BLE001
+            rec.update(status="not_buildable", reason="export failed: " + _first_line(err))
+            return rec
+    del net
+    data_names = [n for n in sym.list_arguments() if n not in args]
+    if data_names != ["data"]:
+        rec.update(status="not_buildable", reason=f"takes inputs {data_names}, the sweep feeds one image")
+        return rec
+    data = {"data": x}
+    t1 = time.time()
+    try:
+        ref = _bind_forward(sym, args, auxs, data)
+    except Exception as err:  # noqa: BLE001
+        rec.update(status="not_buildable", reason="exported fp32 symbol does not run: " + _first_line(err))
+        return rec
+    rec["fp32_run_s"] = round(time.time() - t1, 2)
+    t2 = time.time()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            csym, cargs, cauxs, conv = convert_model_full(sym, args, auxs, target_dtype=target_dtype)
+        rec["warnings"] = sorted({str(w.message)[:200] for w in caught})
+    except mxnet_amp.AMPError as err:
+        rec.update(status="fail", reason="convert: " + _first_line(err))
+        return rec
+    except Exception as err:  # noqa: BLE001 - an untyped error is a bug worth reporting
+        rec.update(status="fail", reason="convert (untyped error): " + _first_line(err))
+        return rec
+    rec["convert_s"] = round(time.time() - t2, 2)
+    rec["casts"] = conv.result.casts
+    rec["multicasts"] = conv.result.multicasts
+    rec["fallbacks"] = len(conv.result.fallbacks)
+    rec["low_precision_nodes"] = sum(1 for d in conv.result.node_dtypes.values() if d == target_dtype)
+    rec["op_nodes"] = len(conv.result.node_dtypes)
+    from mxnet_amp.io import graph_from_symbol
+    g32 = graph_from_symbol(sym)
+    dense, after, extra = checked_entries(g32)
+    extra_names = [(g32.nodes[e.node].name, e.index) for e in extra]
+    n_heads = len(g32.heads)
+    checked = dense + list(range(n_heads, n_heads + len(extra)))
+    t3 = time.time()
+    try:
+        if extra:
+            ref = _bind_forward(_with_heads(sym, extra_names), args, auxs, data)
+        esym, eargs, eauxs = emulate_fast(csym, cargs, cauxs)
+        got = _bind_forward(_with_heads(esym, extra_names) if extra else esym, eargs, eauxs, data)
+    except Exception as err:  # noqa: BLE001
+        rec.update(status="fail", reason="emulated run: " + _first_line(err))
+        return rec
+    rec["emulated_run_s"] = round(time.time() - t3, 2)
+    cmp = compare([ref[k] for k in checked], [got[k] for k in checked])
+    if "error" in cmp:
+        rec.update(status="fail", reason=cmp["error"])
+        return rec
+    post = compare([ref[k] for k in after], [got[k] for k in after])
+    nonfinite = sorted({checked[k] for k in cmp["nonfinite_outputs"]}
+                       | {after[k] for k in post.get("nonfinite_outputs", [])})
+    rec.update(max_rel_err=cmp["max_rel_err"], nonfinite_outputs=nonfinite,
+               outputs_after_ordering=after, pre_ordering_tensors=[f"{n}:{k}" for n, k in extra_names],
+               after_ordering_err=post.get("max_rel_err"))
+    cmp["nonfinite_outputs"] = nonfinite
+    if native if native is not None else bf16_runs_natively():
+        try:
+            nref = _bind_forward(csym, cargs, cauxs, data)[:n_heads]
+            ncmp = compare([ref[k] for k in dense], [nref[k] for k in dense])
+            rec["native_max_rel_err"] = ncmp.get("max_rel_err")
+            rec["native_nonfinite_outputs"] = ncmp.get("nonfinite_outputs")
+        except Exception as err:  # noqa: BLE001
+            rec["native"] = "error: " + _first_line(err)
+    try:
+        from mxnet.contrib import amp as contrib_amp
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            contrib_amp.convert_model(sym, args, auxs, target_dtype=target_dtype)
+        rec["contrib_amp"] = "ok"
+    except Exception as err:  # noqa: BLE001
+        rec["contrib_amp"] = "error: " + _first_line(err)[:160]
+    ok = not cmp["nonfinite_outputs"] and cmp["max_rel_err"] <= tol
+    rec["status"] = "pass" if ok else "fail"
+    if not ok:
+        rec["reason"] = (f"non-finite outputs {cmp['nonfinite_outputs']} where fp32 is finite"
+                         if cmp["nonfinite_outputs"] else
+                         f"max rel error {cmp['max_rel_err']:.3g} > tolerance {tol}")
+    rec["total_s"] = round(time.time() - t0, 2)
+    return rec
+
+
+# --------------------------------------------------------------------------- worker / driver
+
+def _worker(target_dtype: str, tol: float) -> None:
+    """Read model names on stdin, write one JSON record per line on stdout."""
+    out = sys.stdout
+    sys.stdout = sys.stderr  # library prints must not corrupt the protocol
+    for line in sys.stdin:
+        name = line.strip()
+        if not name:
+            continue
+        try:
+            rec = sweep_one(name, target_dtype, tol)
+        except BaseException as err:  # noqa: BLE001 - keep the worker alive
+            rec = {"model": name, "family": family_of(name), "status": "fail",
+                   "reason": "sweep crashed: " + _first_line(err)}
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+
+
+class _Worker:
+    def __init__(self, target_dtype: str, tol: float, nice: int):
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "2")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_repo_root(), env.get("PYTHONPATH")]))
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker",
+               "--target-dtype", target_dtype, "--tol", str(tol)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1,
+                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
+
+    def run(self, name: str, timeout: float) -> dict | None:
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else {"model": name, "status": "fail",
+                                              "reason": "worker died (crash or out of memory)"}
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _repo_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_sweep(models: Sequence[str], *, target_dtype: str = "bfloat16", tol: float = TOLERANCE,
+              timeout: float = 120, budget: float | None = None, nice: int = 0,
+              json_path: str | None = None, progress: bool = True) -> list[dict]:
+    """Sweep ``models`` (cheapest first) in a worker process; the records, in list order."""
+    order = sorted(models, key=cost_rank)
+    start = time.time()
+    records: dict[str, dict] = {}
+    worker = None
+    for name in order:
+        left = None if budget is None else budget - (time.time() - start)
+        if left is not None and left < 5:
+            records[name] = {"model": name, "family": family_of(name), "status": "skipped",
+                             "reason": "sweep wall-clock budget spent (heaviest models run last)"}
+            continue
+        worker = worker or _Worker(target_dtype, tol, nice)
+        limit = timeout if left is None else min(timeout, left)
+        t = time.time()
+        rec = worker.run(name, limit)
+        if rec is None:
+            worker.kill()
+            worker = None
+            rec = {"model": name, "family": family_of(name),
+                   "status": "timeout" if limit == timeout else "skipped",
+                   "reason": (f"over the per-model timeout of {timeout:.0f} s on this 2-core CPU"
+                              if limit == timeout else "sweep wall-clock budget spent")}
+        elif rec.get("reason") == "worker died (crash or out of memory)":
+            worker.kill()
+            worker = None
+            rec["family"] = family_of(name)
+        rec["wall_s"] = round(time.time() - t, 1)
+        records[name] = rec
+        if progress:
+            print(f"[{time.time() - start:6.0f}s] {name:45s} {rec['status']:13s} "
+                  f"{rec.get('max_rel_err', '')!s:.8s} {rec.get('reason', '')[:90]}", flush=True)
+        if json_path:
+            _write_json(json_path, [records[m] for m in models if m in records], target_dtype, tol)
+    if worker is not None:
+        worker.proc.stdin.close()
+        worker.proc.wait(timeout=30)
+    return [records[m] for m in models]
+
+
+def _write_json(path: str, records: list[dict], target_dtype: str, tol: float) -> None:
+    from mxnet_amp.io import atomic_write
+    body = json.dumps({"target_dtype": target_dtype, "tolerance": tol, "records": records}, indent=1)
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(body)
+    atomic_write(path, write)
+
+
+def summarize(records: Sequence[dict]) -> dict:
+    """Counts by status and the pass rate over buildable models."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    tested = counts.get("pass", 0) + counts.get("fail", 0)
+    nonfinite = [r["model"] for r in records if r.get("nonfinite_outputs")]
+    return {"counts": counts, "tested": tested,
+            "pass_rate": counts.get("pass", 0) / tested if tested else 0.0,
+            "nonfinite_models": nonfinite}
+
+
+def write_markdown(path: str, records: Sequence[dict], *, target_dtype: str, tol: float,
+                   command: str, wall_s: float) -> None:
+    """Write the sweep report ``path`` (markdown)."""
+    import mxnet as mx
+
+    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.io import atomic_write
+    s = summarize(records)
+    c = s["counts"]
+    contrib_ok = sum(1 for r in records if r.get("contrib_amp") == "ok")
+    contrib_tested = sum(1 for r in records if "contrib_amp" in r)
+    lines = [
+        "# gluoncv model zoo sweep: bfloat16 conversion" if target_dtype == "bfloat16"
+        else f"# gluoncv model zoo sweep: {target_dtype} conversion",
+        "",
+        f"Latest full run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{wall_s / 60:.0f} min wall clock, command `{command}`.",
+        f"MXNet {mx.__version__}, gluoncv {_gluoncv_version()}; native bf16 on this CPU: "
+        f"{'yes' if bf16_runs_natively() else 'no (avx2 only) - numerics are emulated, see mxnet_amp.emulation'}.",
+        "",
+        "Each model is built offline with random init (`pretrained=False`), run in float32 on "
+        "a small input, exported (`HybridBlock.export` + `mx.model.load_checkpoint`), "
+        f"converted with `mxnet_amp.convert_model(target_dtype='{target_dtype}')` and run. "
+        f"*pass*: converts, type-checks, runs, no non-finite output where fp32 is finite, and "
+        f"`max|{target_dtype} - fp32| / max|fp32|` <= {tol} for every float output "
+        "(outputs downstream of top-k / NMS compared as sorted values).",
+        "",
+        "## Summary",
+        "",
+        f"- models in `get_model_list()`: {len(records)}",
+        f"- not buildable offline: {c.get('not_buildable', 0)}",
+        f"- skipped (time budget) / over the per-model timeout: {c.get('skipped', 0)} / {c.get('timeout', 0)}",
+        f"- tested: {s['tested']}; **pass {c.get('pass', 0)}, fail {c.get('fail', 0)} "
+        f"({100 * s['pass_rate']:.1f}% pass)** (target >= 95%)",
+        f"- models with non-finite output where fp32 is finite: {len(s['nonfinite_models'])}"
+        + (f" ({', '.join(s['nonfinite_models'])})" if s["nonfinite_models"] else ""),
+        f"- `mx.contrib.amp.convert_model` converts {contrib_ok} of the {contrib_tested} models "
+        "mxnet-amp converted",
+        "",
+    ]
+    fams: dict[str, list[dict]] = {}
+    for r in records:
+        fams.setdefault(r.get("family", "?"), []).append(r)
+    lines += ["## By family", "", "| family | models | pass | fail | not buildable | skipped/timeout | worst rel err |",
+              "|---|---|---|---|---|---|---|"]
+    for fam in sorted(fams):
+        rs = fams[fam]
+        errs = [r["max_rel_err"] for r in rs if "max_rel_err" in r]
+        lines.append(f"| {fam} | {len(rs)} | {sum(r['status'] == 'pass' for r in rs)} | "
+                     f"{sum(r['status'] == 'fail' for r in rs)} | "
+                     f"{sum(r['status'] == 'not_buildable' for r in rs)} | "
+                     f"{sum(r['status'] in ('skipped', 'timeout') for r in rs)} | "
+                     f"{max(errs):.3g} |" if errs else
+                     f"| {fam} | {len(rs)} | 0 | {sum(r['status'] == 'fail' for r in rs)} | "
+                     f"{sum(r['status'] == 'not_buildable' for r in rs)} | "
+                     f"{sum(r['status'] in ('skipped', 'timeout') for r in rs)} | - |")
+    fails = [r for r in records if r["status"] == "fail"]
+    if fails:
+        lines += ["", "## Failures", "", "| model | reason |", "|---|---|"]
+        lines += [f"| {r['model']} | {_cell(r.get('reason', ''))} |" for r in fails]
+    lines += ["", "## Per model", "",
+              "| model | status | input | params (M) | casts | multicasts | low-prec ops | max rel err | contrib.amp | time (s) | note |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        err = r.get("max_rel_err")
+        shape = "x".join(map(str, r["input_shape"])) if "input_shape" in r else ""
+        lp = f"{r['low_precision_nodes']}/{r['op_nodes']}" if "op_nodes" in r else ""
+        contrib = r.get("contrib_amp", "")
+        contrib = "ok" if contrib == "ok" else ("error" if contrib else "")
+        note = r.get("reason", "") if r["status"] != "pass" else ""
+        lines.append(f"| {r['model']} | {r['status']} | {shape} | {r.get('params_m', '')} | "
+                     f"{r.get('casts', '')} | {r.get('multicasts', '')} | {lp} | "
+                     f"{'' if err is None else f'{err:.2e}'} | {contrib} | {r.get('wall_s', '')} | "
+                     f"{_cell(note)} |")
+    text = "\n".join(lines) + "\n"
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    atomic_write(path, write)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")[:220]
+
+
+def _gluoncv_version() -> str:
+    try:
+        import gluoncv
+        return gluoncv.__version__
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", nargs="*", help="model names (default: the whole zoo)")
+    p.add_argument("--target-dtype", default="bfloat16")
+    p.add_argument("--tol", type=float, default=TOLERANCE)
+    p.add_argument("--timeout", type=float, default=120, help="per-model seconds")
+    p.add_argument("--budget", type=float, default=None, help="total wall-clock seconds")
+    p.add_argument("--nice", type=int, default=0, help="niceness of the worker")
+    p.add_argument("--json", default=None, help="write the records here")
+    p.add_argument("--md", default=None, help="write the markdown report here")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        _worker(a.target_dtype, a.tol)
+        return 0
+    if a.models:
+        models = list(a.models)
+    else:
+        from gluoncv import model_zoo
+        models = list(model_zoo.get_model_list())
+    t = time.time()
+    records = run_sweep(models, target_dtype=a.target_dtype, tol=a.tol, timeout=a.timeout,
+                        budget=a.budget, nice=a.nice, json_path=a.json)
+    wall = time.time() - t
+    if a.md:
+        command = "python tools/zoo_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_markdown(a.md, records, target_dtype=a.target_dtype, tol=a.tol,
+                       command=command, wall_s=wall)
+    s = summarize(records)
+    print(json.dumps(s, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
