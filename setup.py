@@ -25,6 +25,7 @@ setup(
         "zoo": GLUONCV,
         "test": ["pytest>=7", "hypothesis>=6"] + GLUONCV,
         "docs": ["pdoc>=14"],
+        "png": ["cairosvg"],
     },
     entry_points={"console_scripts": ["mxnet-amp=mxnet_amp.cli:main"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],

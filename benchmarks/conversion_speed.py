@@ -8,7 +8,8 @@ each synthetic size shows how the pass grows with graph size.
     python benchmarks/conversion_speed.py            # full: resnet50_v1, ssd_512_resnet50_v1_voc,
                                                      # synthetic 1k / 10k / 100k nodes
     python benchmarks/conversion_speed.py --quick    # seconds: resnet18_v1, synthetic 300 / 1k
-    python benchmarks/conversion_speed.py --profile  # also cProfile ours on the largest graph
+    python benchmarks/conversion_speed.py --profile  # also cProfile ours (resnet50_v1, synthetic_10k;
+                                                     # --quick: synthetic_1k)
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from synthetic import synthetic_model
 FULL = [("resnet50_v1", "zoo", 7), ("ssd_512_resnet50_v1_voc", "zoo", 7),
         ("synthetic_1k", 1_000, 7), ("synthetic_10k", 10_000, 5), ("synthetic_100k", 100_000, 3)]
 QUICK = [("resnet18_v1", "zoo", 2), ("synthetic_300", 300, 2), ("synthetic_1k", 1_000, 2)]
+PROFILED = {"resnet50_v1", "synthetic_10k"}
+PROFILED_QUICK = {"synthetic_1k"}
 
 # the stages of our conversion, by the function that does each, for the profile summary
 STAGES = {
@@ -95,20 +98,24 @@ def profile_ours(sym, args, auxs, target_dtype: str) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny cases, seconds (the smoke test)")
-    ap.add_argument("--profile", action="store_true", help="cProfile ours on the largest case")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile ours on resnet50_v1 and synthetic_10k (--quick: synthetic_1k)")
     ap.add_argument("--target-dtype", default="float16", choices=("float16", "bfloat16"))
     ap.add_argument("--out", help="JSON path (default benchmarks/results/conversion_speed.json)")
     opts = ap.parse_args(argv)
     cases = QUICK if opts.quick else FULL
     results = []
-    largest = None
+    profiles = []
+    profiled = PROFILED_QUICK if opts.quick else PROFILED
     for label, how, repeats in cases:
         sym, args, auxs = build(label, how)
         row = {"case": label, "target_dtype": opts.target_dtype,
                **time_case(sym, args, auxs, repeats, opts.target_dtype)}
         results.append(row)
         _print([row])
-        largest = (label, sym, args, auxs)
+        if opts.profile and label in profiled:
+            profiles.append({"case": label, **profile_ours(sym, args, auxs, opts.target_dtype)})
+        del sym, args, auxs
     synth = [r for r in results if r["case"].startswith("synthetic") and r["ours"].get("ok")]
     growth = None
     if len(synth) >= 2:
@@ -119,8 +126,8 @@ def main(argv=None) -> int:
                   "per_node_us": {r["case"]: r["ours"]["per_node_us"] for r in synth}}
     payload = {"benchmark": "conversion_speed", "environment": C.environment(),
                "results": results, "ours_growth": growth}
-    if opts.profile and largest is not None:
-        payload["profile"] = {"case": largest[0], **profile_ours(*largest[1:], opts.target_dtype)}
+    if opts.profile:
+        payload["profiles"] = profiles
     print()
     _print(results)
     if growth:

@@ -61,9 +61,21 @@ def bind(sym, args, auxs, data):
     exe = sym.bind(mx.cpu(), args={**args, "data": data}, aux_states=dict(auxs), grad_req="null")
 
     def run():
-        for out in exe.forward(is_train=False):
+        outs = exe.forward(is_train=False)
+        for out in outs:
             out.wait_to_read()
+        return outs
     return run
+
+
+def max_rel_diff(outs, ref) -> float:
+    """Largest |out - ref| over the largest |ref|, across the float outputs (fp32 reference)."""
+    worst = 0.0
+    for o, r in zip(outs, ref):
+        a, b = o.astype("float32").asnumpy(), r.asnumpy()
+        if b.size and np.issubdtype(b.dtype, np.floating):
+            worst = max(worst, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)))
+    return worst
 
 
 def measure(variants: dict, batch: int, rounds: int, per_round: int) -> dict:
@@ -94,10 +106,12 @@ def run_case(label, spec, batch, rounds, per_round, native: bool) -> dict:
             row[w] = {"ok": False, "error": res["error"]}
     variants = {"fp32": bind(sym, args, auxs, data)}
     if native:
+        ref = [o.copy() for o in variants["fp32"]()]
         for w, res in converted.items():
             try:
                 run = bind(res["sym"], res["args"], res["auxs"], data)
-                run()
+                # a sanity check that the bf16 model computes the same function
+                row[w]["max_rel_diff_vs_fp32"] = max_rel_diff(run(), ref)
                 variants[w] = run
             except Exception as err:  # noqa: BLE001 - a model that does not run is a result
                 row[w]["run_error"] = C.error_text(err)

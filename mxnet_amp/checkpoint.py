@@ -12,7 +12,7 @@ from typing import Sequence
 
 from .convert import Conversion, convert_graph
 from .errors import CheckpointError
-from .io import graph_from_symbol, graph_to_symbol, load_checkpoint, save_checkpoint
+from .io import graph_from_symbol, load_checkpoint, save_checkpoint
 from .params import array_dtype, cast_array, check_params
 
 __all__ = ["convert_checkpoint"]
@@ -74,7 +74,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                 params[name] = cast_array(params[name], want)
             sizes["param_bytes_after"] += _nbytes(params[name])
     if write:
-        save_checkpoint(out_prefix, out_epoch, graph_to_symbol(conversion.graph),
+        save_checkpoint(out_prefix, out_epoch, conversion.symbol,
                         arg_params, aux_params)
     return conversion, arg_params, aux_params, sizes
 

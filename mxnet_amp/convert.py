@@ -7,6 +7,7 @@ from typing import Mapping, Sequence
 
 from .dtypes import dtype_name, is_float
 from .errors import GraphError, TypeInferenceError
+from .gcpause import gc_paused
 from .graph import Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .optypes import OpTypes
@@ -32,6 +33,8 @@ class Conversion:
     aux_dtypes: Mapping[str, str]
     # each weight's dtype as given, before cast_optional_params chose new ones (for reports)
     input_param_dtypes: Mapping[str, str] = field(default_factory=dict)
+    # the converted graph as an mx.sym.Symbol (built once; MXNet symbols are immutable)
+    symbol: object = None
 
 
 def _data_names(graph: Graph, data_names, param_names) -> list[str]:
@@ -90,6 +93,13 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
             data_dtypes[n.name] = dtype_name(dt)
         else:
             stored[n.name] = (param_dtypes or {}).get(n.name) or attr_dtype or "float32"
+    with gc_paused():
+        return _convert(graph, policy, names, data_dtypes, stored, excluded,
+                        cast_optional_params, output_dtype)
+
+
+def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_params,
+             output_dtype) -> Conversion:
     op_types = OpTypes()
     input_param_dtypes = dict(stored)
     if cast_optional_params:
@@ -107,7 +117,8 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
         warn_unlisted(result.unlisted_ops, policy.target_dtype)
     sym = graph_to_symbol(result.graph)
     try:
-        args, _, auxs = infer_types(sym, data_dtypes)
+        # weights pass as stored: one read only by amp_cast is otherwise left undecided
+        args, _, auxs = infer_types(sym, {**stored, **data_dtypes})
     except InferenceFailed as err:
         raise TypeInferenceError(f"the converted graph does not type-check: {err}") from None
     arg_dtypes = dict(zip(sym.list_arguments(), args))
@@ -117,7 +128,7 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
         warnings.warn(f"type inference leaves {undecided[:10]} undecided; they stay as stored",
                       stacklevel=2)
     return Conversion(result.graph, graph, result, policy, tuple(names),
-                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes)
+                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym)
 
 
 def convert_symbol(sym, target_dtype: str = "float16",
@@ -160,7 +171,7 @@ def convert_symbol(sym, target_dtype: str = "float16",
                                conditional_fp32_ops=conditional_fp32_ops,
                                excluded_sym_names=excluded_sym_names, data_names=data_names,
                                cast_optional_params=cast_optional_params)
-    return graph_to_symbol(conversion.graph)
+    return conversion.symbol
 
 
 def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
@@ -186,7 +197,7 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                                output_dtype=output_dtype)
     new_args = recast_params(arg_params, conversion.arg_dtypes)
     new_aux = recast_params(aux_params, conversion.aux_dtypes)
-    return graph_to_symbol(conversion.graph), new_args, new_aux, conversion
+    return conversion.symbol, new_args, new_aux, conversion
 
 
 def convert_model(sym, arg_params: Mapping, aux_params: Mapping,

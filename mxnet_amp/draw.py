@@ -25,6 +25,7 @@ from .dtypes import is_float, widest
 from .errors import AMPError
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
+           "check_graph_path",
            "DTYPE_COLOURS"]
 
 # dtype -> (fill, stroke); 'non-float' covers integer and boolean tensors
@@ -384,7 +385,7 @@ def graph_svg(conversion, title: str = "", detail_limit: int = 80, max_boxes: in
            f'font-size="{_FONT}">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
            'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
-           f'<rect width="100%" height="100%" fill="white"/>',
+           '<rect width="100%" height="100%" fill="white"/>',
            f'<text x="20" y="24" font-size="15" font-weight="bold">{html.escape(pic.title)}</text>']
     # legend
     x = 20
@@ -470,6 +471,31 @@ def graph_dot(conversion, title: str = "", detail_limit: int = 80, max_boxes: in
     return "\n".join(out) + "\n"
 
 
+def check_graph_path(path: str | os.PathLike) -> str:
+    """The format :func:`write_graph` would write ``path`` in; :class:`DrawError` when it
+    cannot (unknown extension, or PNG with no renderer), so callers can check first."""
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower()
+    fmt = {".svg": "svg", ".dot": "dot", ".gv": "dot", ".png": "png"}.get(ext)
+    if fmt is None:
+        raise DrawError(f"cannot write a picture to {path}: use a .svg, .png, .dot or .gv file name")
+    if fmt == "png" and _cairosvg() is None and shutil.which("dot") is None:
+        raise DrawError(_NO_PNG)
+    return fmt
+
+
+def _cairosvg():
+    try:
+        import cairosvg
+    except (ImportError, OSError):   # OSError: the package is there but libcairo is not
+        return None
+    return cairosvg
+
+
+_NO_PNG = ("PNG output needs the cairosvg package (pip install cairosvg) or graphviz's dot "
+           "program (apt-get install graphviz); write a .svg or .dot file instead")
+
+
 def write_graph(conversion, path: str | os.PathLike, title: str = "") -> str:
     """Write the picture to ``path``; the format follows the extension.
 
@@ -483,15 +509,13 @@ def write_graph(conversion, path: str | os.PathLike, title: str = "") -> str:
     """
     from .io import atomic_write
     path = os.fspath(path)
-    ext = os.path.splitext(path)[1].lower()
-    if ext == ".svg":
-        data, fmt = graph_svg(conversion, title).encode(), "svg"
-    elif ext in (".dot", ".gv"):
-        data, fmt = graph_dot(conversion, title).encode(), "dot"
-    elif ext == ".png":
-        data, fmt = _png(conversion, title), "png"
+    fmt = check_graph_path(path)
+    if fmt == "svg":
+        data = graph_svg(conversion, title).encode()
+    elif fmt == "dot":
+        data = graph_dot(conversion, title).encode()
     else:
-        raise DrawError(f"cannot write a picture to {path}: use a .svg, .png, .dot or .gv file name")
+        data = _png(conversion, title)
 
     def write(tmp):
         with open(tmp, "wb") as f:
@@ -501,10 +525,7 @@ def write_graph(conversion, path: str | os.PathLike, title: str = "") -> str:
 
 
 def _png(conversion, title: str) -> bytes:
-    try:
-        import cairosvg
-    except (ImportError, OSError):
-        cairosvg = None
+    cairosvg = _cairosvg()
     if cairosvg is not None:
         return cairosvg.svg2png(bytestring=graph_svg(conversion, title).encode())
     dot = shutil.which("dot")
@@ -514,5 +535,4 @@ def _png(conversion, title: str) -> bytes:
         if done.returncode == 0:
             return done.stdout
         raise DrawError(f"dot failed to render the PNG: {done.stderr.decode(errors='replace')[:200]}")
-    raise DrawError("PNG output needs the cairosvg package (pip install cairosvg) or graphviz's "
-                    "dot program (apt-get install graphviz); write a .svg or .dot file instead")
+    raise DrawError(_NO_PNG)

@@ -6,10 +6,9 @@ No mxnet import here: a :class:`Graph` is plain data, built once from symbol JSO
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple
 
 __all__ = ["Entry", "Node", "Graph", "GraphBuilder", "AMP_CAST_OPS"]
 
@@ -19,8 +18,7 @@ AMP_CAST_OPS = frozenset({"amp_cast", "amp_multicast"})
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One output of one node: ``(node index, output index)`` as in MXNet's JSON."""
 
     node: int
@@ -28,17 +26,20 @@ class Entry:
     version: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
-    """An operator application, or a variable when ``op == 'null'``."""
+class Node(NamedTuple):
+    """An operator application, or a variable when ``op == 'null'``.
+
+    A tuple, so a 100k-node graph builds quickly; ``attrs`` and ``extra`` are never
+    mutated once a node exists (passes make new nodes with :meth:`replace`).
+    """
 
     op: str
     name: str
     inputs: tuple[Entry, ...] = ()
-    attrs: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    attrs: Mapping[str, str] = _EMPTY
     subgraphs: tuple["Graph", ...] = ()
     # JSON keys this version of mxnet-amp does not interpret, written back unchanged
-    extra: Mapping[str, object] = field(default_factory=lambda: _EMPTY)
+    extra: Mapping[str, object] = _EMPTY
 
     @property
     def is_variable(self) -> bool:
@@ -46,9 +47,7 @@ class Node:
 
     def replace(self, **changes) -> "Node":
         """A copy with ``changes`` applied (self when there are none)."""
-        if not changes:
-            return self
-        return dataclasses.replace(self, **changes)
+        return self._replace(**changes) if changes else self
 
 
 @dataclass(frozen=True, slots=True)

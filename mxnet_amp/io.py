@@ -13,12 +13,14 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .errors import CheckpointError, GraphError
+from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
 
 __all__ = ["graph_from_json", "graph_to_json", "graph_from_symbol", "graph_to_symbol",
            "symbol_json", "atomic_write", "save_symbol", "save_checkpoint", "load_checkpoint"]
 
-_NODE_KEYS = {"op", "name", "inputs", "attrs", "attr", "param", "subgraphs"}
+_NODE_KEYS = frozenset({"op", "name", "inputs", "attrs", "attr", "param", "subgraphs"})
+_EMPTY = MappingProxyType({})
 
 
 def _parse_graph(obj: Any, where: str) -> Graph:
@@ -26,26 +28,32 @@ def _parse_graph(obj: Any, where: str) -> Graph:
         raise GraphError(f"{where}: not an MXNet symbol graph (no 'nodes' list)")
     raw_nodes = obj["nodes"]
     nodes: list[Node] = []
+    append = nodes.append
     for i, raw in enumerate(raw_nodes):
-        if not isinstance(raw, dict) or "op" not in raw or "name" not in raw:
-            raise GraphError(f"{where}: node {i} lacks 'op' or 'name': {str(raw)[:120]}")
-        name = raw["name"]
-        inputs = []
-        for e in raw.get("inputs", ()):
-            if not isinstance(e, (list, tuple)) or not 2 <= len(e) <= 3:
-                raise GraphError(f"{where}: node {name!r} has a malformed input {e!r}")
-            if not 0 <= e[0] < i:
-                raise GraphError(f"{where}: node {name!r} reads node {e[0]}, which does not "
+        try:
+            op, name = raw["op"], raw["name"]
+            inputs = tuple([Entry(*e) for e in raw["inputs"]]) if raw.get("inputs") else ()
+        except (KeyError, TypeError):
+            raise GraphError(f"{where}: node {i} is malformed (needs 'op', 'name' and "
+                             f"[node, index, version] inputs): {str(raw)[:160]}") from None
+        for e in inputs:
+            if type(e.node) is not int or type(e.index) is not int or not 0 <= e.node < i:
+                raise GraphError(f"{where}: node {name!r} reads node {e.node}, which does not "
                                  "come before it (nodes must be in topological order)")
-            inputs.append(Entry(int(e[0]), int(e[1]), int(e[2]) if len(e) == 3 else 0))
         # MXNet has written attributes under 'attrs', 'attr' (<=1.x) and 'param' (0.x)
-        attrs = raw.get("attrs", raw.get("attr", raw.get("param", {}))) or {}
-        subgraphs = tuple(_parse_graph(g, f"{where}: subgraph of {name!r}")
-                          for g in raw.get("subgraphs", ()))
-        extra = {k: v for k, v in raw.items() if k not in _NODE_KEYS}
-        nodes.append(Node(raw["op"], name, tuple(inputs),
-                          MappingProxyType({str(k): str(v) for k, v in attrs.items()}),
-                          subgraphs, MappingProxyType(extra)))
+        attrs = raw.get("attrs") or raw.get("attr") or raw.get("param") or _EMPTY
+        if attrs is not _EMPTY:
+            if not all(type(v) is str for v in attrs.values()):
+                attrs = {str(k): str(v) for k, v in attrs.items()}
+            attrs = MappingProxyType(attrs)
+        subgraphs = ()
+        if "subgraphs" in raw:
+            subgraphs = tuple(_parse_graph(g, f"{where}: subgraph of {name!r}")
+                              for g in raw["subgraphs"])
+        extra = _EMPTY
+        if len(raw) > 3 and not _NODE_KEYS.issuperset(raw):
+            extra = MappingProxyType({k: v for k, v in raw.items() if k not in _NODE_KEYS})
+        append(Node(op, name, inputs, attrs, subgraphs, extra))
     heads = []
     for e in obj.get("heads", ()):
         if not isinstance(e, (list, tuple)) or len(e) < 2 or not 0 <= e[0] < len(nodes):
@@ -59,41 +67,41 @@ def _parse_graph(obj: Any, where: str) -> Graph:
 
 def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
     """Parse MXNet symbol JSON into a :class:`Graph`; :class:`GraphError` names what is wrong."""
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as err:
-        raise GraphError(f"{where}: not valid JSON ({err}); the file may be truncated") from None
-    return _parse_graph(obj, where)
+    with gc_paused():
+        try:
+            obj = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as err:
+            raise GraphError(f"{where}: not valid JSON ({err}); the file may be truncated") from None
+        return _parse_graph(obj, where)
 
 
 def _graph_obj(graph: Graph) -> dict:
     nodes = []
-    row_ptr = [0]
-    used = graph.num_used_outputs()
-    for node, n_out in zip(graph.nodes, used):
+    append = nodes.append
+    for node in graph.nodes:
         raw: dict[str, Any] = {"op": node.op, "name": node.name}
         if node.attrs:
             raw["attrs"] = dict(node.attrs)
-        raw["inputs"] = [[e.node, e.index, e.version] for e in node.inputs]
+        raw["inputs"] = [list(e) for e in node.inputs]
         if node.subgraphs:
             raw["subgraphs"] = [_graph_obj(g) for g in node.subgraphs]
-        raw.update(node.extra)
-        nodes.append(raw)
-        row_ptr.append(row_ptr[-1] + n_out)
+        if node.extra:
+            raw.update(node.extra)
+        append(raw)
     attrs = dict(graph.attrs) or {"mxnet_version": ["int", 10901]}
+    # node_row_ptr is left out: MXNet recomputes it on load
     return {
         "nodes": nodes,
-        "arg_nodes": [i for i, n in enumerate(graph.nodes) if n.is_variable],
-        # only a hint for readers; MXNet recomputes it on load
-        "node_row_ptr": row_ptr,
-        "heads": [[e.node, e.index, e.version] for e in graph.heads],
+        "arg_nodes": [i for i, n in enumerate(graph.nodes) if n.op == "null"],
+        "heads": [list(e) for e in graph.heads],
         "attrs": attrs,
     }
 
 
 def graph_to_json(graph: Graph, indent: int | None = None) -> str:
     """MXNet symbol JSON for ``graph``, casts included."""
-    return json.dumps(_graph_obj(graph), indent=indent)
+    with gc_paused():
+        return json.dumps(_graph_obj(graph), indent=indent)
 
 
 def symbol_json(sym) -> str:
@@ -124,6 +132,10 @@ def atomic_write(path: str | os.PathLike, write) -> None:
         write(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        # mkstemp creates the file 0600; give it the mode a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

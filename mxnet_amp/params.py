@@ -6,7 +6,7 @@ from typing import Mapping
 from .dtypes import dtype_name
 from .errors import ParamError
 
-__all__ = ["array_dtype", "cast_array", "recast_params", "check_params"]
+__all__ = ["array_dtype", "cast_array", "recast_params", "check_params", "check_param_shapes"]
 
 
 def array_dtype(array) -> str:
@@ -47,6 +47,63 @@ def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
     if extra_arg or extra_aux:
         raise ParamError("params the symbol does not use: " + ", ".join(extra_arg + extra_aux)
                          + "; are these params from another model?")
+
+
+def _infer_shapes(sym, known: Mapping[str, tuple]):
+    """``{input name: shape}`` from MXNet's partial shape inference (0 = unknown dim);
+    raises MXNetError when the shapes contradict the graph."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # partial inference warns about unknown shapes
+        args, _, auxs = sym.infer_shape_partial(**known)
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    return dict(zip(names, [tuple(s) if s is not None else None for s in list(args) + list(auxs)]))
+
+
+def _readers(sym, name: str) -> str:
+    from .io import graph_from_symbol
+    graph = graph_from_symbol(sym)
+    i = graph.index_of(name)
+    users = sorted({f"{graph.nodes[j].name!r} ({graph.nodes[j].op})" for j, _ in graph.consumers()[i]})
+    return ", ".join(users) or "no node"
+
+
+def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
+                       data_shapes: Mapping[str, tuple] | None = None) -> None:
+    """Raise :class:`ParamError` when a param's shape contradicts the symbol.
+
+    MXNet's shape inference runs with every param's shape (and ``data_shapes`` where
+    given); on a contradiction the params are added one at a time, in the symbol's input
+    order, to name the first one that breaks it, the nodes that read it and the shape the
+    symbol expects there (0 marks a dimension that cannot be told without data shapes).
+    Names neither in the symbol nor in the params are left to :func:`check_params`.
+    """
+    import mxnet as mx
+    inputs = sym.list_arguments() + sym.list_auxiliary_states()
+    given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in inputs}
+    known = {k: tuple(v) for k, v in (data_shapes or {}).items() if k in inputs}
+    try:
+        _infer_shapes(sym, {**known, **given})
+        return
+    except mx.base.MXNetError as err:
+        first_error = str(err).strip().split("\n")[0]
+    partial = dict(known)
+    expected = _infer_shapes(sym, partial) if partial else {}
+    for name in inputs:
+        if name not in given:
+            continue
+        try:
+            expected_next = _infer_shapes(sym, {**partial, name: given[name]})
+        except mx.base.MXNetError as err:
+            want = expected.get(name)
+            raise ParamError(
+                f"param {name!r} has shape {given[name]} but the symbol expects "
+                f"{want if want else 'another shape'} there (read by {_readers(sym, name)}); "
+                f"MXNet: {str(err).strip().splitlines()[0][:300]}") from None
+        partial[name] = given[name]
+        expected = expected_next
+    raise ParamError("the params' shapes contradict the symbol (data shapes "
+                     f"{dict(known)}): {first_error[:300]}")
 
 
 def recast_params(params: Mapping, dtypes: Mapping[str, str]) -> dict:

@@ -10,7 +10,7 @@ import enum
 import tomllib
 import warnings
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
@@ -21,6 +21,7 @@ __all__ = ["Category", "OpPolicy", "load_policy", "lists_dir", "SUPPORTED_TARGET
            "check_target_dtype"]
 
 SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
+_MISSING = object()
 
 
 class Category(str, enum.Enum):
@@ -82,9 +83,17 @@ class OpPolicy:
                 return cat
         return None
 
+    @cached_property
+    def _categories(self) -> dict[str, Category | None]:
+        # filled as ops are met; a frozen policy never changes, so neither do answers
+        return {}
+
     def decide(self, op: str, attrs: Mapping[str, str]) -> Category | None:
         """The category a node with ``op`` and ``attrs`` runs under (conditions resolved)."""
-        cat = self.category_of(op)
+        table = self._categories
+        cat = table.get(op, _MISSING)
+        if cat is _MISSING:
+            cat = table[op] = self.category_of(op)
         if cat is Category.CONDITIONAL:
             for cop, attr, values in self.conditional:
                 if cop == op and attrs.get(attr) in values:

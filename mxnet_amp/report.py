@@ -68,6 +68,9 @@ class ConversionReport:
         ``amp_cast`` / ``amp_multicast`` nodes inserted.
     casts_by_dtype : mapping dtype -> int
         ``amp_cast`` nodes by the dtype they cast to.
+    weight_casts : int
+        ``amp_cast`` nodes that read a stored weight (not a model input): work done at every
+        run that ``cast_optional_params`` moves into the params file.
     params_before, params_after : ParamStats or None
     fp32_nodes : tuple of FP32Node
         Every original op node computing in float32, with the reason.
@@ -90,6 +93,7 @@ class ConversionReport:
     casts_by_dtype: Mapping[str, int]
     params_before: ParamStats | None
     params_after: ParamStats | None
+    weight_casts: int = 0
     fp32_nodes: tuple[FP32Node, ...] = ()
     excluded: tuple[str, ...] = ()
     fallbacks: tuple[tuple[str, str], ...] = ()
@@ -115,6 +119,7 @@ class ConversionReport:
             "casts": self.casts,
             "multicasts": self.multicasts,
             "casts_by_dtype": dict(self.casts_by_dtype),
+            "weight_casts": self.weight_casts,
             "params_before": None if self.params_before is None else self.params_before.to_dict(),
             "params_after": None if self.params_after is None else self.params_after.to_dict(),
             "fp32_nodes": [{"name": n.name, "op": n.op, "reason": n.reason} for n in self.fp32_nodes],
@@ -151,6 +156,9 @@ class ConversionReport:
                   + (" (" + ", ".join(f"{n} to {d}" for d, n in sorted(self.casts_by_dtype.items())) + ")"
                      if self.casts_by_dtype else "")
                   + f", {self.multicasts} amp_multicast"]
+        if self.weight_casts:
+            lines.append(f"  {self.weight_casts} of the amp_casts convert weights at every run; "
+                         "cast_optional_params (--cast-optional-params) stores them converted")
         if self.params_before is not None or self.params_after is not None:
             lines += ["", "Params            count          bytes   by dtype"]
             for label, stats in (("before", self.params_before), ("after", self.params_after)):
@@ -313,6 +321,11 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
             fp32_nodes.append(FP32Node(node.name, node.op, why))
     casts_by = Counter(n.attrs.get("dtype", "?") for n in conversion.graph.nodes if n.op == "amp_cast")
     n_casts = sum(casts_by.values())
+    data = set(conversion.data_names)
+    graph = conversion.graph
+    n_weight_casts = sum(1 for n in graph.nodes if n.op == "amp_cast"
+                         and graph.nodes[n.inputs[0].node].is_variable
+                         and graph.nodes[n.inputs[0].node].name not in data)
     n_multi = sum(1 for n in conversion.graph.nodes if n.op == "amp_multicast")
 
     before_arrays = None if arg_params is None and aux_params is None else {
@@ -325,7 +338,7 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
     # a param type inference leaves undecided stays as stored
     after_dtypes = {k: decided.get(k) or stored for k, stored in conversion.param_dtypes.items()}
     # dtypes as given (param_dtypes holds those cast_optional_params chose)
-    given = getattr(conversion, "input_param_dtypes", None) or conversion.param_dtypes
+    given = conversion.input_param_dtypes or conversion.param_dtypes
     before = _param_stats(before_arrays, dict(given))
     if before_arrays is None and after_arrays is not None:
         # the originals are gone (a checkpoint converted in place): their shapes are the
@@ -342,6 +355,7 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
         multicasts=n_multi,
         casts_by_dtype=dict(casts_by),
         params_before=before,
+        weight_casts=n_weight_casts,
         params_after=_param_stats(after_arrays, after_dtypes),
         fp32_nodes=tuple(fp32_nodes),
         excluded=tuple(sorted(excluded_set)),

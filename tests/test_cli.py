@@ -132,6 +132,8 @@ def test_inspect_writes_no_checkpoint(ckpt, tmp_path, capsys):
      "use a .svg, .png, .dot or .gv file name"),
     (["auto", "{ckpt}", "--epoch", "3", "--input", "data:1xAx8x8"], "bad --input 'data:1xAx8x8'"),
     (["auto", "{ckpt}", "--epoch", "3"], "auto needs sample inputs"),
+    (["inspect", "{ckpt}", "--epoch", "3", "--report", "{tmp}/no/such/dir/r.json"],
+     "folder {tmp}/no/such/dir does not exist"),
 ])
 def test_errors_are_one_line_and_exit_2(ckpt, tmp_path, capsys, argv, message):
     argv = [a.format(tmp=tmp_path, ckpt=ckpt) for a in argv]
@@ -141,6 +143,8 @@ def test_errors_are_one_line_and_exit_2(ckpt, tmp_path, capsys, argv, message):
     assert len(lines) == 1 and lines[0].startswith("mxnet-amp: error: ")
     assert message.format(tmp=tmp_path, ckpt=ckpt) in lines[0]
     assert "Traceback" not in err
+    # nothing was written on the way to the error
+    assert not any(name.startswith("small-amp") for name in os.listdir(tmp_path))
 
 
 def test_converting_a_converted_checkpoint_is_an_error(ckpt, tmp_path, capsys):

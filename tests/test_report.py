@@ -1,6 +1,5 @@
 """The conversion report and the picture: numbers checked against independent counts."""
 import json
-import os
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -243,3 +242,28 @@ def test_dot_text_matches_svg_boxes(converted):
     text = graph_dot(conv)
     assert text.count("fillcolor") == len(collapse(conv).boxes)
     assert DTYPE_COLOURS["float16"][0] in text
+
+
+def test_png_without_a_renderer_is_a_clear_error(tmp_path, monkeypatch, converted):
+    import mxnet_amp.draw as draw
+    monkeypatch.setattr(draw, "_cairosvg", lambda: None)
+    monkeypatch.setattr(draw.shutil, "which", lambda name: None)
+    with pytest.raises(DrawError, match="cairosvg.*dot"):
+        write_graph(converted[-1], tmp_path / "g.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore:type inference leaves")
+def test_weight_casts_counted(converted):
+    sym, args, auxs, new_sym, new_args, new_aux, conv = converted
+    plain = convert_model_full(sym, args, auxs, target_dtype="float16")
+    report = build_report(plain[3], args, auxs, plain[1], plain[2])
+    nodes = json.loads(symbol_json(plain[0]))["nodes"]
+    expected = sum(1 for n in nodes if n["op"] == "amp_cast"
+                   and nodes[n["inputs"][0][0]]["op"] == "null"
+                   and nodes[n["inputs"][0][0]]["name"] in args)
+    assert report.weight_casts == expected > 0
+    assert f"{expected} of the amp_casts convert weights" in report.format_table()
+    # storing the weights converted removes those casts (conv2 is excluded, so its stay)
+    optional = build_report(conv, args, auxs, new_args, new_aux)
+    assert optional.weight_casts < report.weight_casts

@@ -47,6 +47,37 @@ __all__ = ["family_of", "input_shapes", "sweep_one", "run_sweep", "write_markdow
 
 TOLERANCE = 0.05  # max |bf16 - fp32| / max |fp32| per output; bf16 unit roundoff is 2^-9
 
+
+
+def INIT():
+    """The random init: He-normal, so activations stay O(1) through deep stacks (the
+    default Uniform(0.07) lets them grow to 1e4..1e26, where a sigmoid is a step function
+    and exp() of a box regression overflows; that measures the init, not the precision)."""
+    import mxnet as mx
+    import numpy as np
+
+    class HeNormal(mx.init.Initializer):
+        def _init_weight(self, name, arr):
+            if len(arr.shape) < 2:  # odd "weight"s (SSD's L2 norm scale): as gluon's default
+                arr[:] = mx.nd.random.uniform(-0.07, 0.07, shape=arr.shape)
+                return
+            fan_in = int(np.prod(arr.shape[1:]))
+            arr[:] = mx.nd.random.normal(0, float(np.sqrt(2.0 / fan_in)), shape=arr.shape)
+
+        def _init_default(self, name, arr):  # params with other names: as gluon's default
+            arr[:] = mx.nd.random.uniform(-0.07, 0.07, shape=arr.shape)
+    return HeNormal()
+
+
+def _initialize(net) -> None:
+    """Random-init every param of a fresh ``net`` with :func:`INIT` (models that set their
+    own initializers, or initialize themselves, are re-initialized the same way)."""
+    import mxnet as mx
+    for p in net.collect_params().values():
+        p.init = None
+    net.initialize(INIT(), ctx=mx.cpu(), force_reinit=True)
+
+
 _VIDEO_3D = ("c3d", "i3d", "p3d", "r2plus1d", "slowfast")
 _VIDEO_2D = ("kinetics400", "ucf101", "hmdb51", "sthsthv2", "kinetics700")
 
@@ -229,6 +260,17 @@ def emulate_fast(sym, arg_params: dict, aux_params: dict):
 ORDERING_OPS = frozenset({"topk", "sort", "argsort", "_contrib_box_nms", "_contrib_box_non_maximum_suppression",
                           "_contrib_MultiProposal", "_contrib_Proposal", "_contrib_MultiBoxDetection",
                           "argmax", "argmin"})
+# ops that amplify input rounding without bound: box decoding takes exp() of the box
+# regressions, which random init makes huge (1e26 boxes seen); compared at their inputs
+AMPLIFYING_OPS = frozenset({"_contrib_box_decode"})
+# comparisons make discrete masks (score thresholds, max-pool peak picking) that flip on ties
+COMPARISON_OPS = frozenset({"broadcast_equal", "_equal", "_equal_scalar", "broadcast_greater",
+                            "_greater", "_greater_scalar", "broadcast_lesser", "_lesser",
+                            "_lesser_scalar", "broadcast_greater_equal", "_greater_equal",
+                            "_greater_equal_scalar", "broadcast_lesser_equal", "_lesser_equal",
+                            "_lesser_equal_scalar", "broadcast_not_equal", "_not_equal",
+                            "_not_equal_scalar"})
+BOUNDARY_OPS = ORDERING_OPS | AMPLIFYING_OPS | COMPARISON_OPS
 
 
 def _upstream(graph, start: Iterable[int]) -> set[int]:
@@ -242,23 +284,27 @@ def _upstream(graph, start: Iterable[int]) -> set[int]:
 
 
 def checked_entries(graph):
-    """``(heads to compare, heads after an ordering op, extra entries to compare)``.
+    """``(heads to compare, heads past a boundary op, extra entries to compare)``.
 
-    A head downstream of top-k / NMS / argmax is only checked for finiteness: with random
-    weights its scores tie, and rounding picks other boxes. Instead the float inputs of the
-    first ordering ops on each path (the dense scores and boxes) are compared."""
-    ordering = [i for i, n in enumerate(graph.nodes) if n.op in ORDERING_OPS]
-    first = [i for i in ordering
-             if not any(graph.nodes[j].op in ORDERING_OPS for j in _upstream(graph, [e.node for e in graph.nodes[i].inputs]))]
+    A head downstream of top-k / NMS / argmax (:data:`ORDERING_OPS`), a comparison
+    (:data:`COMPARISON_OPS`) or box decoding (:data:`AMPLIFYING_OPS`) is only checked for
+    finiteness: with random weights scores tie, so rounding flips masks and picks other
+    boxes, and decoding exponentiates huge random regressions.
+    Instead the float inputs of the first such ops on each path (the dense scores and box
+    regressions) are compared."""
+    boundary = [i for i, n in enumerate(graph.nodes) if n.op in BOUNDARY_OPS]
+    first = [i for i in boundary
+             if not any(graph.nodes[j].op in BOUNDARY_OPS
+                        for j in _upstream(graph, [e.node for e in graph.nodes[i].inputs]))]
     dense, after = [], []
     for k, head in enumerate(graph.heads):
         up = _upstream(graph, [head.node])
-        (after if any(i in up for i in ordering) else dense).append(k)
+        (after if any(i in up for i in boundary) else dense).append(k)
     extra = []
     for i in first:
-        e = graph.nodes[i].inputs[0]
-        if e not in extra and not graph.nodes[e.node].is_variable:
-            extra.append(e)
+        for e in graph.nodes[i].inputs:
+            if e not in extra and not graph.nodes[e.node].is_variable:
+                extra.append(e)
     return dense, after, extra
 
 
@@ -316,7 +362,8 @@ def sweep_one(name: str, target_dtype: str = "bfloat16", tol: float = TOLERANCE,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             net = _get_model(name)
-            net.initialize(ctx=mx.cpu())
+            # He init keeps activations O(1) through the stack (BN is identity at init)
+            _initialize(net)
             net.hybridize()
             shape, x = _fp32_forward(net, name)
     except Exception as err:  # noqa: BLE001 - recorded as not buildable
@@ -326,6 +373,14 @@ def sweep_one(name: str, target_dtype: str = "bfloat16", tol: float = TOLERANCE,
     rec["params_m"] = round(sum(int(p.data().size) for p in net.collect_params().values()
                                 if p._data is not None) / 1e6, 2)
     rec["build_s"] = round(time.time() - t0, 2)
+    try:  # the Gluon adapter path, conversion only (no run)
+        from mxnet_amp.gluon import convert_hybrid_block
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            convert_hybrid_block(net, target_dtype=target_dtype)
+        rec["gluon_adapter"] = "ok"
+    except Exception as err:  # noqa: BLE001
+        rec["gluon_adapter"] = "error: " + _first_line(err)[:200]
     with tempfile.TemporaryDirectory(prefix="zoo_sweep_") as tmp:
         try:
             net.export(os.path.join(tmp, "m"))
@@ -440,6 +495,9 @@ class _Worker:
     def __init__(self, target_dtype: str, tol: float, nice: int):
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "2")
+        # no oneDNN graph fusion: a fused conv+relu would report the relu's values as the
+        # conv's output, and the sweep reads internal outputs of the fp32 graph
+        env["MXNET_SUBGRAPH_BACKEND"] = "NONE"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_repo_root(), env.get("PYTHONPATH")]))
         cmd = [sys.executable, os.path.abspath(__file__), "--worker",
                "--target-dtype", target_dtype, "--tol", str(tol)]

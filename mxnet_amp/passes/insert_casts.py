@@ -239,10 +239,9 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
                 new_ins[k] = cast(ins[k], want)
 
         new_inputs = tuple(new_ins)
-        new = node.replace(inputs=new_inputs) if new_inputs != node.inputs else node
-        if subgraphs is not node.subgraphs:
-            new = new.replace(subgraphs=subgraphs)
-        idx = builder.add(new)
+        if new_inputs != node.inputs or subgraphs is not node.subgraphs:
+            node = Node(node.op, node.name, new_inputs, node.attrs, subgraphs, node.extra)
+        idx = builder.add(node)
         entries = [Entry(idx, k) for k in range(used[i])]
         for e, d in zip(entries, outs):
             dtype_of[e] = d

@@ -1,0 +1,216 @@
+"""Render the tables of docs/benchmarks.md from benchmarks/results/*.json.
+
+The numbers in the docs are never typed by hand: this script writes them between the
+``<!-- results:start -->`` and ``<!-- results:end -->`` markers of docs/benchmarks.md (the
+prose around them is left alone). Result files that do not exist yet are listed as not run.
+
+    python benchmarks/render_docs.py            # rewrite the section in docs/benchmarks.md
+    python benchmarks/render_docs.py --print    # print it instead
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+DOC = os.path.join(os.path.dirname(HERE), "docs", "benchmarks.md")
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _load(name: str):
+    path = os.path.join(RESULTS, name + ".json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _f(x, digits=3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:.{digits}g}"
+
+
+def _table(headers, rows) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+    return out
+
+
+def _env(data) -> str:
+    e = data["environment"]
+    return (f"Measured {e['utc']} on {e['cpu']} ({e['cpu_count']} cores, avx512f={e['avx512f']}, "
+            f"bf16 runs natively={e['bf16_runs_natively']}), MXNet {e['mxnet']}, Python {e['python']}. "
+            f"Command: `{data['command']}`")
+
+
+def _casts(c) -> str:
+    return f"{c['amp_cast']} + {c['amp_multicast']}m"
+
+
+def conversion_speed(data) -> list[str]:
+    rows = []
+    for r in data["results"]:
+        o, c = r["ours"], r["contrib"]
+        rows.append([r["case"], _f(r["nodes"]), r["repeats"],
+                     _f(o.get("median_s")) if o["ok"] else "failed: " + o["error"],
+                     _f(c.get("median_s")) if c["ok"] else "failed: " + c["error"],
+                     _f(r.get("ratio_ours_over_contrib")), _f(r.get("cpu_ratio_ours_over_contrib")),
+                     _f(o.get("per_node_us")), _f(c.get("per_node_us")),
+                     _casts(o["casts"]) if o["ok"] else "–", _casts(c["casts"]) if c["ok"] else "–"])
+    lines = [_env(data), ""]
+    lines += _table(["case", "nodes", "runs", "ours s (median)", "contrib s (median)",
+                     "ours/contrib wall (median of per-round ratios)", "ours/contrib CPU time",
+                     "ours µs/node", "contrib µs/node", "ours casts", "contrib casts"], rows)
+    g = data.get("ours_growth")
+    if g:
+        per = ", ".join(f"{k}: {v:.1f} µs" for k, v in g["per_node_us"].items())
+        lines += ["", f"Growth of ours: {g['node_ratio']:.0f}x the nodes ({g['from']} → {g['to']}) took "
+                  f"{g['time_ratio']:.1f}x the time; per node: {per}."]
+    for prof in data.get("profiles", []):
+        lines += ["", f"cProfile of ours on {prof['case']} (total {prof['total_s']:.2f} s under the "
+                  "profiler; cumulative share of each stage, stages nest):", ""]
+        stages = sorted(prof["stages"].items(), key=lambda kv: -kv[1]["percent"])
+        lines += _table(["stage", "what", "calls", "cumulative s", "% of total"],
+                        [[k, v["what"], v["calls"], _f(v["cum_s"]), f"{v['percent']:.1f}"] for k, v in stages])
+        lines += ["", f"Functions with the most own time ({prof['case']}):", ""]
+        lines += _table(["function", "calls", "own s", "% of total"],
+                        [[f"`{t['function']}`", _f(t["calls"]), _f(t["own_s"]), f"{t['own_percent']:.1f}"]
+                         for t in prof["top_own_time"][:10]])
+    return lines
+
+
+def cpu_inference(data) -> list[str]:
+    rows = []
+    for r in data["results"]:
+        def cell(w):
+            x = r[w]
+            if not x["ok"]:
+                return "conversion failed: " + x["error"]
+            if "run_error" in x:
+                return "run failed: " + x["run_error"]
+            v = x.get("items_per_s")
+            return "not measurable (no AVX-512)" if isinstance(v, str) else _f(v)
+        rows.append([r["case"], _f(r["fp32"]["items_per_s"]), cell("contrib"), cell("ours"),
+                     _f(r.get("ours_over_contrib_throughput")), _f(r["ours"].get("speedup_over_fp32")),
+                     _f(r["contrib"].get("speedup_over_fp32")),
+                     _casts(r["contrib"]["casts"]) if r["contrib"]["ok"] else "–",
+                     _casts(r["ours"]["casts"]) if r["ours"]["ok"] else "–",
+                     _f(r["contrib"].get("low_precision_param_bytes")),
+                     _f(r["ours"].get("low_precision_param_bytes"))])
+    return [_env(data), ""] + _table(
+        ["case", "fp32 items/s", "contrib bf16 items/s", "ours bf16 items/s", "ours/contrib",
+         "ours/fp32", "contrib/fp32", "contrib casts", "ours casts", "contrib bf16 param B",
+         "ours bf16 param B"], rows)
+
+
+def zoo_casts(data) -> list[str]:
+    keys = ["float16", "float16_cast_optional_params", "bfloat16", "bfloat16_cast_optional_params"]
+    rows = []
+    for r in data["results"]:
+        if not r.get("built"):
+            rows.append([r["model"], "not built here: " + r["error"]] + [""] * (len(keys) * 2 - 1))
+            continue
+        cells = []
+        for k in keys:
+            conv = r["conversions"][k]
+            for w in ("contrib", "ours"):
+                x = conv[w]
+                cells.append(_casts(x) if x["ok"] else "FAILED: " + x["error"])
+        rows.append([r["model"], *cells])
+    lines = [_env(data), "", "Cast nodes (`amp_cast` + `amp_multicast`m), contrib then ours:", ""]
+    lines += _table(["model"] + [f"{k.replace('_cast_optional_params', ' +opt')} {w}" for k in keys
+                                 for w in ("contrib", "ours")], rows)
+    lines += ["", "Low precision param MiB with `cast_optional_params=True` (contrib / ours):", ""]
+    prow = []
+    for r in data["results"]:
+        if not r.get("built"):
+            continue
+        cells = []
+        for k in ("float16_cast_optional_params", "bfloat16_cast_optional_params"):
+            vals = [r["conversions"][k][w] for w in ("contrib", "ours")]
+            cells.append(" / ".join(f"{v['low_precision_param_bytes'] / 2**20:.1f}" if v["ok"] else "failed"
+                                    for v in vals))
+        prow.append([r["model"], f"{r['fp32_param_bytes'] / 2**20:.1f}", *cells])
+    lines += _table(["model", "fp32 param MiB", "fp16 +opt", "bf16 +opt"], prow)
+    lines += ["", "Summary (models where both converted; fewer/equal/more = ours vs contrib cast nodes):", ""]
+    srows = [[k, s["models"], ", ".join(s["contrib_failed"]) or "none", ", ".join(s["ours_failed"]) or "none",
+              s["fewer"], s["equal"], s["more"], s["contrib_casts_total"], s["ours_casts_total"]]
+             for k, s in data["summary"].items()]
+    lines += _table(["setting", "models", "contrib failed on", "ours failed on", "ours fewer", "equal",
+                     "ours more", "contrib casts total", "ours casts total"], srows)
+    return lines
+
+
+def memory(data) -> list[str]:
+    rows = [[r["method"], _f(r.get("vmhwm_bytes", 0) / 1e9) if "vmhwm_bytes" in r else "–",
+             _f(r.get("peak_over_param_bytes")), _f(r.get("peak_above_baseline_over_param_bytes")),
+             _f(r.get("ru_maxrss_over_param_bytes")), _f(r.get("seconds")),
+             _f(r.get("output_params_file_over_input")), r.get("error", "")]
+            for r in data["results"]]
+    return [_env(data), "",
+            f"Checkpoint: {data['layers']} x FullyConnected {data['width']}x{data['width']} + bias, "
+            f"{data['param_bytes'] / 1e9:.2f} GB of fp32 params; converted to float16 with "
+            "`cast_optional_params=True`. Target: peak ≤ 1.6x the param bytes.", ""] + _table(
+        ["method", "peak RSS GB (VmHWM)", "peak / param bytes", "(peak − import baseline) / param bytes",
+         "ru_maxrss / param bytes", "seconds", "output file / input file", "error"], rows)
+
+
+def gpu_inference(data) -> list[str]:
+    rows = []
+    for r in data["results"]:
+        for k, v in r["variants"].items():
+            rows.append([r["case"], k, _f(v.get("items_per_s")), _f(v.get("latency_ms_median")),
+                         _f(v.get("latency_ms_p90")), _f(v.get("speedup_over_fp32")), v.get("error", "")])
+    return [_env(data), ""] + _table(["case", "variant", "items/s", "latency ms (median)", "p90 ms",
+                                      "x fp32", "error"], rows)
+
+
+SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
+            ("CPU inference, bfloat16", "cpu_inference", cpu_inference),
+            ("Cast counts and low precision params across the zoo", "zoo_casts", zoo_casts),
+            ("Memory: converting a 2.68 GB checkpoint", "memory", memory),
+            ("GPU inference", "gpu_inference", gpu_inference)]
+
+
+def render() -> str:
+    lines = [START, "", "_Generated by `python benchmarks/render_docs.py` from benchmarks/results/*.json._", ""]
+    for title, name, fn in SECTIONS:
+        lines += [f"### {title}", ""]
+        data = _load(name)
+        lines += (fn(data) if data else [f"Not run: no benchmarks/results/{name}.json."])
+        lines.append("")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--print", action="store_true", help="print instead of writing the doc")
+    opts = ap.parse_args(argv)
+    text = render()
+    if opts.print:
+        print(text)
+        return 0
+    with open(DOC) as f:
+        doc = f.read()
+    if START not in doc or END not in doc:
+        raise SystemExit(f"{DOC} lacks the {START} / {END} markers")
+    head, rest = doc.split(START, 1)
+    _, tail = rest.split(END, 1)
+    with open(DOC, "w") as f:
+        f.write(head + text + tail)
+    print(f"updated {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
