@@ -15,6 +15,7 @@ __all__ = [
     "AlreadyConvertedError",
     "DeferredInitError",
     "CheckpointError",
+    "TargetDtypeError",
 ]
 
 
@@ -60,3 +61,7 @@ class DeferredInitError(AMPError, RuntimeError):
 
 class CheckpointError(AMPError, OSError):
     """A checkpoint file is missing, truncated or not what it claims to be."""
+
+
+class TargetDtypeError(AMPError, ValueError):
+    """``target_dtype`` is not one of the low precision dtypes mxnet-amp converts to."""

@@ -37,7 +37,10 @@ def _parse_graph(obj: Any, where: str) -> Graph:
             raise GraphError(f"{where}: node {i} is malformed (needs 'op', 'name' and "
                              f"[node, index, version] inputs): {str(raw)[:160]}") from None
         for e in inputs:
-            if type(e.node) is not int or type(e.index) is not int or not 0 <= e.node < i:
+            if type(e.node) is not int or type(e.index) is not int or type(e.version) is not int:
+                raise GraphError(f"{where}: node {name!r} has a malformed input {list(raw['inputs'])!r}"
+                                 " (each input is [node, index, version] integers)")
+            if not 0 <= e.node < i:
                 raise GraphError(f"{where}: node {name!r} reads node {e.node}, which does not "
                                  "come before it (nodes must be in topological order)")
         # MXNet has written attributes under 'attrs', 'attr' (<=1.x) and 'param' (0.x)
@@ -115,9 +118,30 @@ def graph_from_symbol(sym) -> Graph:
 
 
 def graph_to_symbol(graph: Graph):
-    """A new ``mx.sym.Symbol`` for ``graph``."""
+    """A new ``mx.sym.Symbol`` for ``graph``.
+
+    Raises :class:`~mxnet_amp.errors.UnknownOpError` naming the nodes whose op this MXNet
+    build does not register (a plugin library not loaded, a typo in hand-written JSON), and
+    :class:`GraphError` when MXNet rejects the graph otherwise."""
     import mxnet as mx
-    return mx.sym.load_json(graph_to_json(graph))
+    try:
+        return mx.sym.load_json(graph_to_json(graph))
+    except mx.base.MXNetError as err:
+        from .errors import UnknownOpError
+        from .registry import registry_op_names
+        known = registry_op_names()
+        unknown = {}
+        stack = [graph]
+        while stack:
+            g = stack.pop()
+            for n in g.nodes:
+                if not n.is_variable and n.op not in known:
+                    unknown.setdefault(n.op, n.name)
+                stack.extend(n.subgraphs)
+        if unknown:
+            nodes = ", ".join(f"{name!r} ({op})" for op, name in sorted(unknown.items()))
+            raise UnknownOpError(unknown, f"the symbol's node(s) {nodes}") from None
+        raise GraphError(f"MXNet cannot build this graph: {str(err).strip().splitlines()[0][:300]}") from None
 
 
 def atomic_write(path: str | os.PathLike, write) -> None:

@@ -77,16 +77,26 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
     order, to name the first one that breaks it, the nodes that read it and the shape the
     symbol expects there (0 marks a dimension that cannot be told without data shapes).
     Names neither in the symbol nor in the params are left to :func:`check_params`.
+
+    Without ``data_shapes`` MXNet can check little (most ops infer nothing until their
+    data shape is known), so give them where they are known.
     """
     import mxnet as mx
     inputs = sym.list_arguments() + sym.list_auxiliary_states()
     given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in inputs}
     known = {k: tuple(v) for k, v in (data_shapes or {}).items() if k in inputs}
     try:
-        _infer_shapes(sym, {**known, **given})
-        return
+        inferred = _infer_shapes(sym, {**known, **given})
     except mx.base.MXNetError as err:
         first_error = str(err).strip().split("\n")[0]
+    else:
+        # aux states given as keywords are not checked by MXNet: compare what it inferred
+        for name, shape in given.items():
+            want = inferred.get(name)
+            if want and all(want) and tuple(want) != shape:
+                raise ParamError(f"param {name!r} has shape {shape} but the symbol expects "
+                                 f"{tuple(want)} there (read by {_readers(sym, name)})")
+        return
     partial = dict(known)
     expected = _infer_shapes(sym, partial) if partial else {}
     for name in inputs:

@@ -42,7 +42,8 @@ def check_target_dtype(target_dtype) -> str:
     except ValueError:
         name = str(target_dtype)
     if name not in SUPPORTED_TARGET_DTYPES:
-        raise ValueError(f"target_dtype must be 'float16' or 'bfloat16', got {target_dtype!r}")
+        from .errors import TargetDtypeError
+        raise TargetDtypeError(f"target_dtype must be 'float16' or 'bfloat16', got {target_dtype!r}")
     return name
 
 

@@ -11,11 +11,12 @@ from functools import lru_cache
 from typing import Mapping
 
 from .dtypes import MX_CODE, MX_NAME
+from .errors import TypeInferenceError
 
 __all__ = ["registry_op_names", "op_input_names", "infer_types", "InferenceFailed"]
 
 
-class InferenceFailed(Exception):
+class InferenceFailed(TypeInferenceError):
     """MXNet's type inference rejected the given dtypes (the message is MXNet's)."""
 
 

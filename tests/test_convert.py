@@ -342,3 +342,46 @@ def test_cast_optional_params_stores_weights_low_only_when_every_consumer_is_low
     assert set(args) == set(before)
     for k, v in args.items():
         assert array_dtype(v) == "float32" and np.array_equal(v.asnumpy(), before[k])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cond_and_while_loop_bodies_type_check(dtype):
+    """_cond and _while_loop: bodies converted with a float32 interface; results close to fp32."""
+    x = mx.sym.var("data")
+    w = mx.sym.var("w")
+    pred = mx.sym.sum(x) > 0
+
+    def then_func():
+        return mx.sym.FullyConnected(x, weight=w, num_hidden=3, no_bias=True, name="then_fc")
+
+    def else_func():
+        return mx.sym.exp(mx.sym.slice_axis(x, axis=1, begin=0, end=3), name="else_exp")
+
+    cond_out = mx.sym.contrib.cond(pred, then_func, else_func)
+
+    def loop_cond(i, acc):
+        return i < 3
+
+    def loop_body(i, acc):
+        nxt = mx.sym.FullyConnected(acc, weight=w, num_hidden=3, no_bias=True, name="loop_fc")
+        return nxt, [i + 1, mx.sym.tanh(nxt)]
+
+    outs, states = mx.sym.contrib.while_loop(loop_cond, loop_body,
+                                             [mx.sym.zeros((1,)), mx.sym.slice_axis(x, axis=1, begin=0, end=3)],
+                                             max_iterations=5)
+    sym = mx.sym.Group([cond_out, states[1]])
+    out = amp.convert_symbol(sym, target_dtype=dtype, target_dtype_ops=["FullyConnected"],
+                             data_names=["data", "w"])
+    g = graph_of(out)
+    bodies = [sub for n in g.nodes for sub in n.subgraphs]
+    assert any(any(b.op == "amp_cast" for b in sub.nodes) for sub in bodies)
+    assert type_checks(out, data="float32", w="float32") == ["float32", "float32"]
+    shapes = dict(data=(2, 3), w=(3, 3))
+    rng = np.random.RandomState(1)
+    inputs = {k: rng.randn(*s).astype("float32") * 0.5 for k, s in shapes.items()}
+    from mxnet_amp.emulation import emulate_model
+    es, ea, ex = emulate_model(out, {}, {})
+    got = run(es, ea, ex, inputs)
+    want = run(sym, {}, {}, inputs)
+    for a, b in zip(got, want):
+        assert rel_error(a, b) < 3e-2

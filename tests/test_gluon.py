@@ -295,7 +295,7 @@ def test_two_inputs_two_outputs_traced(nested, tmp_path):
     _, _, loaded = _export_import(converted, tmp_path, input_names=("a", "b"))
     again = emulate_block(loaded)(a, b)
     # the symbol file has no place for the nesting: SymbolBlock.imports gives a flat list
-    assert [a.shape for a in _flat(again)] == [r.shape for r in _flat(ref)]
+    assert [g.shape for g in _flat(again)] == [r.shape for r in _flat(ref)]
     assert all(np.array_equal(g, h) for g, h in zip(_flat(again), _flat(out)))
 
 
@@ -318,6 +318,21 @@ def test_two_inputs_hybridized_keep_or_rename_their_names():
         convert_hybrid_block(net, target_dtype="bfloat16", input_names=["a"])
     with pytest.raises(GraphError, match="already names"):
         convert_hybrid_block(net, target_dtype="bfloat16", input_names=["a", net.fa.weight.name])
+
+
+def test_hybridized_block_that_never_ran_is_traced_and_left_as_it_was():
+    mx.random.seed(0)
+    net = TwoInTwoOut()
+    net.initialize()
+    net.hybridize()
+    converted = convert_hybrid_block(net, target_dtype="float16", input_names=["a", "b"])
+    assert net._cached_graph == () and net._cached_op is None
+    a, b = _two_inputs()
+    out = emulate_block(converted)(a, b)
+    ref = net(a, b)  # its first forward pass runs hybridized as usual
+    assert net._cached_graph
+    for g, r in zip(_flat(out), _flat(ref)):
+        assert _rel(g, r) < 0.01
 
 
 def test_tracing_with_too_few_input_names_says_what_to_do():

@@ -1,0 +1,297 @@
+"""Validation-driven automatic mixed precision (mxnet_amp.auto)."""
+import json
+import math
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxnet_amp.auto import (DTYPE_LIMITS, auto_convert_block, auto_convert_model,
+                            default_tolerances, tensor_range)
+from mxnet_amp.convert import convert_model
+from mxnet_amp.emulation import emulate_model
+from mxnet_amp.errors import GraphError
+from mxnet_amp.io import symbol_json
+
+pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
+
+
+def fc(x, name, n):
+    return mx.sym.FullyConnected(x, num_hidden=n, name=name)
+
+
+def nd(d):
+    return {k: mx.nd.array(v) for k, v in d.items()}
+
+
+def run(sym, args, auxs, x):
+    exe = sym.bind(mx.cpu(), {**args, "data": mx.nd.array(x)}, aux_states=dict(auxs), grad_req="null")
+    return exe.forward(is_train=False)[0].asnumpy()
+
+
+def clean_branch(d, rng, args, prefix="b"):
+    h = mx.sym.Activation(fc(d, f"fc_{prefix}", 8), act_type="relu", name=f"relu_{prefix}")
+    args.update({f"fc_{prefix}_weight": rng.uniform(-1, 1, (8, 16)), f"fc_{prefix}_bias": np.zeros(8),
+                 f"fc_{prefix}2_weight": rng.uniform(-1, 1, (4, 8)), f"fc_{prefix}2_bias": np.zeros(4)})
+    return fc(h, f"fc_{prefix}2", 4)
+
+
+def overflow_model(seed=0):
+    """Branch a: fc_a's activations reach ~1.2e5 (beyond 65504), fc_a2 scales them back."""
+    rng = np.random.RandomState(seed)
+    d = mx.sym.var("data")
+    args = {"fc_a_weight": rng.uniform(0.5, 1, (8, 16)) * 2e4, "fc_a_bias": np.zeros(8),
+            "fc_a2_weight": rng.uniform(-1, 1, (4, 8)) * 1e-4, "fc_a2_bias": np.zeros(4)}
+    a = fc(mx.sym.Activation(fc(d, "fc_a", 8), act_type="relu", name="relu_a"), "fc_a2", 4)
+    out = mx.sym.elemwise_add(a, clean_branch(d, rng, args), name="add")
+    return out, nd(args), rng.uniform(0, 1, (2, 16)).astype(np.float32)
+
+
+def underflow_model(seed=0):
+    """Branch u: fc_u's outputs are ~1e-9 (flushed to zero in fp16), then rescaled by 1e9."""
+    rng = np.random.RandomState(seed)
+    d = mx.sym.var("data")
+    args = {"fc_u_weight": rng.uniform(0.5, 1, (4, 16)) * 1e-9, "fc_u_bias": np.zeros(4)}
+    u = mx.sym._internal._mul_scalar(fc(d, "fc_u", 4), scalar=1e9, name="rescale")
+    out = mx.sym.elemwise_add(u, clean_branch(d, rng, args), name="add")
+    return out, nd(args), rng.uniform(0, 1, (2, 16)).astype(np.float32)
+
+
+def cancellation_model(seed=0, depth=6):
+    """fc_c outputs 2048 + ~0.05: float16's spacing at 2048 is 2, so subtracting 2048 loses
+    everything. No tensor is out of range: only the accuracy search can find fc_c."""
+    rng = np.random.RandomState(seed)
+    d = mx.sym.var("data")
+    args = {"fc_c_weight": rng.uniform(0, 0.01, (4, 16)), "fc_c_bias": np.full(4, 2048.0)}
+    c = mx.sym._internal._minus_scalar(fc(d, "fc_c", 4), scalar=2048.0, name="shift")
+    c = mx.sym._internal._mul_scalar(c, scalar=10.0, name="scale")
+    h = d
+    for i in range(depth):
+        h = mx.sym.Activation(fc(h, f"fc{i}", 16), act_type="tanh", name=f"act{i}")
+        args.update({f"fc{i}_weight": rng.uniform(-0.3, 0.3, (16, 16)), f"fc{i}_bias": np.zeros(16)})
+    out = mx.sym.Concat(c, h, dim=1, name="cat")
+    return out, nd(args), rng.uniform(0, 1, (2, 16)).astype(np.float32)
+
+
+def clean_model(seed=0):
+    rng = np.random.RandomState(seed)
+    args = {}
+    out = clean_branch(mx.sym.var("data"), rng, args)
+    return out, nd(args), rng.uniform(0, 1, (2, 16)).astype(np.float32)
+
+
+def within_tolerance(report, sym, args, auxs, x, ref):
+    out = run(*emulate_model(sym, args, auxs), x)
+    return np.isfinite(out).all() and np.allclose(out, ref, rtol=report.rtol, atol=report.atol)
+
+
+def test_clean_model_finishes_in_at_most_3_executions_with_nothing_excluded():
+    sym, args, x = clean_model()
+    new_sym, new_args, _, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert report.executions <= 3
+    assert report.executions == len(report.steps)
+    assert report.kept_fp32 == ()
+    assert report.validated and report.tolerance_ratio <= 1
+    assert report.low_precision_nodes == report.op_nodes == 4
+    assert report.execution == "emulated"          # float16 never runs on CPU
+    # the returned model is the plain conversion
+    assert symbol_json(new_sym) == symbol_json(convert_model(sym, args, {})[0])
+
+
+def test_overflow_branch_gets_exactly_its_offending_nodes_excluded():
+    sym, args, x = overflow_model()
+    ref = run(sym, args, {}, x)
+    plain = run(*emulate_model(*convert_model(sym, args, {})), x)
+    assert not np.isfinite(plain).all()                  # the plain conversion overflows
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    kept = {k.name: k for k in report.kept_fp32}
+    # fc_a produces the overflow; fc_a2 would cast relu_a's overflowing output to fp16
+    assert set(kept) == {"fc_a", "fc_a2"}
+    assert all(k.reason == "overflow" and k.value > 65504 for k in kept.values())
+    assert kept["fc_a2"].tensor == "relu_a"
+    assert report.executions == 2
+    assert report.validated
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, ref)
+
+
+def test_underflow_branch_gets_exactly_its_offending_node_excluded():
+    sym, args, x = underflow_model()
+    ref = run(sym, args, {}, x)
+    plain = run(*emulate_model(*convert_model(sym, args, {})), x)
+    rtol, atol = default_tolerances("float16")
+    assert not np.allclose(plain, ref, rtol=rtol, atol=atol)
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_u", "underflow")]
+    assert report.kept_fp32[0].value == 1.0                # every value flushed
+    assert report.executions == 2 and report.validated
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, ref)
+
+
+def test_accuracy_culprit_found_by_bounded_bisection():
+    sym, args, x = cancellation_model()
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_c", "accuracy")]
+    assert report.kept_fp32[0].value > 1          # its exclusion removed > 1x tolerance
+    n = report.op_nodes                            # candidates: every node ran in fp16
+    k = 1
+    assert report.executions <= 3 + k * (math.ceil(math.log2(n)) + 1)
+    assert report.validated
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, run(sym, args, {}, x))
+
+
+def test_execution_budget_keeps_a_configuration_seen_to_pass():
+    sym, args, x = cancellation_model()
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True, max_executions=4)
+    assert report.executions <= 4
+    assert report.validated                        # the last passing superset is returned
+    assert len(report.kept_fp32) > 1
+    assert any("budget" in n for n in report.notes)
+
+
+def test_results_are_deterministic_for_a_fixed_seed():
+    reports = []
+    for _ in range(2):
+        sym, args, x = cancellation_model(seed=5)
+        *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+        reports.append(json.dumps(report.to_dict(), sort_keys=True))
+    assert reports[0] == reports[1]
+    sym, args, x = overflow_model(seed=5)
+    a = auto_convert_model(sym, args, {}, x, quiet=True)[3].to_dict()
+    b = auto_convert_model(sym, args, {}, x, quiet=True)[3].to_dict()
+    assert a == b
+
+
+def test_user_validate_decides_and_sees_float32_arrays():
+    sym, args, x = clean_model()
+    seen = []
+
+    def validate(ref, out):
+        seen.append((len(ref), ref[0].dtype, out[0].dtype, ref[0].shape))
+        return bool(np.abs(out[0] - ref[0]).max() < 1e-6)   # stricter than fp16 can do
+    *_, report = auto_convert_model(sym, args, {}, x, validate=validate, quiet=True)
+    assert seen and all(s == (1, np.float32, np.float32, (2, 4)) for s in seen)
+    assert len(seen) == report.executions - 1          # every check but the reference
+    assert report.validated
+    assert report.kept_fp32 and all(k.reason == "accuracy" for k in report.kept_fp32)
+
+
+def test_validate_that_rejects_everything_is_reported_not_hidden():
+    sym, args, x = clean_model()
+    with pytest.warns(UserWarning, match="did not validate"):
+        *_, report = auto_convert_model(sym, args, {}, x, validate=lambda r, o: False, quiet=True)
+    assert not report.validated
+    assert any("float32 model itself" in n for n in report.notes)
+
+
+def test_bf16_uses_native_execution_only_where_it_runs(native_bf16):
+    sym, args, x = overflow_model()
+    *_, report = auto_convert_model(sym, args, {}, x, target_dtype="bfloat16", quiet=True)
+    assert report.execution == ("native" if native_bf16 else "emulated")
+    if not native_bf16:
+        assert any("emulation" in n for n in report.notes)
+    # 1.2e5 is nothing for bfloat16's range: nothing to exclude
+    assert report.kept_fp32 == () and report.validated and report.executions == 2
+
+
+def test_gpu_context_runs_fp16_natively():
+    if mx.context.num_gpus() == 0:
+        pytest.skip("no GPU: real fp16 execution needs one")
+    sym, args, x = overflow_model()
+    *_, report = auto_convert_model(sym, args, {}, x, ctx=mx.gpu(0), quiet=True)
+    assert report.execution == "native"
+    assert {k.name for k in report.kept_fp32} == {"fc_a", "fc_a2"} and report.validated
+
+
+def test_progress_bar_and_quiet(capsys):
+    sym, args, x = clean_model()
+    auto_convert_model(sym, args, {}, x, quiet=True)
+    assert "auto float16" not in capsys.readouterr().err
+    auto_convert_model(sym, args, {}, x, quiet=False)
+    assert "auto float16" in capsys.readouterr().err
+
+
+def test_inputs_are_not_modified():
+    sym, args, x = overflow_model()
+    before = symbol_json(sym)
+    values = {k: v.asnumpy().copy() for k, v in args.items()}
+    given = dict(args)
+    xs = mx.nd.array(x)
+    auto_convert_model(sym, given, {}, {"data": xs}, quiet=True)
+    assert symbol_json(sym) == before
+    assert given.keys() == args.keys() and all(given[k] is args[k] for k in args)
+    assert all(np.array_equal(args[k].asnumpy(), values[k]) for k in args)
+    np.testing.assert_array_equal(xs.asnumpy(), x)
+
+
+def test_bad_sample_inputs_and_options_raise_clear_errors():
+    sym, args, x = clean_model()
+    with pytest.raises(GraphError, match="missing \\['data'\\]"):
+        auto_convert_model(sym, args, {}, {"input": x}, quiet=True)
+    with pytest.raises(GraphError, match="nope"):
+        auto_convert_model(sym, args, {}, x, excluded_sym_names=["nope"], quiet=True)
+    with pytest.raises(ValueError, match="max_executions"):
+        auto_convert_model(sym, args, {}, x, max_executions=1, quiet=True)
+
+
+def test_user_exclusions_are_kept_and_reported():
+    sym, args, x = clean_model()
+    *_, report = auto_convert_model(sym, args, {}, x, excluded_sym_names=["fc_b2"], quiet=True)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_b2", "user")]
+    assert report.low_precision_nodes == 2         # fc_b and relu_b
+
+
+def test_report_is_plain_data():
+    sym, args, x = overflow_model()
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["executions"] == 2 and d["execution"] == "emulated"
+    assert {k["name"] for k in d["kept_fp32"]} == {"fc_a", "fc_a2"}
+    assert report.excluded_sym_names == ["fc_a", "fc_a2"]
+    assert "fc_a (FullyConnected): overflow" in report.summary()
+    with pytest.raises(Exception):
+        report.executions = 0                       # frozen
+
+
+def test_tensor_range():
+    lim = DTYPE_LIMITS["float16"]
+    r = tensor_range(np.array([0, 1e-9, -1e-9, 1e-6, 7e4, -3], dtype=np.float32), lim)
+    assert r.max_abs == np.float32(7e4)
+    assert r.flushed == pytest.approx(2 / 5) and r.subnormal == pytest.approx(1 / 5)
+
+
+def test_resnet18_is_clean_in_two_executions():
+    from gluoncv.model_zoo import get_model
+    mx.random.seed(0)
+    net = get_model("resnet18_v1", pretrained=False)
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    x = mx.nd.random.uniform(shape=(1, 3, 64, 64))
+    net(x)
+    sym = net._cached_graph[1]
+    params = {p.name: p.data() for p in net.collect_params().values()}
+    args = {k: params[k] for k in sym.list_arguments() if k in params}
+    auxs = {k: params[k] for k in sym.list_auxiliary_states()}
+    *_, report = auto_convert_model(sym, args, auxs, x, quiet=True)
+    assert report.executions == 2 and report.kept_fp32 == () and report.validated
+
+
+def test_auto_convert_block():
+    from mxnet.gluon import nn
+    from mxnet_amp.gluon import emulate_block
+    mx.random.seed(0)
+    net = nn.HybridSequential(prefix="net_")
+    with net.name_scope():
+        net.add(nn.Dense(8, in_units=16, activation="relu"), nn.Dense(4, in_units=8))
+    net.initialize(mx.init.Uniform(1.0))
+    big = net[0].weight.data()
+    net[0].weight.set_data(mx.nd.abs(big) * 2e4)     # activations past 65504
+    net[1].weight.set_data(net[1].weight.data() * 1e-4)
+    x = mx.nd.array(np.random.RandomState(0).uniform(0, 1, (2, 16)))
+    ref = net(x).asnumpy()
+    block, report = auto_convert_block(net, x, quiet=True)
+    assert {k.reason for k in report.kept_fp32} == {"overflow"}
+    assert {k.op for k in report.kept_fp32} == {"FullyConnected"} and len(report.kept_fp32) == 2
+    assert report.validated and report.executions == 2
+    out = emulate_block(block)(x).asnumpy()
+    assert np.isfinite(out).all() and np.allclose(out, ref, rtol=report.rtol, atol=report.atol)
+    assert np.array_equal(net(x).asnumpy(), ref)      # the source block still runs fp32
