@@ -68,7 +68,7 @@ DTYPE_LIMITS = {
 # float16 keeps ~3.3 significant digits, bfloat16 ~2.4: its default tolerance is wider
 _TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
 
-REASONS = ("user", "overflow", "underflow", "accuracy")
+REASONS = ("user", "overflow", "underflow", "accuracy", "budget")
 
 
 def default_tolerances(target_dtype: str) -> tuple[float, float]:
@@ -92,7 +92,9 @@ class KeptNode:
     ``reason`` is ``'overflow'`` (``value``: the largest |value| of ``tensor`` in the float32
     run), ``'underflow'`` (``value``: the fraction of its nonzero values flushed to zero),
     ``'accuracy'`` (``value``: how much excluding it lowered the error, in units of the
-    tolerance: see :attr:`AutoReport.tolerance_ratio`) or ``'user'`` (excluded_sym_names).
+    tolerance: see :attr:`AutoReport.tolerance_ratio`), ``'budget'`` (a candidate the accuracy
+    search had not cleared when ``max_executions`` ran out; ``value`` None) or ``'user'``
+    (named in excluded_sym_names).
     """
 
     name: str
@@ -132,7 +134,9 @@ class AutoReport:
     context : str
         The MXNet context the model ran on.
     kept_fp32 : tuple of KeptNode
-        Every node kept in float32 beyond what the op lists decide, with its reason.
+        Every node excluded from low precision (what ``excluded_sym_names`` gets), in graph
+        order, with its reason. Nodes that *follow* an excluded node's float32 output (relu
+        after a float32 FullyConnected, say) compute in float32 too without being listed.
     executions : int
         Model executions (forward passes over the sample inputs), the reference included.
     validated : bool
@@ -532,6 +536,14 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
     def config(prefix: int) -> frozenset:
         return base | frozenset(found) | frozenset(cands[:prefix])
 
+    def undecided(prefix: int):
+        """Out of budget: keep the candidates not yet cleared in float32 (that passed)."""
+        notes.append(f"the execution budget ({runs.max_executions}) ran out during the accuracy "
+                     f"search; kept {prefix} undecided candidates in float32")
+        for name in cands[:prefix]:
+            kept[name] = KeptNode(name, ops[name], "budget")
+        return config(prefix), kept
+
     if not runs.budget_left:
         notes.append("the execution budget ran out before the accuracy search could start")
         return base, kept
@@ -547,9 +559,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
             ok, _, _ = runs.check(config(mid), "bisect")
             lo, hi = (lo, mid) if ok else (mid, hi)
         if hi - lo > 1:
-            notes.append(f"the execution budget ({runs.max_executions}) ran out during the "
-                         f"accuracy search; kept {hi} undecided candidates in float32")
-            return config(hi), kept
+            return undecided(hi)
         culprit = cands[hi - 1]
         contribution = runs.results[config(lo)][1] - runs.results[config(hi)][1]
         kept[culprit] = KeptNode(culprit, ops[culprit], "accuracy", float(contribution), culprit)
@@ -559,9 +569,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
         if not cands:
             return config(0), kept
         if not runs.budget_left:
-            notes.append(f"the execution budget ({runs.max_executions}) ran out during the "
-                         f"accuracy search; kept {len(cands)} undecided candidates in float32")
-            return config(len(cands)), kept
+            return undecided(len(cands))
         ok, _, _ = runs.check(config(0), "bisect")
         if ok:
             return config(0), kept
@@ -751,9 +759,8 @@ def auto_convert_block(block, sample_inputs, target_dtype: str = "float16",
         ``excluded_sym_names``, and the report.
     """
     from .gluon import block_model, convert_hybrid_block
-    for key in ("data_names", "execution_ctx"):
-        if key in kwargs:
-            raise TypeError(f"auto_convert_block takes no {key!r}; use input_names")
+    if "data_names" in kwargs:
+        raise TypeError("auto_convert_block takes no 'data_names'; use input_names")
     sym, arg_params, aux_params, names = block_model(block, input_names)
     run_ctx = ctx if ctx is not None else _block_context(block)
     _, _, _, report = auto_convert_model(sym, arg_params, aux_params, sample_inputs,

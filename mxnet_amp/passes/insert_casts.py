@@ -183,24 +183,12 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
             return result
 
         act_dtypes = {cur[k] for k in acts}
-        plans: list[tuple[str, dict[int, str]]] = []
-        if cat is Category.TARGET:
-            plans.append(("target", {k: target for k in acts}))
-        elif cat is Category.FOLLOW:
-            plans.append(("follow", {k: cur[k] for k in acts}))
-        if cat in (Category.WIDEST, Category.FOLLOW, Category.TARGET) and act_dtypes:
-            w = widest(act_dtypes)
-            plans.append(("widest", {k: w for k in acts}))
-        plans.append(("fp32", {k: ("float32" if cur[k] in LOW_PRECISION else cur[k]) for k in acts}))
-        if subgraphs is not node.subgraphs:
-            plans.append(("fp32-original-body", {k: ("float32" if cur[k] in LOW_PRECISION else cur[k]) for k in acts}))
-
+        plans = _plans(cat, cur, acts, target, new_body=subgraphs is not node.subgraphs)
         result = None
         errors = []
         for how, desired in plans:
             if how == "fp32-original-body":
-                probe_node = node
-                subgraphs = node.subgraphs
+                probe_node, subgraphs = node, node.subgraphs
             try:
                 result = attempt(desired, probe_node)
                 break
@@ -211,11 +199,12 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
             # keep it fp32 and let whole-graph inference judge.
             fallbacks.append((node.name, "type inference failed: " + "; ".join(errors)))
             result = (tuple(cur), tuple("float32" for _ in range(used[i])))
-            how, desired = "fp32", plans[-1][1]
-        elif how != plans[0][0] and not (how == "widest" and cat is Category.WIDEST):
-            if not (how == "widest" and cat is Category.FOLLOW):
-                fallbacks.append((node.name, f"{cat.value} op could not run as asked; ran {how}: "
-                                  + "; ".join(errors)))
+            how, desired = plans[-1]
+        elif errors and not (how == "widest" and cat is Category.FOLLOW):
+            # a follow op MXNet rejects with mixed inputs is unified silently: that is the
+            # widest rule doing its job; anything else is worth reporting
+            fallbacks.append((node.name, f"{cat.value} op could not run as asked; ran {how}: "
+                              + "; ".join(errors)))
         filled_in, outs = result
 
         new_ins = list(ins)
@@ -259,6 +248,24 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
                       MappingProxyType({k: frozenset(v) for k, v in wants.items()}),
                       tuple(fallbacks), frozenset(unlisted), op_types.probes,
                       counts["casts"], counts["multicasts"])
+
+
+def _plans(cat: Category, cur: list, acts: list[int], target: str, new_body: bool):
+    """The input dtypes to try for a node, in order: what its category asks, then the
+    widest of its float inputs, then float32."""
+    plans: list[tuple[str, dict[int, str]]] = []
+    if cat is Category.TARGET:
+        plans.append(("target", {k: target for k in acts}))
+    elif cat is Category.FOLLOW:
+        plans.append(("follow", {k: cur[k] for k in acts}))
+    if cat is not Category.FP32 and acts:
+        w = widest({cur[k] for k in acts})
+        plans.append(("widest", {k: w for k in acts}))
+    fp32 = {k: ("float32" if cur[k] in LOW_PRECISION else cur[k]) for k in acts}
+    plans.append(("fp32", fp32))
+    if new_body:
+        plans.append(("fp32-original-body", fp32))
+    return plans
 
 
 def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded, op_types: OpTypes) -> Graph:
