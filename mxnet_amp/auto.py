@@ -547,7 +547,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
     if not runs.budget_left:
         notes.append("the execution budget ran out before the accuracy search could start")
         return base, kept
-    ok, ratio_all, _ = runs.check(config(len(cands)), "all-fp32")
+    ok, _, _ = runs.check(config(len(cands)), "all-fp32")
     if not ok:
         notes.append("even with every low precision node kept in float32 the check fails: "
                      "validate or the tolerances reject the float32 model itself")

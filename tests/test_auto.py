@@ -298,3 +298,13 @@ def test_auto_convert_block():
     out = emulate_block(block)(x).asnumpy()
     assert np.isfinite(out).all() and np.allclose(out, ref, rtol=report.rtol, atol=report.atol)
     assert np.array_equal(net(x).asnumpy(), ref)      # the source block still runs fp32
+
+
+def test_several_outputs_are_all_checked():
+    sym, args, x = overflow_model()
+    a, b = sym.get_internals()["fc_a2_output"], sym.get_internals()["fc_b2_output"]
+    group = mx.sym.Group([b, a])
+    new_sym, _, _, report = auto_convert_model(group, args, {}, x, quiet=True)
+    assert set(report.excluded_sym_names) == {"fc_a", "fc_a2"}
+    assert report.validated and report.executions == 2
+    assert len(new_sym.list_outputs()) == 2

@@ -33,7 +33,7 @@ INPUTS = ("x0", "x1")
 IDS = "ids"
 DISCRETE = {"argmax", "argmin", "topk", "sort", "argsort"}
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import html
 import importlib
+import importlib.util
 import inspect
 import io
 import os
@@ -96,7 +97,8 @@ def broken_links(files: Iterable[Path]) -> list[str]:
     """``'page: link -> missing path'`` for each relative link that names no existing file."""
     problems = []
     for page in files:
-        for target in relative_links(page.read_text(encoding="utf-8")):
+        # one line per distinct target: a page may link the same file many times
+        for target in dict.fromkeys(relative_links(page.read_text(encoding="utf-8"))):
             path = target.split("#", 1)[0].split("?", 1)[0]
             if not path:
                 continue
@@ -358,6 +360,10 @@ def build(out_dir: Path, examples: bool = False) -> list[Path]:
     DocsError
         A check failed; nothing is written.
     """
+    for module, extra in (("pdoc", "docs"), ("markdown2", "docs")):
+        if importlib.util.find_spec(module) is None:
+            raise DocsError(f"{module} is not installed; install the docs tools with "
+                            f"pip install -e '.[{extra}]' (or pip install pdoc)")
     problems = check(examples)
     if problems:
         raise DocsError("\n".join(problems))

@@ -13,10 +13,19 @@ For every name in ``gluoncv.model_zoo.get_model_list()``:
    also natively where this CPU runs bf16 matrix ops) and compare with float32;
 5. note whether ``mx.contrib.amp.convert_model`` converts it too, for comparison.
 
+Weights are random (He-normal, BatchNorm at identity: activations stay O(1), where
+gluon's default Uniform(0.07) lets them grow to 1e4..1e26 and turns sigmoids into steps).
+
 A model *passes* when it converts, the converted graph type-checks and runs, no output
-is non-finite where float32 is finite, and every float output is within ``--tol`` of
-float32, measured as ``max|bf16 - fp32| / max|fp32|`` per output (outputs after top-k or
-NMS are compared sorted, because random-init scores tie and reorder under any rounding).
+is non-finite where float32 is finite, and every checked float output is within ``--tol``
+(default 0.1) of float32, measured as ``max|bf16 - fp32| / max|fp32|`` per output.
+bfloat16 keeps 8 significant bits (unit roundoff 2^-9); through 50-300 random-init
+layers that accumulates to 0.2-5% of the output's range, while real breakage (a lost
+op, a wrong dtype path, overflow) shows as O(1) errors or non-finite values.
+Outputs downstream of top-k / NMS / comparisons / box decoding are only checked for
+finiteness (random-init scores tie, so rounding picks other boxes, and decoding
+exponentiates the regressions); the dense tensors feeding those ops are compared instead.
+A model whose fp32 output is already non-finite is recorded ``fp32_nonfinite``.
 
 Each model runs in a worker process with a per-model timeout; the worker is restarted
 after a timeout or crash. Models are run cheapest first (by a name heuristic) so that a
@@ -45,7 +54,7 @@ from typing import Any, Iterable, Sequence
 __all__ = ["family_of", "input_shapes", "sweep_one", "run_sweep", "write_markdown",
            "cost_rank", "TOLERANCE"]
 
-TOLERANCE = 0.05  # max |bf16 - fp32| / max |fp32| per output; bf16 unit roundoff is 2^-9
+TOLERANCE = 0.1  # max |bf16 - fp32| / max |fp32| per output (see the module doc)
 
 
 
@@ -57,15 +66,20 @@ def INIT():
     import numpy as np
 
     class HeNormal(mx.init.Initializer):
+        # gluon hands every param without its own init to _init_weight: dispatch by name
         def _init_weight(self, name, arr):
-            if len(arr.shape) < 2:  # odd "weight"s (SSD's L2 norm scale): as gluon's default
+            name = str(name)
+            if len(arr.shape) >= 2 and name.endswith("weight"):
+                fan_in = int(np.prod(arr.shape[1:]))
+                arr[:] = mx.nd.random.normal(0, float(np.sqrt(2.0 / fan_in)), shape=arr.shape)
+            elif name.endswith(("gamma", "running_var", "moving_var")):
+                arr[:] = 1.0
+            elif name.endswith(("beta", "bias", "running_mean", "moving_mean")):
+                arr[:] = 0.0
+            else:  # odd params (SSD's L2 norm scale, anchors' offsets): as gluon's default
                 arr[:] = mx.nd.random.uniform(-0.07, 0.07, shape=arr.shape)
-                return
-            fan_in = int(np.prod(arr.shape[1:]))
-            arr[:] = mx.nd.random.normal(0, float(np.sqrt(2.0 / fan_in)), shape=arr.shape)
 
-        def _init_default(self, name, arr):  # params with other names: as gluon's default
-            arr[:] = mx.nd.random.uniform(-0.07, 0.07, shape=arr.shape)
+        _init_default = _init_weight
     return HeNormal()
 
 
@@ -401,6 +415,11 @@ def sweep_one(name: str, target_dtype: str = "bfloat16", tol: float = TOLERANCE,
         rec.update(status="not_buildable", reason="exported fp32 symbol does not run: " + _first_line(err))
         return rec
     rec["fp32_run_s"] = round(time.time() - t1, 2)
+    import numpy as np
+    if not all(np.isfinite(r).all() for r in ref if np.issubdtype(r.dtype, np.floating)):
+        rec.update(status="fp32_nonfinite",
+                   reason="the random-init fp32 model itself gives non-finite outputs; nothing to compare")
+        return rec
     t2 = time.time()
     try:
         with warnings.catch_warnings(record=True) as caught:
