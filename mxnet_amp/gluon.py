@@ -172,6 +172,11 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
     input_syms = [mx.sym.var(n, dtype="float32") for n in names]
     inputs = _regroup(input_syms, in_format) if in_format is not None else input_syms
     outputs = _flat_outputs(sym)
+    if mx.util.is_np_array():
+        # under npx.set_np() a SymbolBlock must hold numpy-interface symbols
+        input_syms = [s.as_np_ndarray() for s in input_syms]
+        inputs = _regroup(input_syms, in_format) if in_format is not None else input_syms
+        outputs = [s.as_np_ndarray() for s in outputs]
     outputs = _regroup(outputs, out_format) if out_format is not None else outputs
     net = gluon.SymbolBlock(outputs, inputs)
     # dtype_source='saved': each param takes its array's dtype (SymbolBlock would make it

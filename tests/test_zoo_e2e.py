@@ -63,6 +63,12 @@ def test_zoo_converts_saves_binds_and_matches_fp32(model, dtype, cast_optional_p
     assert symbol_json(loaded_sym).count('"amp_cast"') == symbol_json(out_sym).count('"amp_cast"') > 0
     assert {k: array_dtype(v) for k, v in loaded_args.items()} == {k: array_dtype(v) for k, v in new_args.items()}
 
+    # MXNet's own checkpoint functions work too, when told to keep the casts
+    mx.model.save_checkpoint(str(tmp_path / "mx"), 0, out_sym, new_args, new_aux, remove_amp_cast=False)
+    mx_sym, mx_args, _ = mx.model.load_checkpoint(str(tmp_path / "mx"), 0)
+    assert symbol_json(mx_sym) == symbol_json(loaded_sym)
+    assert {k: array_dtype(v) for k, v in mx_args.items()} == {k: array_dtype(v) for k, v in new_args.items()}
+
     # binds in Module with no dtype fix-ups
     mod = mx.mod.Module(loaded_sym, data_names=["data"], label_names=None, context=mx.cpu())
     mod.bind(data_shapes=[("data", x.shape)], for_training=False)

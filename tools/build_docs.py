@@ -326,7 +326,9 @@ def render_page(page: Path, out_dir: Path) -> str:
                                                                     page.parent, out_dir)), body)
     title = next((ln.lstrip("# ").strip() for ln in page.read_text(encoding="utf-8").splitlines()
                   if ln.startswith("#")), page.stem)
-    return _PAGE.format(title=html.escape(title), body=body)
+    from pygments.formatters import HtmlFormatter   # a pdoc dependency; colours the code blocks
+    page_html = _PAGE.format(title=html.escape(title), body=body)
+    return page_html.replace("</style>", HtmlFormatter().get_style_defs(".codehilite") + "</style>", 1)
 
 
 def build_api(modules: Sequence[str], out_dir: Path) -> None:
