@@ -32,25 +32,75 @@ __version__ = "0.1.0"
 
 
 def list_lp16_ops(target_dtype: str = "float16") -> list[str]:
-    """Ops that compute in ``target_dtype`` (the *target* category)."""
+    """Ops that compute in ``target_dtype`` (the *target* category).
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+
+    Returns
+    -------
+    list of str
+        Op names, sorted.
+    """
     return sorted(load_policy(target_dtype).target)
 
 
 def list_fp32_ops(target_dtype: str = "float16") -> list[str]:
-    """Ops that always compute in float32."""
+    """Ops that always compute in float32.
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+
+    Returns
+    -------
+    list of str
+        Op names, sorted.
+    """
     return sorted(load_policy(target_dtype).fp32)
 
 
 def list_lp16_fp32_ops(target_dtype: str = "float16") -> list[str]:
-    """Ops that run in whatever dtype their inputs have (the *follow* category)."""
+    """Ops that run in whatever dtype their inputs have (the *follow* category).
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+
+    Returns
+    -------
+    list of str
+        Op names, sorted.
+    """
     return sorted(load_policy(target_dtype).follow)
 
 
 def list_widest_type_cast(target_dtype: str = "float16") -> list[str]:
-    """Ops whose float inputs are unified to the widest dtype among them."""
+    """Ops whose float inputs are unified to the widest dtype among them.
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+
+    Returns
+    -------
+    list of str
+        Op names, sorted.
+    """
     return sorted(load_policy(target_dtype).widest)
 
 
 def list_conditional_fp32_ops(target_dtype: str = "float16") -> list[tuple[str, str, list[str]]]:
-    """``(op, attribute, values)``: the op computes in float32 when the attribute takes a value."""
+    """``(op, attribute, values)``: the op computes in float32 when the attribute takes a value.
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+
+    Returns
+    -------
+    list of (str, str, list of str)
+        One triple per conditional entry of the list.
+    """
     return [(op, attr, list(values)) for op, attr, values in load_policy(target_dtype).conditional]

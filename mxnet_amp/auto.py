@@ -104,6 +104,7 @@ class KeptNode:
     tensor: str | None = None   # the offending tensor (a node output) for range reasons
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields."""
         return asdict(self)
 
 
@@ -118,6 +119,7 @@ class SearchStep:
     max_abs_error: float | None
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields."""
         return asdict(self)
 
 
@@ -183,6 +185,7 @@ class AutoReport:
         return [k for k in self.kept_fp32 if k.reason == reason]
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict (plain types only), nested records included."""
         d = asdict(self)
         d["kept_fp32"] = [k.to_dict() for k in self.kept_fp32]
         d["steps"] = [s.to_dict() for s in self.steps]

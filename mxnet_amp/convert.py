@@ -211,9 +211,18 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
                   cast_optional_params: bool = False):
     """Convert an fp32 model (symbol and params) to mixed precision.
 
-    Parameters are those of :func:`convert_symbol`; ``arg_params`` and ``aux_params`` are
-    the model's weights (not modified). ``data_names`` defaults to the arguments that have
-    no entry in ``arg_params``.
+    Parameters
+    ----------
+    sym : Symbol
+        The fp32 model; it is not modified.
+    arg_params, aux_params : dict of str to NDArray
+        The model's weights, as ``mx.model.load_checkpoint`` returns them (not modified).
+    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops
+        As in :func:`convert_symbol`.
+    excluded_sym_names, cast_optional_params
+        As in :func:`convert_symbol`.
+    data_names : list of str, optional
+        Model inputs; default the arguments that have no entry in ``arg_params``.
 
     Returns
     -------

@@ -255,6 +255,15 @@ def export_block(block, path: str | os.PathLike, epoch: int = 0) -> tuple[str, s
     The files load with ``SymbolBlock.imports(json, input_names, params)`` or
     :func:`mxnet_amp.load_checkpoint`.
 
+    Parameters
+    ----------
+    block : HybridBlock or SymbolBlock
+        The block to save, e.g. what :func:`convert_hybrid_block` returns.
+    path : str or PathLike
+        The file prefix.
+    epoch : int, default 0
+        The epoch number in the params file name.
+
     Returns
     -------
     (str, str)
@@ -277,6 +286,18 @@ def emulate_block(block, ctx=None):
     is rounded to that dtype, so this runs on any CPU (no avx512 or GPU needed) and gives
     what the low precision block computes, up to what that module lists as not modelled.
     Same inputs, input names and output structure as ``block``; ``block`` is not modified.
+
+    Parameters
+    ----------
+    block : HybridBlock or SymbolBlock
+        A converted block, e.g. what :func:`convert_hybrid_block` returns.
+    ctx : Context or list of Context, optional
+        Where the emulating block's params live; default where ``block``'s live.
+
+    Returns
+    -------
+    SymbolBlock
+        Float32 inputs and outputs, low precision rounding simulated.
     """
     from .emulation import emulate_model
     names, sym, in_format, out_format = _block_graph(block, None)

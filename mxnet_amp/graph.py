@@ -121,6 +121,7 @@ class GraphBuilder:
         self.names: set[str] = set()
 
     def add(self, node: Node) -> int:
+        """Append ``node``; returns its index in the graph being built."""
         self.nodes.append(node)
         self.names.add(node.name)
         return len(self.nodes) - 1
@@ -134,4 +135,5 @@ class GraphBuilder:
         return name
 
     def build(self, heads, attrs: Mapping[str, object] = _EMPTY) -> Graph:
+        """The finished :class:`Graph` with output entries ``heads`` and graph ``attrs``."""
         return Graph(tuple(self.nodes), tuple(heads), attrs)

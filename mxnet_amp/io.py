@@ -129,6 +129,7 @@ def graph_to_symbol(graph: Graph):
     except mx.base.MXNetError as err:
         from .errors import UnknownOpError
         from .registry import registry_op_names
+        registry_op_names.cache_clear()  # a plugin library may have added ops since
         known = registry_op_names()
         unknown = {}
         stack = [graph]
@@ -180,7 +181,19 @@ def save_symbol(path: str | os.PathLike, sym) -> None:
 def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_params: Mapping) -> None:
     """Like ``mx.model.save_checkpoint`` but keeps amp casts and writes both files atomically.
 
-    The params file is written first, so a reader never sees a new symbol with old params."""
+    The params file is written first, so a reader never sees a new symbol with old params.
+
+    Parameters
+    ----------
+    prefix : str
+        Writes ``prefix-symbol.json`` and ``prefix-%04d.params``.
+    epoch : int
+        The epoch number in the params file name.
+    sym : Symbol
+        The model; its ``amp_cast`` / ``amp_multicast`` nodes are kept.
+    arg_params, aux_params : dict of str to NDArray
+        The params, saved as ``arg:NAME`` / ``aux:NAME`` (copied to the CPU first).
+    """
     import mxnet as mx
     save = {f"arg:{k}": v.as_in_context(mx.cpu()) for k, v in arg_params.items()}
     save.update({f"aux:{k}": v.as_in_context(mx.cpu()) for k, v in aux_params.items()})
@@ -190,7 +203,26 @@ def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_param
 
 def load_checkpoint(prefix: str, epoch: int = 0):
     """Load ``(sym, arg_params, aux_params)`` like ``mx.model.load_checkpoint``, with errors
-    that name the file."""
+    that name the file.
+
+    Parameters
+    ----------
+    prefix : str
+        Reads ``prefix-symbol.json`` and ``prefix-%04d.params``.
+    epoch : int, default 0
+
+    Returns
+    -------
+    (Symbol, dict, dict)
+        The symbol (casts kept) and the arg and aux params.
+
+    Raises
+    ------
+    CheckpointError
+        A file is missing or not a readable params file.
+    GraphError
+        The symbol file is not a symbol MXNet can load.
+    """
     import mxnet as mx
     sym_path, params_path = f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
     for p in (sym_path, params_path):

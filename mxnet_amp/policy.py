@@ -113,8 +113,12 @@ def _read(path: Path) -> dict:
 
 def _check_ops(names: Iterable[str], where: str) -> None:
     from .registry import registry_op_names
-    known = registry_op_names()
-    unknown = {n for n in names if n not in known}
+    names = set(names)
+    unknown = names - registry_op_names()
+    if unknown:
+        # a plugin library (mx.library.load) may have registered ops since the cache filled
+        registry_op_names.cache_clear()
+        unknown = names - registry_op_names()
     if unknown:
         raise UnknownOpError(unknown, where)
 
@@ -188,6 +192,11 @@ def load_policy(target_dtype: str = "float16",
         ``fp32_ops=['Convolution']`` keeps every other default.
     conditional_fp32_ops : list of (op, attr, values), optional
         Ops to run in float32 when ``attr`` has one of ``values``; replaces the op's category.
+
+    Returns
+    -------
+    OpPolicy
+        The categories the pass uses (immutable).
 
     Raises
     ------

@@ -35,6 +35,7 @@ class ParamStats:
     by_dtype: Mapping[str, Mapping[str, int | None]]
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict (plain types only)."""
         return {"count": self.count, "bytes": self.bytes,
                 "by_dtype": {k: dict(v) for k, v in self.by_dtype.items()}}
 

@@ -331,3 +331,98 @@ def test_errors_leave_inputs_alone(tmp_path):
     for k, v in args.items():
         assert v.dtype == np.float32 and np.array_equal(v.asnumpy(), copies[k])
     assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- plugin library ops
+
+_PLUGIN_SRC = r'''
+#include "mxnet/lib_api.h"
+using namespace mxnet::ext;
+MXReturnValue forward(const std::unordered_map<std::string, std::string>& attrs,
+                      std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                      const OpResource& res) {
+  float* in = inputs->at(0).data<float>();
+  float* out = outputs->at(0).data<float>();
+  for (int64_t i = 0; i < inputs->at(0).size(); i++) out[i] = in[i] > 0 ? in[i] : 0;
+  return MX_SUCCESS;
+}
+MXReturnValue parseAttrs(const std::unordered_map<std::string, std::string>& attrs,
+                         int* num_in, int* num_out) {
+  *num_in = 1; *num_out = 1; return MX_SUCCESS;
+}
+MXReturnValue inferType(const std::unordered_map<std::string, std::string>& attrs,
+                        std::vector<int>* intypes, std::vector<int>* outtypes) {
+  if (intypes->at(0) != kFloat32) { MX_ERROR_MSG << "amp_test_plugin_relu takes float32 only"; return MX_FAIL; }
+  outtypes->at(0) = intypes->at(0);
+  return MX_SUCCESS;
+}
+MXReturnValue inferShape(const std::unordered_map<std::string, std::string>& attrs,
+                         std::vector<std::vector<unsigned int>>* inshapes,
+                         std::vector<std::vector<unsigned int>>* outshapes) {
+  outshapes->at(0) = inshapes->at(0);
+  return MX_SUCCESS;
+}
+REGISTER_OP(amp_test_plugin_relu).setForward(forward, "cpu").setParseAttrs(parseAttrs)
+    .setInferType(inferType).setInferShape(inferShape);
+MXReturnValue initialize(int version) { return MX_SUCCESS; }
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin_op(tmp_path_factory):
+    """Build and load a one-op MXNet plugin library (mx.library.load); its op's name."""
+    import shutil
+    import subprocess
+    root = os.path.dirname(mx.__file__)
+    lib_api = os.path.join(root, "src", "lib_api.cc")
+    compiler = shutil.which("g++")
+    if compiler is None or not os.path.isfile(lib_api):
+        pytest.skip("needs g++ and mxnet/src/lib_api.cc to build a plugin library")
+    folder = tmp_path_factory.mktemp("plugin")
+    src, lib = folder / "plugin.cc", folder / "libamp_test_plugin.so"
+    src.write_text(_PLUGIN_SRC)
+    subprocess.run([compiler, "-shared", "-fPIC", "-std=c++11", "-O1", str(src), lib_api,
+                    "-I", os.path.join(root, "include"), "-o", str(lib)], check=True,
+                   capture_output=True)
+    from mxnet_amp.registry import registry_op_names
+    registry_op_names()  # fill the registry cache before the load, as a real session would
+    mx.library.load(str(lib), False)
+    return "amp_test_plugin_relu"
+
+
+def _plugin_model(op):
+    data = mx.sym.var("data")
+    h = mx.sym.FullyConnected(data, num_hidden=6, name="fc1")
+    h = getattr(mx.sym, op)(h, name="plugin")
+    out = mx.sym.FullyConnected(h, num_hidden=3, name="fc2")
+    args = {"fc1_weight": _arr(6, 4), "fc1_bias": _arr(6), "fc2_weight": _arr(3, 6), "fc2_bias": _arr(3)}
+    return out, args
+
+
+def test_plugin_op_stays_fp32_with_a_warning_and_runs(plugin_op):
+    sym, args = _plugin_model(plugin_op)
+    with pytest.warns(UserWarning, match=plugin_op):
+        csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    assert conv.result.node_dtypes["plugin"] == "float32"
+    assert conv.result.node_dtypes["fc1"] == "bfloat16"
+    x = mx.nd.array(RNG.randn(2, 4).astype(np.float32))
+    ref = _run(sym, args, {}, {"data": x})[0]
+    esym, eargs, eauxs = emulate_model(csym, cargs, cauxs)
+    got = _run(esym, eargs, eauxs, {"data": x})[0]  # the plugin refuses anything but fp32
+    np.testing.assert_allclose(got, ref, rtol=0.05, atol=0.05 * np.abs(ref).max())
+
+
+def test_listed_plugin_op_gives_no_warning(plugin_op):
+    sym, args = _plugin_model(plugin_op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, _, _, conv = convert_model_full(sym, args, {}, target_dtype="bfloat16", fp32_ops=[plugin_op])
+    assert conv.result.node_dtypes["plugin"] == "float32"
+
+
+def test_plugin_op_listed_as_target_but_fp32_only_falls_back(plugin_op):
+    sym, args = _plugin_model(plugin_op)
+    _, _, _, conv = convert_model_full(sym, args, {}, target_dtype="bfloat16",
+                                       target_dtype_ops=[plugin_op])
+    assert conv.result.node_dtypes["plugin"] == "float32"
+    assert any(name == "plugin" for name, _ in conv.result.fallbacks)

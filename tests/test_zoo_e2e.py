@@ -23,7 +23,8 @@ from helpers import rel_error, run
 from zoo import checkpoint
 
 TOLERANCE = {"bfloat16": 5e-2, "float16": 1e-2}
-# Concat-heavy topologies; mx.contrib.amp 1.9.1 fails shufflenet_v2 in bf16 with
+# two mx.gluon.model_zoo nets and three Concat-heavy gluoncv ones; mx.contrib.amp 1.9.1 fails
+# shufflenet_v2 in bf16 with
 # "Non-uniform data type in Concat"
 MODELS = ["resnet18_v1", "mobilenetv2_1.0", "shufflenet_v2", "densenet121", "deeplab_resnet50_ade"]
 

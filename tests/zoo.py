@@ -24,7 +24,7 @@ MODELS = {
     "mobilenetv2_1.0": (_vision("mobilenetv2_1.0"), (1, 3, 64, 64)),
     "resnet50_v1": (_vision("resnet50_v1"), (1, 3, 64, 64)),
     "shufflenet_v2": (_gluoncv("shufflenet_v2"), (1, 3, 96, 96)),
-    "densenet121": (_vision("densenet121"), (1, 3, 224, 224)),
+    "densenet121": (_gluoncv("densenet121"), (1, 3, 224, 224)),
     "deeplab_resnet50_ade": (_gluoncv("deeplab_resnet50_ade", height=96, width=96), (1, 3, 96, 96)),
     "psp_resnet50_ade": (_gluoncv("psp_resnet50_ade", height=96, width=96), (1, 3, 96, 96)),
     "inceptionv3": (_vision("inceptionv3"), (1, 3, 299, 299)),

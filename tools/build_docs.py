@@ -54,7 +54,6 @@ PACKAGE = "mxnet_amp"
 # not part of the documented surface: the ``python -m`` entry point and a private helper
 INTERNAL_MODULES = frozenset({"mxnet_amp.__main__", "mxnet_amp.gcpause"})
 EXAMPLE_PAGES = ("getting_started.md", "lists.md")
-COMMAND = "python tools/build_docs.py"
 
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)"  # [text](target)
                    r"|!\[[^\]]*\]\(\s*<?([^)\s>]+)>?\s*\)"                         # ![img](target)
