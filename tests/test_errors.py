@@ -99,7 +99,8 @@ def test_unregistered_op_names_node_and_op():
     obj = json.loads(sym.tojson())
     obj["nodes"][[n["name"] for n in obj["nodes"]].index("act")]["op"] = "NoSuchPluginOp"
     graph = graph_from_json(json.dumps(obj))
-    with pytest.raises(UnknownOpError) as info:
+    with pytest.raises(UnknownOpError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the pass first warns that no list names it
         convert_graph(graph, target_dtype="bfloat16")
     assert "NoSuchPluginOp" in str(info.value) and "'act'" in str(info.value)
 
@@ -185,6 +186,18 @@ def test_converting_a_converted_graph_is_a_clear_error(target):
         assert "_amp_cast_" in str(info.value)  # names the cast node
         with pytest.raises(AlreadyConvertedError):
             amp.convert_symbol(csym, target_dtype=again)
+
+
+@pytest.mark.parametrize("target", ["float16", "bfloat16"])
+def test_a_graph_converted_by_mx_contrib_amp_is_refused(target):
+    from mxnet.contrib import amp as contrib_amp
+    sym, args = _mlp()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        csym, cargs, cauxs = contrib_amp.convert_model(sym, args, {}, target_dtype=target)
+    assert any(n.op == "amp_cast" for n in graph_from_symbol(csym).nodes)
+    with pytest.raises(AlreadyConvertedError):
+        amp.convert_model(csym, cargs, cauxs, target_dtype="bfloat16")
 
 
 def test_fp32_model_holding_an_amp_multicast_converts_without_cast_chains():
@@ -426,3 +439,16 @@ def test_plugin_op_listed_as_target_but_fp32_only_falls_back(plugin_op):
                                        target_dtype_ops=[plugin_op])
     assert conv.result.node_dtypes["plugin"] == "float32"
     assert any(name == "plugin" for name, _ in conv.result.fallbacks)
+
+
+def test_params_file_of_another_model_is_a_param_error(tmp_path):
+    from mxnet_amp.checkpoint import convert_checkpoint
+    sym, args = _mlp()
+    other = _conv_bn_fc()[0]
+    prefix = str(tmp_path / "mixed")
+    # the symbol of one model with the params of another, as a mixed-up checkpoint folder has
+    save_checkpoint(prefix, 0, other, args, {})
+    with pytest.raises(ParamError) as info:
+        convert_checkpoint(prefix, 0, str(tmp_path / "out"), target_dtype="bfloat16")
+    assert any(name in str(info.value) for name in ("bn_moving_mean", "c1_weight", "fc1_weight"))
+    assert not os.path.exists(str(tmp_path / "out-symbol.json"))
