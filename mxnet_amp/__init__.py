@@ -12,9 +12,10 @@ from .auto import auto_convert_block, auto_convert_model
 from .checkpoint import convert_checkpoint
 from .convert import convert_model, convert_symbol
 from .emulation import emulate, emulate_model
-from .gluon import convert_block, convert_hybrid_block, emulate_block, export_block
 from .errors import (AlreadyConvertedError, AMPError, CheckpointError, DeferredInitError,
-                     GraphError, ListError, ParamError, TypeInferenceError, UnknownOpError)
+                     GraphError, ListError, ParamError, TargetDtypeError, TypeInferenceError,
+                     UnknownOpError)
+from .gluon import convert_block, convert_hybrid_block, emulate_block, export_block
 from .io import load_checkpoint, save_checkpoint
 from .policy import load_policy
 
@@ -26,7 +27,7 @@ __all__ = [
     "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_widest_type_cast",
     "list_conditional_fp32_ops",
     "AMPError", "AlreadyConvertedError", "CheckpointError", "DeferredInitError", "GraphError",
-    "ListError", "ParamError", "TypeInferenceError", "UnknownOpError",
+    "ListError", "ParamError", "TargetDtypeError", "TypeInferenceError", "UnknownOpError",
 ]
 __version__ = "0.1.0"
 

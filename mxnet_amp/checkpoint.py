@@ -11,9 +11,9 @@ import os
 from typing import Sequence
 
 from .convert import Conversion, convert_graph
-from .errors import CheckpointError
+from .errors import CheckpointError, ParamError
 from .io import graph_from_symbol, load_checkpoint, save_checkpoint
-from .params import array_dtype, cast_array, check_params
+from .params import array_dtype, cast_array, check_params, default_data_names
 
 __all__ = ["convert_checkpoint"]
 
@@ -54,9 +54,13 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                               "choose another out_prefix")
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    if data_names is None:
-        data_names = [n for n in arg_names if n not in arg_params]
-    check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+    params_file = f"{prefix}-{epoch:04d}.params"
+    try:
+        if data_names is None:
+            data_names = default_data_names(arg_names, arg_params, where=params_file)
+        check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+    except ParamError as err:
+        raise ParamError(f"{params_file} does not match {prefix}-symbol.json: {err}") from None
     conversion: Conversion = convert_graph(
         graph_from_symbol(sym), target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
         fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,

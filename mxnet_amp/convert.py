@@ -11,7 +11,7 @@ from .gcpause import gc_paused
 from .graph import Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .optypes import OpTypes
-from .params import array_dtype, check_params, recast_params
+from .params import array_dtype, check_params, default_data_names, recast_params
 from .passes.insert_casts import CastResult, insert_casts
 from .policy import OpPolicy, load_policy, warn_unlisted
 from .registry import InferenceFailed, infer_types
@@ -185,7 +185,7 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
     params = {**arg_params, **aux_params}
     if data_names is None:
-        data_names = [n for n in arg_names if n not in arg_params]
+        data_names = default_data_names(arg_names, arg_params)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names)
     param_dtypes = {k: array_dtype(v) for k, v in params.items()}
     conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,

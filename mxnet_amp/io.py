@@ -17,7 +17,7 @@ from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
 
 __all__ = ["graph_from_json", "graph_to_json", "graph_from_symbol", "graph_to_symbol",
-           "symbol_json", "atomic_write", "save_symbol", "save_checkpoint", "load_checkpoint"]
+           "symbol_json", "atomic_write", "atomic_writes", "save_symbol", "save_checkpoint", "load_checkpoint"]
 
 _NODE_KEYS = frozenset({"op", "name", "inputs", "attrs", "attr", "param", "subgraphs"})
 _EMPTY = MappingProxyType({})
@@ -149,39 +149,56 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     """Write a file under ``path`` all at once: ``write(tmp_path)`` fills a temporary file
     beside it, which is renamed over ``path`` only when complete, so an interrupted write
     never leaves a truncated file under the final name."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    os.close(fd)
+    atomic_writes([(path, write)])
+
+
+def atomic_writes(files) -> None:
+    """:func:`atomic_write` for several ``(path, write)`` pairs: every file is written to
+    its temporary name first and the renames follow back to back, so an interruption
+    leaves either none of the new files or (only inside that last instant) some of them,
+    never a truncated one."""
+    umask = os.umask(0)
+    os.umask(umask)
+    done: list[tuple[str, str]] = []
     try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        # mkstemp creates the file 0600; give it the mode a plain open() would
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        for path, write in files:
+            path = os.fspath(path)
+            folder = os.path.dirname(os.path.abspath(path))
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                       dir=folder)
+            os.close(fd)
+            done.append((tmp, path))
+            write(tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            # mkstemp creates the file 0600; give it the mode a plain open() would
+            os.chmod(tmp, 0o666 & ~umask)
+        for tmp, path in done:
+            os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for tmp, _ in done:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         raise
+
+
+def _text_writer(text: str):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    return write
 
 
 def save_symbol(path: str | os.PathLike, sym) -> None:
     """Save ``sym`` to ``path`` atomically, keeping its amp casts."""
-    text = symbol_json(sym)
-
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-    atomic_write(path, write)
+    atomic_write(path, _text_writer(symbol_json(sym)))
 
 
 def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_params: Mapping) -> None:
     """Like ``mx.model.save_checkpoint`` but keeps amp casts and writes both files atomically.
 
-    The params file is written first, so a reader never sees a new symbol with old params.
+    Both files are written to temporary names and then renamed one right after the other
+    (params first), so an interrupted save leaves no truncated file under either name.
 
     Parameters
     ----------
@@ -197,8 +214,8 @@ def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_param
     import mxnet as mx
     save = {f"arg:{k}": v.as_in_context(mx.cpu()) for k, v in arg_params.items()}
     save.update({f"aux:{k}": v.as_in_context(mx.cpu()) for k, v in aux_params.items()})
-    atomic_write(f"{prefix}-{epoch:04d}.params", lambda tmp: mx.nd.save(tmp, save))
-    save_symbol(f"{prefix}-symbol.json", sym)
+    atomic_writes([(f"{prefix}-{epoch:04d}.params", lambda tmp: mx.nd.save(tmp, save)),
+                   (f"{prefix}-symbol.json", _text_writer(symbol_json(sym)))])
 
 
 def load_checkpoint(prefix: str, epoch: int = 0):

@@ -6,7 +6,7 @@ from typing import Mapping
 from .dtypes import dtype_name
 from .errors import ParamError
 
-__all__ = ["array_dtype", "cast_array", "recast_params", "check_params", "check_param_shapes"]
+__all__ = ["array_dtype", "cast_array", "recast_params", "check_params", "default_data_names", "check_param_shapes"]
 
 
 def array_dtype(array) -> str:
@@ -27,6 +27,28 @@ def cast_array(array, dtype: str):
     handle = ctypes.c_void_p()
     check_call(_LIB.NNGetOpHandle(b"amp_cast", ctypes.byref(handle)))
     return _imperative_invoke(handle.value, [array], ["dtype"], [dtype], None, False, False)
+
+
+# names Gluon and the symbol API give weights; an input called so is a weight gone missing
+_WEIGHT_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_running_mean", "_running_var",
+                    "_moving_mean", "_moving_var")
+
+
+def default_data_names(arg_names, arg_params: Mapping, where: str = "arg_params") -> list[str]:
+    """The model inputs when the caller names none: the arguments without a param.
+
+    Raises
+    ------
+    ParamError
+        An argument without a param is named like a weight (``fc1_bias``): the params
+        probably lack it, and treating it as a model input would hide that.
+    """
+    inputs = [n for n in arg_names if n not in arg_params]
+    weights = [n for n in inputs if n.endswith(_WEIGHT_SUFFIXES)]
+    if weights:
+        raise ParamError(f"{where} lack {', '.join(weights)}, which the symbol reads; if these "
+                         "are really model inputs, name every input in data_names")
+    return inputs
 
 
 def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,

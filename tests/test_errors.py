@@ -452,3 +452,18 @@ def test_params_file_of_another_model_is_a_param_error(tmp_path):
         convert_checkpoint(prefix, 0, str(tmp_path / "out"), target_dtype="bfloat16")
     assert any(name in str(info.value) for name in ("bn_moving_mean", "c1_weight", "fc1_weight"))
     assert not os.path.exists(str(tmp_path / "out-symbol.json"))
+
+
+def test_missing_weight_is_an_error_not_a_new_model_input():
+    """A params dict lacking a weight must not turn that weight into a model input."""
+    import mxnet as mx
+    import mxnet_amp as amp
+    from mxnet_amp.errors import ParamError
+    x = mx.sym.var("data")
+    sym = mx.sym.FullyConnected(mx.sym.FullyConnected(x, num_hidden=4, name="fc1"), num_hidden=2, name="fc2")
+    args = {"fc1_weight": mx.nd.ones((4, 3)), "fc1_bias": mx.nd.zeros(4), "fc2_weight": mx.nd.ones((2, 4))}
+    with pytest.raises(ParamError, match="fc2_bias"):
+        amp.convert_model(sym, args, {}, target_dtype="bfloat16")
+    # naming the inputs explicitly states the intent: fc2_bias as an input is then allowed
+    out, _, _ = amp.convert_model(sym, args, {}, target_dtype="bfloat16", data_names=["data", "fc2_bias"])
+    assert "fc2_bias" in out.list_arguments()
