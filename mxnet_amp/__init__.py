@@ -32,64 +32,32 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def list_lp16_ops(target_dtype: str = "float16") -> list[str]:
-    """Ops that compute in ``target_dtype`` (the *target* category).
+def _op_lister(name: str, category: str, summary: str):
+    """One ``list_*`` function of mx.contrib.amp: the sorted ops of ``category``."""
+    def lister(target_dtype: str = "float16") -> list[str]:
+        return sorted(getattr(load_policy(target_dtype), category))
+    lister.__name__ = lister.__qualname__ = name
+    lister.__doc__ = f"""{summary}
 
     Parameters
     ----------
-    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+    target_dtype : {{'float16', 'bfloat16'}}, default 'float16'
 
     Returns
     -------
     list of str
         Op names, sorted.
     """
-    return sorted(load_policy(target_dtype).target)
+    return lister
 
 
-def list_fp32_ops(target_dtype: str = "float16") -> list[str]:
-    """Ops that always compute in float32.
-
-    Parameters
-    ----------
-    target_dtype : {'float16', 'bfloat16'}, default 'float16'
-
-    Returns
-    -------
-    list of str
-        Op names, sorted.
-    """
-    return sorted(load_policy(target_dtype).fp32)
-
-
-def list_lp16_fp32_ops(target_dtype: str = "float16") -> list[str]:
-    """Ops that run in whatever dtype their inputs have (the *follow* category).
-
-    Parameters
-    ----------
-    target_dtype : {'float16', 'bfloat16'}, default 'float16'
-
-    Returns
-    -------
-    list of str
-        Op names, sorted.
-    """
-    return sorted(load_policy(target_dtype).follow)
-
-
-def list_widest_type_cast(target_dtype: str = "float16") -> list[str]:
-    """Ops whose float inputs are unified to the widest dtype among them.
-
-    Parameters
-    ----------
-    target_dtype : {'float16', 'bfloat16'}, default 'float16'
-
-    Returns
-    -------
-    list of str
-        Op names, sorted.
-    """
-    return sorted(load_policy(target_dtype).widest)
+list_lp16_ops = _op_lister("list_lp16_ops", "target",
+                           "Ops that compute in ``target_dtype`` (the *target* category).")
+list_fp32_ops = _op_lister("list_fp32_ops", "fp32", "Ops that always compute in float32.")
+list_lp16_fp32_ops = _op_lister("list_lp16_fp32_ops", "follow",
+                                "Ops that run in whatever dtype their inputs have (the *follow* category).")
+list_widest_type_cast = _op_lister("list_widest_type_cast", "widest",
+                                   "Ops whose float inputs are unified to the widest dtype among them.")
 
 
 def list_conditional_fp32_ops(target_dtype: str = "float16") -> list[tuple[str, str, list[str]]]:
