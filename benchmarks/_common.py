@@ -45,7 +45,7 @@ def zoo_checkpoint(name: str, image_size: int | None = None):
         image_size = zoo_input_size(name)
     try:
         net = get_model(name, pretrained=False, pretrained_base=False)
-    except TypeError:
+    except (TypeError, Warning):  # gluoncv raises a Warning for kwargs a net does not take
         net = get_model(name, pretrained=False)
     net.initialize()
     net.hybridize()
