@@ -195,8 +195,8 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                                cast_optional_params=cast_optional_params,
                                param_dtypes=param_dtypes, input_dtypes=input_dtypes,
                                output_dtype=output_dtype)
-    new_args = recast_params(arg_params, conversion.arg_dtypes)
-    new_aux = recast_params(aux_params, conversion.aux_dtypes)
+    new_args = recast_params(arg_params, conversion.arg_dtypes, param_dtypes)
+    new_aux = recast_params(aux_params, conversion.aux_dtypes, param_dtypes)
     return conversion.symbol, new_args, new_aux, conversion
 
 

@@ -16,14 +16,30 @@ from .registry import InferenceFailed, infer_types
 __all__ = ["OpTypes", "InferenceFailed"]
 
 
+# answers depend only on the op, its attributes, the input dtypes and the MXNet build, so
+# conversions in one process share them (a memo, like functools.lru_cache; bounded)
+_SHARED: dict = {}
+_SHARED_MAX = 200_000
+
+
 class OpTypes:
-    """A cache of single-op type inference results; one instance per conversion."""
+    """A cache of single-op type inference results.
+
+    Parameters
+    ----------
+    cache : dict, optional
+        Where answers are kept; by default a memo shared by the conversions of a process.
+    """
 
     __slots__ = ("_cache", "probes")
 
-    def __init__(self) -> None:
-        self._cache: dict = {}
-        self.probes = 0  # how many times MXNet was actually asked
+    def __init__(self, cache: dict | None = None) -> None:
+        if cache is None:
+            if len(_SHARED) > _SHARED_MAX:
+                _SHARED.clear()
+            cache = _SHARED
+        self._cache = cache
+        self.probes = 0  # how many times MXNet was actually asked by this instance
 
     def infer(self, node: Node, input_dtypes: Sequence[str | None], num_outputs: int):
         """Input and output dtypes MXNet infers for ``node`` given ``input_dtypes``.

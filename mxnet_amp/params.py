@@ -9,9 +9,17 @@ from .errors import ParamError
 __all__ = ["array_dtype", "cast_array", "recast_params", "check_params", "default_data_names", "check_param_shapes"]
 
 
+# NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
+_NAME_OF_ARRAY_DTYPE: dict = {}
+
+
 def array_dtype(array) -> str:
     """dtype name of an NDArray (bfloat16 included)."""
-    return dtype_name(array.dtype)
+    dtype = array.dtype
+    name = _NAME_OF_ARRAY_DTYPE.get(dtype)
+    if name is None:
+        name = _NAME_OF_ARRAY_DTYPE[dtype] = dtype_name(dtype)
+    return name
 
 
 def cast_array(array, dtype: str):
@@ -138,14 +146,17 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
                      f"{dict(known)}): {first_error[:300]}")
 
 
-def recast_params(params: Mapping, dtypes: Mapping[str, str]) -> dict:
+def recast_params(params: Mapping, dtypes: Mapping[str, str],
+                  current: Mapping[str, str] | None = None) -> dict:
     """A new dict with each array cast to ``dtypes[name]``; arrays already right are shared.
 
-    The input dict and its arrays are never modified."""
+    ``current`` may give each array's dtype name when the caller knows it already. The
+    input dict and its arrays are never modified."""
     out = {}
     for name, value in params.items():
         want = dtypes.get(name)
-        if want is None or array_dtype(value) == want:
+        have = current[name] if current is not None else array_dtype(value)
+        if want is None or have == want:
             out[name] = value
         else:
             out[name] = cast_array(value, want)

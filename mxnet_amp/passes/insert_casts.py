@@ -184,6 +184,12 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
 
         act_dtypes = {cur[k] for k in acts}
         plans = _plans(cat, cur, acts, target, new_body=subgraphs is not node.subgraphs)
+        if cat is Category.WIDEST and act_dtypes == {target, "float32"} and all(
+                (ins[k], target) in cast_cache for k in acts if cur[k] != target):
+            # every float32 input is already cast to the target dtype for another consumer
+            # (a residual add beside a conv, say): reuse those casts, as mx.contrib.amp does,
+            # rather than widening the low precision inputs
+            plans = iter([("widest-reuse", {k: target for k in acts}), *plans])
         result = None
         errors = []
         for how, desired in plans:
@@ -199,8 +205,7 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
             # keep it fp32 and let whole-graph inference judge.
             fallbacks.append((node.name, "type inference failed: " + "; ".join(errors)))
             result = (tuple(cur), tuple("float32" for _ in range(used[i])))
-            how, desired = plans[-1]
-        elif errors and not (how == "widest" and cat is Category.FOLLOW):
+        elif errors and not (how == "widest" and cat in (Category.FOLLOW, Category.WIDEST)):
             # a follow op MXNet rejects with mixed inputs is unified silently: that is the
             # widest rule doing its job; anything else is worth reporting
             fallbacks.append((node.name, f"{cat.value} op could not run as asked; ran {how}: "
@@ -252,20 +257,18 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
 
 def _plans(cat: Category, cur: list, acts: list[int], target: str, new_body: bool):
     """The input dtypes to try for a node, in order: what its category asks, then the
-    widest of its float inputs, then float32."""
-    plans: list[tuple[str, dict[int, str]]] = []
+    widest of its float inputs, then float32 (lazily: the first one nearly always works)."""
     if cat is Category.TARGET:
-        plans.append(("target", {k: target for k in acts}))
+        yield "target", {k: target for k in acts}
     elif cat is Category.FOLLOW:
-        plans.append(("follow", {k: cur[k] for k in acts}))
+        yield "follow", {k: cur[k] for k in acts}
     if cat is not Category.FP32 and acts:
         w = widest({cur[k] for k in acts})
-        plans.append(("widest", {k: w for k in acts}))
+        yield "widest", {k: w for k in acts}
     fp32 = {k: ("float32" if cur[k] in LOW_PRECISION else cur[k]) for k in acts}
-    plans.append(("fp32", fp32))
+    yield "fp32", fp32
     if new_body:
-        plans.append(("fp32-original-body", fp32))
-    return plans
+        yield "fp32-original-body", fp32
 
 
 def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded, op_types: OpTypes) -> Graph:
