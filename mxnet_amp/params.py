@@ -71,7 +71,7 @@ def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
     if missing_arg or missing_aux:
         raise ParamError("params missing for the symbol's inputs: "
                          + ", ".join(missing_arg + missing_aux)
-                         + (f" (if some are model inputs, pass them in data_names)" if missing_arg else ""))
+                         + (" (if some are model inputs, pass them in data_names)" if missing_arg else ""))
     extra_arg = sorted(set(arg_params) - set(arg_names))
     extra_aux = sorted(set(aux_params) - set(aux_names))
     if extra_arg or extra_aux:

@@ -71,7 +71,7 @@ def infer_types(sym, known: Mapping[str, str]):
     Returns ``(arg_dtypes, out_dtypes, aux_dtypes)``: lists of dtype names, ``None`` where
     MXNet could not tell. Raises :class:`InferenceFailed` when MXNet rejects the dtypes.
     """
-    from mxnet.base import MXNetError, c_array_buf, c_str_array
+    from mxnet.base import c_array_buf, c_str_array
     keys = list(known)
     codes = array("i", [MX_CODE[known[k]] for k in keys])
     sizes = [ctypes.c_uint() for _ in range(3)]

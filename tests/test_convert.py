@@ -4,14 +4,11 @@ Each test builds a small graph, converts it, and checks where casts go, how many
 which dtype. The categories a test relies on are named through overrides, so the tests
 check the pass, not today's contents of the list files.
 """
-import json
-
 import mxnet as mx
 import numpy as np
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.convert import convert_model_full
 from mxnet_amp.errors import AlreadyConvertedError, GraphError, UnknownOpError
 from mxnet_amp.io import graph_from_symbol, symbol_json
 
@@ -195,9 +192,7 @@ def test_multi_output_node_outputs_cast_separately(dtype):
     b = mx.sym.FullyConnected(parts[1], num_hidden=3, name="fb")
     sym = mx.sym.Concat(a, b, parts[1], dim=1, name="cat")
     out = amp.convert_symbol(sym, target_dtype=dtype, target_dtype_ops=["FullyConnected"],
-                             widest_dtype_ops=["Concat"], follow_ops=None) if False else \
-        amp.convert_symbol(sym, target_dtype=dtype, target_dtype_ops=["FullyConnected"],
-                           widest_dtype_ops=["Concat"])
+                             widest_dtype_ops=["Concat"])
     g = graph_of(out)
     fa_src = producer(g, node(g, "fa"))
     fb_src = producer(g, node(g, "fb"))
@@ -221,7 +216,6 @@ def test_follow_op_with_mixed_inputs_falls_back_to_widest(dtype):
     fc = mx.sym.FullyConnected(x, num_hidden=8, name="fc")
     sym = mx.sym.Concat(fc, mx.sym.exp(x, name="ex"), dim=1, name="cat")
     policy = amp.load_policy(dtype, target_dtype_ops=["FullyConnected"], fp32_ops=["exp"])
-    from mxnet_amp.policy import OpPolicy
     import dataclasses
     policy = dataclasses.replace(policy, widest=policy.widest - {"Concat"}, follow=policy.follow | {"Concat"})
     from mxnet_amp.convert import convert_graph
