@@ -8,12 +8,13 @@ from __future__ import annotations
 import ctypes
 from array import array
 from functools import lru_cache
-from typing import Mapping
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 from .dtypes import MX_CODE, MX_NAME
 from .errors import TypeInferenceError
 
-__all__ = ["registry_op_names", "op_input_names", "infer_types", "InferenceFailed"]
+__all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names", "infer_types", "InferenceFailed"]
 
 
 class InferenceFailed(TypeInferenceError):
@@ -25,22 +26,34 @@ def _lib():
     return _LIB
 
 
-@lru_cache(maxsize=None)
-def registry_op_names() -> frozenset[str]:
-    """Every operator name MXNet has registered (aliases included)."""
+class OpSignature(NamedTuple):
+    """What the registry says of one op name."""
+
+    name: str                     # the operator's own name (an alias names another op)
+    inputs: tuple[str, ...]       # NDArray input names, in order
+    params: Mapping[str, str]     # attribute name -> MXNet's type string
+    variadic: bool                # takes a list of inputs (Concat, add_n)
+
+
+def list_op_names() -> list[str]:
+    """Every operator name registered right now (aliases included); not cached, so it sees
+    ops a plugin library loaded since."""
     from mxnet.base import check_call, py_str
     size = ctypes.c_uint()
     names = ctypes.POINTER(ctypes.c_char_p)()
     check_call(_lib().MXListAllOpNames(ctypes.byref(size), ctypes.byref(names)))
-    return frozenset(py_str(names[i]) for i in range(size.value))
+    return [py_str(names[i]) for i in range(size.value)]  # copied: MXNet reuses the buffer
 
 
 @lru_cache(maxsize=None)
-def op_input_names(op: str) -> tuple[str, ...]:
-    """Names of the NDArray inputs of ``op`` in order, as its ``mx.sym`` signature lists them.
+def registry_op_names() -> frozenset[str]:
+    """Every operator name MXNet has registered (aliases included); cached."""
+    return frozenset(list_op_names())
 
-    A variadic op (``Concat``, ``add_n``) gives ``()``: its inputs have no fixed names.
-    """
+
+@lru_cache(maxsize=None)
+def op_signature(op: str) -> OpSignature:
+    """The registry's description of ``op``: its own name, inputs and attributes."""
     from mxnet.base import check_call, py_str
     handle = ctypes.c_void_p()
     check_call(_lib().NNGetOpHandle(op.encode(), ctypes.byref(handle)))
@@ -55,14 +68,24 @@ def op_input_names(op: str) -> tuple[str, ...]:
         handle, ctypes.byref(name), ctypes.byref(desc), ctypes.byref(num_args),
         ctypes.byref(arg_names), ctypes.byref(arg_types), ctypes.byref(arg_descs),
         ctypes.byref(key_var_num_args), ctypes.byref(ret_type)))
-    inputs = []
+    inputs, params, variadic = [], {}, False
     for i in range(num_args.value):
-        kind = py_str(arg_types[i])
-        if kind.startswith("NDArray-or-Symbol[]"):
-            return ()
+        arg, kind = py_str(arg_names[i]), py_str(arg_types[i])
         if kind.startswith("NDArray-or-Symbol"):
-            inputs.append(py_str(arg_names[i]))
-    return tuple(inputs)
+            inputs.append(arg)
+            variadic = variadic or kind.startswith("NDArray-or-Symbol[]")
+        else:
+            params[arg] = kind
+    return OpSignature(py_str(name.value), tuple(inputs), MappingProxyType(params), variadic)
+
+
+def op_input_names(op: str) -> tuple[str, ...]:
+    """Names of the NDArray inputs of ``op`` in order, as its ``mx.sym`` signature lists them.
+
+    A variadic op (``Concat``, ``add_n``) gives ``()``: its inputs have no fixed names.
+    """
+    sig = op_signature(op)
+    return () if sig.variadic else sig.inputs
 
 
 def infer_types(sym, known: Mapping[str, str]):

@@ -8,7 +8,6 @@ given; aliases of one operator agree; docs/ops.md is up to date; and the loader
 from __future__ import annotations
 
 import copy
-import ctypes
 import importlib.util
 import re
 import tomllib
@@ -27,35 +26,9 @@ CATEGORIES = ("target", "fp32", "widest", "follow")
 @lru_cache(maxsize=None)
 def op_info() -> dict[str, dict]:
     """name -> {'real': canonical name, 'inputs': [...], 'params': {name: type string}}."""
-    from mxnet.base import _LIB, check_call, py_str
-
-    size = ctypes.c_uint()
-    plist = ctypes.POINTER(ctypes.c_char_p)()
-    check_call(_LIB.MXListAllOpNames(ctypes.byref(size), ctypes.byref(plist)))
-    names = [py_str(plist[i]) for i in range(size.value)]  # copy: the buffer is reused
-    info = {}
-    for name in names:
-        handle = ctypes.c_void_p()
-        check_call(_LIB.NNGetOpHandle(name.encode(), ctypes.byref(handle)))
-        real, desc = ctypes.c_char_p(), ctypes.c_char_p()
-        nargs = ctypes.c_uint()
-        anames = ctypes.POINTER(ctypes.c_char_p)()
-        atypes = ctypes.POINTER(ctypes.c_char_p)()
-        adescs = ctypes.POINTER(ctypes.c_char_p)()
-        kvar, rtype = ctypes.c_char_p(), ctypes.c_char_p()
-        check_call(_LIB.MXSymbolGetAtomicSymbolInfo(
-            handle, ctypes.byref(real), ctypes.byref(desc), ctypes.byref(nargs),
-            ctypes.byref(anames), ctypes.byref(atypes), ctypes.byref(adescs),
-            ctypes.byref(kvar), ctypes.byref(rtype)))
-        inputs, params = [], {}
-        for j in range(nargs.value):
-            arg, kind = py_str(anames[j]), py_str(atypes[j])
-            if kind.startswith("NDArray-or-Symbol"):
-                inputs.append(arg)
-            else:
-                params[arg] = kind
-        info[name] = {"real": py_str(real.value), "inputs": inputs, "params": params}
-    return info
+    from mxnet_amp.registry import list_op_names, op_signature
+    return {name: {"real": sig.name, "inputs": list(sig.inputs), "params": dict(sig.params)}
+            for name, sig in ((n, op_signature(n)) for n in list_op_names())}
 
 
 def registry() -> set[str]:

@@ -16,12 +16,14 @@ classifies one twice or names an op the registry lacks.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the checkout's mxnet_amp, installed or not
+from mxnet_amp.registry import list_op_names, op_signature  # noqa: E402
+
 LISTS = ROOT / "lists"
 DOC = ROOT / "docs" / "ops.md"
 DTYPES = ("float16", "bfloat16")
@@ -32,28 +34,7 @@ COMMAND = "python tools/gen_op_table.py"
 # --------------------------------------------------------------------------- registry
 def registry() -> dict[str, str]:
     """Every registered op name -> the name of the operator it is an alias of (or itself)."""
-    from mxnet.base import _LIB, check_call, py_str
-
-    size = ctypes.c_uint()
-    plist = ctypes.POINTER(ctypes.c_char_p)()
-    check_call(_LIB.MXListAllOpNames(ctypes.byref(size), ctypes.byref(plist)))
-    names = [py_str(plist[i]) for i in range(size.value)]
-    out = {}
-    for name in names:
-        handle = ctypes.c_void_p()
-        check_call(_LIB.NNGetOpHandle(name.encode(), ctypes.byref(handle)))
-        real, desc = ctypes.c_char_p(), ctypes.c_char_p()
-        nargs = ctypes.c_uint()
-        anames = ctypes.POINTER(ctypes.c_char_p)()
-        atypes = ctypes.POINTER(ctypes.c_char_p)()
-        adescs = ctypes.POINTER(ctypes.c_char_p)()
-        kvar, rtype = ctypes.c_char_p(), ctypes.c_char_p()
-        check_call(_LIB.MXSymbolGetAtomicSymbolInfo(
-            handle, ctypes.byref(real), ctypes.byref(desc), ctypes.byref(nargs),
-            ctypes.byref(anames), ctypes.byref(atypes), ctypes.byref(adescs),
-            ctypes.byref(kvar), ctypes.byref(rtype)))
-        out[name] = py_str(real.value)
-    return out
+    return {name: op_signature(name).name for name in list_op_names()}
 
 
 # --------------------------------------------------------------------------- lists
