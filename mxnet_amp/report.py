@@ -195,19 +195,24 @@ def _itemsize(dtype: str) -> int:
     return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
 
 
+def _stats_of(dtype_shapes) -> ParamStats:
+    """Count and bytes per dtype of ``(dtype name, shape)`` pairs."""
+    by: dict[str, dict[str, int]] = {}
+    total = count = 0
+    for dt, shape in dtype_shapes:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * _itemsize(dt)
+        slot = by.setdefault(dt, {"count": 0, "bytes": 0})
+        slot["count"] += 1
+        slot["bytes"] += nbytes
+        total += nbytes
+        count += 1
+    return ParamStats(count, total, by)
+
+
 def _param_stats(arrays: Mapping | None, dtypes: Mapping[str, str] | None) -> ParamStats | None:
     """Stats from arrays when given, else from a name -> dtype mapping (no bytes)."""
     if arrays is not None:
-        by: dict[str, dict[str, int]] = {}
-        total = 0
-        for value in arrays.values():
-            dt = dtype_name(value.dtype)
-            nbytes = int(np.prod(value.shape, dtype=np.int64)) * _itemsize(dt)
-            slot = by.setdefault(dt, {"count": 0, "bytes": 0})
-            slot["count"] += 1
-            slot["bytes"] += nbytes
-            total += nbytes
-        return ParamStats(len(arrays), total, by)
+        return _stats_of((dtype_name(v.dtype), v.shape) for v in arrays.values())
     if dtypes is None:
         return None
     counts = Counter(d for d in dtypes.values() if d is not None)
@@ -215,16 +220,9 @@ def _param_stats(arrays: Mapping | None, dtypes: Mapping[str, str] | None) -> Pa
 
 
 def _param_stats_from_shapes(arrays: Mapping, dtypes: Mapping[str, str]) -> ParamStats:
-    by: dict[str, dict[str, int]] = {}
-    total = 0
-    for key, value in arrays.items():
-        dt = dtypes.get(key.partition(":")[2]) or dtype_name(value.dtype)
-        nbytes = int(np.prod(value.shape, dtype=np.int64)) * _itemsize(dt)
-        slot = by.setdefault(dt, {"count": 0, "bytes": 0})
-        slot["count"] += 1
-        slot["bytes"] += nbytes
-        total += nbytes
-    return ParamStats(len(arrays), total, by)
+    """Stats of ``arrays`` (keyed ``arg:NAME``) as if each were stored in ``dtypes[NAME]``."""
+    return _stats_of((dtypes.get(k.partition(":")[2]) or dtype_name(v.dtype), v.shape)
+                     for k, v in arrays.items())
 
 
 def _fp32_reason(node, category: Category | None, policy, excluded: set[str],

@@ -61,3 +61,39 @@ def init_params(sym, shapes: dict, seed: int = 0, scale: float = 0.5):
 def rel_error(out, ref) -> float:
     """max |out - ref| relative to max |ref|."""
     return float(np.abs(out - ref).max() / (np.abs(ref).max() + 1e-30))
+
+
+def small_model(seed=0):
+    """A model using each category once: conv -> bn -> relu -> conv -> add(residual) -> pool -> flatten -> fc -> softmax."""
+    d = mx.sym.var("data")
+    c1 = mx.sym.Convolution(d, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv1")
+    b1 = mx.sym.BatchNorm(c1, name="bn1")
+    r1 = mx.sym.Activation(b1, act_type="relu", name="relu1")
+    c2 = mx.sym.Convolution(r1, num_filter=4, kernel=(1, 1), name="conv2")
+    add = mx.sym.elemwise_add(c2, r1, name="add")
+    pool = mx.sym.Pooling(add, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
+    fc = mx.sym.FullyConnected(mx.sym.flatten(pool, name="flat"), num_hidden=5, name="fc")
+    sym = mx.sym.softmax(fc, name="prob")
+    arg_shapes, _, aux_shapes = sym.infer_shape(data=(2, 3, 8, 8))
+    rng = np.random.default_rng(seed)
+    args = {n: mx.nd.array(rng.standard_normal(s).astype("float32") * 0.3)
+            for n, s in zip(sym.list_arguments(), arg_shapes) if n != "data"}
+    auxs = {n: mx.nd.array(np.abs(rng.standard_normal(s)).astype("float32") + 0.5)
+            for n, s in zip(sym.list_auxiliary_states(), aux_shapes)}
+    return sym, args, auxs
+
+
+def gluoncv_resnet18(seed=0):
+    """gluoncv resnet18_v1 (Xavier init) as ``(sym, arg_params, aux_params, x)``, x 1x3x64x64."""
+    from gluoncv.model_zoo import get_model
+    mx.random.seed(seed)
+    net = get_model("resnet18_v1", pretrained=False)
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    x = mx.nd.random.uniform(shape=(1, 3, 64, 64))
+    net(x)
+    sym = net._cached_graph[1]
+    params = {p.name: p.data() for p in net.collect_params().values()}
+    args = {k: params[k] for k in sym.list_arguments() if k in params}
+    auxs = {k: params[k] for k in sym.list_auxiliary_states()}
+    return sym, args, auxs, x

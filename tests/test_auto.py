@@ -13,6 +13,8 @@ from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import GraphError
 from mxnet_amp.io import symbol_json
 
+from helpers import gluoncv_resnet18
+
 pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
 
 
@@ -263,17 +265,7 @@ def test_tensor_range():
 
 
 def test_resnet18_is_clean_in_two_executions():
-    from gluoncv.model_zoo import get_model
-    mx.random.seed(0)
-    net = get_model("resnet18_v1", pretrained=False)
-    net.initialize(mx.init.Xavier())
-    net.hybridize()
-    x = mx.nd.random.uniform(shape=(1, 3, 64, 64))
-    net(x)
-    sym = net._cached_graph[1]
-    params = {p.name: p.data() for p in net.collect_params().values()}
-    args = {k: params[k] for k in sym.list_arguments() if k in params}
-    auxs = {k: params[k] for k in sym.list_auxiliary_states()}
+    sym, args, auxs, x = gluoncv_resnet18()
     *_, report = auto_convert_model(sym, args, auxs, x, quiet=True)
     assert report.executions == 2 and report.kept_fp32 == () and report.validated
 

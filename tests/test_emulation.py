@@ -10,6 +10,8 @@ from mxnet_amp.emulation import emulate, emulate_model, round_array
 from mxnet_amp.io import symbol_json
 from mxnet_amp.params import cast_array
 
+from helpers import gluoncv_resnet18
+
 pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
 
 F16, F32 = np.float16, np.float32
@@ -156,17 +158,7 @@ def test_emulate_model_leaves_inputs_alone_and_returns_exactly_the_params_it_rea
 
 @pytest.fixture(scope="module")
 def resnet18():
-    from gluoncv.model_zoo import get_model
-    mx.random.seed(0)
-    net = get_model("resnet18_v1", pretrained=False)
-    net.initialize(mx.init.Xavier())
-    net.hybridize()
-    x = mx.nd.random.uniform(shape=(1, 3, 64, 64))
-    net(x)
-    sym = net._cached_graph[1]
-    params = {p.name: p.data() for p in net.collect_params().values()}
-    args = {k: params[k] for k in sym.list_arguments() if k in params}
-    auxs = {k: params[k] for k in sym.list_auxiliary_states()}
+    sym, args, auxs, x = gluoncv_resnet18()
     return sym, args, auxs, x.asnumpy()
 
 

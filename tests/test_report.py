@@ -14,25 +14,7 @@ from mxnet_amp.draw import (DTYPE_COLOURS, DrawError, collapse, graph_dot, graph
 from mxnet_amp.io import graph_from_symbol, symbol_json
 from mxnet_amp.report import NON_FLOAT, ConversionReport, build_report, report_html
 
-
-def small_model(seed=0):
-    """conv -> bn -> relu -> conv -> add(residual) -> pool -> flatten -> fc -> softmax."""
-    d = mx.sym.var("data")
-    c1 = mx.sym.Convolution(d, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv1")
-    b1 = mx.sym.BatchNorm(c1, name="bn1")
-    r1 = mx.sym.Activation(b1, act_type="relu", name="relu1")
-    c2 = mx.sym.Convolution(r1, num_filter=4, kernel=(1, 1), name="conv2")
-    add = mx.sym.elemwise_add(c2, r1, name="add")
-    pool = mx.sym.Pooling(add, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
-    fc = mx.sym.FullyConnected(mx.sym.flatten(pool, name="flat"), num_hidden=5, name="fc")
-    sym = mx.sym.softmax(fc, name="prob")
-    arg_shapes, _, aux_shapes = sym.infer_shape(data=(2, 3, 8, 8))
-    rng = np.random.default_rng(seed)
-    args = {n: mx.nd.array(rng.standard_normal(s).astype("float32") * 0.3)
-            for n, s in zip(sym.list_arguments(), arg_shapes) if n != "data"}
-    auxs = {n: mx.nd.array(np.abs(rng.standard_normal(s)).astype("float32") + 0.5)
-            for n, s in zip(sym.list_auxiliary_states(), aux_shapes)}
-    return sym, args, auxs
+from helpers import small_model
 
 
 def mxnet_node_dtypes(sym, data_dtype="float32"):
