@@ -23,6 +23,7 @@ runs in float16). Speed and memory are float32's.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Mapping
 
@@ -96,15 +97,29 @@ def round_array(array, dtype: str):
 
 
 def _bf16_round_np(x):
-    """float32 numpy array rounded to bfloat16 as MXNet's amp_cast does it: to nearest even,
-    float32 subnormals flushed to +0 (as AVX512-BF16's conversion does), NaN kept quiet."""
+    """float32 numpy array rounded to bfloat16 as MXNet's amp_cast does it on this machine:
+    to nearest even, float32 subnormals flushed to zero, NaN kept quiet. The zero's sign is
+    the machine's: oneDNN's AVX512-BF16 conversion keeps it, MXNet's kernel elsewhere
+    gives +0 (:func:`_subnormal_flush_sign_mask`)."""
     import numpy as np
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     out = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    out[(bits & np.uint32(0x7F800000)) == 0] = 0
+    subnormal = (bits & np.uint32(0x7F800000)) == 0
+    out[subnormal] = bits[subnormal] & np.uint32(_subnormal_flush_sign_mask())
     nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     out[nan] = (bits[nan] | np.uint32(0x00400000)) & np.uint32(0xFFFF0000)
     return out.view(np.float32)
+
+
+@lru_cache(maxsize=None)
+def _subnormal_flush_sign_mask() -> int:
+    """0x80000000 when ``amp_cast`` to bfloat16 flushes a negative float32 subnormal to -0
+    on this machine, else 0 (it gives +0); asked of MXNet once."""
+    import mxnet as mx
+    import numpy as np
+    tiny = mx.nd.array(np.array([-1e-45, -1e-40], dtype=np.float32))
+    flushed = cast_array(cast_array(tiny, "bfloat16"), "float32").asnumpy().view(np.uint32)
+    return int(flushed[0] & np.uint32(0x80000000))
 
 
 def _fold_param_casts(graph: Graph, params: Mapping) -> tuple[Graph, dict]:

@@ -26,7 +26,10 @@ def cast_array(array, dtype: str):
     """A new NDArray holding ``array`` in ``dtype``, rounded to nearest even.
 
     ``NDArray.astype('bfloat16')`` truncates in MXNet 1.9.1 (twice the error of rounding);
-    the ``amp_cast`` operator rounds, so casts go through it.
+    the ``amp_cast`` operator rounds, so casts go through it. It reads a copy: a weight
+    that a oneDNN kernel has used is held in oneDNN's blocked layout, ``amp_cast`` keeps
+    that layout, and MXNet 1.9.1's bfloat16 grouped convolution then fails on the result
+    ("could not create a primitive descriptor for a reorder primitive"); a copy is plain.
     """
     import ctypes
 
@@ -34,7 +37,7 @@ def cast_array(array, dtype: str):
     from mxnet.base import _LIB, check_call
     handle = ctypes.c_void_p()
     check_call(_LIB.NNGetOpHandle(b"amp_cast", ctypes.byref(handle)))
-    return _imperative_invoke(handle.value, [array], ["dtype"], [dtype], None, False, False)
+    return _imperative_invoke(handle.value, [array.copy()], ["dtype"], [dtype], None, False, False)
 
 
 # names Gluon and the symbol API give weights; an input called so is a weight gone missing

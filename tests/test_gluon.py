@@ -463,3 +463,23 @@ def test_native_bfloat16_forward_matches_emulation(native_bf16):
     assert native.dtype == np.float32 and np.isfinite(native).all()
     assert _rel(native, ref[0]) < BF16_REL_TOL
     assert _rel(native, emulate_block(converted)(x).asnumpy()) < BF16_REL_TOL
+
+
+def test_native_bfloat16_grouped_conv_with_weights_stored_in_bfloat16(native_bf16):
+    """A net that has run holds its weights in oneDNN's blocked layout; cast to bf16 as they
+    are, MXNet 1.9.1's grouped convolution fails on them natively ("could not create a
+    primitive descriptor for a reorder primitive"). cast_array reads a plain copy."""
+    if not native_bf16:
+        pytest.skip("this CPU's oneDNN cannot run bfloat16 Convolution (needs avx512)")
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(8, 3, padding=1, in_channels=3), nn.BatchNorm(), nn.Activation("relu"),
+            nn.Conv2D(8, 3, padding=1, groups=8, in_channels=8), nn.GlobalAvgPool2D(), nn.Dense(4))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    x = mx.nd.random.uniform(-1, 1, shape=(2, 3, 16, 16))
+    ref = net(x).asnumpy()  # oneDNN now holds the conv weights reordered
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", cast_optional_params=True)
+    assert any(dtype_name(p.data().dtype) == "bfloat16" for p in converted.collect_params().values())
+    out = converted(x)
+    out = (out.astype("float32") if np.dtype(out.dtype).names else out).asnumpy()
+    assert np.isfinite(out).all() and _rel(out, ref) < BF16_REL_TOL

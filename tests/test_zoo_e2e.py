@@ -77,8 +77,12 @@ def test_zoo_converts_saves_binds_and_matches_fp32(model, dtype, cast_optional_p
     assert mod.output_shapes == [(n, r.shape) for n, r in zip(loaded_sym.list_outputs(), ref)]
 
     if dtype == "bfloat16" and native_bf16:
-        mod.forward(mx.io.DataBatch([mx.nd.array(x)]), is_train=False)
-        got = [o.asnumpy() for o in mod.get_outputs()]
+        # natively, without oneDNN graph fusion (MXNet reads the backend at each bind): the
+        # numerics the pass decides; MXNet's fused conv+BatchNorm in bf16 adds its own error
+        # (test_native_fused_bf16_is_no_worse_than_contrib)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("MXNET_SUBGRAPH_BACKEND", "NONE")
+            got = module_outputs(loaded_sym, loaded_args, loaded_aux, x)
     else:
         es, ea, ex = emulate_model(loaded_sym, loaded_args, loaded_aux)
         got = run(es, ea, ex, {"data": x})
@@ -89,6 +93,32 @@ def test_zoo_converts_saves_binds_and_matches_fp32(model, dtype, cast_optional_p
             # float16 cannot represent it, which is a fact of the dtype, not of the pass
             continue
         assert rel_error(g, r) < TOLERANCE[dtype], name
+
+
+def module_outputs(sym, args, auxs, x):
+    mod = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[("data", x.shape)], for_training=False)
+    mod.set_params(args, auxs)
+    mod.forward(mx.io.DataBatch([mx.nd.array(x)]), is_train=False)
+    return [o.asnumpy() for o in mod.get_outputs()]
+
+
+def test_native_fused_bf16_is_no_worse_than_contrib(model, native_bf16):
+    """With MXNet's default oneDNN fusion, a bf16 conv+BatchNorm pair runs fused, with some
+    10-20x the rounding error of the unfused run (MXNet's kernel, the same for
+    mx.contrib.amp's models). Ours runs there and is as close to fp32 as contrib's."""
+    if not native_bf16:
+        pytest.skip("needs a CPU that runs bf16 matrix ops (avx512)")
+    name, sym, args, auxs, x, ref = model
+    from mxnet.contrib import amp as contrib_amp
+    ours = module_outputs(*amp.convert_model(sym, args, auxs, target_dtype="bfloat16"), x)
+    assert all(np.isfinite(o).all() for o in ours)
+    try:
+        theirs = module_outputs(*contrib_amp.convert_model(sym, args, auxs, target_dtype="bfloat16"), x)
+    except mx.base.MXNetError:  # shufflenet_v2: "Non-uniform data type in Concat"
+        return
+    for o, t, r in zip(ours, theirs, ref):
+        assert rel_error(o, r) <= 1.25 * rel_error(t, r) + 1e-3, name
 
 
 def test_contrib_agrees_on_where_casts_go_for_resnet(model):

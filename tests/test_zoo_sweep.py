@@ -27,7 +27,7 @@ def _load_tool():
 
 zoo_sweep = _load_tool()
 
-# one per family, small inputs; well under a minute on two CPU cores
+# one per family, small inputs; about a minute on two CPU cores
 SUBSET = [
     "cifar_resnet20_v1",            # classification, cifar
     "mobilenetv3_small",            # classification, hard-swish + squeeze-excite
@@ -35,6 +35,10 @@ SUBSET = [
     "yolo3_mobilenet0.25_voc",      # detection: upsampling, concat of mixed-dtype branches
     "center_net_resnet18_v1b_voc",  # detection: deconvolution, heatmap peak picking, topk
     "simple_pose_resnet18_v1b",     # pose: deconvolution heads
+    "fastscnn_citys",               # segmentation: crop size set to the input, pyramid pooling
+    "resnet18_v1b_kinetics400",     # action recognition: built from its class (gluoncv's
+                                    # zoo function downloads the base even without pretraining)
+    "monodepth2_resnet18_posenet_kitti_mono_640x192",  # depth: params the forward never uses
 ]
 
 
@@ -51,12 +55,14 @@ def test_subset_model_converts_and_stays_close(subset_records, model):
     assert rec["nonfinite_outputs"] == []
     # it rounded somewhere, and within the tolerance
     assert 0 < rec["max_rel_err"] <= zoo_sweep.TOLERANCE
+    # without its casts the converted graph is the fp32 model, op for op
+    assert rec["structure_err"] <= zoo_sweep.STRUCTURE_TOL
     assert rec["gluon_adapter"] == "ok", rec["gluon_adapter"]
 
 
 def test_subset_covers_several_families(subset_records):
     families = {r["family"] for r in subset_records.values()}
-    assert len(families) >= 5
+    assert len(families) >= 8
 
 
 # ----------------------------------------------------------------------------- the sweep's checks
@@ -95,6 +101,72 @@ def test_numpy_rounding_matches_amp_cast():
         np.testing.assert_array_equal(zoo_sweep.round_np(values, dtype), want)
 
 
+def test_stripped_graph_check_catches_a_changed_op():
+    """The structure check compares the cast-stripped converted graph with fp32: equal for
+    a real conversion, far off when an op was swapped under the casts."""
+    import mxnet_amp
+    x = mx.sym.var("data")
+    w = mx.sym.var("fc_weight")
+    sym = mx.sym.relu(mx.sym.FullyConnected(x, w, num_hidden=8, no_bias=True, name="fc"), name="act")
+    args = {"fc_weight": mx.nd.random.normal(shape=(8, 16))}
+    data = {"data": mx.nd.random.normal(shape=(2, 16))}
+    csym, cargs, _ = mxnet_amp.convert_model(sym, args, {}, target_dtype="bfloat16")
+    assert "amp_cast" in csym.tojson(remove_amp_cast=False)
+    stripped = zoo_sweep.strip_casts(csym)
+    assert "amp_cast" not in stripped.tojson(remove_amp_cast=False)
+    ref = zoo_sweep._bind_forward(sym, args, {}, data)
+    assert zoo_sweep.compare(ref, zoo_sweep._bind_forward(stripped, cargs, {}, data))["max_rel_err"] \
+        <= zoo_sweep.STRUCTURE_TOL
+    low = mx.sym.amp_cast(x, dtype="float16")
+    broken = mx.sym.amp_cast(mx.sym.sigmoid(mx.sym.FullyConnected(
+        low, mx.sym.amp_cast(w, dtype="float16"), num_hidden=8, no_bias=True, name="fc")), dtype="float32")
+    got = zoo_sweep._bind_forward(zoo_sweep.strip_casts(broken), args, {}, data)
+    assert zoo_sweep.compare(ref, got)["max_rel_err"] > 10 * zoo_sweep.STRUCTURE_TOL
+
+
+@pytest.mark.parametrize("name, shape", [
+    ("resnet18_v1b_kinetics400", None),     # its zoo function downloads the base anyway
+    ("inceptionv1_hmdb51", None),           # its zoo function resets ctx of uninitialised params
+    ("i3d_resnet50_v1_hmdb51", None),       # starts from Kinetics weights unless told not to
+    ("yolo3_mobilenet0.25_custom", None),   # needs classes
+    ("psp_resnet50_ade", (1, 3, 96, 96)),   # crop size must match the input
+])
+def test_models_gluoncv_cannot_build_offline_are_built(name, shape):
+    # no network here: a download would raise
+    net = zoo_sweep._get_model(name, shape)
+    assert len(list(net.collect_params().keys())) > 10
+    if shape is not None:  # a segmentation net upsamples to the crop size it was built for
+        assert net._up_kwargs == {"height": shape[2], "width": shape[3]}
+
+
+def test_calibrate_batchnorm_normalises_activations():
+    mx.random.seed(0)
+    net, shape, x = zoo_sweep._fp32_forward("cifar_resnet20_v1")
+    conv, bn = net.features[0], net.features[1]
+    conv.weight.set_data(conv.weight.data() * 10)  # activations far from unit scale
+    assert zoo_sweep.calibrate_batchnorm(net, shape) == len(zoo_sweep._batchnorms(net)) > 10
+    assert bn._kwargs["momentum"] == 0.9  # the layer's own settings are back
+    fresh = mx.nd.random.uniform(-1, 1, shape=(8,) + shape[1:])
+    pre = conv(fresh).asnumpy()
+    post = bn(conv(fresh)).asnumpy()
+    axes = (0, 2, 3)
+    assert pre.std(axis=axes).mean() > 3               # not normalised before the BN ...
+    assert abs(post.mean(axis=axes)).mean() < 0.15    # ... normalised after it, on new data
+    assert abs(post.std(axis=axes) - 1).mean() < 0.15
+    # the net still runs in predict mode, with the calibrated statistics
+    assert np.isfinite(net(x).asnumpy()).all()
+
+
+def test_parallel_sweep_keeps_order_and_times_out():
+    records = zoo_sweep.run_sweep(["cifar_resnet20_v1", "no_such_model"], jobs=2, timeout=120,
+                                  progress=False)
+    assert [r["model"] for r in records] == ["cifar_resnet20_v1", "no_such_model"]
+    assert records[0]["status"] == "pass" and records[1]["status"] == "not_buildable"
+    # a worker needs seconds to import mxnet: under a 0.2 s limit the model times out
+    (rec,) = zoo_sweep.run_sweep(["cifar_resnet20_v1"], timeout=0.2, progress=False)
+    assert rec["status"] == "timeout" and "timeout" in rec["reason"]
+
+
 def test_unbuildable_model_is_recorded_not_raised():
     rec = zoo_sweep.sweep_one("siamrpn_alexnet_v2_otb15", "bfloat16")  # takes two inputs
     assert rec["status"] == "not_buildable" and rec["reason"]
@@ -107,9 +179,9 @@ def test_full_zoo_sweep(tmp_path):
     """Every gluoncv model (heaviest last, within a time budget): >= 95% of the tested pass,
     none gives non-finite output where fp32 is finite."""
     from gluoncv import model_zoo
-    budget = float(os.environ.get("ZOO_SWEEP_BUDGET_S", "2100"))
-    records = zoo_sweep.run_sweep(list(model_zoo.get_model_list()), timeout=150, budget=budget,
-                                  json_path=str(tmp_path / "zoo_sweep.json"), progress=False)
+    budget = float(os.environ.get("ZOO_SWEEP_BUDGET_S", "4500"))
+    records = zoo_sweep.run_sweep(list(model_zoo.get_model_list()), timeout=300, budget=budget,
+                                  jobs=2, json_path=str(tmp_path / "zoo_sweep.json"), progress=False)
     summary = zoo_sweep.summarize(records)
     assert summary["tested"] > 0
     assert summary["nonfinite_models"] == []
