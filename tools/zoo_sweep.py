@@ -146,12 +146,12 @@ def calibrate_batchnorm(net, shape: tuple[int, ...], batch: int = 4) -> int:
     batch of ``batch`` random inputs of ``shape``, as training leaves them; returns how
     many layers were calibrated.
 
-    With BatchNorm at identity a deep random-init net is not normalised at all: activations
-    drift by orders of magnitude through 100+ layers, and a few chaotic ones (SE-ResNeXt,
-    SENet, CenterNet) amplify any rounding to O(1) output changes, which says nothing about
-    the conversion. Calibrated, every BN output is zero-mean unit-variance as in a trained
-    model, and the output error again measures the precision. One train-mode forward with
-    momentum 0 (and frozen layers unfrozen) writes the batch statistics; the graph is then
+    With BatchNorm at identity a deep random-init net is not normalised: activations can
+    grow large enough for a detector's box decoding to overflow in float32. Calibrated,
+    every BN output is zero-mean unit-variance as in a trained model. (Measured, it does not
+    make the chaotic nets less sensitive to rounding; see the module doc.) One recorded
+    train-mode forward and backward with momentum 0 (and frozen layers unfrozen) writes the
+    batch statistics, since MXNet updates them in the backward pass; the graph is then
     rebuilt with the layers' own settings, so the exported model is the model as built.
     ``net`` must have run once in predict mode (its graph traced for inference)."""
     import mxnet as mx
