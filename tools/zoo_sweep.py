@@ -51,8 +51,8 @@ finiteness (random-init scores tie, so rounding picks other boxes, and decoding
 exponentiates the regressions); the dense tensors feeding those ops are compared instead.
 A model whose fp32 output is already non-finite is recorded ``fp32_nonfinite``.
 
-Each model runs in a worker process with a per-model timeout; ``--jobs`` workers run at
-once, each with its share of the cores; a worker is restarted after a timeout or crash.
+Each model runs in a process of its own with a per-model timeout; ``--jobs`` of them run
+at once, each with its share of the cores.
 Models are run cheapest first (by a name heuristic) so that a wall-clock budget skips
 the heaviest ones, each recorded with the reason.
 
@@ -729,53 +729,44 @@ def mark_inconclusive(rec: dict) -> dict:
 
 # --------------------------------------------------------------------------- worker / driver
 
-def _worker(target_dtype: str, tol: float, calibrate_bn: bool) -> None:
-    """Read model names on stdin, write one JSON record per line on stdout."""
+def _worker(name: str, target_dtype: str, tol: float, calibrate_bn: bool) -> None:
+    """Sweep ``name``; write its JSON record as one line on stdout."""
     out = sys.stdout
-    sys.stdout = sys.stderr  # library prints must not corrupt the protocol
-    for line in sys.stdin:
-        name = line.strip()
-        if not name:
-            continue
-        try:
-            rec = sweep_one(name, target_dtype, tol, calibrate_bn=calibrate_bn)
-        except BaseException as err:  # noqa: BLE001 - keep the worker alive
-            rec = {"model": name, "family": family_of(name), "status": "fail",
-                   "reason": "sweep crashed: " + _first_line(err)}
-        out.write(json.dumps(rec) + "\n")
-        out.flush()
+    sys.stdout = sys.stderr  # library prints must not corrupt the record
+    try:
+        rec = sweep_one(name, target_dtype, tol, calibrate_bn=calibrate_bn)
+    except BaseException as err:  # noqa: BLE001 - a record, not a traceback
+        rec = {"model": name, "family": family_of(name), "status": "fail",
+               "reason": "sweep crashed: " + _first_line(err)}
+    out.write(json.dumps(rec) + "\n")
+    out.flush()
 
 
 class _Worker:
-    """A worker process running one model, asynchronously."""
+    """A worker process sweeping one model, asynchronously: one process per model, as in
+    a long-lived one, state MXNet kept from earlier models made later ones crash or go
+    non-finite (each of them alone is fine)."""
 
-    def __init__(self, target_dtype: str, tol: float, nice: int, threads: int, calibrate_bn: bool):
+    def __init__(self, name: str, timeout: float, target_dtype: str, tol: float, nice: int,
+                 threads: int, calibrate_bn: bool):
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = str(threads)
         env.pop("MXNET_SUBGRAPH_BACKEND", None)  # chosen per bind (_subgraph_backend)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_repo_root(), env.get("PYTHONPATH")]))
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker",
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", name,
                "--target-dtype", target_dtype, "--tol", str(tol)] + (["--calibrate-bn"] if calibrate_bn else [])
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1,
-                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
-        self.model: str | None = None
-        self.started = 0.0
-        self.deadline = 0.0
-
-    def start(self, name: str, timeout: float) -> None:
         self.model, self.started = name, time.time()
         self.deadline = self.started + timeout
-        self.proc.stdin.write(name + "\n")
-        self.proc.stdin.flush()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, text=True,
+                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
 
     def result(self) -> dict:
-        """The record of the model it ran (call once its stdout is readable)."""
+        """The model's record (call once the process's stdout is readable)."""
         line = self.proc.stdout.readline()
-        rec = json.loads(line) if line else {"model": self.model, "family": family_of(self.model),
-                                             "status": "fail",
-                                             "reason": "worker died (crash or out of memory)"}
-        return rec
+        return json.loads(line) if line else {"model": self.model, "family": family_of(self.model),
+                                              "status": "fail",
+                                              "reason": "worker died (crash or out of memory)"}
 
     def kill(self) -> None:
         self.proc.kill()
@@ -816,12 +807,9 @@ def run_sweep(models: Sequence[str], *, target_dtype: str = "bfloat16", tol: flo
                 records[name] = {"model": name, "family": family_of(name), "status": "skipped",
                                  "reason": "sweep wall-clock budget spent (heaviest models run last)"}
             queue = []
-        # one process per model: in a long-lived worker, state MXNet kept from earlier
-        # models made later ones crash or go non-finite (each of them alone is fine)
         while queue and len(workers) < jobs:
-            worker = _Worker(target_dtype, tol, nice, threads, calibrate_bn)
-            worker.start(queue.pop(0), timeout if left is None else min(timeout, left))
-            workers.append(worker)
+            workers.append(_Worker(queue.pop(0), timeout if left is None else min(timeout, left),
+                                   target_dtype, tol, nice, threads, calibrate_bn))
         if not workers:
             continue
         wait = max(0.0, min(w.deadline for w in workers) - time.time())
@@ -1089,10 +1077,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--command", default=None, help="with --report-from: the command that ran")
     p.add_argument("--calibrate-bn", action="store_true",
                    help="set BatchNorm statistics from a random batch before export")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--worker", metavar="MODEL", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        _worker(a.target_dtype, a.tol, a.calibrate_bn)
+        _worker(a.worker, a.target_dtype, a.tol, a.calibrate_bn)
         return 0
     if a.report_from:
         with open(a.report_from) as f:
