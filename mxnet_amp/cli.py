@@ -467,6 +467,8 @@ def _demo_model(name: str, size: int, batch: int, seed: int):
     x = np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype("float32")
     try:
         net(mx.nd.array(x))   # settles deferred shapes
+    except ValueError as err:   # a param whose own initializer rejects its shape
+        raise CLIError(f"{name} cannot be built with random weights: {_one_line(err)}") from None
     except mx.base.MXNetError as err:
         raise CLIError(f"{name} does not run on {size}x{size} inputs (try a larger --size): "
                        f"{_one_line(err)}") from None
