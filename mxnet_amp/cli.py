@@ -72,6 +72,9 @@ def _output_options(p: argparse.ArgumentParser) -> None:
                    "dtype (.svg; .dot/.gv for graphviz; .png needs cairosvg or dot)")
     p.add_argument("--html", metavar="FILE.html",
                    help="write one self-contained page with the report and the picture")
+    p.add_argument("--detail", action="store_true",
+                   help="draw every node (--graph, --html) instead of collapsing graphs of more "
+                   "than 80 nodes into blocks")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the report table")
 
 
@@ -190,6 +193,7 @@ def _write_outputs(args, conversion, report) -> list[str]:
     from .io import atomic_write
     from .report import report_html
     written = []
+    limit = None if getattr(args, "detail", False) else 80
 
     def text_writer(text):
         def write(tmp):
@@ -200,10 +204,10 @@ def _write_outputs(args, conversion, report) -> list[str]:
         atomic_write(args.report, text_writer(report.to_json()))
         written.append(args.report)
     if args.graph:
-        write_graph(conversion, args.graph, title=report.model or "")
+        write_graph(conversion, args.graph, title=report.model or "", detail_limit=limit)
         written.append(args.graph)
     if args.html:
-        atomic_write(args.html, text_writer(report_html(report, graph_svg(conversion, report.model or ""))))
+        atomic_write(args.html, text_writer(report_html(report, graph_svg(conversion, report.model or "", limit))))
         written.append(args.html)
     return written
 
