@@ -3,13 +3,19 @@
 No system binary needed: :func:`graph_svg` lays the graph out itself and writes SVG;
 :func:`graph_dot` writes the same picture as graphviz DOT for users who have ``dot``.
 
-Small graphs are drawn node by node. Large ones (a resnet50 has ~170 op nodes and ~90
-casts) are collapsed so they stay readable: the node sequence is cut at *cut points*,
-nodes no edge jumps over (in a resnet, the activation closing each residual block), so each
-piece is a block; consecutive identical blocks become one box marked ``× N``, and runs of
-single nodes become one box per name group (``stage1_…``). Each box lists its op counts
-per dtype, is filled with the colour of its majority dtype and carries a bar showing the
-dtype mix.
+Small graphs are drawn node by node (any graph with ``detail_limit=None``). Large ones (a
+resnet50 has ~170 op nodes and ~90 casts) are collapsed so they stay readable: the node
+sequence is cut at *cut points*, nodes no edge jumps over (in a resnet, the activation
+closing each residual block), so each piece is a block; consecutive identical blocks become
+one box marked ``× N``, and runs of single nodes become one box per name group
+(``stage1_…``). A block mixing float32 and low precision is split into runs of one dtype,
+and a float32 node next to a low precision one is a box of its own, so the picture names
+every such node. Each box lists its op counts per dtype, is filled with the colour of its
+majority dtype and carries a bar showing the dtype mix.
+
+The layout (:func:`_layout`) puts boxes in layers and routes every edge through the gaps
+between layers and through lanes reserved in the layers it crosses, so no edge runs under
+a box it does not connect.
 """
 from __future__ import annotations
 
@@ -498,9 +504,9 @@ def _layout(pic: Picture, target: str) -> _Layout:
     """
     n = len(pic.boxes)
     lines = [_box_lines(box, target) for box in pic.boxes]
-    # wide enough for the name (up to a limit): a cut name names nothing
+    # wide enough for the name (bold, so wider glyphs) up to a limit: a cut name names nothing
     widths = [min(_BOX_MAX_W, max(440.0 if box.kind == "group" else 210.0,
-                                  16 + _CHAR_W * max(len(ls[0]), len(ls[1]) if len(ls) > 1 else 0)))
+                                  20 + _CHAR_W * max(1.12 * len(ls[0]), len(ls[1]) if len(ls) > 1 else 0)))
               for box, ls in zip(pic.boxes, lines)]
     heights = [10 + _LINE_H * len(ls) + (10 if box.kind == "group" else 0)
                for box, ls in zip(pic.boxes, lines)]
@@ -515,9 +521,6 @@ def _layout(pic: Picture, target: str) -> _Layout:
     n_layers = max(slots) + 1 if slots else 0
     width_of = {("box", b): widths[b] for b in range(n)}
     x_mid: dict = {}
-    src_of = {}
-    for k, (u, v, _) in enumerate(pic.edges):
-        src_of[k] = u
     preds_of: dict = {}
     for k, (u, v, _) in enumerate(pic.edges):
         chain = [("box", u)] + [("lane", k, lay) for lay in range(layer[u] + 1, layer[v])] + [("box", v)]
@@ -556,17 +559,13 @@ def _layout(pic: Picture, target: str) -> _Layout:
     geom = {b: (x_mid[("box", b)] - widths[b] / 2, y_top[layer[b]], widths[b], heights[b]) for b in range(n)}
     # where edges leave and enter a box: spread along its bottom / top, in the order of
     # the other end, so that neighbouring edges do not cross at the box
-    out_x, in_x = {}, {}
-    for b in range(n):
-        x, _, w, _ = geom[b]
-        outs = sorted((k for k, e in enumerate(pic.edges) if e[0] == b),
-                      key=lambda k: x_mid[_next_slot(pic.edges[k], k, layer)])
-        for m, k in enumerate(outs):
-            out_x[k] = x + w * (m + 1) / (len(outs) + 1)
-        ins = sorted((k for k, e in enumerate(pic.edges) if e[1] == b),
-                     key=lambda k: x_mid[_prev_slot(pic.edges[k], k, layer)])
-        for m, k in enumerate(ins):
-            in_x[k] = x + w * (m + 1) / (len(ins) + 1)
+    outs: dict[int, list[int]] = {}
+    ins: dict[int, list[int]] = {}
+    for k, (u, v, _) in enumerate(pic.edges):
+        outs.setdefault(u, []).append(k)
+        ins.setdefault(v, []).append(k)
+    out_x = _spread(outs, geom, lambda k: x_mid[_next_slot(pic.edges[k], k, layer)])
+    in_x = _spread(ins, geom, lambda k: x_mid[_prev_slot(pic.edges[k], k, layer)])
     paths = []
     for k, (u, v, _) in enumerate(pic.edges):
         x, yu, w, h = geom[u]
@@ -589,6 +588,16 @@ def _layout(pic: Picture, target: str) -> _Layout:
     width = max([x_mid[sl] + width_of.get(sl, _LANE) / 2 for sl in x_mid] + [0.0]) + 20
     width = max(width, 20 + _CHAR_W * 1.25 * len(pic.title) + 20, 760 if pic.collapsed else 520)
     return _Layout(geom, lines, paths, width, y + 10 - _GAP_Y + 10)
+
+
+def _spread(edges_at: dict, geom: dict, other_end) -> dict:
+    """x of each edge along its box's border, spread evenly in the order of ``other_end``."""
+    out = {}
+    for b, ks in edges_at.items():
+        x, _, w, _ = geom[b]
+        for m, k in enumerate(sorted(ks, key=other_end)):
+            out[k] = x + w * (m + 1) / (len(ks) + 1)
+    return out
 
 
 def _next_slot(edge, k: int, layer: list[int]):
@@ -660,7 +669,7 @@ def graph_svg(conversion, title: str = "", detail_limit: int | None = 80, max_bo
         for k, text in enumerate(lines[b]):
             weight = ' font-weight="bold"' if k == 0 else ""
             out.append(f'<text x="{x + 8:.1f}" y="{y + 8 + _LINE_H * (k + 1) - 4:.1f}"{weight}>'
-                       f'{html.escape(_fit(text, w - 14))}</text>')
+                       f'{html.escape(_fit(text, (w - 14) / (1.12 if k == 0 else 1)))}</text>')
         if box.kind == "group" and box.dtypes:
             total = sum(box.dtypes.values())
             bx = x + 8
