@@ -399,7 +399,7 @@ def summary_rows(report: ConversionReport) -> list[tuple[str, str]]:
             (f"op nodes in {report.target_dtype}", str(low)),
             ("op nodes in float32", str(report.nodes_by_dtype.get("float32", 0))),
             ("casts inserted", f"{report.casts} amp_cast, {report.multicasts} amp_multicast"),
-            ("weight casts (run at every run)", str(report.weight_casts))]
+            ("amp_casts of stored weights (redone at every run)", str(report.weight_casts))]
     before, after = report.params_before, report.params_after
     if before is not None and after is not None and before.bytes and after.bytes is not None:
         rows.append(("params size", f"{_size(before.bytes)} -> {_size(after.bytes)} "
