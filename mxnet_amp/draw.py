@@ -31,7 +31,7 @@ from .dtypes import is_float, widest
 from .errors import AMPError
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
-           "check_graph_path",
+           "check_graph_path", "node_dtypes", "fp32_islands",
            "DTYPE_COLOURS"]
 
 # dtype -> (fill, stroke); 'non-float' covers integer and boolean tensors
@@ -246,7 +246,7 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
             groups.append((nodes, 1, list(nodes)))
         last_sig = sig
     target = conversion.policy.target_dtype
-    islands = _fp32_islands(graph, dtypes, target)
+    islands = fp32_islands(graph, dtypes, target)
     split: list[tuple[list[int], int, list[int]]] = []
     for block, n, every in groups:
         if _mixed(graph, every, dtypes, target):
@@ -282,8 +282,24 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
     return Picture(tuple(boxes), tuple(edges), True, title)
 
 
-def _fp32_islands(graph, dtypes: list[str], target: str) -> set[int]:
-    """Float32 op nodes that read from or feed a ``target`` op node (through casts)."""
+def fp32_islands(graph, dtypes: list[str], target: str) -> set[int]:
+    """The float32 op nodes in low precision surroundings: those that read from or feed a
+    ``target`` op node (directly or through casts). The picture names each of them.
+
+    Parameters
+    ----------
+    graph : Graph
+        The converted graph (``Conversion.graph``).
+    dtypes : list of str
+        The dtype of each node, as :func:`node_dtypes` gives it.
+    target : str
+        The low precision dtype.
+
+    Returns
+    -------
+    set of int
+        Node indices.
+    """
     consumers: dict[int, list[int]] = {}
     for i, node in enumerate(graph.nodes):
         for e in node.inputs:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.draw import _fp32_islands, collapse, graph_svg, node_dtypes
+from mxnet_amp.draw import fp32_islands, collapse, graph_svg, node_dtypes
 from mxnet_amp.io import graph_from_symbol
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -138,7 +138,7 @@ def test_detection_picture_shows_every_fp32_node_and_no_edge_crosses_a_box(detec
     assert geometry_problems(svg) == []
     # float32 nodes in low precision surroundings: each named in the picture
     graph = conv.graph
-    islands = _fp32_islands(graph, node_dtypes(conv), target_dtype)
+    islands = fp32_islands(graph, node_dtypes(conv), target_dtype)
     assert islands, "the test model lost its float32 nodes next to low precision ones"
     missing = islands - _shown_names(texts, graph, islands)
     assert not missing, f"not named in the picture: {[graph.nodes[i].name for i in missing]}"
