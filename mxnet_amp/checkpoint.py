@@ -13,7 +13,8 @@ from typing import Sequence
 from .convert import Conversion, convert_graph
 from .errors import CheckpointError, ParamError
 from .io import graph_from_symbol, load_checkpoint, save_checkpoint
-from .params import array_dtype, cast_array, check_params, default_data_names
+from .params import array_dtype, array_nbytes, cast_array, check_params, default_data_names
+from .progress import byte_bar
 
 __all__ = ["convert_checkpoint"]
 
@@ -27,7 +28,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        excluded_sym_names: Sequence[str] | None = None,
                        data_names: Sequence[str] | None = None,
                        cast_optional_params: bool = False,
-                       write: bool = True):
+                       write: bool = True, progress: bool | None = False):
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
     Parameters
@@ -39,6 +40,9 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
         atomically; the input files are never touched.
     write : bool
         False converts and returns without writing (what ``mxnet-amp inspect`` does).
+    progress : bool or None, default False
+        Show byte progress bars (reading, converting, writing) on stderr; None shows them
+        only when stderr is a terminal (what ``mxnet-amp`` does).
     Other parameters are those of :func:`mxnet_amp.convert_model`.
 
     Returns
@@ -52,7 +56,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     if write and os.path.abspath(out_prefix) == os.path.abspath(prefix) and out_epoch == epoch:
         raise CheckpointError(f"refusing to overwrite the input checkpoint {prefix!r}; "
                               "choose another out_prefix")
-    sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
+    sym, arg_params, aux_params = load_checkpoint(prefix, epoch, progress=progress)
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
     params_file = f"{prefix}-{epoch:04d}.params"
     try:
@@ -69,21 +73,19 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
         param_dtypes={k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()})
     del sym
     sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
-    for params, dtypes in ((arg_params, conversion.arg_dtypes), (aux_params, conversion.aux_dtypes)):
-        for name in list(params):
-            sizes["param_bytes_before"] += _nbytes(params[name])
-            want = dtypes.get(name)
-            if want is not None and array_dtype(params[name]) != want:
-                # replacing the entry frees the fp32 original before the next weight is cast
-                params[name] = cast_array(params[name], want)
-            sizes["param_bytes_after"] += _nbytes(params[name])
+    total = sum(array_nbytes(v) for params in (arg_params, aux_params) for v in params.values())
+    with byte_bar("converting params", total, progress) as bar:
+        for params, dtypes in ((arg_params, conversion.arg_dtypes), (aux_params, conversion.aux_dtypes)):
+            for name in list(params):
+                before = array_nbytes(params[name])
+                sizes["param_bytes_before"] += before
+                want = dtypes.get(name)
+                if want is not None and array_dtype(params[name]) != want:
+                    # replacing the entry frees the fp32 original before the next weight is cast
+                    params[name] = cast_array(params[name], want)
+                sizes["param_bytes_after"] += array_nbytes(params[name])
+                bar.update(before)
     if write:
         save_checkpoint(out_prefix, out_epoch, conversion.symbol,
-                        arg_params, aux_params)
+                        arg_params, aux_params, progress=progress)
     return conversion, arg_params, aux_params, sizes
-
-
-def _nbytes(array) -> int:
-    import numpy as np
-    from .dtypes import np_dtype
-    return int(np.prod(array.shape)) * np_dtype(array_dtype(array)).itemsize

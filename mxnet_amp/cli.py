@@ -30,13 +30,27 @@ class CLIError(AMPError, ValueError):
 
 # --- parser -------------------------------------------------------------------------------
 
+_DTYPE_METAVAR = "{float16,bfloat16}"
+
+
+def _target_dtype(text: str) -> str:
+    """``--target-dtype`` value: the aliases of :func:`mxnet_amp.policy.check_target_dtype`."""
+    from .policy import check_target_dtype
+    try:
+        return check_target_dtype(text)
+    except AMPError:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose float16 or bfloat16; "
+                                         "fp16, half and bf16 are accepted too)") from None
+
+
 def _conversion_options(p: argparse.ArgumentParser, dtype_required: bool) -> None:
     p.add_argument("prefix", metavar="PREFIX",
                    help="checkpoint prefix: reads PREFIX-symbol.json and PREFIX-NNNN.params")
     p.add_argument("--epoch", type=int, default=0, metavar="N", help="checkpoint epoch (default 0)")
-    p.add_argument("--target-dtype", choices=("float16", "bfloat16"), required=dtype_required,
+    p.add_argument("--target-dtype", type=_target_dtype, metavar=_DTYPE_METAVAR, required=dtype_required,
                    default=None if dtype_required else "float16",
-                   help="low precision dtype" + ("" if dtype_required else " (default float16)"))
+                   help="low precision dtype" + ("" if dtype_required else " (default float16)")
+                   + "; fp16/half and bf16 are accepted too")
     p.add_argument("--fp32-ops", nargs="+", default=None, metavar="OP",
                    help="ops to run in float32 (on top of the shipped lists)")
     p.add_argument("--target-ops", nargs="+", default=None, metavar="OP",
@@ -58,6 +72,9 @@ def _output_options(p: argparse.ArgumentParser) -> None:
                    "dtype (.svg; .dot/.gv for graphviz; .png needs cairosvg or dot)")
     p.add_argument("--html", metavar="FILE.html",
                    help="write one self-contained page with the report and the picture")
+    p.add_argument("--detail", action="store_true",
+                   help="draw every node (--graph, --html) instead of collapsing graphs of more "
+                   "than 80 nodes into blocks")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the report table")
 
 
@@ -66,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Automatic mixed precision (float16 / bfloat16) for MXNet 1.9 models.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -115,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "runs natively, the measured speed ratio.")
     p.add_argument("--model", default="resnet18_v1",
                    help="model zoo name (default resnet18_v1; e.g. mobilenet0.25, vgg11)")
-    p.add_argument("--target-dtype", choices=("float16", "bfloat16"), default="bfloat16",
-                   help="low precision dtype (default bfloat16)")
+    p.add_argument("--target-dtype", type=_target_dtype, metavar=_DTYPE_METAVAR, default="bfloat16",
+                   help="low precision dtype (default bfloat16; fp16/half and bf16 are accepted too)")
     p.add_argument("--size", type=int, default=64, help="input image side (default 64)")
     p.add_argument("--batch", type=int, default=2, help="batch size (default 2)")
     p.add_argument("--runs", type=int, default=5, help="timed runs per model (default 5)")
@@ -131,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
 
 def _say(*parts) -> None:
     print(*parts, file=sys.stderr)
@@ -170,6 +193,7 @@ def _write_outputs(args, conversion, report) -> list[str]:
     from .io import atomic_write
     from .report import report_html
     written = []
+    limit = None if getattr(args, "detail", False) else 80
 
     def text_writer(text):
         def write(tmp):
@@ -180,10 +204,10 @@ def _write_outputs(args, conversion, report) -> list[str]:
         atomic_write(args.report, text_writer(report.to_json()))
         written.append(args.report)
     if args.graph:
-        write_graph(conversion, args.graph, title=report.model or "")
+        write_graph(conversion, args.graph, title=report.model or "", detail_limit=limit)
         written.append(args.graph)
     if args.html:
-        atomic_write(args.html, text_writer(report_html(report, graph_svg(conversion, report.model or ""))))
+        atomic_write(args.html, text_writer(report_html(report, graph_svg(conversion, report.model or "", limit))))
         written.append(args.html)
     return written
 
@@ -214,15 +238,12 @@ def _convert_prefix(args, write: bool):
     from .checkpoint import convert_checkpoint
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
-    if sys.stderr.isatty():
-        # convert_checkpoint has no progress hook: say what is going on, once
-        _say(f"{PROG}: converting {args.prefix} to {args.target_dtype}…")
     conversion, new_args, new_aux, _ = convert_checkpoint(
         args.prefix, args.epoch, getattr(args, "out", None), getattr(args, "out_epoch", None),
-        write=write, **_convert_args(args))
+        write=write, progress=None, **_convert_args(args))
     report = build_report(conversion, new_arg_params=new_args, new_aux_params=new_aux,
                           excluded=args.exclude or (), model=os.path.basename(args.prefix))
-    return conversion, report
+    return conversion, _with_hardware_note(report)
 
 
 # --- commands -----------------------------------------------------------------------------
@@ -302,7 +323,7 @@ def _cmd_auto(args) -> int:
     out = args.out or args.prefix + "-amp"
     if os.path.abspath(out) == os.path.abspath(args.prefix):
         raise CLIError(f"refusing to overwrite the input checkpoint {args.prefix!r}; choose another --out")
-    sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch)
+    sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
     unknown = sorted(set(inputs) - set(sym.list_arguments()))
     if unknown:
         raise CLIError(f"sample input(s) {unknown} are not inputs of {args.prefix}-symbol.json "
@@ -313,7 +334,7 @@ def _cmd_auto(args) -> int:
         sym, arg_params, aux_params, inputs, rtol=args.rtol, atol=args.atol,
         execution=args.execution, max_executions=args.max_executions,
         quiet=not sys.stderr.isatty(), **options)
-    save_checkpoint(out, args.epoch, new_sym, new_args, new_aux)
+    save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report needs the Conversion record: the same conversion with the chosen exclusions
     excluded = sorted(set(options.pop("excluded_sym_names") or ()) | set(auto.excluded_sym_names))
     _, _, _, conversion = convert_model_full(sym, arg_params, aux_params,
@@ -341,12 +362,14 @@ def _cmd_demo(args) -> int:
     new_sym, new_args, new_aux, conversion = convert_model_full(
         sym, arg_params, aux_params, target_dtype=args.target_dtype,
         cast_optional_params=args.cast_optional_params)
-    report = build_report(conversion, arg_params, aux_params, new_args, new_aux, model=args.model)
+    report = _with_hardware_note(build_report(conversion, arg_params, aux_params, new_args, new_aux,
+                                              model=args.model))
     bar.update(1)
     native = _runs_natively(args.target_dtype)
     # timing only matters where there is a native low precision run to compare with
     ref, fp32_times = _timed_runs(sym, arg_params, aux_params, x, args.runs if native else 1, bar)
-    lines = ["", f"Demo: {args.model}, random weights, input {args.batch}x3x{args.size}x{args.size}"]
+    shape = f"{args.batch}x3x{args.size}x{args.size}"
+    lines = ["", f"Demo: {args.model}, random weights, input {shape}"]
     if native:
         low, low_times = _timed_runs(new_sym, new_args, new_aux, x, args.runs, bar)
         how = f"native {args.target_dtype}"
@@ -362,21 +385,27 @@ def _cmd_demo(args) -> int:
         lines.append(f"Native {args.target_dtype} is unavailable on this CPU ({why}); the "
                      f"{args.target_dtype} model was checked by emulation (every low precision "
                      "tensor rounded), so no speed ratio was measured.")
+        report = _with_note(report, lines[-1])
     bar.close()
-    rel = float(np.abs(low - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-    agree = float(np.mean(low.argmax(axis=1) == ref.argmax(axis=1)))
-    lines.append(f"Accuracy ({how} vs float32): max |diff| / max |fp32| = {rel:.2e}, "
-                 f"top-1 agreement {agree * 100:.0f}% of {len(ref)} samples")
-    scale = float(np.abs(ref).max())
+    rel = max(float(np.abs(lo - r).max() / max(float(np.abs(r).max()), 1e-30)) for lo, r in zip(low, ref))
+    # top-1 agreement reads class scores: a first output of shape (batch, classes)
+    agree = (float(np.mean(low[0].argmax(axis=1) == ref[0].argmax(axis=1)))
+             if ref[0].ndim == 2 else None)
+    lines.append(f"Accuracy ({how} vs float32): max |diff| / max |fp32| = {rel:.2e}"
+                 + ("" if agree is None else f", top-1 agreement {agree * 100:.0f}% of {len(ref[0])} samples"))
+    scale = min(float(np.abs(r).max()) for r in ref)
     if not np.isfinite(scale) or scale < 1e-6:
         lines.append(f"Note: the float32 outputs are degenerate with these random weights "
                      f"(max |fp32| = {scale:.3g}); the accuracy figures say little.")
+        report = _with_note(report, lines[-1][len("Note: "):])
     if low_times is not None:
         t32, t16 = float(np.median(fp32_times)), float(np.median(low_times))
         lines.append(f"Speed (median of {args.runs} runs, same process): float32 {t32 * 1e3:.1f} ms, "
                      f"{args.target_dtype} {t16 * 1e3:.1f} ms, speed-up x{t32 / t16:.2f}")
-        report = _with_extra(report, {"speedup": t32 / t16, "fp32_ms": t32 * 1e3, "low_ms": t16 * 1e3})
-    report = _with_extra(report, {"native": native, "relative_max_error": rel, "top1_agreement": agree})
+        report = _with_extra(report, {"speedup": t32 / t16, "fp32_ms": t32 * 1e3, "low_ms": t16 * 1e3,
+                                      "runs": args.runs})
+    report = _with_extra(report, {"native": native, "execution": how, "input": shape,
+                                  "relative_max_error": rel, "top1_agreement": agree})
     _finish(args, conversion, report, lines)
     return 0
 
@@ -384,6 +413,22 @@ def _cmd_demo(args) -> int:
 def _with_extra(report, extra: dict):
     import dataclasses
     return dataclasses.replace(report, extra={**report.extra, **extra})
+
+
+def _with_note(report, note: str):
+    """``report`` with ``note`` added to ``extra['notes']`` (shown in the table and HTML)."""
+    return _with_extra(report, {"notes": [*report.extra.get("notes", ()), note]})
+
+
+def _with_hardware_note(report):
+    """Say now, on stderr and in the report, when this machine cannot run the model."""
+    from .hardware import native_note
+    with _native_log_silenced():
+        note = native_note(report.target_dtype)
+    if note is None:
+        return report
+    _say(f"{PROG}: note: {note}")
+    return _with_note(report, note[0].upper() + note[1:])
 
 
 def _runs_natively(target_dtype: str) -> bool:
@@ -418,11 +463,7 @@ def _demo_model(name: str, size: int, batch: int, seed: int):
     import numpy as np
     from mxnet.gluon.model_zoo import vision
     mx.random.seed(seed)
-    try:
-        net = vision.get_model(name, pretrained=False)
-    except ValueError:
-        raise CLIError(f"unknown model zoo name {name!r} (try resnet18_v1, mobilenet0.25, "
-                       "squeezenet1.1)") from None
+    net = _zoo_model(name)
     # He initialisation (fan-in) keeps activations of order one through a deep random
     # network; with fan-averaged inits depthwise convs shrink mobilenet's logits to ~1e-16,
     # where every low precision comparison is meaningless
@@ -430,10 +471,14 @@ def _demo_model(name: str, size: int, batch: int, seed: int):
     x = np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype("float32")
     try:
         net(mx.nd.array(x))   # settles deferred shapes
+    except ValueError as err:   # a param whose own initializer rejects its shape
+        raise CLIError(f"{name} cannot be built with random weights: {_one_line(err)}") from None
     except mx.base.MXNetError as err:
         raise CLIError(f"{name} does not run on {size}x{size} inputs (try a larger --size): "
                        f"{_one_line(err)}") from None
     sym = net(mx.sym.var("data"))
+    if isinstance(sym, (list, tuple)):   # detection nets: ids, scores, boxes
+        sym = mx.sym.Group(list(sym))
     params = {p.name: p.data() for p in net.collect_params().values()}
     args = set(sym.list_arguments())
     arg_params = {k: v for k, v in params.items() if k in args}
@@ -441,8 +486,30 @@ def _demo_model(name: str, size: int, batch: int, seed: int):
     return sym, arg_params, aux_params, x
 
 
+def _zoo_model(name: str):
+    """``name`` from MXNet's model zoo, else from gluoncv's when it is installed; no weights
+    downloaded (``pretrained=False``, and ``pretrained_base=False`` where gluoncv takes it)."""
+    from mxnet.gluon.model_zoo import vision
+    try:
+        return vision.get_model(name, pretrained=False)
+    except ValueError:
+        pass
+    try:
+        from gluoncv.model_zoo import get_model, get_model_list
+    except ImportError:
+        raise CLIError(f"unknown model zoo name {name!r} (try resnet18_v1, mobilenet0.25, "
+                       "squeezenet1.1; install gluoncv, the 'zoo' extra, for its models)") from None
+    if name.lower() not in get_model_list():
+        raise CLIError(f"unknown model name {name!r}: in neither MXNet's nor gluoncv's model zoo "
+                       "(try resnet18_v1, mobilenet0.25, resnet50_v1b)")
+    try:
+        return get_model(name, pretrained=False, pretrained_base=False)
+    except TypeError:   # classification nets have no base network to leave untrained
+        return get_model(name, pretrained=False)
+
+
 def _timed_runs(sym, arg_params, aux_params, x, runs: int, bar):
-    """Output of ``sym`` on ``x`` (float32 numpy) and the wall time of each of ``runs`` runs."""
+    """Outputs of ``sym`` on ``x`` (float32 numpy) and the wall time of each of ``runs`` runs."""
     import mxnet as mx
     # copies: the float32 and the converted model share the arrays of float32 params, and
     # after a float32 run oneDNN has reordered them in place, which MXNet 1.9.1's bfloat16
@@ -451,16 +518,16 @@ def _timed_runs(sym, arg_params, aux_params, x, runs: int, bar):
     args["data"] = mx.nd.array(x)
     exe = sym.bind(mx.cpu(), args=args, aux_states={k: v.copy() for k, v in aux_params.items()},
                    grad_req="null")
-    exe.forward(is_train=False)[0].wait_to_read()   # warm-up: kernels chosen, memory planned
+    for out in exe.forward(is_train=False):   # warm-up: kernels chosen, memory planned
+        out.wait_to_read()
     times = []
-    out = None
     for _ in range(runs):
         start = time.perf_counter()
-        out = exe.forward(is_train=False)[0]
-        out.wait_to_read()
+        for out in exe.forward(is_train=False):
+            out.wait_to_read()
         times.append(time.perf_counter() - start)
         bar.update(1)
-    return out.astype("float32").asnumpy(), times
+    return [o.astype("float32").asnumpy() for o in exe.outputs], times
 
 
 # --- entry point --------------------------------------------------------------------------

@@ -3,13 +3,19 @@
 No system binary needed: :func:`graph_svg` lays the graph out itself and writes SVG;
 :func:`graph_dot` writes the same picture as graphviz DOT for users who have ``dot``.
 
-Small graphs are drawn node by node. Large ones (a resnet50 has ~170 op nodes and ~90
-casts) are collapsed so they stay readable: the node sequence is cut at *cut points*,
-nodes no edge jumps over (in a resnet, the activation closing each residual block), so each
-piece is a block; consecutive identical blocks become one box marked ``× N``, and runs of
-single nodes become one box per name group (``stage1_…``). Each box lists its op counts
-per dtype, is filled with the colour of its majority dtype and carries a bar showing the
-dtype mix.
+Small graphs are drawn node by node (any graph with ``detail_limit=None``). Large ones (a
+resnet50 has ~170 op nodes and ~90 casts) are collapsed so they stay readable: the node
+sequence is cut at *cut points*, nodes no edge jumps over (in a resnet, the activation
+closing each residual block), so each piece is a block; consecutive identical blocks become
+one box marked ``× N``, and runs of single nodes become one box per name group
+(``stage1_…``). A block mixing float32 and low precision is split into runs of one dtype,
+and a float32 node next to a low precision one is a box of its own, so the picture names
+every such node. Each box lists its op counts per dtype, is filled with the colour of its
+majority dtype and carries a bar showing the dtype mix.
+
+The layout (:func:`_layout`) puts boxes in layers and routes every edge through the gaps
+between layers and through lanes reserved in the layers it crosses, so no edge runs under
+a box it does not connect.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from .dtypes import is_float, widest
 from .errors import AMPError
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
-           "check_graph_path",
+           "check_graph_path", "node_dtypes", "fp32_islands",
            "DTYPE_COLOURS"]
 
 # dtype -> (fill, stroke); 'non-float' covers integer and boolean tensors
@@ -142,11 +148,13 @@ def _make_box(graph, idx: Sequence[int], dtypes: list[str], title: str, repeat: 
     return Box(title, tuple(idx), dict(per), dict(ops), casts, repeat, kind, majority)
 
 
-def collapse(conversion, detail_limit: int = 80, max_boxes: int = 48, title: str = "") -> Picture:
+def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, title: str = "") -> Picture:
     """The boxes and edges to draw for ``conversion`` (see the module doc).
 
-    Graphs with at most ``detail_limit`` drawn nodes (op nodes and model inputs) are drawn
-    node by node; larger ones are collapsed to at most about ``max_boxes`` boxes.
+    Graphs with at most ``detail_limit`` drawn nodes (op nodes, casts and model inputs) are
+    drawn node by node (``None``: always); larger ones are collapsed to about ``max_boxes``
+    boxes. A collapsed box never mixes float32 and low precision op nodes, and a float32
+    node next to a low precision one (through casts) is always a box of its own, named.
     """
     graph = conversion.graph
     dtypes = node_dtypes(conversion)
@@ -165,7 +173,7 @@ def collapse(conversion, detail_limit: int = 80, max_boxes: int = 48, title: str
                f"{n_casts} casts inserted")
     title = f"{title}: {summary}" if title else summary
 
-    if len(drawn) <= detail_limit:
+    if detail_limit is None or len(drawn) <= detail_limit:
         boxes = []
         where = {}
         for i in drawn:
@@ -237,10 +245,15 @@ def collapse(conversion, detail_limit: int = 80, max_boxes: int = 48, title: str
         else:
             groups.append((nodes, 1, list(nodes)))
         last_sig = sig
-    while len(groups) > max_boxes:
-        # merge neighbours pairwise (keeps the chain order) until it fits
-        groups = [(sum((g[2] for g in groups[k:k + 2]), []), 1, sum((g[2] for g in groups[k:k + 2]), []))
-                  if k + 1 < len(groups) else groups[k] for k in range(0, len(groups), 2)]
+    target = conversion.policy.target_dtype
+    islands = fp32_islands(graph, dtypes, target)
+    split: list[tuple[list[int], int, list[int]]] = []
+    for block, n, every in groups:
+        if _mixed(graph, every, dtypes, target):
+            split += [(run, 1, run) for run in _dtype_runs(graph, every, dtypes, islands)]
+        else:
+            split.append((block, n, every))
+    groups = _merge_to(split, max_boxes, lambda g: _run_class(graph, g[2], dtypes, islands))
 
     boxes = []
     box_of = {}
@@ -267,6 +280,140 @@ def collapse(conversion, detail_limit: int = 80, max_boxes: int = 48, title: str
                     if box_of.get(u) is not None and box_of.get(v) is not None
                     and box_of[u] != box_of[v]})
     return Picture(tuple(boxes), tuple(edges), True, title)
+
+
+def fp32_islands(graph, dtypes: list[str], target: str) -> set[int]:
+    """The float32 op nodes in low precision surroundings: those that read from or feed a
+    ``target`` op node (directly or through casts). The picture names each of them.
+
+    Parameters
+    ----------
+    graph : Graph
+        The converted graph (``Conversion.graph``).
+    dtypes : list of str
+        The dtype of each node, as :func:`node_dtypes` gives it.
+    target : str
+        The low precision dtype.
+
+    Returns
+    -------
+    set of int
+        Node indices.
+    """
+    consumers: dict[int, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        for e in node.inputs:
+            consumers.setdefault(e.node, []).append(i)
+
+    def ops_near(i):
+        seen, stack, out = {i}, [i], []
+        while stack:
+            j = stack.pop()
+            near = [e.node for e in graph.nodes[j].inputs] + consumers.get(j, [])
+            for k in near:
+                if k in seen:
+                    continue
+                seen.add(k)
+                if graph.nodes[k].op in _CASTS:
+                    stack.append(k)
+                elif not graph.nodes[k].is_variable:
+                    out.append(k)
+        return out
+    return {i for i, node in enumerate(graph.nodes)
+            if not node.is_variable and node.op not in _CASTS and dtypes[i] == "float32"
+            and any(dtypes[k] == target for k in ops_near(i))}
+
+
+def _mixed(graph, nodes: Sequence[int], dtypes: list[str], target: str) -> bool:
+    have = {dtypes[i] for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in _CASTS}
+    return "float32" in have and target in have
+
+
+def _dtype_runs(graph, nodes: list[int], dtypes: list[str], islands: set[int]) -> list[list[int]]:
+    """``nodes`` (a stretch of a topological order) reordered so that nodes of one dtype come
+    together, then cut into runs of one dtype; each island is a run of its own. A cast
+    joins the run of the node that reads it. Every run is still a stretch of a topological
+    order, so edges between runs only go forward."""
+    inside = set(nodes)
+    pending = {i: sum(1 for e in graph.nodes[i].inputs if e.node in inside) for i in nodes}
+    consumers: dict[int, list[int]] = {}
+    for i in nodes:
+        for e in graph.nodes[i].inputs:
+            if e.node in inside:
+                consumers.setdefault(e.node, []).append(i)
+    rank = {i: k for k, i in enumerate(nodes)}
+
+    def cls(i):
+        node = graph.nodes[i]
+        if node.op in _CASTS or node.is_variable:
+            return None
+        return ("island", i) if i in islands else dtypes[i]
+    ready = [i for i in nodes if pending[i] == 0]
+    order: list[int] = []
+    current = None
+    while ready:
+        # casts first (they join what reads them), then more of the current dtype
+        pick = min(ready, key=lambda i: (cls(i) is not None, cls(i) != current, rank[i]))
+        ready.remove(pick)
+        order.append(pick)
+        if cls(pick) is not None:
+            current = cls(pick)
+        for c in consumers.get(pick, ()):
+            pending[c] -= 1
+            if pending[c] == 0:
+                ready.append(c)
+    runs: list[list[int]] = []
+    held: list[int] = []          # casts waiting for the node that reads them
+    last = None
+    for i in order:
+        c = cls(i)
+        if c is None:
+            held.append(i)
+            continue
+        if runs and c == last and not isinstance(c, tuple):
+            runs[-1] += held + [i]
+        else:
+            runs.append(held + [i])
+        held = []
+        last = c
+    if held:
+        if runs:
+            runs[-1] += held
+        else:
+            runs.append(held)
+    return runs
+
+
+def _run_class(graph, nodes: Sequence[int], dtypes: list[str], islands: set[int]):
+    """What a group may be merged with: groups of the same class (None: never)."""
+    ops = [i for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in _CASTS]
+    if any(i in islands for i in ops):
+        return None
+    kinds = {dtypes[i] for i in ops}
+    return next(iter(kinds)) if len(kinds) == 1 else ("mixed",)
+
+
+def _merge_to(groups: list, max_boxes: int, klass) -> list:
+    """Merge neighbouring groups of one class pairwise (chain order kept) until at most
+    ``max_boxes`` remain or nothing more may merge."""
+    while len(groups) > max_boxes:
+        out, k, merged = [], 0, False
+        while k < len(groups):
+            a = groups[k]
+            b = groups[k + 1] if k + 1 < len(groups) else None
+            ka = klass(a)
+            if b is not None and ka is not None and ka == klass(b):
+                every = a[2] + b[2]
+                out.append((every, 1, every))
+                k += 2
+                merged = True
+            else:
+                out.append(a)
+                k += 1
+        groups = out
+        if not merged:
+            break
+    return groups
 
 
 def _range_label(names: Sequence[str]) -> str:
@@ -317,69 +464,191 @@ def _box_lines(box: Box, target: str) -> list[str]:
     return lines
 
 
-def _layout(pic: Picture, target: str):
-    """Layer boxes by longest path, wrap long columns; returns (geometry, width, height)."""
+_BOX_MAX_W = 600.0
+_MAX_WIDTH = 1800    # a layer holds boxes up to about this width; more go to later layers
+_GAP_X, _GAP_Y, _LANE = 24, 44, 14
+_TOP = 70
+
+
+@dataclass
+class _Layout:
+    """Where each box sits and the path of each edge (see :func:`_layout`)."""
+
+    geom: dict             # box -> (x, y, w, h)
+    lines: list            # box -> its text lines
+    paths: list            # per edge of the picture: SVG path data
+    width: float
+    height: float
+
+
+def _layers(pic: Picture, widths: list[float]) -> list[int]:
+    """A layer per box: below every predecessor, and a later layer when the natural one is
+    already ``_MAX_WIDTH`` wide. Boxes with no drawn predecessor (weight casts) sit right
+    above their first reader instead of at the top."""
     n = len(pic.boxes)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for u, v, _ in pic.edges:
+        preds[v].append(u)
+        succs[u].append(v)
+    floating = {b for b in range(n) if not preds[b] and succs[b] and pic.boxes[b].kind == "cast"}
     layer = [0] * n
-    for u, v, _ in sorted(pic.edges, key=lambda e: e[1]):
-        layer[v] = max(layer[v], layer[u] + 1)
-    # a cast of a weight (no drawn predecessor) sits just above the node that reads it
-    has_pred = {v for _, v, _ in pic.edges}
-    for b in range(n):
-        if b not in has_pred and pic.boxes[b].kind == "cast":
-            uses = [layer[v] for u, v, _ in pic.edges if u == b]
-            if uses:
-                layer[b] = max(0, min(uses) - 1)
-    layers: dict[int, list[int]] = {}
-    for b in range(n):
-        layers.setdefault(layer[b], []).append(b)
-    box_w = 440 if pic.collapsed else 210
-    gap_x, gap_y = 24, 30
-    heights = []
-    lines = []
-    for box in pic.boxes:
-        ls = _box_lines(box, target)
-        lines.append(ls)
-        heights.append(10 + _LINE_H * len(ls) + (10 if box.kind == "group" else 0))
-    n_layers = max(layers) + 1 if layers else 0
-    per_col = 12 if pic.collapsed else 28
-    n_cols = max(1, -(-n_layers // per_col))
-    layer_w = {l: len(bs) * box_w + (len(bs) - 1) * gap_x for l, bs in layers.items()}
-    layer_h = {l: max(heights[b] for b in bs) for l, bs in layers.items()}
-    col_w = [0.0] * n_cols
-    for l in layers:
-        c = l // per_col
-        col_w[c] = max(col_w[c], layer_w[l])
-    top = 70
-    geom = {}
-    x0 = 20.0
-    col_x = []
-    for c in range(n_cols):
-        col_x.append(x0)
-        x0 += col_w[c] + 70
-    height = 0.0
-    y_by_layer = {}
-    for c in range(n_cols):
-        y = top
-        for l in range(c * per_col, min(n_layers, (c + 1) * per_col)):
-            y_by_layer[l] = y
-            y += layer_h.get(l, 0) + gap_y
-        height = max(height, y)
-    for l, bs in layers.items():
-        c = l // per_col
-        x = col_x[c] + (col_w[c] - layer_w[l]) / 2
-        for b in bs:
-            geom[b] = (x, y_by_layer[l], box_w, heights[b])
-            x += box_w + gap_x
-    width = max(x0 - 50, 20 + _CHAR_W * 1.25 * len(pic.title) + 20, 760 if pic.collapsed else 520)
-    return geom, lines, width, height + 10, col_x, layer
+    used: dict[int, float] = {}
+    for b in range(n):    # boxes are in topological order
+        if b in floating:
+            continue
+        fixed = [layer[p] + 1 for p in preds[b] if p not in floating]
+        lay = max(fixed + [1 if any(p in floating for p in preds[b]) else 0])
+        while used.get(lay, 0) and used[lay] + widths[b] > _MAX_WIDTH:
+            lay += 1
+        layer[b] = lay
+        used[lay] = used.get(lay, 0) + widths[b] + _GAP_X
+    for b in floating:
+        layer[b] = min(layer[v] for v in succs[b]) - 1
+    return layer
 
 
-def graph_svg(conversion, title: str = "", detail_limit: int = 80, max_boxes: int = 48) -> str:
-    """The picture of ``conversion`` as a standalone SVG document (text)."""
+def _layout(pic: Picture, target: str) -> _Layout:
+    """Layered layout with edges routed between boxes, never across one.
+
+    Each box gets a layer (:func:`_layers`); an edge spanning several layers gets a lane in
+    each layer it passes, reserved like a narrow box. An edge runs down from its source to
+    the bottom of the source's layer band, crosses each gap between bands as a curve that
+    stays inside the gap, runs down its lane through each band it passes, and enters its
+    target from the top. Bands hold one row of boxes and gaps hold none, so no edge passes
+    through a box it does not connect.
+    """
+    n = len(pic.boxes)
+    lines = [_box_lines(box, target) for box in pic.boxes]
+    # wide enough for the name (bold, so wider glyphs) up to a limit: a cut name names nothing
+    widths = [min(_BOX_MAX_W, max(440.0 if box.kind == "group" else 210.0,
+                                  20 + _CHAR_W * max(1.12 * len(ls[0]), len(ls[1]) if len(ls) > 1 else 0)))
+              for box, ls in zip(pic.boxes, lines)]
+    heights = [10 + _LINE_H * len(ls) + (10 if box.kind == "group" else 0)
+               for box, ls in zip(pic.boxes, lines)]
+    layer = _layers(pic, widths)
+    # slots: boxes and edge lanes, per layer; a lane is ('lane', edge index, layer)
+    slots: dict[int, list] = {}
+    for b in range(n):
+        slots.setdefault(layer[b], []).append(("box", b))
+    for k, (u, v, _) in enumerate(pic.edges):
+        for lay in range(layer[u] + 1, layer[v]):
+            slots.setdefault(lay, []).append(("lane", k, lay))
+    n_layers = max(slots) + 1 if slots else 0
+    width_of = {("box", b): widths[b] for b in range(n)}
+    x_mid: dict = {}
+    preds_of: dict = {}
+    for k, (u, v, _) in enumerate(pic.edges):
+        chain = [("box", u)] + [("lane", k, lay) for lay in range(layer[u] + 1, layer[v])] + [("box", v)]
+        for a, b in zip(chain, chain[1:]):
+            preds_of.setdefault(b, []).append(a)
+    for lay in range(n_layers):
+        row = slots.get(lay, [])
+        # order by the mean position of what feeds each slot (barycentre), ties by index
+        want = {}
+        for k, slot in enumerate(row):
+            xs = [x_mid[p] for p in preds_of.get(slot, ()) if p in x_mid]
+            want[slot] = sum(xs) / len(xs) if xs else k * (_GAP_X + 200)
+        row.sort(key=lambda sl: (want[sl], sl[1]))
+        # place at the wanted centres, pushed apart so nothing overlaps, then pushed back
+        # left into [0, limit] so that no row is wider than it must be
+        gaps = [_GAP_X if a[0] == b[0] == "box" else 8 for a, b in zip(row, row[1:])]
+        limit = max(_MAX_WIDTH, sum(width_of.get(sl, _LANE) for sl in row) + sum(gaps))
+        right = None
+        for k, slot in enumerate(row):
+            w = width_of.get(slot, _LANE)
+            left = max(want[slot] - w / 2, 0.0 if right is None else right + gaps[k - 1])
+            x_mid[slot] = left + w / 2
+            right = left + w
+        for k in range(len(row) - 1, -1, -1):
+            w = width_of.get(row[k], _LANE)
+            x_mid[row[k]] = min(x_mid[row[k]] + w / 2, limit) - w / 2
+            limit = x_mid[row[k]] - w / 2 - (gaps[k - 1] if k else 0)
+    for sl in x_mid:
+        x_mid[sl] += 20
+    band_h = {lay: max([heights[sl[1]] for sl in slots.get(lay, []) if sl[0] == "box"] + [0])
+              for lay in range(n_layers)}
+    y_top, y = {}, float(_TOP)
+    for lay in range(n_layers):
+        y_top[lay] = y
+        y += band_h[lay] + _GAP_Y
+    geom = {b: (x_mid[("box", b)] - widths[b] / 2, y_top[layer[b]], widths[b], heights[b]) for b in range(n)}
+    # where edges leave and enter a box: spread along its bottom / top, in the order of
+    # the other end, so that neighbouring edges do not cross at the box
+    outs: dict[int, list[int]] = {}
+    ins: dict[int, list[int]] = {}
+    for k, (u, v, _) in enumerate(pic.edges):
+        outs.setdefault(u, []).append(k)
+        ins.setdefault(v, []).append(k)
+    out_x = _spread(outs, geom, lambda k: x_mid[_next_slot(pic.edges[k], k, layer)])
+    in_x = _spread(ins, geom, lambda k: x_mid[_prev_slot(pic.edges[k], k, layer)])
+    paths = []
+    for k, (u, v, _) in enumerate(pic.edges):
+        x, yu, w, h = geom[u]
+        px, py = out_x[k], yu + h
+        bottom = y_top[layer[u]] + band_h[layer[u]]
+        d = [f"M{px:.1f},{py:.1f}"]
+        if bottom > py:
+            d.append(f"L{px:.1f},{bottom:.1f}")
+        py = bottom
+        for lay in range(layer[u] + 1, layer[v] + 1):
+            nx = in_x[k] if lay == layer[v] else x_mid[("lane", k, lay)]
+            top = y_top[lay]
+            mid = (py + top) / 2
+            d.append(f"C{px:.1f},{mid:.1f} {nx:.1f},{mid:.1f} {nx:.1f},{top:.1f}")
+            px, py = nx, top
+            if lay != layer[v]:
+                py = top + band_h[lay]
+                d.append(f"L{px:.1f},{py:.1f}")
+        paths.append(" ".join(d))
+    width = max([x_mid[sl] + width_of.get(sl, _LANE) / 2 for sl in x_mid] + [0.0]) + 20
+    width = max(width, 20 + _CHAR_W * 1.25 * len(pic.title) + 20, 760 if pic.collapsed else 520)
+    return _Layout(geom, lines, paths, width, y + 10 - _GAP_Y + 10)
+
+
+def _spread(edges_at: dict, geom: dict, other_end) -> dict:
+    """x of each edge along its box's border, spread evenly in the order of ``other_end``."""
+    out = {}
+    for b, ks in edges_at.items():
+        x, _, w, _ = geom[b]
+        for m, k in enumerate(sorted(ks, key=other_end)):
+            out[k] = x + w * (m + 1) / (len(ks) + 1)
+    return out
+
+
+def _next_slot(edge, k: int, layer: list[int]):
+    u, v, _ = edge
+    return ("lane", k, layer[u] + 1) if layer[v] - layer[u] > 1 else ("box", v)
+
+
+def _prev_slot(edge, k: int, layer: list[int]):
+    u, v, _ = edge
+    return ("lane", k, layer[v] - 1) if layer[v] - layer[u] > 1 else ("box", u)
+
+
+def graph_svg(conversion, title: str = "", detail_limit: int | None = 80, max_boxes: int = 48) -> str:
+    """The picture of ``conversion`` as a standalone SVG document (text).
+
+    Parameters
+    ----------
+    conversion : mxnet_amp.convert.Conversion
+    title : str
+        Shown above the picture, before the summary.
+    detail_limit : int or None, default 80
+        Graphs with more drawn nodes are collapsed into blocks; None draws every node.
+    max_boxes : int, default 48
+        About how many boxes a collapsed picture may have.
+
+    Returns
+    -------
+    str
+        Each box is a ``<g>`` whose ``rect`` carries ``data-box`` (its index) and each
+        edge a ``path`` with ``data-edge="SRC DST"`` (box indices).
+    """
     pic = collapse(conversion, detail_limit, max_boxes, title)
     target = conversion.policy.target_dtype
-    geom, lines, width, height, col_x, layer = _layout(pic, target)
+    lay = _layout(pic, target)
+    geom, lines, width, height = lay.geom, lay.lines, lay.width, lay.height
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="DejaVu Sans, Arial, sans-serif" '
            f'font-size="{_FONT}">',
@@ -398,28 +667,9 @@ def graph_svg(conversion, title: str = "", detail_limit: int = 80, max_boxes: in
     if pic.collapsed:
         out.append(f'<text x="{x}" y="48" fill="#555">boxes: blocks of nodes (fill: majority dtype; '
                    'bar: dtype mix; × N: N identical blocks in a row)</text>')
-    for u, v, dt in pic.edges:
-        x1, y1, w1, h1 = geom[u]
-        x2, y2, w2, h2 = geom[v]
+    for (u, v, dt), d in zip(pic.edges, lay.paths):
         stroke = DTYPE_COLOURS.get(dt, DTYPE_COLOURS["non-float"])[1]
-        sx, sy, tx, ty = x1 + w1 / 2, y1 + h1, x2 + w2 / 2, y2
-        if ty <= sy:
-            # the target heads a column to the right: run down, along the gap, up, across
-            gx = max(c for c in col_x if c <= x2 + 1e-6) - 35
-            low = sy + 12
-            d = (f"M{sx:.1f},{sy:.1f} L{sx:.1f},{low:.1f} L{gx:.1f},{low:.1f} "
-                 f"L{gx:.1f},{ty - 14:.1f} L{tx:.1f},{ty - 14:.1f} L{tx:.1f},{ty:.1f}")
-        elif layer[v] - layer[u] > 1 and abs(sx - tx) < w1:
-            # a long edge past boxes in between: bow out to the right of them
-            off = 0.75 * w1
-            sx, tx = x1 + w1 - 12, x2 + w2 - 12
-            dy = (ty - sy) / 3
-            d = (f"M{sx:.1f},{sy:.1f} C{sx + off:.1f},{sy + dy:.1f} {tx + off:.1f},{ty - dy:.1f} "
-                 f"{tx:.1f},{ty:.1f}")
-        else:
-            dy = (ty - sy) / 2
-            d = f"M{sx:.1f},{sy:.1f} C{sx:.1f},{sy + dy:.1f} {tx:.1f},{ty - dy:.1f} {tx:.1f},{ty:.1f}"
-        out.append(f'<path d="{d}" fill="none" stroke="{stroke}" stroke-width="1.6" '
+        out.append(f'<path d="{d}" data-edge="{u} {v}" fill="none" stroke="{stroke}" stroke-width="1.6" '
                    'marker-end="url(#arrow)"/>')
     for b, box in enumerate(pic.boxes):
         x, y, w, h = geom[b]
@@ -430,12 +680,12 @@ def graph_svg(conversion, title: str = "", detail_limit: int = 80, max_boxes: in
         if box.repeat > 1:  # a stacked look for repeated blocks
             out.append(f'<rect x="{x + 5:.1f}" y="{y + 5:.1f}" width="{w}" height="{h}" rx="{rx}" '
                        f'fill="{fill}" stroke="{stroke}"/>')
-        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w}" height="{h}" rx="{rx}" fill="{fill}" '
-                   f'stroke="{stroke}" stroke-width="1.4"/>')
+        out.append(f'<rect data-box="{b}" x="{x:.1f}" y="{y:.1f}" width="{w}" height="{h}" rx="{rx}" '
+                   f'fill="{fill}" stroke="{stroke}" stroke-width="1.4"/>')
         for k, text in enumerate(lines[b]):
             weight = ' font-weight="bold"' if k == 0 else ""
             out.append(f'<text x="{x + 8:.1f}" y="{y + 8 + _LINE_H * (k + 1) - 4:.1f}"{weight}>'
-                       f'{html.escape(_fit(text, w - 14))}</text>')
+                       f'{html.escape(_fit(text, (w - 14) / (1.12 if k == 0 else 1)))}</text>')
         if box.kind == "group" and box.dtypes:
             total = sum(box.dtypes.values())
             bx = x + 8
@@ -454,7 +704,7 @@ def _dot_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def graph_dot(conversion, title: str = "", detail_limit: int = 80, max_boxes: int = 48) -> str:
+def graph_dot(conversion, title: str = "", detail_limit: int | None = 80, max_boxes: int = 48) -> str:
     """The same picture as graphviz DOT text (render with ``dot -Tsvg`` / ``-Tpng``)."""
     pic = collapse(conversion, detail_limit, max_boxes, title)
     target = conversion.policy.target_dtype
@@ -496,11 +746,13 @@ _NO_PNG = ("PNG output needs the cairosvg package (pip install cairosvg) or grap
            "program (apt-get install graphviz); write a .svg or .dot file instead")
 
 
-def write_graph(conversion, path: str | os.PathLike, title: str = "") -> str:
+def write_graph(conversion, path: str | os.PathLike, title: str = "",
+                detail_limit: int | None = 80) -> str:
     """Write the picture to ``path``; the format follows the extension.
 
     ``.svg`` and ``.dot``/``.gv`` need nothing beyond Python; ``.png`` needs the ``cairosvg``
-    package or graphviz's ``dot`` program. Returns the format written.
+    package or graphviz's ``dot`` program. Returns the format written. ``detail_limit`` is
+    that of :func:`graph_svg` (None: every node drawn).
 
     Raises
     ------
@@ -511,11 +763,11 @@ def write_graph(conversion, path: str | os.PathLike, title: str = "") -> str:
     path = os.fspath(path)
     fmt = check_graph_path(path)
     if fmt == "svg":
-        data = graph_svg(conversion, title).encode()
+        data = graph_svg(conversion, title, detail_limit).encode()
     elif fmt == "dot":
-        data = graph_dot(conversion, title).encode()
+        data = graph_dot(conversion, title, detail_limit).encode()
     else:
-        data = _png(conversion, title)
+        data = _png(conversion, title, detail_limit)
 
     def write(tmp):
         with open(tmp, "wb") as f:
@@ -524,13 +776,13 @@ def write_graph(conversion, path: str | os.PathLike, title: str = "") -> str:
     return fmt
 
 
-def _png(conversion, title: str) -> bytes:
+def _png(conversion, title: str, detail_limit: int | None = 80) -> bytes:
     cairosvg = _cairosvg()
     if cairosvg is not None:
-        return cairosvg.svg2png(bytestring=graph_svg(conversion, title).encode())
+        return cairosvg.svg2png(bytestring=graph_svg(conversion, title, detail_limit).encode())
     dot = shutil.which("dot")
     if dot is not None:
-        done = subprocess.run([dot, "-Tpng"], input=graph_dot(conversion, title).encode(),
+        done = subprocess.run([dot, "-Tpng"], input=graph_dot(conversion, title, detail_limit).encode(),
                               capture_output=True, check=False)
         if done.returncode == 0:
             return done.stdout

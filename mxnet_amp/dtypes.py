@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FLOAT_DTYPES", "LOW_PRECISION", "MX_CODE", "MX_NAME", "dtype_name", "is_float",
-           "widest", "bfloat16_np"]
+__all__ = ["FLOAT_DTYPES", "LOW_PRECISION", "MX_CODE", "MX_NAME", "DTYPE_ALIASES", "dtype_name",
+           "is_float", "widest", "bfloat16_np"]
 
 # mshadow type flags (include/mshadow/base.h)
 MX_CODE = {
@@ -18,6 +18,11 @@ MX_CODE = {
     "int64": 6, "bool": 7, "int16": 8, "uint16": 9, "uint32": 10, "uint64": 11, "bfloat16": 12,
 }
 MX_NAME = {code: name for name, code in MX_CODE.items()}
+
+# short names users type (``--target-dtype fp16``, ``target_dtype="bf16"``), matched
+# case-insensitively; numpy itself knows ``half`` but not ``fp16`` nor any bfloat16
+DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16",
+                 "fp32": "float32", "single": "float32", "fp64": "float64"}
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 LOW_PRECISION = frozenset({"float16", "bfloat16"})
@@ -32,10 +37,11 @@ bfloat16_np = np.dtype([("bfloat16", np.uint16)])
 def dtype_name(dtype: Any) -> str:
     """Return the plain name of ``dtype`` (a name, numpy dtype/type, or MXNet's bf16 stand-in)."""
     if isinstance(dtype, str):
-        if dtype in MX_CODE:
-            return dtype
-        if dtype == "bf16":
-            return "bfloat16"
+        key = dtype.strip().lower()
+        if key in MX_CODE:
+            return key
+        if key in DTYPE_ALIASES:
+            return DTYPE_ALIASES[key]
     if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in MX_NAME:
         return MX_NAME[dtype]
     try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["bf16_runs_natively", "fp16_runs_natively"]
+__all__ = ["bf16_runs_natively", "fp16_runs_natively", "runs_natively", "native_note"]
 
 
 @lru_cache(maxsize=None)
@@ -35,3 +35,52 @@ def fp16_runs_natively(ctx=None) -> bool:
         return float(y.asnumpy()[0, 0]) == 8.0
     except mx.base.MXNetError:
         return False
+
+
+def runs_natively(target_dtype: str) -> bool:
+    """True when this machine executes ``target_dtype`` models: bfloat16 on this CPU, float16
+    on a GPU MXNet sees.
+
+    Parameters
+    ----------
+    target_dtype : str
+        ``'float16'`` or ``'bfloat16'`` (or an alias, see
+        :func:`mxnet_amp.policy.check_target_dtype`).
+
+    Returns
+    -------
+    bool
+    """
+    import mxnet as mx
+    from .policy import check_target_dtype
+    if check_target_dtype(target_dtype) == "bfloat16":
+        return bf16_runs_natively()
+    return any(fp16_runs_natively(mx.gpu(k)) for k in range(mx.context.num_gpus()))
+
+
+def native_note(target_dtype: str) -> str | None:
+    """None when :func:`runs_natively`; else one sentence saying that this machine cannot run
+    ``target_dtype`` models, where they do run, and how to check one here.
+
+    Parameters
+    ----------
+    target_dtype : str
+
+    Returns
+    -------
+    str or None
+    """
+    from .policy import check_target_dtype
+    target_dtype = check_target_dtype(target_dtype)
+    if runs_natively(target_dtype):
+        return None
+    if target_dtype == "float16":
+        return ("this machine cannot execute the float16 model: MXNet has no float16 CPU "
+                "kernels and no GPU is visible. Run it on an NVIDIA GPU (the 'gpu' extra, "
+                "mxnet-cu112); here, check its numerics with mxnet_amp.emulate_model "
+                "(mxnet-amp auto --execution emulated).")
+    return ("this CPU cannot execute the bfloat16 model (no avx512: oneDNN has no bfloat16 "
+            "matrix kernels here; MXNet fails with \"could not create a primitive descriptor "
+            "iterator\"). Run it on a CPU with avx512_bf16 or AMX (Intel Cooper Lake, Sapphire "
+            "Rapids or later; AMD Zen 4 or later); here, check its numerics with "
+            "mxnet_amp.emulate_model (mxnet-amp auto --execution emulated).")

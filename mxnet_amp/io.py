@@ -194,7 +194,8 @@ def save_symbol(path: str | os.PathLike, sym) -> None:
     atomic_write(path, _text_writer(symbol_json(sym)))
 
 
-def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_params: Mapping) -> None:
+def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_params: Mapping, *,
+                    progress: bool | None = False) -> None:
     """Like ``mx.model.save_checkpoint`` but keeps amp casts and writes both files atomically.
 
     Both files are written to temporary names and then renamed one right after the other
@@ -210,15 +211,25 @@ def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_param
         The model; its ``amp_cast`` / ``amp_multicast`` nodes are kept.
     arg_params, aux_params : dict of str to NDArray
         The params, saved as ``arg:NAME`` / ``aux:NAME`` (copied to the CPU first).
+    progress : bool or None, default False
+        Show a bar of the bytes written on stderr (None: only when stderr is a terminal).
     """
     import mxnet as mx
+    from .params import array_nbytes
+    from .progress import byte_bar, watch_growth
     save = {f"arg:{k}": v.as_in_context(mx.cpu()) for k, v in arg_params.items()}
     save.update({f"aux:{k}": v.as_in_context(mx.cpu()) for k, v in aux_params.items()})
-    atomic_writes([(f"{prefix}-{epoch:04d}.params", lambda tmp: mx.nd.save(tmp, save)),
-                   (f"{prefix}-symbol.json", _text_writer(symbol_json(sym)))])
+    path = f"{prefix}-{epoch:04d}.params"
+
+    def write_params(tmp):
+        total = sum(array_nbytes(v) for v in save.values())
+        with byte_bar(f"writing {os.path.basename(path)}", total, progress) as bar, \
+                watch_growth(tmp, bar):
+            mx.nd.save(tmp, save)
+    atomic_writes([(path, write_params), (f"{prefix}-symbol.json", _text_writer(symbol_json(sym)))])
 
 
-def load_checkpoint(prefix: str, epoch: int = 0):
+def load_checkpoint(prefix: str, epoch: int = 0, *, progress: bool | None = False):
     """Load ``(sym, arg_params, aux_params)`` like ``mx.model.load_checkpoint``, with errors
     that name the file.
 
@@ -227,6 +238,8 @@ def load_checkpoint(prefix: str, epoch: int = 0):
     prefix : str
         Reads ``prefix-symbol.json`` and ``prefix-%04d.params``.
     epoch : int, default 0
+    progress : bool or None, default False
+        Show a bar of the bytes read on stderr (None: only when stderr is a terminal).
 
     Returns
     -------
@@ -252,6 +265,11 @@ def load_checkpoint(prefix: str, epoch: int = 0):
         sym = mx.sym.load_json(text)
     except mx.base.MXNetError as err:
         raise GraphError(f"{sym_path}: MXNet cannot load this symbol: {str(err).splitlines()[0]}") from None
+    if progress or progress is None:
+        from .progress import byte_bar, preread
+        with byte_bar(f"reading {os.path.basename(params_path)}", os.path.getsize(params_path),
+                      progress) as bar:
+            preread(params_path, bar)
     try:
         saved = mx.nd.load(params_path)
     except mx.base.MXNetError as err:

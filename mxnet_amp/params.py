@@ -6,7 +6,7 @@ from typing import Mapping
 from .dtypes import dtype_name
 from .errors import ParamError
 
-__all__ = ["array_dtype", "cast_array", "recast_params", "check_params", "default_data_names", "check_param_shapes"]
+__all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params", "default_data_names", "check_param_shapes"]
 
 
 # NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
@@ -20,6 +20,13 @@ def array_dtype(array) -> str:
     if name is None:
         name = _NAME_OF_ARRAY_DTYPE[dtype] = dtype_name(dtype)
     return name
+
+
+def array_nbytes(array) -> int:
+    """Bytes of an NDArray's data (bfloat16 counted as 2 bytes)."""
+    import numpy as np
+    from .dtypes import np_dtype
+    return int(np.prod(array.shape, dtype=np.int64)) * np_dtype(array_dtype(array)).itemsize
 
 
 def cast_array(array, dtype: str):

@@ -35,7 +35,23 @@ class Category(str, enum.Enum):
 
 
 def check_target_dtype(target_dtype) -> str:
-    """Normalise and check ``target_dtype`` (float16 or bfloat16)."""
+    """Normalise and check ``target_dtype``: ``'float16'`` (or ``'fp16'``, ``'half'``) or
+    ``'bfloat16'`` (or ``'bf16'``), any case; returns the full name.
+
+    Parameters
+    ----------
+    target_dtype : str or numpy dtype
+
+    Returns
+    -------
+    str
+        ``'float16'`` or ``'bfloat16'``.
+
+    Raises
+    ------
+    TargetDtypeError
+        Any other dtype.
+    """
     from .dtypes import dtype_name
     try:
         name = dtype_name(target_dtype)
@@ -43,7 +59,8 @@ def check_target_dtype(target_dtype) -> str:
         name = str(target_dtype)
     if name not in SUPPORTED_TARGET_DTYPES:
         from .errors import TargetDtypeError
-        raise TargetDtypeError(f"target_dtype must be 'float16' or 'bfloat16', got {target_dtype!r}")
+        raise TargetDtypeError(f"target_dtype must be 'float16' (fp16, half) or 'bfloat16' (bf16), "
+                               f"got {target_dtype!r}")
     return name
 
 

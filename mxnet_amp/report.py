@@ -18,7 +18,8 @@ from .dtypes import dtype_name
 from .graph import Graph
 from .policy import Category
 
-__all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "report_html", "NON_FLOAT"]
+__all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "report_html", "report_notes",
+           "summary_rows", "result_rows", "NON_FLOAT"]
 
 # the key under which nodes without a float output are counted
 NON_FLOAT = "non-float"
@@ -158,8 +159,7 @@ class ConversionReport:
                      if self.casts_by_dtype else "")
                   + f", {self.multicasts} amp_multicast"]
         if self.weight_casts:
-            lines.append(f"  {self.weight_casts} of the amp_casts convert weights at every run; "
-                         "cast_optional_params (--cast-optional-params) stores them converted")
+            lines.append("  " + WEIGHT_CAST_HINT.format(n=self.weight_casts))
         if self.params_before is not None or self.params_after is not None:
             lines += ["", "Params            count          bytes   by dtype"]
             for label, stats in (("before", self.params_before), ("after", self.params_after)):
@@ -365,16 +365,106 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
 
 _CSS = """body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222}
 table{border-collapse:collapse;margin:8px 0 18px}td,th{border:1px solid #ccc;padding:3px 9px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-.pic{overflow:auto;border:1px solid #ddd;padding:6px}code{background:#f5f5f5;padding:0 3px}"""
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}td.names{text-align:left}
+.pic{overflow:auto;border:1px solid #ddd;padding:6px}code{background:#f5f5f5;padding:0 3px}
+.bad{color:#b00020;font-weight:bold}.good{color:#1b7a2f;font-weight:bold}li{margin:3px 0}"""
+
+WEIGHT_CAST_HINT = ("{n} of the amp_casts convert weights at every run; cast_optional_params "
+                    "(--cast-optional-params) stores them converted")
+
+
+def _fmt(x, spec: str = ".3g") -> str:
+    return "?" if x is None else format(x, spec)
+
+
+def report_notes(report: ConversionReport) -> list[str]:
+    """What the reader should know about ``report``, one sentence each: the weight-cast
+    hint, the notes the command added (``extra['notes']``: hardware, emulation, degenerate
+    outputs) and automatic mode's notes (the float32 reference holding inf/nan, say)."""
+    notes = []
+    if report.weight_casts:
+        notes.append(WEIGHT_CAST_HINT.format(n=report.weight_casts))
+    notes += [str(n) for n in report.extra.get("notes", ())]
+    auto = report.extra.get("auto")
+    if isinstance(auto, Mapping):
+        notes += [str(n) for n in auto.get("notes", ())]
+    return notes
+
+
+def summary_rows(report: ConversionReport) -> list[tuple[str, str]]:
+    """``(label, value)`` rows summarising ``report`` (the first table of the HTML page)."""
+    low = report.nodes_by_dtype.get(report.target_dtype, 0)
+    rows = [("model", report.model or "-"), ("target dtype", report.target_dtype),
+            ("op nodes", str(report.total_nodes)),
+            (f"op nodes in {report.target_dtype}", str(low)),
+            ("op nodes in float32", str(report.nodes_by_dtype.get("float32", 0))),
+            ("casts inserted", f"{report.casts} amp_cast, {report.multicasts} amp_multicast"),
+            ("amp_casts of stored weights (redone at every run)", str(report.weight_casts))]
+    before, after = report.params_before, report.params_after
+    if before is not None and after is not None and before.bytes and after.bytes is not None:
+        rows.append(("params size", f"{_size(before.bytes)} -> {_size(after.bytes)} "
+                     f"(x{after.bytes / before.bytes:.3f})"))
+    return rows
+
+
+def result_rows(report: ConversionReport) -> list[tuple[str, str]]:
+    """``(label, value)`` rows of what the command measured (``demo``: accuracy and speed;
+    ``auto``: validated or not, executions, error against tolerance); empty for
+    ``convert`` and ``inspect``."""
+    x = report.extra
+    rows = []
+    auto = x.get("auto")
+    if isinstance(auto, Mapping):
+        ok = auto.get("validated")
+        rows += [("validated", "yes" if ok else "NO: the returned model fails the output check"),
+                 ("executions", str(auto.get("executions"))),
+                 ("execution", f"{auto.get('execution')} on {auto.get('context')}"),
+                 ("error vs tolerance",
+                  f"{_fmt(auto.get('tolerance_ratio'))} x tolerance (max |out - fp32| = "
+                  f"{_fmt(auto.get('max_abs_error'))}; rtol {_fmt(auto.get('rtol'))}, "
+                  f"atol {_fmt(auto.get('atol'))}; 1 or less passes)"),
+                 (f"op nodes in {report.target_dtype}",
+                  f"{auto.get('low_precision_nodes')} of {auto.get('op_nodes')}"),
+                 ("kept in float32 by automatic mode", str(len(auto.get("kept_fp32", ()))))]
+    if "relative_max_error" in x:
+        rows += [("execution", str(x.get("execution", "native" if x.get("native") else "emulated"))),
+                 ("input", str(x.get("input", "?"))),
+                 ("max |diff| / max |fp32|", _fmt(x["relative_max_error"], ".2e"))]
+        if x.get("top1_agreement") is not None:
+            rows.append(("top-1 agreement", f"{x['top1_agreement'] * 100:.0f}%"))
+    if "speedup" in x:
+        rows.append(("speed (median, same process)",
+                     f"float32 {_fmt(x.get('fp32_ms'), '.1f')} ms, {report.target_dtype} "
+                     f"{_fmt(x.get('low_ms'), '.1f')} ms, speed-up x{x['speedup']:.2f}"))
+    elif "relative_max_error" in x:
+        rows.append(("speed", "not measured (the low precision model did not run natively)"))
+    return rows
 
 
 def report_html(report: ConversionReport, svg: str | None = None) -> str:
-    """A single self-contained HTML page: the report's tables and, when given, the picture
-    (inline SVG, no external assets)."""
+    """A single self-contained HTML page: summary, what the command measured (``demo`` and
+    ``auto``), notes, the report's tables and, when given, the picture (inline SVG, no
+    external assets). Every command writes this one page."""
     e = html.escape
     cols = report.dtype_columns()
     title = f"mxnet-amp conversion to {report.target_dtype}" + (f": {report.model}" if report.model else "")
+
+    def table(rows, head=None):
+        top = "" if head is None else "<tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+        return "<table>" + top + "".join("<tr><th>" + e(k) + "</th><td class='names'>" + e(v)
+                                         + "</td></tr>" for k, v in rows) + "</table>"
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
+             "<h2>Summary</h2>" + table(summary_rows(report))]
+    results = result_rows(report)
+    if results:
+        verdict = report.extra.get("auto", {}).get("validated") if "auto" in report.extra else None
+        mark = ("" if verdict is None else
+                " <span class='good'>validated</span>" if verdict else " <span class='bad'>NOT validated</span>")
+        parts.append(f"<h2>Result{mark}</h2>" + table(results))
+    notes = report_notes(report)
+    if notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     rows = []
     for op in sorted(report.nodes_by_op, key=lambda o: (-sum(report.nodes_by_op[o].values()), o)):
         r = report.nodes_by_op[op]
@@ -382,14 +472,13 @@ def report_html(report: ConversionReport, svg: str | None = None) -> str:
                     + f"<td>{sum(r.values())}</td></tr>")
     rows.append("<tr><th>total</th>" + "".join(f"<th>{report.nodes_by_dtype.get(c, 0)}</th>" for c in cols)
                 + f"<th>{report.total_nodes}</th></tr>")
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
-             f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
-             "<h2>Op nodes by op type and the dtype they compute in</h2><table><tr><th>op</th>"
-             + "".join(f"<th>{e(c)}</th>" for c in cols) + "<th>total</th></tr>" + "".join(rows) + "</table>",
-             f"<h2>Casts inserted</h2><p>{report.casts} <code>amp_cast</code>"
-             + (" (" + ", ".join(f"{n} to {e(d)}" for d, n in sorted(report.casts_by_dtype.items())) + ")"
-                if report.casts_by_dtype else "")
-             + f", {report.multicasts} <code>amp_multicast</code></p>"]
+    parts += ["<h2>Op nodes by op type and the dtype they compute in</h2><table><tr><th>op</th>"
+              + "".join(f"<th>{e(c)}</th>" for c in cols) + "<th>total</th></tr>" + "".join(rows) + "</table>",
+              f"<h2>Casts inserted</h2><p>{report.casts} <code>amp_cast</code>"
+              + (" (" + ", ".join(f"{n} to {e(d)}" for d, n in sorted(report.casts_by_dtype.items())) + ")"
+                 if report.casts_by_dtype else "")
+              + f", {report.multicasts} <code>amp_multicast</code>; {report.weight_casts} of the "
+              "<code>amp_cast</code>s read a stored weight</p>"]
     if report.params_before or report.params_after:
         prow = []
         for label, st in (("before", report.params_before), ("after", report.params_after)):
@@ -403,10 +492,18 @@ def report_html(report: ConversionReport, svg: str | None = None) -> str:
     parts.append(f"<h2>Nodes kept in float32: {len(report.fp32_nodes)}</h2>")
     if reasons:
         parts.append("<table><tr><th>reason</th><th>nodes</th><th>names</th></tr>" + "".join(
-            f"<tr><td>{e(r)}</td><td>{len(n)}</td><td style='text-align:left'>{e(', '.join(n))}</td></tr>"
+            f"<tr><td>{e(r)}</td><td>{len(n)}</td><td class='names'>{e(', '.join(n))}</td></tr>"
             for r, n in sorted(reasons.items(), key=lambda kv: -len(kv[1]))) + "</table>")
     if report.unlisted_ops:
         parts.append("<p>Ops in no list (kept in float32): " + e(", ".join(report.unlisted_ops)) + "</p>")
+    auto = report.extra.get("auto")
+    if isinstance(auto, Mapping) and auto.get("kept_fp32"):
+        parts.append("<h2>Kept in float32 by automatic mode</h2><table><tr><th>node</th><th>op</th>"
+                     "<th>reason</th><th>measured</th><th>tensor</th></tr>" + "".join(
+                         f"<tr><td>{e(k['name'])}</td><td>{e(k['op'])}</td><td>{e(k['reason'])}</td>"
+                         f"<td>{_fmt(k.get('value'), '.4g') if k.get('value') is not None else ''}</td>"
+                         f"<td>{e(k.get('tensor') or '')}</td></tr>" for k in auto["kept_fp32"])
+                     + "</table>")
     if svg:
         body = svg[svg.index("<svg"):] if "<svg" in svg else svg
         parts.append(f"<h2>Graph</h2><div class='pic'>{body}</div>")
