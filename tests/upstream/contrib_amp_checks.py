@@ -370,3 +370,48 @@ def check_conversion_rnn(target_dtype: str) -> None:
     out = _run_block(converted, target_dtype, x)
     tol = 1e-2 if target_dtype == "float16" else 3e-2
     np.testing.assert_allclose(out, ref, atol=tol, rtol=tol)
+
+
+def _accuracy_case(sym, data_shape, overrides: dict, cast_optional_params: bool,
+                   target_dtype: str, seed: int) -> None:
+    """One case of ``test_amp_accuracy``: a Module-initialised one-op model on inputs drawn
+    from [0, 100), converted, run, and compared with float32 (upstream's tolerances)."""
+    mx.random.seed(seed)
+    mod = mx.mod.Module(sym, label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[("data", data_shape)], for_training=False)
+    mod.init_params()
+    data = mx.nd.random.uniform(low=0.0, high=100.0, shape=data_shape)
+    mod.forward(mx.io.DataBatch(data=[data]), is_train=False)
+    ref = mod.get_outputs()[0].asnumpy()
+    arg_params, aux_params = mod.get_params()
+    csym, cargs, cauxs = amp.convert_model(sym, arg_params, aux_params, target_dtype=target_dtype,
+                                           cast_optional_params=cast_optional_params, **overrides)
+    assert count_ops(csym, "amp_cast") > 0  # the op runs in low precision
+    if runs_natively(target_dtype):
+        lp = mx.mod.Module(csym, label_names=None, context=mx.cpu())
+        lp.bind(data_shapes=[("data", data_shape)], for_training=False)
+        lp.set_params(cargs, cauxs)
+        lp.forward(mx.io.DataBatch(data=[data]), is_train=False)
+        out = lp.get_outputs()[0].astype("float32").asnumpy()
+    else:
+        out = forward(csym, cargs, cauxs, {"data": data.asnumpy()}, target_dtype)[0]
+    mx.test_utils.assert_almost_equal(out, ref, rtol=1e-1, atol=2e-1)
+
+
+def check_amp_accuracy(target_dtype: str) -> None:
+    """``test_amp_accuracy`` (mkl file only): single Convolution and FullyConnected models,
+    converted with the op in ``target_dtype_ops`` and ``cast_optional_params`` both ways,
+    agree with float32 within rtol 0.1, atol 0.2, at upstream's shapes."""
+    data = mx.sym.var("data")
+    conv_cases = [((3, 4, 28, 28), (3, 3), 128, (1, 1), True, False),
+                  ((512, 10, 28, 28), (1, 1), 16, (0, 0), True, True),
+                  ((128, 56, 14, 14), (3, 3), 28, (1, 1), False, False)]
+    for seed, (shape, kernel, filters, pad, no_bias, optional) in enumerate(conv_cases):
+        conv = mx.sym.Convolution(data, kernel=kernel, num_filter=filters, pad=pad, stride=(1, 1),
+                                  no_bias=no_bias, name="conv2d")
+        _accuracy_case(conv, shape, {"target_dtype_ops": ["Convolution"]}, optional,
+                       target_dtype, seed)
+    for seed, (shape, hidden, optional) in enumerate([((1024, 32), 1000, False), ((40, 32), 10, True)]):
+        fc = mx.sym.FullyConnected(data, num_hidden=hidden, name="fc")
+        _accuracy_case(fc, shape, {"target_dtype_ops": ["FullyConnected"]}, optional,
+                       target_dtype, 10 + seed)

@@ -85,3 +85,8 @@ def test_module_backward_compatibility():
 def test_bf16_casting():
     """``test_bf16_casting``."""
     checks.check_casting(DTYPE)
+
+
+def test_amp_accuracy():
+    """``test_amp_accuracy``: conv and FC models at upstream's shapes match float32."""
+    checks.check_amp_accuracy(DTYPE)
