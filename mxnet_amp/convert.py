@@ -203,7 +203,16 @@ def convert_symbol(sym, target_dtype: str = "float16",
     Returns
     -------
     Symbol
-        A new symbol holding the casts; model inputs and outputs stay float32.
+        A new symbol holding the casts; model inputs and outputs stay float32. Each weight
+        (every input not in ``data_names``) carries ``__dtype__``: the dtype
+        :func:`convert_model` would return its param in for float32 params (low precision
+        where ``cast_optional_params`` stores it so, else as its own ``__dtype__`` said or
+        float32).
+
+    Raises
+    ------
+    AlreadyConvertedError
+        The graph holds amp casts, or a weight's ``__dtype__`` says float16/bfloat16.
     """
     graph = graph_from_symbol(sym)
     conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
@@ -269,7 +278,17 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
     (Symbol, dict, dict)
         The converted symbol and new arg/aux param dicts, each array in the dtype the
         converted graph's type inference gives it, ready for ``mx.mod.Module`` or
-        :func:`mxnet_amp.save_checkpoint`.
+        :func:`mxnet_amp.save_checkpoint`. Every weight and aux variable of the symbol
+        carries ``__dtype__`` equal to its returned param's dtype, so it binds without a
+        ``type_dict`` (``simple_bind``, ``Module.bind``, the C predict API).
+
+    Raises
+    ------
+    AlreadyConvertedError
+        The graph holds amp casts, or params are float16/bfloat16 already (a model
+        converted before, its casts stripped on save); the message names them.
+    ParamError
+        Params and symbol disagree (missing or extra params).
     """
     sym, args, auxs, _ = convert_model_full(
         sym, arg_params, aux_params, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,

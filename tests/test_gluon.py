@@ -24,6 +24,8 @@ from mxnet_amp.gluon import (block_model, convert_block, convert_hybrid_block, e
 from mxnet_amp.io import graph_from_symbol, symbol_json
 from mxnet_amp.params import cast_array
 
+from helpers import assert_dtype_tags
+
 # bfloat16 keeps 8 significant bits: each rounding errs by <= 2**-9 relative, and over a
 # 50-layer random-init net the measured relative L2 error of dense outputs is 0.5-1 %
 BF16_REL_TOL = 0.05
@@ -72,6 +74,8 @@ def _assert_same_params(a, b):
 
 
 def _export_import(block, tmp_path, input_names=("data",)):
+    # each weight of the converted graph says its param's dtype (binding needs no type_dict)
+    assert_dtype_tags(*block_model(block)[:3])
     sym_file, params_file = export_block(block, tmp_path / "net")
     loaded = gluon.SymbolBlock.imports(sym_file, list(input_names), params_file)
     return sym_file, params_file, loaded

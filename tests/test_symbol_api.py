@@ -22,8 +22,8 @@ from mxnet_amp.gluon_block import AMPSymbolBlock
 from mxnet_amp.hardware import bf16_runs_natively
 from mxnet_amp.params import array_dtype
 
-from cpredict import CPredictor
-from helpers import assert_dtype_tags, rel_error, run
+from helpers import assert_dtype_tags, casts_into, graph_of, rel_error, run
+from upstream.c_predictor import Predictor
 
 DTYPES = ("float16", "bfloat16")
 BATCH = 2
@@ -173,21 +173,21 @@ def test_saved_conversion_loads_in_gluon_and_the_c_predictor(checkpoints, source
     assert {k: array_dtype(p.data()) for k, p in block.collect_params().items()} == \
         {k: array_dtype(v) for k, v in saved.items()}
 
+    # MXNet's C predict API (what C/C++ deployments call), through ctypes: MXPredCreate
+    # binds with no dtype argument at all
     with open(sym_file) as f, open(params_file, "rb") as g:
-        predictor = CPredictor(f.read(), g.read(), shapes)
-    try:
-        assert predictor.output_type(0) == 0  # float32 out
-        assert predictor.output_shape(0) == (BATCH, 10)
-        if _native(dtype):
-            inputs = _inputs(shapes)
-            mod_out = _module_forward(_module(s2, shapes, la, lx), inputs)
-            np.testing.assert_allclose(predictor.forward(**inputs), mod_out, rtol=1e-6, atol=1e-7)
-            gluon_out = block(*[mx.nd.array(inputs[k]) for k in shapes]).asnumpy()
-            # the executor fuses conv+BN+relu (oneDNN subgraph), Gluon's CachedOp does not:
-            # each rounds to bfloat16 at other places
-            assert rel_error(gluon_out, mod_out) < TOLERANCE[dtype]
-    finally:
-        predictor.close()
+        predictor = Predictor(f.read(), g.read(), shapes)
+    assert predictor.output_type(0) == 0  # float32 out
+    assert predictor.output_shape(0) == (BATCH, 10)
+    if _native(dtype):
+        inputs = _inputs(shapes)
+        mod_out = _module_forward(_module(s2, shapes, la, lx), inputs)
+        predictor.forward(**inputs)
+        np.testing.assert_allclose(predictor.get_output(0), mod_out, rtol=1e-6, atol=1e-7)
+        gluon_out = block(*[mx.nd.array(inputs[k]) for k in shapes]).asnumpy()
+        # the executor fuses conv+BN+relu (oneDNN subgraph), Gluon's CachedOp does not:
+        # each rounds to bfloat16 at other places
+        assert rel_error(gluon_out, mod_out) < TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("cast_optional_params", [False, True])
@@ -377,3 +377,17 @@ def test_bucketing_module_needs_initialised_params():
         amp.convert_bucketing_module(mod, "bfloat16")
     with pytest.raises(TypeError, match="BucketingModule"):
         amp.convert_bucketing_module(mx.mod.Module(_lstm_sym_gen(4)[0]), "bfloat16")
+
+
+def test_bucketing_excluded_names_apply_in_the_buckets_that_have_them():
+    """An unrolled net's last step exists in the long bucket only: excluding it there must
+    not break the short bucket."""
+    mod16 = amp.convert_bucketing_module(_bucketing_module(), "bfloat16",
+                                         excluded_sym_names=["lstm_t7_i2h"])
+    first = _bucket_batch(8)
+    mod16.bind(first.provide_data, first.provide_label, for_training=False)
+    long_graph = graph_of(mod16.symbol)
+    assert "bfloat16" not in casts_into(long_graph, "lstm_t7_i2h")
+    assert "bfloat16" in casts_into(long_graph, "lstm_t6_i2h")
+    mod16.switch_bucket(5, _bucket_batch(5).provide_data, _bucket_batch(5).provide_label)
+    assert "bfloat16" in casts_into(graph_of(mod16.symbol), "lstm_t4_i2h")
