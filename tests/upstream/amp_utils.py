@@ -68,13 +68,21 @@ def retype(params: dict, dtypes: dict) -> dict:
             for k, v in params.items()}
 
 
-def forward(sym, arg_params: dict, aux_params: dict, inputs: dict, target_dtype: str) -> list:
-    """Run a converted model on this CPU; its outputs as float32 numpy arrays.
+def runnable(sym, arg_params: dict, aux_params: dict, target_dtype: str):
+    """``(sym, arg_params, aux_params)`` this CPU can run: the converted model itself where the
+    CPU runs ``target_dtype``, else its :func:`mxnet_amp.emulate_model` emulation."""
+    if runs_natively(target_dtype):
+        return sym, arg_params, aux_params
+    return mxnet_amp.emulate_model(sym, arg_params, aux_params)
 
-    Natively when this CPU runs ``target_dtype``, else through :func:`mxnet_amp.emulate_model`.
+
+def forward(sym, arg_params: dict, aux_params: dict, inputs: dict, target_dtype: str | None = None) -> list:
+    """Run a model on this CPU; its outputs as float32 numpy arrays.
+
+    A converted model (``target_dtype`` given) runs through :func:`runnable`.
     """
-    if not runs_natively(target_dtype):
-        sym, arg_params, aux_params = mxnet_amp.emulate_model(sym, arg_params, aux_params)
+    if target_dtype is not None:
+        sym, arg_params, aux_params = runnable(sym, arg_params, aux_params, target_dtype)
     args = {**arg_params, **{k: mx.nd.array(v) for k, v in inputs.items()}}
     args = {k: v for k, v in args.items() if k in set(sym.list_arguments())}
     exe = sym.bind(mx.cpu(), args, aux_states=dict(aux_params), grad_req="null")
@@ -82,9 +90,8 @@ def forward(sym, arg_params: dict, aux_params: dict, inputs: dict, target_dtype:
 
 
 def forward_fp32(sym, arg_params: dict, aux_params: dict, inputs: dict) -> list:
-    args = {**arg_params, **{k: mx.nd.array(v) for k, v in inputs.items()}}
-    exe = sym.bind(mx.cpu(), args, aux_states=dict(aux_params), grad_req="null")
-    return [o.asnumpy() for o in exe.forward(is_train=False)]
+    """Run a float32 model on the CPU."""
+    return forward(sym, arg_params, aux_params, inputs)
 
 
 def assert_close_to_fp32(out, ref, target_dtype: str, tol: float | None = None) -> None:

@@ -90,3 +90,8 @@ def test_bf16_casting():
 def test_amp_accuracy():
     """``test_amp_accuracy``: conv and FC models at upstream's shapes match float32."""
     checks.check_amp_accuracy(DTYPE)
+
+
+def test_amp_conversion_convert_bucketing_module():
+    """``test_amp_conversion`` / ``check_amp_convert_bucketing_module``."""
+    checks.check_convert_bucketing_module(DTYPE)

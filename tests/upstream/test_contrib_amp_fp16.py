@@ -85,3 +85,8 @@ def test_module_backward_compatibility():
 def test_fp16_casting():
     """``test_fp16_casting``."""
     checks.check_casting(DTYPE)
+
+
+def test_amp_conversion_convert_bucketing_module():
+    """``test_amp_conversion`` / ``check_amp_convert_bucketing_module``."""
+    checks.check_convert_bucketing_module(DTYPE)
