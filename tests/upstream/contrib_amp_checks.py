@@ -162,6 +162,7 @@ def check_convert_symbol_resnet18(resnet18, target_dtype: str) -> None:
     ref = forward_fp32(sym, arg_params, aux_params, inputs)[0]
 
     default = amp.convert_symbol(sym, target_dtype=target_dtype)
+    assert count_ops(default, "amp_cast") > 0
     dtypes = arg_dtypes_after_bind(default, data=IMAGE)
     out = forward(default, retype(arg_params, dtypes), retype(aux_params, dtypes), inputs, target_dtype)
     assert_close_to_fp32(out[0], ref, target_dtype)

@@ -1,6 +1,8 @@
 """Port of master's ``tests/python/amp/common.py`` (MXNet 2's shared AMP tests) to 1.9.1.
 
-Master's tests take ``lp_dtype``; here each is parametrized over float16 and bfloat16. They
+Two stored versions of the file were read: an earlier one (commit 1e1459740c4e) and the
+latest, which adds ``test_amp_node_excluding`` and keeps fp32 ops with
+``OptConstraint.disable_amp()``; both variants are ported. Master's tests take ``lp_dtype``; here each is parametrized over float16 and bfloat16. They
 are written for MXNet 2's API (numpy arrays, ``forward(self, x)``,
 ``amp.convert_hybrid_block(net, data_example, lp_dtype, cast_params_offline=True)``,
 ``share_parameters``); in 1.9.1 they become ``hybrid_forward(self, F, x)`` blocks converted
@@ -29,7 +31,7 @@ from mxnet_amp.dtypes import dtype_name
 from mxnet_amp.gluon import block_model
 from mxnet_amp.params import array_dtype
 
-from .amp_utils import DTYPES, net_stats, runs_natively
+from .amp_utils import DTYPES, net_stats, nodes, runs_natively
 
 
 def _hook_stats(net, lp_dtype: str, data: np.ndarray) -> tuple[int, int, int]:
@@ -104,17 +106,32 @@ class _OfflineNet(nn.HybridBlock):
         return self.fp32_op(x.reshape((0, -1)))
 
 
+def _fc_node_names(net) -> list[str]:
+    """Names of the FullyConnected nodes of a (hybridized, run) block's graph."""
+    return [n["name"] for n in nodes(block_model(net)[0]) if n["op"] == "FullyConnected"]
+
+
+@pytest.mark.parametrize("keep_fp32", ["fp32_ops", "excluded_sym_names"])
 @pytest.mark.parametrize("lp_dtype", DTYPES)
-def test_amp_offline_casting(lp_dtype):
-    """``test_amp_offline_casting``: Convolution in low precision, FullyConnected in fp32,
-    params cast offline: only the data is cast to low precision and the reshaped
-    deconvolution output back; every param but the fp32 op's is stored in low precision."""
+def test_amp_offline_casting(lp_dtype, keep_fp32):
+    """``test_amp_offline_casting``: Conv2D and Conv2DTranspose in low precision, the Dense
+    in fp32, params cast offline: only the data is cast to low precision and the reshaped
+    deconvolution output back; every param but the fp32 op's is stored in low precision.
+    An earlier master keeps the Dense in fp32 with ``fp32_ops=['FullyConnected']`` (and
+    ``target_dtype_ops=['Convolution']``); the latest wraps it in
+    ``OptConstraint.disable_amp()``, which 1.9.1 lacks: its 1.9 equivalent is naming the
+    node in ``excluded_sym_names``. Both are run."""
     net = _OfflineNet()
     net.initialize()
     data = _uniform(4, 3, 16, 16)
     net(mx.nd.array(data))  # master passes data_example to convert_hybrid_block for this
-    lp_net = amp.convert_hybrid_block(net, target_dtype=lp_dtype, target_dtype_ops=["Convolution"],
-                                      fp32_ops=["FullyConnected"], cast_optional_params=True)
+    net.hybridize()
+    net(mx.nd.array(data))
+    if keep_fp32 == "fp32_ops":
+        options = dict(target_dtype_ops=["Convolution"], fp32_ops=["FullyConnected"])
+    else:
+        options = dict(excluded_sym_names=_fc_node_names(net))
+    lp_net = amp.convert_hybrid_block(net, target_dtype=lp_dtype, cast_optional_params=True, **options)
     check_amp_net_stats(lp_dtype, lp_net, data, lp16_tensors_num=4, lp16_casts_num=1,
                         other_casts_num=1)
     for name, param in lp_net.collect_params().items():
@@ -204,3 +221,26 @@ def test_lp16_fp32_ops_order_independence(lp_dtype):
                             other_casts_num=1)
         stats.append(net_stats(block_model(lp_net)[0], lp_dtype, data=data.shape))
     assert stats[0] == stats[1]
+
+
+@pytest.mark.parametrize("lp_dtype", DTYPES)
+def test_amp_node_excluding(lp_dtype):
+    """``test_amp_node_excluding`` (latest master): two FCs sharing data, weight and bias.
+    Master excludes ``fc1`` with a node attribute (``__opt_constraint__``, which 1.9.1 does
+    not have), then both with ``excluded_sym_names=['fc1', 'fc2']``; here ``fc1`` is excluded
+    with ``excluded_sym_names=['fc1']``, then both. One excluded: the data, weight and bias
+    cast once each for fc2, its output cast back; both excluded: no cast at all."""
+    data = mx.sym.var("data", dtype="float32")
+    weight, bias = mx.sym.var("weights"), mx.sym.var("bias")
+    fc1 = mx.sym.FullyConnected(data, weight, bias, num_hidden=4, name="fc1")
+    fc2 = mx.sym.FullyConnected(data, weight, bias, num_hidden=4, name="fc2")
+    net = mx.gluon.SymbolBlock(mx.sym.Group([fc1, fc2]), [data])
+    net.initialize()
+    example = _uniform(4, 16)
+    net(mx.nd.array(example))
+    one = amp.convert_hybrid_block(net, target_dtype=lp_dtype, excluded_sym_names=["fc1"])
+    check_amp_net_stats(lp_dtype, one, example, lp16_tensors_num=4, lp16_casts_num=3,
+                        other_casts_num=1)
+    both = amp.convert_hybrid_block(net, target_dtype=lp_dtype, excluded_sym_names=["fc1", "fc2"])
+    check_amp_net_stats(lp_dtype, both, example, lp16_tensors_num=0, lp16_casts_num=0,
+                        other_casts_num=0)
