@@ -68,6 +68,15 @@ def retype(params: dict, dtypes: dict) -> dict:
             for k, v in params.items()}
 
 
+def bound_module(sym, arg_params: dict, aux_params: dict):
+    """A CPU ``Module`` of an imagenet model (``data``, ``softmax_label``) bound for inference,
+    holding ``arg_params``/``aux_params`` (as upstream binds its converted resnet-18)."""
+    mod = mx.mod.Module(sym, data_names=["data"], label_names=["softmax_label"], context=mx.cpu())
+    mod.bind(data_shapes=[("data", IMAGE)], label_shapes=[("softmax_label", (1,))], for_training=False)
+    mod.set_params(arg_params, aux_params)
+    return mod
+
+
 def runnable(sym, arg_params: dict, aux_params: dict, target_dtype: str):
     """``(sym, arg_params, aux_params)`` this CPU can run: the converted model itself where the
     CPU runs ``target_dtype``, else its :func:`mxnet_amp.emulate_model` emulation."""

@@ -2,20 +2,21 @@
 
 Two stored versions of the file were read: an earlier one (commit 1e1459740c4e) and the
 latest, which adds ``test_amp_node_excluding`` and keeps fp32 ops with
-``OptConstraint.disable_amp()``; both variants are ported. Master's tests take ``lp_dtype``; here each is parametrized over float16 and bfloat16. They
-are written for MXNet 2's API (numpy arrays, ``forward(self, x)``,
-``amp.convert_hybrid_block(net, data_example, lp_dtype, cast_params_offline=True)``,
-``share_parameters``); in 1.9.1 they become ``hybrid_forward(self, F, x)`` blocks converted
-with ``mxnet_amp.convert_hybrid_block(net, target_dtype=..., cast_optional_params=True)``
-(1.9's name for casting params offline), and param names come from block prefixes.
+``OptConstraint.disable_amp()``; both variants are ported. Master's tests take ``lp_dtype``;
+here each is parametrized over float16 and bfloat16. They are written for MXNet 2's API
+(numpy arrays, ``forward(self, x)``, ``amp.convert_hybrid_block(net, data_example, lp_dtype,
+cast_params_offline=True)``, ``share_parameters``); in 1.9.1 they become
+``hybrid_forward(self, F, x)`` blocks converted with ``mxnet_amp.convert_hybrid_block(net,
+target_dtype=..., cast_optional_params=True)`` (1.9's name for casting params offline), and
+param names come from block prefixes.
 
 Master's ``check_amp_net_stats`` registers an op hook and runs the net, counting low
-precision op outputs, casts to low precision and other casts. Here the same counts come
-from MXNet's type inference on the converted graph (``net_stats``), for every dtype; where
-this CPU runs the dtype (bfloat16 with avx512) the hook is also registered on the converted
-block and its counts must agree. Master's ``test_amp_coverage`` is ported as
-``test_amp_coverage`` of ``test_contrib_amp_fp16.py`` / ``test_contrib_amp_bf16.py``, which
-include its assert that the lists name only registered ops.
+precision op outputs, casts to low precision and other casts. Here the same counts come from
+MXNet's type inference on the converted graph (``net_stats``), for every dtype; where this
+CPU runs the dtype (bfloat16 with avx512) the hook is also registered on the converted block
+and its counts must agree. Master's ``test_amp_coverage`` is ported as ``test_amp_coverage``
+of ``test_contrib_amp.py``, which includes its assert that the lists name only registered
+ops.
 """
 from __future__ import annotations
 

@@ -21,15 +21,9 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.params import array_dtype
 
-from .amp_utils import IMAGE, DTYPES, assert_close_to_fp32, forward, forward_fp32, runs_natively
+from .amp_utils import (DTYPES, IMAGE, assert_close_to_fp32, bound_module, forward, forward_fp32,
+                        runs_natively)
 from .c_predictor import Predictor
-
-
-def _module(sym, arg_params, aux_params):
-    mod = mx.mod.Module(sym, data_names=["data"], label_names=["softmax_label"], context=mx.cpu())
-    mod.bind(data_shapes=[("data", IMAGE)], label_shapes=[("softmax_label", (1,))], for_training=False)
-    mod.set_params(arg_params, aux_params)
-    return mod
 
 
 def _compare_module_cpredict(sym, arg_params, aux_params, prefix, target_dtype, reference,
@@ -37,7 +31,7 @@ def _compare_module_cpredict(sym, arg_params, aux_params, prefix, target_dtype, 
     """Upstream's ``compare_module_cpredict``, on the CPU."""
     data = np.ones(IMAGE, dtype=np.float32)
     label = np.ones((1,), dtype=np.float32)
-    mod = _module(sym, arg_params, aux_params)
+    mod = bound_module(sym, arg_params, aux_params)
     mod.save_checkpoint(prefix, 0, remove_amp_cast=False)
     with open(f"{prefix}-symbol.json") as f:
         symbol_json = f.read()

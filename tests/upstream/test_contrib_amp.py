@@ -1,9 +1,23 @@
-"""The checks of MXNet 1.9.1's ``test_contrib_amp.py``, for either low precision dtype.
+"""Port of MXNet 1.9.1's ``test_contrib_amp.py`` (GPU float16 and MKL bfloat16) to the CPU.
 
-``tests/python/gpu/test_contrib_amp.py`` (float16) and ``tests/python/mkl/test_contrib_amp.py``
-(bfloat16) are one test file written twice; here each check is written once, taking the
-dtype, and the two ported test modules call them. Each function's docstring says which
-upstream check it ports and how it differs.
+``tests/python/gpu/test_contrib_amp.py`` (float16, ``mx.gpu(0)``) and
+``tests/python/mkl/test_contrib_amp.py`` (bfloat16, CPU) are one test file written twice,
+the MKL one adding ``test_amp_accuracy``; here each test is written once and runs for both
+dtypes (``target_dtype``), against ``mxnet_amp`` instead of ``mx.contrib.amp``. The stored
+versions read are the v1.x ones (nose-based, ``mx.metric``), not master's.
+
+MXNet cannot execute float16 on a CPU, nor bfloat16 matrix ops without avx512: wherever
+upstream runs a converted model, the structural assertions are kept (graph, binding with no
+``type_dict``, param dtypes) and the model runs natively where this CPU can, else through
+``mxnet_amp.emulate_model``; its output is compared with float32 (upstream only runs it).
+The downloaded imagenet1k-resnet-18 checkpoint is rebuilt locally (same symbol, random
+weights; see ``resnet_symbol.py``).
+
+Out of scope: training AMP (``amp.init``, ``scale_loss``, ``init_trainer``, tested in
+upstream's ``test_amp.py``/``test_amp_init.py``, not in these files); mxnet_amp converts
+models for inference only. Tests marked ``deliberate_difference`` assert mxnet_amp's
+documented behaviour where it differs from ``mx.contrib.amp`` on purpose; each docstring
+says which upstream test it ports and what it checks.
 """
 from __future__ import annotations
 
@@ -21,8 +35,10 @@ from mxnet_amp.errors import AlreadyConvertedError, ListError
 from mxnet_amp.gluon import block_model
 from mxnet_amp.params import array_dtype
 
-from .amp_utils import (IMAGE, arg_dtypes_after_bind, assert_close_to_fp32, count_ops, forward,
-                        forward_fp32, retype, runnable, runs_natively, structure)
+from .amp_utils import (DTYPES, IMAGE, arg_dtypes_after_bind, assert_close_to_fp32, bound_module,
+                        count_ops, forward, forward_fp32, retype, runnable, runs_natively, structure)
+
+pytestmark = pytest.mark.parametrize("target_dtype", DTYPES)
 
 
 def registered_op_names() -> set[str]:
@@ -34,14 +50,13 @@ def registered_op_names() -> set[str]:
     return {op for op in ops if not op.startswith(("_backward", "_contrib_backward_"))}
 
 
-def check_amp_coverage(target_dtype: str) -> None:
-    """``test_amp_coverage``: no op listed twice within a list or across lists; the lists
-    name only registered ops (master's ``tests/python/amp/common.py`` adds that assert);
-    every registered op is covered. Upstream only warns about uncovered ops; mxnet_amp
-    promises to classify every op of the registry, so it is asserted here. A few gradient
-    ops (``_npi_backward_*``) are classified by a name-prefix rule of the list files rather
-    than named in a list, which ``list_*`` functions do not enumerate, so coverage is asked
-    of the policy the pass uses."""
+def test_amp_coverage(target_dtype: str) -> None:
+    """``test_amp_coverage``: no op listed twice within a list or across lists; the lists name only
+    registered ops (master's ``tests/python/amp/common.py`` adds that assert); every registered
+    op is covered. Upstream only warns about uncovered ops; mxnet_amp promises to classify every
+    op of the registry, so it is asserted here. A few gradient ops (``_npi_backward_*``) are
+    classified by a name-prefix rule of the list files rather than named in a list, which
+    ``list_*`` functions do not enumerate, so coverage is asked of the policy the pass uses."""
     lists = {
         "lp16": amp.list_lp16_ops(target_dtype),
         "lp16_fp32": amp.list_lp16_fp32_ops(target_dtype),
@@ -68,13 +83,18 @@ def _fc_plus_sin():
     return x, y, mx.sym.FullyConnected(x, y, num_hidden=10, no_bias=True) + mx.sym.sin(y)
 
 
-def check_convert_symbol_structure(target_dtype: str) -> None:
-    """``check_amp_convert_symbol``, first part: ``FullyConnected(x, y) + sin(y)`` with FC in
-    low precision and sin in fp32 gives the graph built by hand. Upstream's hand-built graph
-    casts the FC output back with ``amp_cast(float32)`` before the add; mxnet_amp unifies the
-    inputs of a *widest* op (``elemwise_add``) with one ``amp_multicast`` (docs/lists.md),
-    which computes the same thing. The comparison keeps the casts (upstream's
-    ``same_symbol_structure`` compares ``tojson()`` output, which in 1.9.1 has none)."""
+@pytest.mark.deliberate_difference(reason=(
+    "widest ops are unified with amp_multicast, not amp_cast of the narrower input "
+    "(docs/lists.md)"))
+def test_amp_conversion_convert_symbol_structure(target_dtype: str) -> None:
+    """``test_amp_conversion`` / ``check_amp_convert_symbol``.
+
+    First part: ``FullyConnected(x, y) + sin(y)`` with FC in low precision and sin in fp32 gives
+    the graph built by hand. Upstream's hand-built graph casts the FC output back with
+    ``amp_cast(float32)`` before the add; mxnet_amp unifies the inputs of a *widest* op
+    (``elemwise_add``) with one ``amp_multicast`` (docs/lists.md), which computes the same
+    thing. The comparison keeps the casts (upstream's ``same_symbol_structure`` compares
+    ``tojson()`` output, which in 1.9.1 has none)."""
     x, y, res = _fc_plus_sin()
     converted = amp.convert_symbol(res, target_dtype=target_dtype,
                                    target_dtype_ops=["FullyConnected"], fp32_ops=["sin"])
@@ -89,8 +109,13 @@ def check_convert_symbol_structure(target_dtype: str) -> None:
     assert count_ops(converted, "amp_cast") == 2
 
 
-def check_convert_symbol_overrides(target_dtype: str) -> None:
-    """``check_amp_convert_symbol``, "convert_symbol called with incorrect inputs".
+@pytest.mark.deliberate_difference(reason=(
+    "overrides move ops instead of replacing lists; conflicting overrides raise "
+    "ListError, not AssertionError (README, Differences)"))
+def test_amp_conversion_convert_symbol_overrides(target_dtype: str) -> None:
+    """``test_amp_conversion`` / ``check_amp_convert_symbol``.
+
+    The "convert_symbol called with incorrect inputs" part.
 
     Upstream expects an ``AssertionError`` for four override combinations, because
     ``mx.contrib.amp``'s overrides *replace* whole lists and the lists must stay disjoint.
@@ -122,10 +147,12 @@ def _fc_no_bias():
     return x, y, mx.sym.FullyConnected(x, y, num_hidden=10, no_bias=True)
 
 
-def check_conditional_unsatisfied(target_dtype: str) -> None:
-    """``check_amp_convert_symbol``, "conditional ops with condition not satisfied": FC made
-    conditional on ``no_bias == False`` is left alone when ``no_bias=True``. Its inputs are
-    float32, so it follows them and the graph is the original one, no cast at all."""
+def test_amp_conversion_conditional_unsatisfied(target_dtype: str) -> None:
+    """``test_amp_conversion`` / ``check_amp_convert_symbol``.
+
+    The "conditional ops with condition not satisfied" part: FC made conditional on
+    ``no_bias == False`` is left alone when ``no_bias=True``. Its inputs are float32, so it follows them and the
+    graph is the original one, no cast at all."""
     x, y, fc = _fc_no_bias()
     converted = amp.convert_symbol(fc, target_dtype=target_dtype, target_dtype_ops=[],
                                    fp32_ops=["sin"],
@@ -133,11 +160,16 @@ def check_conditional_unsatisfied(target_dtype: str) -> None:
     assert structure(converted) == structure(mx.sym.FullyConnected(x, y, num_hidden=10, no_bias=True))
 
 
-def check_conditional_satisfied(target_dtype: str) -> None:
-    """``check_amp_convert_symbol``, "conditional ops with condition satisfied": the FC runs
-    in float32. Upstream's expected graph wraps the (already float32) inputs in
-    ``amp_cast(float32)``; mxnet_amp inserts a cast only where a dtype changes (README: no
-    cast chains, at most one cast per tensor and dtype), so the graph is the plain FC."""
+@pytest.mark.deliberate_difference(reason=(
+    "no amp_cast where the dtype does not change (upstream casts float32 inputs to "
+    "float32)"))
+def test_amp_conversion_conditional_satisfied(target_dtype: str) -> None:
+    """``test_amp_conversion`` / ``check_amp_convert_symbol``.
+
+    The "conditional ops with condition satisfied" part: the FC runs in float32. Upstream's
+    expected graph wraps the (already float32) inputs in ``amp_cast(float32)``; mxnet_amp inserts a cast
+    only where a dtype changes (README: no cast chains, at most one cast per tensor and dtype),
+    so the graph is the plain FC."""
     x, y, fc = _fc_no_bias()
     converted = amp.convert_symbol(fc, target_dtype=target_dtype, target_dtype_ops=[],
                                    fp32_ops=["sin"],
@@ -149,14 +181,16 @@ def _image(seed: int = 0) -> np.ndarray:
     return np.random.RandomState(seed).uniform(0, 1, IMAGE).astype("float32")
 
 
-def check_convert_symbol_resnet18(resnet18, target_dtype: str) -> None:
-    """``check_amp_convert_symbol``, real-world part, on the rebuilt imagenet1k-resnet-18.
+def test_amp_conversion_convert_symbol_resnet18(resnet18, target_dtype: str) -> None:
+    """``test_amp_conversion`` / ``check_amp_convert_symbol``.
+
+    The real-world part, on the rebuilt imagenet1k-resnet-18.
 
     ``convert_symbol(sym)`` with defaults, and with ``target_dtype_ops=['Convolution']``,
     ``data_names=['data']`` and ``cast_optional_params`` True / False: each converted symbol
-    binds with ``simple_bind`` and no ``type_dict``; the weights, cast to the dtypes the
-    bound executor holds (as upstream does), run forward, and the output matches float32.
-    Upstream only runs forward; here the output is also compared with float32."""
+    binds with ``simple_bind`` and no ``type_dict``; the weights, cast to the dtypes the bound
+    executor holds (as upstream does), run forward, and the output matches float32. Upstream
+    only runs forward; here the output is also compared with float32."""
     sym, arg_params, aux_params = resnet18
     inputs = {"data": _image(), "softmax_label": np.ones((1,), "float32")}
     ref = forward_fp32(sym, arg_params, aux_params, inputs)[0]
@@ -183,19 +217,14 @@ def check_convert_symbol_resnet18(resnet18, target_dtype: str) -> None:
         assert_close_to_fp32(out[0], ref, target_dtype)
 
 
-def _module(sym, arg_params, aux_params):
-    mod = mx.mod.Module(sym, data_names=["data"], label_names=["softmax_label"], context=mx.cpu())
-    mod.bind(data_shapes=[("data", IMAGE)], label_shapes=[("softmax_label", (1,))], for_training=False)
-    mod.set_params(arg_params, aux_params)
-    return mod
+def test_amp_conversion_convert_model_resnet18(resnet18, target_dtype: str) -> None:
+    """``test_amp_conversion`` / ``check_amp_convert_model``.
 
-
-def check_convert_model_resnet18(resnet18, target_dtype: str) -> None:
-    """``check_amp_convert_model``: ``convert_model(..., target_dtype_ops=['Convolution'])``
-    binds in a ``Module`` with data and label, takes the converted params, and keeps
-    ``stage2_unit1_conv2_weight`` float32, or low precision with ``cast_optional_params``.
-    The forward pass runs natively where this CPU can (bfloat16 with avx512), else the same
-    converted model runs emulated; either way its output is compared with float32."""
+    ``convert_model(..., target_dtype_ops=['Convolution'])`` binds in a ``Module`` with data and
+    label, takes the converted params, and keeps ``stage2_unit1_conv2_weight`` float32, or low
+    precision with ``cast_optional_params``. The forward pass runs natively where this CPU can
+    (bfloat16 with avx512), else the same converted model runs emulated; either way its output
+    is compared with float32."""
     sym, arg_params, aux_params = resnet18
     inputs = {"data": _image(1), "softmax_label": np.ones((1,), "float32")}
     ref = forward_fp32(sym, arg_params, aux_params, inputs)[0]
@@ -203,10 +232,11 @@ def check_convert_model_resnet18(resnet18, target_dtype: str) -> None:
         csym, cargs, cauxs = amp.convert_model(sym, arg_params, aux_params, target_dtype=target_dtype,
                                                target_dtype_ops=["Convolution"],
                                                cast_optional_params=optional)
-        mod = _module(csym, cargs, cauxs)
+        mod = bound_module(csym, cargs, cauxs)
         held, _ = mod.get_params()
         assert array_dtype(mod._arg_params["stage2_unit1_conv2_weight"]) == want
-        assert {k: array_dtype(v) for k, v in held.items()} == {k: array_dtype(v) for k, v in cargs.items()}
+        assert {k: array_dtype(v) for k, v in held.items()} == \
+            {k: array_dtype(v) for k, v in cargs.items()}
         if runs_natively(target_dtype):
             batch = mx.io.DataBatch(data=[mx.nd.array(inputs["data"])], label=[mx.nd.ones((1,))])
             mod.forward(batch, is_train=False)
@@ -234,15 +264,19 @@ def _run_block(block, target_dtype: str, *inputs) -> np.ndarray:
     return _run(_runner(block, target_dtype), *inputs)
 
 
-def check_convert_hybrid_block(resnet18_prefix: str, target_dtype: str) -> None:
-    """``check_amp_convert_hybrid_block``: Gluon ``resnet50_v1`` (hybridized, run once) and
-    a ``SymbolBlock.imports`` of imagenet1k-resnet-18 convert with defaults and with
-    ``target_dtype_ops=['Convolution']``; the converted blocks run forward twice, match
-    float32, and ``stage2_unit1_conv2_weight`` is float32, or low precision with
-    ``cast_optional_params``. Upstream's converted blocks live on ``gpu(0)`` by default;
-    mxnet_amp keeps the block's own context (README), here the CPU, so no ``ctx`` is given.
-    Inputs are 1x3x64x64 rather than 224x224 to keep the test fast (global pooling makes
-    both nets size-agnostic)."""
+@pytest.mark.deliberate_difference(reason=(
+    "the converted block keeps the block's context (contrib defaults to gpu(0)) "
+    "(README, Differences)"))
+def test_amp_conversion_convert_hybrid_block(resnet18_prefix: str, target_dtype: str) -> None:
+    """``test_amp_conversion`` / ``check_amp_convert_hybrid_block``.
+
+    Gluon ``resnet50_v1`` (hybridized, run once) and a ``SymbolBlock.imports`` of
+    imagenet1k-resnet-18 convert with defaults and with ``target_dtype_ops=['Convolution']``;
+    the converted blocks run forward twice, match float32, and ``stage2_unit1_conv2_weight`` is
+    float32, or low precision with ``cast_optional_params``. Upstream's converted blocks live on
+    ``gpu(0)`` by default; mxnet_amp keeps the block's own context (README), here the CPU, so no
+    ``ctx`` is given. Inputs are 1x3x64x64 rather than 224x224 to keep the test fast (global
+    pooling makes both nets size-agnostic)."""
     from mxnet.gluon.model_zoo.vision import get_model
     x = np.random.RandomState(2).uniform(0, 1, (1, 3, 64, 64)).astype("float32")
     mx.random.seed(0)
@@ -271,20 +305,24 @@ def check_convert_hybrid_block(resnet18_prefix: str, target_dtype: str) -> None:
                                          target_dtype_ops=["Convolution"], cast_optional_params=True)
     weight = converted.collect_params()["stage2_unit1_conv2_weight"]
     assert array_dtype(weight.data()) == target_dtype
+    assert weight.list_ctx() == [mx.cpu()]  # the block's context, no ctx given
     assert_close_to_fp32(_run_block(converted, target_dtype, x, label), ref, target_dtype)
 
 
-def check_module_backward_compatibility(target_dtype: str) -> None:
+@pytest.mark.deliberate_difference(reason=(
+    "weights are stored in low precision only with cast_optional_params=True (README, "
+    "Params)"))
+def test_module_backward_compatibility(target_dtype: str) -> None:
     """``test_module_backward_compatibility``: a Module initialises float32 params; after
-    ``convert_model(..., target_dtype_ops=['Convolution'])`` a Module binds the converted
-    symbol and keeps the converted params' dtypes ("Module API is overwriting the inferred
-    dtype for a mixed precision model" must not happen).
+    ``convert_model(..., target_dtype_ops=['Convolution'])`` a Module binds the converted symbol
+    and keeps the converted params' dtypes ("Module API is overwriting the inferred dtype for a
+    mixed precision model" must not happen).
 
     Upstream asserts ``fullyconnected_weight`` comes back low precision with the default
     ``cast_optional_params=False``: ``mx.contrib.amp`` stores it so as a side effect of its
     replaced op lists. mxnet_amp stores a weight in low precision only when asked with
-    ``cast_optional_params=True`` (README, "Params"), so the upstream value is asserted
-    for that call, float32 for the default one."""
+    ``cast_optional_params=True`` (README, "Params"), so the upstream value is asserted for that
+    call, float32 for the default one."""
     data = mx.sym.var("data")
     conv = mx.sym.Convolution(data, num_filter=10, kernel=(2, 3), stride=(1, 1))
     bn = mx.sym.BatchNorm(conv, eps=0.001, momentum=0.9, fix_gamma=False, use_global_stats=False,
@@ -336,15 +374,19 @@ def _amp_cast_graphs(target_dtype: str):
            mx.sym.Group([mx.sym.amp_multicast(d1, d2, num_outputs=2), mx.sym.amp_cast(d1, dtype=lp_np)]), {})
 
 
-def check_casting(target_dtype: str) -> None:
-    """``test_fp16_casting`` / ``test_bf16_casting``.
+@pytest.mark.deliberate_difference(reason=(
+    "a graph already holding amp casts, or typed low precision inputs, is refused "
+    "with AlreadyConvertedError (README, Differences)"))
+def test_amp_casting(target_dtype: str) -> None:
+    """``test_fp16_casting`` (GPU file) / ``test_bf16_casting`` (MKL file).
 
-    Upstream hands ``convert_symbol`` graphs that already hold amp casts and checks which
-    dtype ``cast_optional_params=True`` leaves their inputs. mxnet_amp refuses a graph that
-    already holds amp casts with ``AlreadyConvertedError`` (README, "Differences"), and one
-    whose inputs are typed low precision as already converted, so each of those graphs is asserted to be refused, unchanged. The last upstream
-    case (concat then split of two inputs typed ``__dtype__=-1``) holds no cast and converts:
-    ``concat`` (widest) and ``split`` (follow) of float32 inputs need no cast, and it binds."""
+    Upstream hands ``convert_symbol`` graphs that already hold amp casts and checks which dtype
+    ``cast_optional_params=True`` leaves their inputs. mxnet_amp refuses a graph that already
+    holds amp casts with ``AlreadyConvertedError`` (README, "Differences"), and one whose inputs
+    are typed low precision as already converted, so each of those graphs is asserted to be
+    refused, unchanged. The last upstream case (concat then split of two inputs typed
+    ``__dtype__=-1``) holds no cast and converts: ``concat`` (widest) and ``split`` (follow) of
+    float32 inputs need no cast, and it binds."""
     for what, sym, kwargs in _amp_cast_graphs(target_dtype):
         before = sym.tojson(remove_amp_cast=False)
         with pytest.raises(AlreadyConvertedError):
@@ -360,11 +402,11 @@ def check_casting(target_dtype: str) -> None:
     assert set(arg_dtypes_after_bind(converted, data=(2, 4), data2=(2, 4)).values()) == {"float32"}
 
 
-def check_conversion_rnn(target_dtype: str) -> None:
+def test_amp_conversion_rnn(target_dtype: str) -> None:
     """``test_amp_conversion_rnn``: a 2-layer bidirectional LSTM and a Dense, converted with
-    defaults (``RNN`` and ``FullyConnected`` in low precision), agree with float32 within
-    1e-2. Upstream runs it on a GPU with cuDNN; here natively where the CPU can run the
-    dtype, else emulated (MXNet's CPU RNN has no float16 kernel)."""
+    defaults (``RNN`` and ``FullyConnected`` in low precision), agree with float32 within 1e-2.
+    Upstream runs it on a GPU with cuDNN; here natively where the CPU can run the dtype, else
+    emulated (MXNet's CPU RNN has no float16 kernel)."""
     from mxnet.gluon import nn, rnn
     mx.random.seed(0)
     model = nn.HybridSequential()
@@ -408,10 +450,11 @@ def _accuracy_case(sym, data_shape, overrides: dict, cast_optional_params: bool,
     mx.test_utils.assert_almost_equal(out, ref, rtol=1e-1, atol=2e-1)
 
 
-def check_amp_accuracy(target_dtype: str) -> None:
-    """``test_amp_accuracy`` (mkl file only): single Convolution and FullyConnected models,
-    converted with the op in ``target_dtype_ops`` and ``cast_optional_params`` both ways,
-    agree with float32 within rtol 0.1, atol 0.2, at upstream's shapes."""
+def test_amp_accuracy(target_dtype: str) -> None:
+    """``test_amp_accuracy`` (MKL file only, bfloat16; run for float16 too): single Convolution and
+    FullyConnected models, converted with the op in ``target_dtype_ops`` and
+    ``cast_optional_params`` both ways, agree with float32 within rtol 0.1, atol 0.2, at
+    upstream's shapes."""
     data = mx.sym.var("data")
     conv_cases = [((3, 4, 28, 28), (3, 3), 128, (1, 1), True, False),
                   ((512, 10, 28, 28), (1, 1), 16, (0, 0), True, True),
@@ -500,14 +543,16 @@ def _score_by_buckets(model, batches: list, target_dtype: str | None) -> tuple[f
     return metric.get()[1], outputs, converted_keys
 
 
-def check_convert_bucketing_module(target_dtype: str) -> None:
-    """``check_amp_convert_bucketing_module``: a trained BucketingModule (Embedding, a
-    2-layer unrolled LSTM, FC, SoftmaxOutput) converted with ``convert_bucketing_module``
-    binds for inference on validation data spanning several buckets and scores a perplexity
-    that matches float32's. Upstream leaves the ``cast_optional_params=True`` call commented
-    out as flaky (#16030); here it runs too. Upstream calls ``score``; that runs natively
-    where this CPU runs the dtype, and the same per-bucket forward runs emulated otherwise.
-    Every validation bucket, the ones first bound after conversion included, runs converted."""
+def test_amp_conversion_convert_bucketing_module(target_dtype: str) -> None:
+    """``test_amp_conversion`` / ``check_amp_convert_bucketing_module``.
+
+    A trained BucketingModule (Embedding, a 2-layer unrolled LSTM, FC, SoftmaxOutput) converted
+    with ``convert_bucketing_module`` binds for inference on validation data spanning several
+    buckets and scores a perplexity that matches float32's. Upstream leaves the
+    ``cast_optional_params=True`` call commented out as flaky (#16030); here it runs too.
+    Upstream calls ``score``; that runs natively where this CPU runs the dtype, and the same
+    per-bucket forward runs emulated otherwise. Every validation bucket, the ones first bound
+    after conversion included, runs converted."""
     batch_size = 16
     model = _train_bucketing_model(batch_size)
     val = mx.rnn.BucketSentenceIter(_sentences(160, 1), batch_size, buckets=_BUCKETS, invalid_label=-1)
