@@ -14,7 +14,7 @@ import numpy as np
 import mxnet as mx
 
 import mxnet_amp
-from mxnet_amp.dtypes import dtype_name, np_dtype
+from mxnet_amp.dtypes import dtype_name
 from mxnet_amp.hardware import bf16_runs_natively
 from mxnet_amp.params import array_dtype, cast_array
 
@@ -117,7 +117,7 @@ def assert_close_to_fp32(out, ref, target_dtype: str, tol: float | None = None) 
     assert err < tol, f"{target_dtype} output differs from float32 by {err:.3g} (> {tol})"
 
 
-def internal_dtypes(sym, **input_shapes) -> list[tuple[str, str]]:
+def internal_dtypes(sym, input_names=("data",)) -> list[tuple[str, str]]:
     """``(op, dtype)`` of every op output of ``sym``, from MXNet's type inference.
 
     The structural stand-in for the op hook of MXNet 2's AMP tests (which counts the dtypes
@@ -128,7 +128,7 @@ def internal_dtypes(sym, **input_shapes) -> list[tuple[str, str]]:
     for node in nodes(sym):
         if node["op"] != "null":
             ops[node["name"]] = node["op"]
-    types = {k: "float32" for k in input_shapes}
+    types = {k: "float32" for k in input_names}
     _, out_types, _ = internals.infer_type(**types)
     out = []
     for name, dtype in zip(internals.list_outputs(), out_types):
@@ -138,17 +138,13 @@ def internal_dtypes(sym, **input_shapes) -> list[tuple[str, str]]:
     return out
 
 
-def net_stats(sym, lp_dtype: str, **input_shapes) -> tuple[int, int, int]:
+def net_stats(sym, lp_dtype: str, input_names=("data",)) -> tuple[int, int, int]:
     """``(low precision tensors, casts to lp_dtype, other casts)`` among ``sym``'s op outputs."""
     lp_tensors = lp_casts = other_casts = 0
-    for op, dtype in internal_dtypes(sym, **input_shapes):
+    for op, dtype in internal_dtypes(sym, input_names):
         lp_tensors += dtype == lp_dtype
         if op == "amp_cast":
             lp_casts += dtype == lp_dtype
             other_casts += dtype != lp_dtype
     return lp_tensors, lp_casts, other_casts
 
-
-def lp_numpy_dtype(target_dtype: str):
-    """What ``NDArray.dtype`` reports for ``target_dtype`` (MXNet's stand-in for bfloat16)."""
-    return np_dtype(target_dtype)
