@@ -21,8 +21,8 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.params import array_dtype
 
-from .amp_utils import (DTYPES, IMAGE, assert_close_to_fp32, bound_module, forward, forward_fp32,
-                        runs_natively)
+from .amp_utils import (DTYPES, IMAGE, assert_close_to_fp32, bound_module, count_ops, forward,
+                        forward_fp32, runs_natively)
 from .c_predictor import Predictor
 
 
@@ -50,11 +50,12 @@ def _compare_module_cpredict(sym, arg_params, aux_params, prefix, target_dtype, 
         mod.forward(mx.io.DataBatch(data=[mx.nd.array(data)], label=[mx.nd.array(label)]),
                     is_train=False)
         module_out = mod.get_outputs()[0].astype("float32").asnumpy()
-        mx.test_utils.assert_almost_equal(module_out, predictor.get_output(0), atol=1e-1, rtol=1e-1)
+        # upstream allows 0.1 (GPU kernels may differ); one graph on one CPU gives the same bits
         np.testing.assert_array_equal(module_out, predictor.get_output(0))
     # what the predictor loaded is the converted model: the saved files compute float32's
     # answer up to low precision rounding
     ssym, sargs, sauxs = mx.model.load_checkpoint(prefix, 0)
+    assert count_ops(ssym, "amp_cast") == count_ops(sym, "amp_cast") > 0
     assert {k: array_dtype(v) for k, v in sargs.items()} == \
         {k: array_dtype(v) for k, v in arg_params.items()}
     out = forward(ssym, sargs, sauxs, {"data": data, "softmax_label": label}, target_dtype)[0]
@@ -65,8 +66,8 @@ def _compare_module_cpredict(sym, arg_params, aux_params, prefix, target_dtype, 
 def test_predictor_amp(resnet18, tmp_path, target_dtype):
     """``test_predictor_amp``: params in float32, then in low precision (with the monitor)."""
     sym, arg_params, aux_params = resnet18
-    reference = forward_fp32(sym, arg_params, aux_params,
-                             {"data": np.ones(IMAGE, "float32"), "softmax_label": np.ones((1,), "float32")})[0]
+    inputs = {"data": np.ones(IMAGE, "float32"), "softmax_label": np.ones((1,), "float32")}
+    reference = forward_fp32(sym, arg_params, aux_params, inputs)[0]
     for optional in (False, True):
         csym, cargs, cauxs = amp.convert_model(sym, arg_params, aux_params, target_dtype=target_dtype,
                                                target_dtype_ops=["Convolution"],
