@@ -5,7 +5,9 @@ built by that script. Nothing can be downloaded here, so this module builds a sy
 same architecture, with the same node and param names (``bn_data``, ``conv0``,
 ``stage{i}_unit{j}_{bn1,relu1,conv1,bn2,relu2,conv2,sc}``, ``bn1``, ``pool1``, ``fc1``,
 ``softmax``), and gives it random weights. Like that checkpoint's JSON, its weight variables
-carry no ``__dtype__`` attribute. Written from the architecture description, not copied.
+carry no ``__dtype__`` attribute. The script's current version also puts an ``identity`` node
+(``id``) before ``bn_data``; it is left out here (a no-op that conversion leaves in float32
+like its input). Written from the architecture description, not copied.
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ def _bn(x, name: str, fix_gamma: bool = False):
 
 
 def _conv(x, channels: int, kernel: int, stride: int, name: str):
+    pad = kernel // 2  # 3 for the 7x7 stem, 1 for 3x3, 0 for the 1x1 shortcuts
     return mx.sym.Convolution(x, num_filter=channels, kernel=(kernel, kernel),
-                              stride=(stride, stride), pad=(kernel // 2, kernel // 2) if kernel > 1 else (0, 0),
-                              no_bias=True, workspace=256, name=name)
+                              stride=(stride, stride), pad=(pad, pad), no_bias=True,
+                              workspace=256, name=name)
 
 
 def _basic_unit(x, channels: int, stride: int, same_shape: bool, name: str):
