@@ -9,6 +9,7 @@ Drop-in for ``mx.contrib.amp`` callers::
 from __future__ import annotations
 
 from .auto import auto_convert_block, auto_convert_model
+from .bucketing import convert_bucketing_module
 from .checkpoint import convert_checkpoint
 from .convert import convert_model, convert_symbol
 from .emulation import emulate, emulate_model
@@ -21,7 +22,8 @@ from .policy import load_policy
 
 __all__ = [
     "convert_symbol", "convert_model", "convert_hybrid_block", "convert_block",
-    "convert_checkpoint", "save_checkpoint", "load_checkpoint", "export_block",
+    "convert_checkpoint", "convert_bucketing_module", "save_checkpoint", "load_checkpoint",
+    "export_block",
     "emulate", "emulate_model", "emulate_block", "auto_convert_model", "auto_convert_block",
     "load_policy",
     "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_widest_type_cast",

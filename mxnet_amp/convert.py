@@ -5,14 +5,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from .dtypes import dtype_name, is_float
-from .errors import GraphError, TypeInferenceError
+from .dtypes import LOW_PRECISION, dtype_name, is_float
+from .errors import AlreadyConvertedError, GraphError, TypeInferenceError
 from .gcpause import gc_paused
 from .graph import Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .optypes import OpTypes
 from .params import array_dtype, check_params, default_data_names, recast_params
 from .passes.insert_casts import CastResult, insert_casts
+from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, load_policy, warn_unlisted
 from .registry import InferenceFailed, infer_types
 
@@ -65,12 +66,16 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
                   param_dtypes: Mapping[str, str] | None = None,
                   input_dtypes: Mapping[str, str] | None = None,
                   output_dtype: str | None = "float32",
-                  policy: OpPolicy | None = None) -> Conversion:
+                  policy: OpPolicy | None = None,
+                  accept_low_precision_params: bool = False) -> Conversion:
     """Convert a :class:`Graph`; see :func:`convert_symbol` for the parameters.
 
     ``param_dtypes`` gives the stored dtype of each weight (default float32 for every
-    non-data input); ``input_dtypes`` the dtype of model inputs (default float32, or what a
-    ``__dtype__`` attribute says).
+    non-data input, or what its ``__dtype__`` attribute says); ``input_dtypes`` the dtype
+    of model inputs (default float32, or what a ``__dtype__`` attribute says).
+    ``accept_low_precision_params`` lets weights stored in float16/bfloat16 through (they
+    are read as stored, cast where a consumer wants another dtype); by default they raise
+    :class:`AlreadyConvertedError`, as they mark a model converted before.
     """
     if policy is None:
         policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
@@ -93,9 +98,30 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
             data_dtypes[n.name] = dtype_name(dt)
         else:
             stored[n.name] = (param_dtypes or {}).get(n.name) or attr_dtype or "float32"
+    if not accept_low_precision_params:
+        _refuse_low_precision_params(stored)
     with gc_paused():
         return _convert(graph, policy, names, data_dtypes, stored, excluded,
                         cast_optional_params, output_dtype)
+
+
+def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
+    """Raise :class:`AlreadyConvertedError` naming the weights already in low precision.
+
+    An fp32 model has none; a model ``mx.contrib.amp`` converted with
+    ``cast_optional_params=True`` and then saved by ``mx.model.save_checkpoint`` or
+    ``export()`` (which strip the amp casts) has them, and converting it again would treat
+    its low precision weights as the model's reference precision."""
+    low = sorted(k for k, v in stored.items() if v in LOW_PRECISION)
+    if low:
+        dtypes = sorted({stored[k] for k in low})
+        shown = ", ".join(low[:10]) + (f" and {len(low) - 10} more" if len(low) > 10 else "")
+        raise AlreadyConvertedError(
+            f"params {shown} are already {'/'.join(dtypes)}: the model looks converted to mixed "
+            "precision before (e.g. by mx.contrib.amp, its casts stripped on save). Convert the "
+            "original float32 model; if these params are all there is, cast them to float32 "
+            "first (exact) and convert with cast_optional_params=True to store them in low "
+            "precision again")
 
 
 def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_params,
@@ -115,7 +141,9 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
                           excluded=excluded, output_dtype=output_dtype, op_types=op_types)
     if result.unlisted_ops:
         warn_unlisted(result.unlisted_ops, policy.target_dtype)
-    sym = graph_to_symbol(result.graph)
+    # every weight says what it holds, so the symbol binds without a type_dict
+    tagged = tag_param_dtypes(result.graph, stored)
+    sym = graph_to_symbol(tagged)
     try:
         # weights pass as stored: one read only by amp_cast is otherwise left undecided
         args, _, auxs = infer_types(sym, {**stored, **data_dtypes})
@@ -127,8 +155,20 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
     if undecided:
         warnings.warn(f"type inference leaves {undecided[:10]} undecided; they stay as stored",
                       stacklevel=2)
-    return Conversion(result.graph, graph, result, policy, tuple(names),
+    _check_tags(stored, {**arg_dtypes, **aux_dtypes})
+    return Conversion(tagged, graph, result, policy, tuple(names),
                       dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym)
+
+
+def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> None:
+    """The ``__dtype__`` tags must be the dtypes type inference gives the params (the
+    params are recast to the latter); MXNet keeps given input dtypes, so this holds unless
+    a pass breaks it."""
+    wrong = {k: (v, inferred[k]) for k, v in tags.items()
+             if inferred.get(k) is not None and inferred[k] != v}
+    if wrong:
+        raise TypeInferenceError(f"type inference gives params other dtypes than their "
+                                 f"__dtype__ tags (tag, inferred): {dict(list(wrong.items())[:10])}")
 
 
 def convert_symbol(sym, target_dtype: str = "float16",
@@ -163,7 +203,16 @@ def convert_symbol(sym, target_dtype: str = "float16",
     Returns
     -------
     Symbol
-        A new symbol holding the casts; model inputs and outputs stay float32.
+        A new symbol holding the casts; model inputs and outputs stay float32. Each weight
+        (every input not in ``data_names``) carries ``__dtype__``: the dtype
+        :func:`convert_model` would return its param in for float32 params (low precision
+        where ``cast_optional_params`` stores it so, else as its own ``__dtype__`` said or
+        float32).
+
+    Raises
+    ------
+    AlreadyConvertedError
+        The graph holds amp casts, or a weight's ``__dtype__`` says float16/bfloat16.
     """
     graph = graph_from_symbol(sym)
     conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
@@ -229,7 +278,17 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
     (Symbol, dict, dict)
         The converted symbol and new arg/aux param dicts, each array in the dtype the
         converted graph's type inference gives it, ready for ``mx.mod.Module`` or
-        :func:`mxnet_amp.save_checkpoint`.
+        :func:`mxnet_amp.save_checkpoint`. Every weight and aux variable of the symbol
+        carries ``__dtype__`` equal to its returned param's dtype, so it binds without a
+        ``type_dict`` (``simple_bind``, ``Module.bind``, the C predict API).
+
+    Raises
+    ------
+    AlreadyConvertedError
+        The graph holds amp casts, or params are float16/bfloat16 already (a model
+        converted before, its casts stripped on save); the message names them.
+    ParamError
+        Params and symbol disagree (missing or extra params).
     """
     sym, args, auxs, _ = convert_model_full(
         sym, arg_params, aux_params, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,

@@ -52,7 +52,8 @@ class ParamError(AMPError, ValueError):
 
 
 class AlreadyConvertedError(AMPError, ValueError):
-    """The graph already holds amp_cast / amp_multicast nodes: it was converted before."""
+    """The model was converted before: its graph holds amp casts to low precision, or its
+    weights are float16/bfloat16 already (the message names them)."""
 
 
 class DeferredInitError(AMPError, RuntimeError):

@@ -8,7 +8,8 @@ and params go through :func:`mxnet_amp.convert.convert_model_full`; the result i
 original param names, so that its export loads back with ``SymbolBlock.imports``.
 
 MXNet 1.9.1's ``HybridBlock.export`` drops amp casts unless told ``remove_amp_cast=False``;
-:func:`export_block` writes the converted block with its casts, atomically.
+the returned block is an :class:`~mxnet_amp.gluon_block.AMPSymbolBlock`, whose ``export()``
+keeps them, and :func:`export_block` writes any block with its casts, atomically.
 """
 from __future__ import annotations
 
@@ -167,7 +168,8 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
     """A SymbolBlock running ``sym`` with copies of ``params`` (each keeps its dtype)."""
     import mxnet as mx
     from mxnet.gluon.block import _regroup
-    gluon = _gluon()
+
+    from .gluon_block import AMPSymbolBlock
     # typed inputs let SymbolBlock infer its params' dtypes instead of warning
     input_syms = [mx.sym.var(n, dtype="float32") for n in names]
     inputs = _regroup(input_syms, in_format) if in_format is not None else input_syms
@@ -178,7 +180,8 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
         inputs = _regroup(input_syms, in_format) if in_format is not None else input_syms
         outputs = [s.as_np_ndarray() for s in outputs]
     outputs = _regroup(outputs, out_format) if out_format is not None else outputs
-    net = gluon.SymbolBlock(outputs, inputs)
+    # export() of this subclass keeps the amp casts that SymbolBlock.export() would drop
+    net = AMPSymbolBlock(outputs, inputs)
     # dtype_source='saved': each param takes its array's dtype (SymbolBlock would make it
     # float32); the arrays are copied onto ``ctx``, never shared with the source block
     net.collect_params().load_dict(dict(params), ctx=ctx, cast_dtype=True, dtype_source="saved")
@@ -219,10 +222,11 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
 
     Returns
     -------
-    SymbolBlock
-        Takes float32 inputs and returns float32 outputs in the block's output structure;
-        its params carry the converted dtypes and the block's param names. Save it with
-        :func:`export_block` (``export()`` drops the casts unless ``remove_amp_cast=False``).
+    AMPSymbolBlock
+        A ``SymbolBlock`` taking float32 inputs and returning float32 outputs in the block's
+        output structure; its params carry the converted dtypes and the block's param names.
+        Its ``export(prefix)`` keeps the amp casts (``SymbolBlock.export`` drops them), as
+        :func:`export_block` does; the files re-import with ``SymbolBlock.imports``.
 
     Raises
     ------
@@ -296,7 +300,7 @@ def emulate_block(block, ctx=None):
 
     Returns
     -------
-    SymbolBlock
+    AMPSymbolBlock
         Float32 inputs and outputs, low precision rounding simulated.
     """
     from .emulation import emulate_model

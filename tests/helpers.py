@@ -97,3 +97,15 @@ def gluoncv_resnet18(seed=0):
     args = {k: params[k] for k in sym.list_arguments() if k in params}
     auxs = {k: params[k] for k in sym.list_auxiliary_states()}
     return sym, args, auxs, x
+
+
+def assert_dtype_tags(sym, arg_params, aux_params):
+    """Every weight and aux variable of ``sym`` carries ``__dtype__`` = its param's dtype
+    (what lets a converted symbol bind without a type_dict)."""
+    from mxnet_amp.dtypes import MX_CODE
+    from mxnet_amp.params import array_dtype
+    attrs = sym.attr_dict()
+    wrong = {k: (attrs.get(k, {}).get("__dtype__"), array_dtype(v))
+             for k, v in {**arg_params, **aux_params}.items()
+             if attrs.get(k, {}).get("__dtype__") != str(MX_CODE[array_dtype(v)])}
+    assert not wrong, f"__dtype__ tag vs param dtype: {wrong}"

@@ -13,7 +13,7 @@ from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import GraphError
 from mxnet_amp.io import symbol_json
 
-from helpers import gluoncv_resnet18
+from helpers import assert_dtype_tags, gluoncv_resnet18
 
 pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
 
@@ -106,6 +106,7 @@ def test_overflow_branch_gets_exactly_its_offending_nodes_excluded():
     plain = run(*emulate_model(*convert_model(sym, args, {})), x)
     assert not np.isfinite(plain).all()                  # the plain conversion overflows
     new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert_dtype_tags(new_sym, new_args, new_auxs)
     kept = {k.name: k for k in report.kept_fp32}
     # fc_a produces the overflow; fc_a2 would cast relu_a's overflowing output to fp16
     assert set(kept) == {"fc_a", "fc_a2"}

@@ -24,6 +24,8 @@ from mxnet_amp.gluon import (block_model, convert_block, convert_hybrid_block, e
 from mxnet_amp.io import graph_from_symbol, symbol_json
 from mxnet_amp.params import cast_array
 
+from helpers import assert_dtype_tags
+
 # bfloat16 keeps 8 significant bits: each rounding errs by <= 2**-9 relative, and over a
 # 50-layer random-init net the measured relative L2 error of dense outputs is 0.5-1 %
 BF16_REL_TOL = 0.05
@@ -72,6 +74,8 @@ def _assert_same_params(a, b):
 
 
 def _export_import(block, tmp_path, input_names=("data",)):
+    # each weight of the converted graph says its param's dtype (binding needs no type_dict)
+    assert_dtype_tags(*block_model(block)[:3])
     sym_file, params_file = export_block(block, tmp_path / "net")
     loaded = gluon.SymbolBlock.imports(sym_file, list(input_names), params_file)
     return sym_file, params_file, loaded
@@ -409,19 +413,23 @@ def test_block_model_gives_the_graph_and_the_blocks_own_params():
 
 # --------------------------------------------------------------------------- export
 
-def test_mxnet_export_needs_remove_amp_cast_false(tmp_path):
-    """Why export_block exists: 1.9.1's export() drops casts unless told not to."""
+def test_export_keeps_casts_as_mxnet_export_with_remove_amp_cast_false(tmp_path):
+    """1.9.1's export() drops casts unless told not to; the converted block's own export()
+    and export_block write what MXNet's export(remove_amp_cast=False) writes."""
     net, x, _ = zoo_model("resnet18_v1b")
     converted = convert_hybrid_block(net, target_dtype="bfloat16")
     sym_file, params_file = export_block(converted, tmp_path / "ours")
     # no forward pass before export: the params are there anyway
-    converted.export(str(tmp_path / "theirs"), remove_amp_cast=False)
+    mx.gluon.SymbolBlock.export(converted, str(tmp_path / "theirs"), remove_amp_cast=False)
     with open(sym_file) as f, open(tmp_path / "theirs-symbol.json") as g:
         assert json.load(f) == json.load(g)
     ours, theirs = mx.nd.load(params_file), mx.nd.load(str(tmp_path / "theirs-0000.params"))
     assert sorted(ours) == sorted(theirs)
     assert all(ours[k].asnumpy().tobytes() == theirs[k].asnumpy().tobytes() for k in ours)
-    converted.export(str(tmp_path / "stripped"))
+    converted.export(str(tmp_path / "own"))
+    with open(sym_file) as f, open(tmp_path / "own-symbol.json") as g:
+        assert json.load(f) == json.load(g)
+    converted.export(str(tmp_path / "stripped"), remove_amp_cast=True)
     stripped = mx.sym.load(str(tmp_path / "stripped-symbol.json"))
     assert _num_casts(stripped) < _num_casts(_converted_symbol(converted))
 

@@ -19,7 +19,7 @@ from mxnet_amp.emulation import emulate_model
 from mxnet_amp.io import load_checkpoint, save_checkpoint, symbol_json
 from mxnet_amp.params import array_dtype
 
-from helpers import rel_error, run
+from helpers import assert_dtype_tags, rel_error, run
 from zoo import checkpoint
 
 TOLERANCE = {"bfloat16": 5e-2, "float16": 1e-2}
@@ -50,6 +50,7 @@ def test_zoo_converts_saves_binds_and_matches_fp32(model, dtype, cast_optional_p
     assert symbol_json(sym) == before
     assert conv.result.casts > 0 and not conv.result.fallbacks
     assert {array_dtype(v) for v in args.values()} == {"float32"}     # caller's params untouched
+    assert_dtype_tags(out_sym, new_args, new_aux)
 
     low = [k for k, v in {**new_args, **new_aux}.items() if array_dtype(v) == dtype]
     if cast_optional_params:
@@ -63,6 +64,7 @@ def test_zoo_converts_saves_binds_and_matches_fp32(model, dtype, cast_optional_p
     loaded_sym, loaded_args, loaded_aux = load_checkpoint(prefix, 0)
     assert symbol_json(loaded_sym).count('"amp_cast"') == symbol_json(out_sym).count('"amp_cast"') > 0
     assert {k: array_dtype(v) for k, v in loaded_args.items()} == {k: array_dtype(v) for k, v in new_args.items()}
+    assert_dtype_tags(loaded_sym, loaded_args, loaded_aux)
 
     # MXNet's own checkpoint functions work too, when told to keep the casts
     mx.model.save_checkpoint(str(tmp_path / "mx"), 0, out_sym, new_args, new_aux, remove_amp_cast=False)

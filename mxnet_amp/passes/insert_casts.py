@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from ..dtypes import LOW_PRECISION, MX_CODE, is_float, widest
+from ..dtypes import LOW_PRECISION, is_float, widest
 from ..errors import AlreadyConvertedError
 from ..graph import Entry, Graph, GraphBuilder, Node
 from ..optypes import InferenceFailed, OpTypes
@@ -124,9 +124,8 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
         if node.is_variable:
             if node.name in param_dtypes:
                 param_node.add(i)
+                # __dtype__ tags are written once the param dtypes are final (tag_param_dtypes)
                 dt = param_dtypes[node.name]
-                if dt is not None and "__dtype__" in node.attrs:
-                    node = node.replace(attrs=MappingProxyType({**node.attrs, "__dtype__": str(MX_CODE[dt])}))
             else:
                 dt = data_dtypes.get(node.name, "float32")
             e = Entry(builder.add(node))

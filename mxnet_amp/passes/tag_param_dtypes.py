@@ -1,0 +1,46 @@
+"""Tag weight and aux variables with the ``__dtype__`` of the params that go with the graph.
+
+MXNet binds a symbol (``simple_bind`` without ``type_dict``, ``Module.bind``, the C
+predictor, ``SymbolBlock.imports``) with each variable's dtype taken from its
+``__dtype__`` attribute, else float32 or whatever type inference decides. A weight stored
+in low precision, or one read only by an ``amp_cast`` (whose input dtype inference cannot
+decide), binds only when the attribute says what the param holds. Symbol-API checkpoints
+carry no ``__dtype__`` at all, so the attribute is written for every weight here, not just
+rewritten where it was.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from ..dtypes import MX_CODE
+from ..graph import Graph
+
+__all__ = ["tag_param_dtypes"]
+
+
+def tag_param_dtypes(graph: Graph, dtypes: Mapping[str, str]) -> Graph:
+    """``graph`` with each variable named in ``dtypes`` tagged ``__dtype__`` = its code.
+
+    Parameters
+    ----------
+    graph : Graph
+        Not modified; loop/cond bodies are left alone (their variables are not params).
+    dtypes : mapping of str to str
+        Variable name -> dtype name of the param that will be bound to it.
+
+    Returns
+    -------
+    Graph
+        A new graph (``graph`` itself when every tag is already right).
+    """
+    nodes = list(graph.nodes)
+    changed = False
+    for i, node in enumerate(nodes):
+        if not node.is_variable or node.name not in dtypes:
+            continue
+        code = str(MX_CODE[dtypes[node.name]])
+        if node.attrs.get("__dtype__") != code:
+            nodes[i] = node.replace(attrs=MappingProxyType({**node.attrs, "__dtype__": code}))
+            changed = True
+    return Graph(tuple(nodes), graph.heads, graph.attrs) if changed else graph
