@@ -73,6 +73,9 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
     non-data input); ``input_dtypes`` the dtype of model inputs (default float32, or what a
     ``__dtype__`` attribute says).
     """
+    if all(n.is_variable for n in graph.nodes):
+        warnings.warn(f"the symbol has no operators, only the inputs {[n.name for n in graph.nodes][:10]}: "
+                      "there is nothing to convert; the result is the same graph", stacklevel=2)
     if policy is None:
         policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                              conditional_fp32_ops)
