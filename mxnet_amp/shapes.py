@@ -26,9 +26,12 @@ _SHAPE_KEEPING = frozenset({
     "identity", "_mul_scalar", "_div_scalar", "_plus_scalar", "_minus_scalar",
     "_rminus_scalar", "_rdiv_scalar", "Cast", "amp_cast", "clip", "InstanceNorm"})
 _FALSE = ("false", "0")
-# a shape function that stopped on an unknown dimension (not a contradiction)
-_STOPPED = re.compile(r"Error in operator ([^:\s]+):.*(must be known|is unknown|exceeds input \(-1)")
-_MAX_CUTS = 16
+# what MXNet says when two shapes really contradict each other (SHAPE_ASSIGN_CHECK, a bias,
+# an elementwise or concat input)
+_CONTRADICTION = re.compile(r"Shape inconsistent|Unexpected shape|Incompatible (attr|input shape)")
+# a shape function that stopped on an unknown dimension, in a way _cut knows how to go past
+_STOPPED = re.compile(r"Error in operator ([^:\s]+):.*(must be known|exceeds input \(-1)")
+_MAX_CUTS = 8
 
 
 def _unknown() -> int:
@@ -173,8 +176,9 @@ class _Checker:
     """Shape inference on a graph, going past nodes whose shape function stops on an
     unknown dimension (see :func:`_cut`); the cuts are kept for later calls."""
 
-    def __init__(self, graph: Graph, sym, given: Mapping[str, tuple]) -> None:
-        self.graph, self._sym, self.given = graph, sym, given
+    def __init__(self, graph: Graph, sym, given: Mapping[str, tuple], strict: bool = False) -> None:
+        # strict: the input shapes are all known, so every failure is a contradiction
+        self.graph, self._sym, self.given, self.strict = graph, sym, given, strict
         self.cut_shapes: dict = {}
 
     @property
@@ -185,17 +189,24 @@ class _Checker:
         return self._sym
 
     def infer(self, shapes: Mapping[str, tuple]) -> dict | None:
-        """Inferred shapes; None when too many cuts were needed (nothing can be told)."""
+        """Inferred shapes; None when nothing can be told (a shape function failed in a
+        way that is no contradiction and cannot be gone past, or too many cuts). Raises
+        MXNetError only for a contradiction."""
         import mxnet as mx
         for _ in range(_MAX_CUTS):
             try:
                 return _infer(self.sym, {**self.cut_shapes, **shapes})
             except mx.base.MXNetError as err:
-                stopped = _STOPPED.search(error_text(err))
+                if self.strict:
+                    raise
+                text = error_text(err)
+                stopped = _STOPPED.search(text)
                 cut = (_cut(self.graph, stopped.group(1), self.given, {**self.cut_shapes, **shapes})
                        if stopped else None)
                 if cut is None:
-                    raise
+                    if _CONTRADICTION.search(text):
+                        raise
+                    return None
                 self.graph, more = cut
                 self.cut_shapes.update(more)
                 self._sym = None
@@ -294,15 +305,20 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
     data = [k for k in inputs if k not in given]
     guesses = _guess_input_shapes(graph, data, given)
     exact = _Checker(graph, sym, given)
+    quick = _Checker(_pools_as_copies(graph), None, given)
+    if guesses:
+        try:
+            quick.infer(guesses)
+        except mx.base.MXNetError:
+            guesses = {}   # some shape function cannot take them: check what the params tell
     if not guesses:
         _check_against(exact, graph, {}, order, given, "", "")
     else:
         try:
-            _check_against(_Checker(_pools_as_copies(graph), None, given), graph, guesses, order,
-                           given, "", "")
-        except (ParamError, mx.base.MXNetError):
-            # the quick graph said no (or could not take the guesses): only an error the
-            # exact graph confirms is one
+            _check_against(quick, graph, guesses, order, given, "", "")
+        except ParamError:
+            # only an error the exact graph confirms is one (a pooling is a copy only while
+            # the spatial size is unknown)
             try:
                 exact.infer(guesses)
             except mx.base.MXNetError:
@@ -311,7 +327,7 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
     known = {k: tuple(int(d) for d in v) for k, v in (data_shapes or {}).items() if k in set(inputs)}
     if not known:
         return
-    checker = _Checker(graph, sym, given)   # afresh: the cuts above were for unknown shapes
+    checker = _Checker(graph, sym, given, strict=True)
     try:
         checker.infer(known)
     except mx.base.MXNetError as err:
@@ -334,12 +350,18 @@ def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[s
         k = checker.first_breaking(base, order, given)
         name = order[k]
         before = {**base, **{n: given[n] for n in order[:k]}}
-        expected = checker.infer(before) or {}
+        # the verdict stands only when the search pinned it on this one param (cuts made
+        # on the way change the graph)
+        try:
+            expected = checker.infer(before) or {}
+        except mx.base.MXNetError:
+            return
         try:
             checker.infer({**before, name: given[name]})
-            why = ""
         except mx.base.MXNetError as err:
             why = f" (MXNet: {error_text(err, 300)})"
+        else:
+            return
         raise _param_error(graph, name, given[name], expected.get(name), context, blame + why) from None
     # MXNet takes some given shapes as they come (aux states; BatchNorm's gamma is
     # overwritten): compare what it inferred around them
