@@ -324,9 +324,13 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
             except mx.base.MXNetError:
                 return
             _check_against(exact, graph, guesses, order, given, "", "")
-    known = {k: tuple(int(d) for d in v) for k, v in (data_shapes or {}).items() if k in set(inputs)}
+    known = {k: tuple(int(d) for d in v) for k, v in (data_shapes or {}).items()}
     if not known:
         return
+    wrong = sorted(set(known) - set(data))
+    if wrong:
+        raise InputShapeError(f"{shapes_from} name {wrong}, which are not model inputs of the "
+                              f"symbol (its inputs without params: {data[:20]})")
     checker = _Checker(graph, sym, given, strict=True)
     try:
         checker.infer(known)

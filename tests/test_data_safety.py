@@ -341,6 +341,10 @@ def test_cli_input_shape_checks_the_classifier(tmp_path, capsys):
             "'fc_weight'", "(4, 288)", "(4, 512)", "--input-shape")
     refused(capsys, tmp_path, ["inspect", prefix, "--input-shape", "data:3xZ"],
             "bad --input-shape 'data:3xZ'")
+    refused(capsys, tmp_path, ["inspect", prefix, "--input-shape", "image:1x3x8x8"],
+            "--input-shape name ['image']", "'data'")
+    refused(capsys, tmp_path, ["inspect", prefix, "--input-shape", "fc_weight:4x288"],
+            "--input-shape name ['fc_weight']")
 
 
 def test_cli_auto_input_of_the_wrong_shape_names_input(ckpt, tmp_path, capsys):
