@@ -4,10 +4,16 @@ MXNet's shape inference checks a weight only once the shape of the data reaching
 known, so without data shapes it checks almost nothing. Where the caller gives none, each
 model input gets what its first readers prove about it (rank and channel count from a
 ``Convolution`` weight, ``(batch, in_units)`` when only flattening ``FullyConnected`` layers
-read it), with every other dimension unknown. Unknown dimensions make some shape functions
-stop (``FullyConnected`` on an unknown spatial size): such a node is cut out and inference
-resumes below it, so the check stays one inference call on a healthy model and a few when
-a contradiction has to be pinned on one param.
+read it), every other dimension unknown, and windowed poolings are read as copies (with an
+unknown spatial size, a pooling keeps batch and channels and nothing else is known). A
+``FullyConnected`` whose input size is unknown reads a new input of the size its weight
+gives, so that the layers after it are checked too.
+
+Only a contradiction MXNet reports as such (``Shape inconsistent``, ``Unexpected shape``,
+``Incompatible attr``) counts, and only once a search has pinned it on one param; a shape
+function that cannot cope with unknown dimensions otherwise ends the check without a
+verdict. With the data shapes known, every failure counts. On a healthy model the check is
+one or two inference calls.
 """
 from __future__ import annotations
 
@@ -169,6 +175,8 @@ def _pools_as_copies(graph: Graph) -> Graph:
         if (node.op == "Pooling" and node.attrs.get("global_pool", "False").lower() in _FALSE
                 and node.attrs.get("layout", "NC").startswith("NC") and node.inputs):
             nodes[i] = Node("_copy", node.name, node.inputs[:1], {}, (), {})
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
+        return graph
     return Graph(tuple(nodes), graph.heads, graph.attrs)
 
 
@@ -300,30 +308,11 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
         from .io import graph_from_symbol
         graph = graph_from_symbol(sym)
     inputs = sym.list_arguments() + sym.list_auxiliary_states()
-    given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in set(inputs)}
+    names = set(inputs)
+    given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in names}
     order = [k for k in inputs if k in given]
     data = [k for k in inputs if k not in given]
-    guesses = _guess_input_shapes(graph, data, given)
-    exact = _Checker(graph, sym, given)
-    quick = _Checker(_pools_as_copies(graph), None, given)
-    if guesses:
-        try:
-            quick.infer(guesses)
-        except mx.base.MXNetError:
-            guesses = {}   # some shape function cannot take them: check what the params tell
-    if not guesses:
-        _check_against(exact, graph, {}, order, given, "", "")
-    else:
-        try:
-            _check_against(quick, graph, guesses, order, given, "", "")
-        except ParamError:
-            # only an error the exact graph confirms is one (a pooling is a copy only while
-            # the spatial size is unknown)
-            try:
-                exact.infer(guesses)
-            except mx.base.MXNetError:
-                return
-            _check_against(exact, graph, guesses, order, given, "", "")
+    _check_params_alone(graph, sym, given, order, data)
     known = {k: tuple(int(d) for d in v) for k, v in (data_shapes or {}).items()}
     if not known:
         return
@@ -342,6 +331,33 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
     _check_against(checker, graph, known, order, given,
                    f" with the input shapes {known} ({shapes_from})",
                    f"; either the param or {shapes_from} is wrong")
+
+
+def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], data: list[str]) -> None:
+    """The params against each other, the model inputs given what their readers prove."""
+    import mxnet as mx
+    guesses = _guess_input_shapes(graph, data, given)
+    exact = _Checker(graph, sym, given)
+    quick_graph = _pools_as_copies(graph)
+    quick = _Checker(quick_graph, sym if quick_graph is graph else None, given)
+    if guesses:
+        try:
+            quick.infer(guesses)
+        except mx.base.MXNetError:
+            guesses = {}   # some shape function cannot take them: check what the params tell
+    if not guesses:
+        _check_against(exact, graph, {}, order, given, "", "")
+        return
+    try:
+        _check_against(quick, graph, guesses, order, given, "", "")
+    except ParamError:
+        # only an error the exact graph confirms is one (a pooling is a copy only while the
+        # spatial size is unknown)
+        try:
+            exact.infer(guesses)
+        except mx.base.MXNetError:
+            return
+        _check_against(exact, graph, guesses, order, given, "", "")
 
 
 def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[str],

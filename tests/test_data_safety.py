@@ -121,6 +121,12 @@ def test_input_symlinked_to_the_output_is_refused(tmp_path, capsys):
             real + "-symbol.json", m + "-symbol.json", os.path.realpath(real + "-symbol.json"))
 
 
+def test_graph_picture_through_a_link_onto_an_input_is_refused(ckpt, tmp_path, capsys):
+    os.symlink(ckpt + "-0000.params", tmp_path / "g.svg")
+    refused(capsys, tmp_path, ["inspect", ckpt, "--graph", tmp_path / "g.svg"],
+            "--graph file", "input params file", ckpt + "-0000.params")
+
+
 def test_output_folder_linked_to_the_input_folder_is_refused(ckpt, tmp_path):
     os.symlink(tmp_path, tmp_path / "alias")
     before = _hashes(tmp_path)
