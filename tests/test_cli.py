@@ -10,19 +10,16 @@ import pytest
 
 from mxnet_amp.cli import main, parse_input_spec, CLIError
 from mxnet_amp.dtypes import dtype_name
-from mxnet_amp.io import load_checkpoint, save_checkpoint, symbol_json
+from mxnet_amp.io import load_checkpoint, symbol_json
 
-from helpers import small_model
+from helpers import saved_small_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture()
 def ckpt(tmp_path):
-    sym, args, auxs = small_model()
-    prefix = str(tmp_path / "small")
-    save_checkpoint(prefix, 3, sym, args, auxs)
-    return prefix
+    return saved_small_model(tmp_path, "small", 3)
 
 
 def nodes_of(prefix):

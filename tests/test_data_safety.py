@@ -23,7 +23,7 @@ from mxnet_amp.errors import (AMPError, CheckpointError, GraphError, InputShapeE
 from mxnet_amp.io import load_checkpoint, save_checkpoint
 from mxnet_amp.params import check_param_shapes
 
-from helpers import small_model
+from helpers import saved_small_model, small_model
 
 # API argument names a command line message must not show (it has flags for them)
 _API_NAMES = ("out_prefix", "out_epoch", "data_names", "excluded_sym_names", "data_shapes",
@@ -46,10 +46,7 @@ def _hashes(folder) -> dict:
 @pytest.fixture()
 def ckpt(tmp_path):
     """small_model saved as ``tmp/m`` epoch 0 (the only files in tmp)."""
-    sym, args, auxs = small_model()
-    prefix = str(tmp_path / "m")
-    save_checkpoint(prefix, 0, sym, args, auxs)
-    return prefix
+    return saved_small_model(tmp_path, "m")
 
 
 def cli(capsys, argv):
