@@ -184,9 +184,12 @@ class _Checker:
     """Shape inference on a graph, going past nodes whose shape function stops on an
     unknown dimension (see :func:`_cut`); the cuts are kept for later calls."""
 
-    def __init__(self, graph: Graph, sym, given: Mapping[str, tuple], strict: bool = False) -> None:
-        # strict: the input shapes are all known, so every failure is a contradiction
-        self.graph, self._sym, self.given, self.strict = graph, sym, given, strict
+    def __init__(self, graph: Graph, sym, given: Mapping[str, tuple], *, strict: bool = False,
+                 quick: bool = False) -> None:
+        # strict: the input shapes are all known, so every failure is a contradiction;
+        # quick: the first pooling that stops makes every windowed pooling a copy (one
+        # rebuilt graph instead of one per pooling)
+        self.graph, self._sym, self.given, self.strict, self.quick = graph, sym, given, strict, quick
         self.cut_shapes: dict = {}
 
     @property
@@ -209,7 +212,7 @@ class _Checker:
                     raise
                 text = error_text(err)
                 stopped = _STOPPED.search(text)
-                cut = (_cut(self.graph, stopped.group(1), self.given, {**self.cut_shapes, **shapes})
+                cut = (self._past(stopped.group(1), {**self.cut_shapes, **shapes})
                        if stopped else None)
                 if cut is None:
                     if _CONTRADICTION.search(text):
@@ -219,6 +222,17 @@ class _Checker:
                 self.cut_shapes.update(more)
                 self._sym = None
         return None
+
+    def _past(self, name: str, shapes: Mapping[str, tuple]):
+        """What :func:`_cut` returns, or the quick way past a pooling."""
+        try:
+            op = self.graph.nodes[self.graph.index_of(name)].op
+        except KeyError:
+            return None
+        if self.quick and op == "Pooling":
+            copied = _pools_as_copies(self.graph)
+            return None if copied is self.graph else (copied, {})
+        return _cut(self.graph, name, self.given, shapes)
 
     def consistent(self, shapes: Mapping[str, tuple]) -> bool:
         import mxnet as mx
@@ -312,9 +326,9 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
     given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in names}
     order = [k for k in inputs if k in given]
     data = [k for k in inputs if k not in given]
-    _check_params_alone(graph, sym, given, order, data)
     known = {k: tuple(int(d) for d in v) for k, v in (data_shapes or {}).items()}
     if not known:
+        _check_params_alone(graph, sym, given, order, data)
         return
     wrong = sorted(set(known) - set(data))
     if wrong:
@@ -328,9 +342,14 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
         k = checker.first_breaking({}, names, known)
         raise InputShapeError(f"input {names[k]!r} of shape {known[names[k]]} ({shapes_from}) "
                               f"does not fit the symbol: {error_text(err)}") from None
-    _check_against(checker, graph, known, order, given,
-                   f" with the input shapes {known} ({shapes_from})",
-                   f"; either the param or {shapes_from} is wrong")
+    try:
+        _check_against(checker, graph, known, order, given,
+                       f" with the input shapes {known} ({shapes_from})",
+                       f"; either the param or {shapes_from} is wrong")
+    except ParamError:
+        # the params may contradict each other whatever the input: say so if they do
+        _check_params_alone(graph, sym, given, order, data)
+        raise
 
 
 def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], data: list[str]) -> None:
@@ -338,13 +357,7 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
     import mxnet as mx
     guesses = _guess_input_shapes(graph, data, given)
     exact = _Checker(graph, sym, given)
-    quick_graph = _pools_as_copies(graph)
-    quick = _Checker(quick_graph, sym if quick_graph is graph else None, given)
-    if guesses:
-        try:
-            quick.infer(guesses)
-        except mx.base.MXNetError:
-            guesses = {}   # some shape function cannot take them: check what the params tell
+    quick = _Checker(graph, sym, given, quick=True)
     if not guesses:
         _check_against(exact, graph, {}, order, given, "", "")
         return
