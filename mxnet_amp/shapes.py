@@ -31,6 +31,10 @@ _SHAPE_KEEPING = frozenset({
     "BatchNorm", "Activation", "relu", "sigmoid", "tanh", "LeakyReLU", "Dropout", "_copy",
     "identity", "_mul_scalar", "_div_scalar", "_plus_scalar", "_minus_scalar",
     "_rminus_scalar", "_rdiv_scalar", "Cast", "amp_cast", "clip", "InstanceNorm"})
+# elementwise ops over same-shaped inputs: the output has the first input's shape too
+_SAME_SHAPE_INPUTS = frozenset({
+    "elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div", "_plus", "_minus", "_mul",
+    "_div", "_Plus", "_Minus", "_Mul", "_Div", "add_n", "ElementWiseSum"})
 _FALSE = ("false", "0")
 # what MXNet says when two shapes really contradict each other (SHAPE_ASSIGN_CHECK, a bias,
 # an elementwise or concat input)
@@ -172,12 +176,40 @@ def _pools_as_copies(graph: Graph) -> Graph:
     function instead stops on the unknown size (each stop costs a rebuilt graph)."""
     nodes = list(graph.nodes)
     for i, node in enumerate(nodes):
-        if (node.op == "Pooling" and node.attrs.get("global_pool", "False").lower() in _FALSE
-                and node.attrs.get("layout", "NC").startswith("NC") and node.inputs):
+        if _windowed_pool(node):
             nodes[i] = Node("_copy", node.name, node.inputs[:1], {}, (), {})
     if all(a is b for a, b in zip(nodes, graph.nodes)):
         return graph
     return Graph(tuple(nodes), graph.heads, graph.attrs)
+
+
+def _windowed_pool(node: Node) -> bool:
+    return (node.op == "Pooling" and node.attrs.get("global_pool", "False").lower() in _FALSE
+            and node.attrs.get("layout", "NC").startswith("NC") and bool(node.inputs))
+
+
+def _quick_graph(graph: Graph, given: Mapping[str, tuple]) -> tuple[Graph, dict]:
+    """``(graph, input shapes)`` for inference while the spatial size is unknown, built at
+    once: windowed poolings as copies, and each flattening ``FullyConnected`` that reads a
+    convolution or pooling map through shape-keeping ops cut as :func:`_cut` does (with
+    the spatial size unknown its ``in_units`` cannot be checked anyway)."""
+    spatial = []
+    for node in graph.nodes:
+        if node.op != "FullyConnected" or not node.inputs:
+            continue
+        src = graph.nodes[node.inputs[0].node]
+        while (src.op in _SHAPE_KEEPING or src.op in _SAME_SHAPE_INPUTS
+               or src.op in ("Flatten", "flatten")) and src.inputs:
+            src = graph.nodes[src.inputs[0].node]
+        if src.op in ("Convolution", "Deconvolution") or _windowed_pool(src):
+            spatial.append(node.name)
+    quick, shapes = _pools_as_copies(graph), {}
+    for name in spatial:
+        cut = _cut(quick, name, given, {})
+        if cut is not None:
+            quick, more = cut
+            shapes.update(more)
+    return quick, shapes
 
 
 class _Checker:
@@ -185,12 +217,11 @@ class _Checker:
     unknown dimension (see :func:`_cut`); the cuts are kept for later calls."""
 
     def __init__(self, graph: Graph, sym, given: Mapping[str, tuple], *, strict: bool = False,
-                 quick: bool = False) -> None:
+                 cut_shapes: Mapping[str, tuple] | None = None) -> None:
         # strict: the input shapes are all known, so every failure is a contradiction;
-        # quick: the first pooling that stops makes every windowed pooling a copy (one
-        # rebuilt graph instead of one per pooling)
-        self.graph, self._sym, self.given, self.strict, self.quick = graph, sym, given, strict, quick
-        self.cut_shapes: dict = {}
+        # sym: graph's symbol, None to build it when first needed
+        self.graph, self._sym, self.given, self.strict = graph, sym, given, strict
+        self.cut_shapes: dict = dict(cut_shapes or {})
 
     @property
     def sym(self):
@@ -212,7 +243,7 @@ class _Checker:
                     raise
                 text = error_text(err)
                 stopped = _STOPPED.search(text)
-                cut = (self._past(stopped.group(1), {**self.cut_shapes, **shapes})
+                cut = (_cut(self.graph, stopped.group(1), self.given, {**self.cut_shapes, **shapes})
                        if stopped else None)
                 if cut is None:
                     if _CONTRADICTION.search(text):
@@ -222,17 +253,6 @@ class _Checker:
                 self.cut_shapes.update(more)
                 self._sym = None
         return None
-
-    def _past(self, name: str, shapes: Mapping[str, tuple]):
-        """What :func:`_cut` returns, or the quick way past a pooling."""
-        try:
-            op = self.graph.nodes[self.graph.index_of(name)].op
-        except KeyError:
-            return None
-        if self.quick and op == "Pooling":
-            copied = _pools_as_copies(self.graph)
-            return None if copied is self.graph else (copied, {})
-        return _cut(self.graph, name, self.given, shapes)
 
     def consistent(self, shapes: Mapping[str, tuple]) -> bool:
         import mxnet as mx
@@ -357,10 +377,11 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
     import mxnet as mx
     guesses = _guess_input_shapes(graph, data, given)
     exact = _Checker(graph, sym, given)
-    quick = _Checker(graph, sym, given, quick=True)
     if not guesses:
         _check_against(exact, graph, {}, order, given, "", "")
         return
+    quick_graph, cut_shapes = _quick_graph(graph, given)
+    quick = _Checker(quick_graph, sym if quick_graph is graph else None, given, cut_shapes=cut_shapes)
     try:
         _check_against(quick, graph, guesses, order, given, "", "")
     except ParamError:
