@@ -201,8 +201,8 @@ def _files(args) -> tuple[list, list]:
 
 
 def _check_outputs(args) -> None:
-    """Fail before any work when an output cannot be written or would overwrite an input
-    (nothing half done, nothing lost)."""
+    """Fail before any work on a number out of range, or an output that cannot be written
+    or would overwrite an input (nothing half done, nothing lost)."""
     from .draw import check_graph_path
     from .paths import check_outputs
     _check_values(args)
