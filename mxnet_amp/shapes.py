@@ -22,6 +22,7 @@ import warnings
 from typing import Mapping
 
 from .errors import InputShapeError, ParamError, error_text
+from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
 
 __all__ = ["check_param_shapes"]
@@ -42,6 +43,9 @@ _CONTRADICTION = re.compile(r"Shape inconsistent|Unexpected shape|Incompatible (
 # a shape function that stopped on an unknown dimension, in a way _cut knows how to go past
 _STOPPED = re.compile(r"Error in operator ([^:\s]+):.*(must be known|exceeds input \(-1)")
 _MAX_CUTS = 8
+# the spatial size tried first where the params leave it unknown (any size that a model's
+# strides and kernels take would do; an ImageNet one is the likeliest)
+_TYPICAL_SIZE = 224
 
 
 def _unknown() -> int:
@@ -108,7 +112,8 @@ def _infer(sym, shapes: Mapping[str, tuple]) -> dict:
     """``{input name: shape}`` by MXNet's partial inference (unknown dims as reported);
     raises MXNetError on a contradiction."""
     names = sym.list_arguments() + sym.list_auxiliary_states()
-    known = {k: v for k, v in shapes.items() if k in names}
+    wanted = set(names)
+    known = {k: v for k, v in shapes.items() if k in wanted}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # partial inference warns about unknown shapes
         args, _, auxs = sym.infer_shape_partial(**known)
@@ -159,13 +164,25 @@ def _cut(graph: Graph, name: str, given: Mapping[str, tuple], shapes: Mapping[st
         shape = _pooled_shape(graph, node, shapes) if node.op == "Pooling" else None
         return (Graph(tuple(nodes), graph.heads + node.inputs, graph.attrs),
                 {cut_name: shape} if shape else {})
-    # insert the new input just before the node: entries at or after i move down by one
-    move = lambda e: e._replace(node=e.node + 1) if e.node >= i else e  # noqa: E731
-    nodes = [n._replace(inputs=tuple(map(move, n.inputs))) for n in graph.nodes]
-    nodes[i] = nodes[i]._replace(inputs=(Entry(i, 0, 0),) + nodes[i].inputs[1:])
-    nodes.insert(i, Node("null", cut_name, (), {}, (), {}))
-    heads = tuple(map(move, graph.heads)) + (move(node.inputs[0]),)
-    return Graph(tuple(nodes), heads, graph.attrs), {cut_name: guess[0]}
+    return _fresh_inputs(graph, {i: cut_name}), {cut_name: guess[0]}
+
+
+def _fresh_inputs(graph: Graph, readers: Mapping[int, str]) -> Graph:
+    """``graph`` where node ``i`` of ``readers`` reads its first input from a new variable
+    ``readers[i]`` (inserted just before it); what it read before becomes an output."""
+    new_index: list[int] = []
+    nodes: list[Node] = []
+    heads = []
+    for i, node in enumerate(graph.nodes):
+        inputs = tuple(e._replace(node=new_index[e.node]) for e in node.inputs)
+        if i in readers:
+            heads.append(inputs[0])
+            nodes.append(Node("null", readers[i], (), {}, (), {}))
+            inputs = (Entry(len(nodes) - 1, 0, 0),) + inputs[1:]
+        new_index.append(len(nodes))
+        nodes.append(node._replace(inputs=inputs))
+    heads = [e._replace(node=new_index[e.node]) for e in graph.heads] + heads
+    return Graph(tuple(nodes), tuple(heads), graph.attrs)
 
 
 def _pools_as_copies(graph: Graph) -> Graph:
@@ -188,28 +205,25 @@ def _windowed_pool(node: Node) -> bool:
             and node.attrs.get("layout", "NC").startswith("NC") and bool(node.inputs))
 
 
-def _quick_graph(graph: Graph, given: Mapping[str, tuple]) -> tuple[Graph, dict]:
-    """``(graph, input shapes)`` for inference while the spatial size is unknown, built at
-    once: windowed poolings as copies, and each flattening ``FullyConnected`` that reads a
-    convolution or pooling map through shape-keeping ops cut as :func:`_cut` does (with
-    the spatial size unknown its ``in_units`` cannot be checked anyway)."""
-    spatial = []
-    for node in graph.nodes:
-        if node.op != "FullyConnected" or not node.inputs:
+def _quick_graph(graph: Graph, given: Mapping[str, tuple], pools: bool = True) -> tuple[Graph, dict]:
+    """``(graph, input shapes)`` for inference while the spatial size is not the real one,
+    built at once: windowed poolings as copies (``pools``), and each flattening
+    ``FullyConnected`` that reads a convolution or pooling map through shape-keeping ops
+    cut as :func:`_cut` does (its ``in_units`` depend on the real spatial size)."""
+    readers, shapes = {}, {}
+    for i, node in enumerate(graph.nodes):
+        guess = _reader_guess(node, given, graph) if node.op == "FullyConnected" else None
+        if guess is None:
             continue
         src = graph.nodes[node.inputs[0].node]
         while (src.op in _SHAPE_KEEPING or src.op in _SAME_SHAPE_INPUTS
                or src.op in ("Flatten", "flatten")) and src.inputs:
             src = graph.nodes[src.inputs[0].node]
         if src.op in ("Convolution", "Deconvolution") or _windowed_pool(src):
-            spatial.append(node.name)
-    quick, shapes = _pools_as_copies(graph), {}
-    for name in spatial:
-        cut = _cut(quick, name, given, {})
-        if cut is not None:
-            quick, more = cut
-            shapes.update(more)
-    return quick, shapes
+            readers[i] = node.name + "__shape_check_cut"
+            shapes[readers[i]] = guess[0]
+    quick = _pools_as_copies(graph) if pools else graph
+    return (_fresh_inputs(quick, readers) if readers else quick), shapes
 
 
 class _Checker:
@@ -337,6 +351,11 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
     InputShapeError
         ``data_shapes`` contradict the symbol whatever the params.
     """
+    with gc_paused():
+        _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from)
+
+
+def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from) -> None:
     import mxnet as mx
     if graph is None:
         from .io import graph_from_symbol
@@ -373,13 +392,30 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
 
 
 def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], data: list[str]) -> None:
-    """The params against each other, the model inputs given what their readers prove."""
+    """The params against each other, the model inputs given what their readers prove.
+
+    First with a typical spatial size in place of the unknown one: one inference on the
+    symbol as it is (poolings work), which finds nothing wrong in a healthy model. Any
+    doubt (a contradiction, or a shape function that cannot take that size) is settled
+    with the spatial size unknown, where only the channels and ranks the params prove
+    are compared, and a contradiction must hold on the exact graph too.
+    """
     import mxnet as mx
     guesses = _guess_input_shapes(graph, data, given)
     exact = _Checker(graph, sym, given)
     if not guesses:
         _check_against(exact, graph, {}, order, given, "", "")
         return
+    sized = {k: tuple(_TYPICAL_SIZE if d == _unknown() and i > 1 else d for i, d in enumerate(v))
+             for k, v in guesses.items()}
+    fast_graph, cut_shapes = _quick_graph(graph, given, pools=False)
+    fast = _Checker(fast_graph, sym if fast_graph is graph else None, given, strict=True,
+                    cut_shapes=cut_shapes)
+    try:
+        if _check_against(fast, graph, sized, order, given, "", ""):
+            return
+    except ParamError:
+        pass
     quick_graph, cut_shapes = _quick_graph(graph, given)
     quick = _Checker(quick_graph, sym if quick_graph is graph else None, given, cut_shapes=cut_shapes)
     try:
@@ -395,12 +431,16 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
 
 
 def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[str],
-                   given: Mapping, context: str, blame: str) -> None:
-    """The params ``given`` (in ``order``) against ``base`` input shapes; ParamError."""
+                   given: Mapping, context: str, blame: str) -> bool:
+    """The params ``given`` (in ``order``) against ``base`` input shapes; ParamError.
+    True when the inference went through (nothing found wrong); False when it could not
+    tell or pin a contradiction on one param."""
     import mxnet as mx
     try:
         inferred = checker.infer({**base, **given})
     except mx.base.MXNetError:
+        if checker.strict and not checker.consistent(base):
+            return False   # the input shapes alone fail: no param is to blame
         k = checker.first_breaking(base, order, given)
         name = order[k]
         before = {**base, **{n: given[n] for n in order[:k]}}
@@ -409,13 +449,13 @@ def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[s
         try:
             expected = checker.infer(before) or {}
         except mx.base.MXNetError:
-            return
+            return False
         try:
             checker.infer({**before, name: given[name]})
         except mx.base.MXNetError as err:
             why = f" (MXNet: {error_text(err, 300)})"
         else:
-            return
+            return False
         raise _param_error(graph, name, given[name], expected.get(name), context, blame + why) from None
     # MXNet takes some given shapes as they come (aux states; BatchNorm's gamma is
     # overwritten): compare what it inferred around them
@@ -423,3 +463,5 @@ def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[s
         want = (inferred or {}).get(name)
         if not _fits(want, given[name]):
             raise _param_error(graph, name, given[name], want, context, blame)
+    return inferred is not None
+
