@@ -7,7 +7,6 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
-import os
 from typing import Mapping, Sequence
 
 from .convert import Conversion, convert_graph
