@@ -12,7 +12,8 @@ from typing import Mapping, Sequence
 from .convert import Conversion, convert_graph
 from .errors import ParamError
 from .io import graph_from_symbol, load_checkpoint, save_checkpoint
-from .params import array_dtype, cast_array, check_param_shapes, check_params, default_data_names
+from .params import (array_dtype, cast_array, check_data_names, check_param_shapes, check_params,
+                     default_data_names)
 from .paths import check_outputs, checkpoint_files
 
 __all__ = ["convert_checkpoint"]
@@ -72,9 +73,11 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
     graph = graph_from_symbol(sym)
+    if isinstance(data_names, str):
+        data_names = [data_names]
+    if data_names is not None:   # the caller's mistake, not the files': said without them
+        check_data_names(arg_names, arg_params, data_names)
     try:
-        if isinstance(data_names, str):
-            data_names = [data_names]
         if data_names is None:
             data_names = default_data_names(arg_names, arg_params, where=params_file)
         check_params(arg_names, aux_names, arg_params, aux_params, data_names)

@@ -8,7 +8,7 @@ from .errors import ParamError
 from .shapes import check_param_shapes
 
 __all__ = ["array_dtype", "cast_array", "recast_params", "check_params", "default_data_names",
-           "check_param_shapes", "param_dict"]
+           "check_param_shapes", "check_data_names", "param_dict"]
 
 
 # NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
@@ -72,10 +72,7 @@ def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
     read is an error too (it usually means the wrong params file), and so is a model input
     in ``data_names`` that the symbol does not have, or a float param that is neither
     float32 nor already low precision (float64: cast the model to float32 first)."""
-    unknown = [n for n in data_names if n not in arg_names]
-    if unknown:
-        raise ParamError(f"data_names {unknown} are not inputs of the symbol (its inputs: "
-                         f"{[n for n in arg_names if n not in arg_params][:20]})")
+    check_data_names(arg_names, arg_params, data_names)
     data_names = set(data_names)
     missing_arg = [n for n in arg_names if n not in data_names and n not in arg_params]
     missing_aux = [n for n in aux_names if n not in aux_params]
@@ -95,6 +92,14 @@ def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
         raise ParamError(f"params {names} are not float32: mixed precision conversion starts "
                          "from a float32 model; cast them first "
                          "(e.g. {k: v.astype('float32') for k, v in params.items()})")
+
+
+def check_data_names(arg_names, arg_params: Mapping, data_names) -> None:
+    """:class:`ParamError` naming the ``data_names`` that are not arguments of the symbol."""
+    unknown = [n for n in data_names if n not in arg_names]
+    if unknown:
+        raise ParamError(f"data_names {unknown} are not inputs of the symbol (its inputs: "
+                         f"{[n for n in arg_names if n not in arg_params][:20]})")
 
 
 # float dtypes a model to convert cannot hold: wider than float32

@@ -455,6 +455,14 @@ def test_bad_numbers_and_names_are_named_by_their_flag(ckpt, tmp_path, capsys, a
     refused(capsys, tmp_path, [a.format(m=ckpt) for a in argv], *fragments)
 
 
+def test_unknown_data_name_is_not_blamed_on_the_files(ckpt, tmp_path, capsys):
+    line = refused(capsys, tmp_path, ["convert", ckpt, "--target-dtype", "float16",
+                                      "--data-names", "nope"], "--data-names ['nope']")
+    assert "does not match" not in line and "-0000.params" not in line
+    with pytest.raises(ParamError, match=r"^data_names \['nope'\]"):
+        convert_checkpoint(ckpt, 0, write=False, data_names="nope")
+
+
 def test_negative_epoch_in_the_api():
     with pytest.raises(CheckpointError, match="epoch must be a non-negative integer"):
         load_checkpoint("m", -1)
