@@ -84,7 +84,9 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
                            shapes_from=shapes_from)
     except ParamError as err:
-        raise _in_files(err, f"{params_file} does not match {sym_file}: ") from None
+        where = (f"{params_file}: " if getattr(err, "input_shapes", False)
+                 else f"{params_file} does not match {sym_file}: ")
+        raise _in_files(err, where) from None
     conversion: Conversion = convert_graph(
         graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
         fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,

@@ -318,6 +318,7 @@ def _param_error(graph, name, have, want, context: str, blame: str = "") -> Para
     err = ParamError(f"param {name!r} has shape {tuple(have)} but the symbol expects "
                      f"{_show(want)} there{context} (read by {_readers(graph, name)}){blame}")
     err.param, err.found, err.expected = name, tuple(have), want
+    err.input_shapes = bool(context)   # the given input shapes may be what is wrong
     return err
 
 
