@@ -37,6 +37,7 @@ STAGES = {
     "infer_types": "MXNet partial type inference (registry.infer_types, all calls)",
     "array_dtype": "reading param dtypes (params.array_dtype, all calls)",
     "recast_params": "param casts (params.recast_params)",
+    "check_param_shapes": "params' shapes checked against the symbol (shapes.check_param_shapes)",
 }
 
 

@@ -51,7 +51,8 @@ def gpu_problem() -> str | None:
     try:
         count = mx.context.num_gpus()
     except mx.base.MXNetError as err:
-        return f"MXNet cannot query the GPUs: {str(err).splitlines()[0]}"
+        from mxnet_amp.errors import error_text
+        return f"MXNet cannot query the GPUs: {error_text(err)}"
     if count == 0:
         return "MXNet is a CUDA build but sees no GPU (no device, or no driver)"
     return None

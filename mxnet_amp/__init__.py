@@ -14,8 +14,8 @@ from .checkpoint import convert_checkpoint
 from .convert import convert_model, convert_symbol
 from .emulation import emulate, emulate_model
 from .errors import (AlreadyConvertedError, AMPError, CheckpointError, DeferredInitError,
-                     GraphError, ListError, ParamError, TargetDtypeError, TypeInferenceError,
-                     UnknownOpError)
+                     GraphError, InputShapeError, ListError, OutputPathError, OverwriteError,
+                     ParamError, TargetDtypeError, TypeInferenceError, UnknownOpError)
 from .gluon import convert_block, convert_hybrid_block, emulate_block, export_block
 from .io import load_checkpoint, save_checkpoint
 from .policy import load_policy
@@ -30,6 +30,7 @@ __all__ = [
     "list_conditional_fp32_ops",
     "AMPError", "AlreadyConvertedError", "CheckpointError", "DeferredInitError", "GraphError",
     "ListError", "ParamError", "TargetDtypeError", "TypeInferenceError", "UnknownOpError",
+    "InputShapeError", "OutputPathError", "OverwriteError",
 ]
 __version__ = "0.1.0"
 

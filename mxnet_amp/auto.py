@@ -40,6 +40,7 @@ from .dtypes import LOW_PRECISION
 from .errors import GraphError, ParamError
 from .graph import AMP_CAST_OPS, Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
+from .params import check_param_shapes, param_dict
 from .optypes import OpTypes
 from .passes.infer_dtypes import infer_dtypes
 from .policy import Category, check_target_dtype
@@ -158,6 +159,9 @@ class AutoReport:
         One entry per execution, in order.
     notes : tuple of str
         Anything the caller should know (emulation used, search budget ran out...).
+    reference_finite : bool
+        False when the float32 reference outputs hold inf or nan on the sample inputs: the
+        check then compared only the finite part, or nothing.
     """
 
     target_dtype: str
@@ -174,6 +178,7 @@ class AutoReport:
     low_precision_nodes: int
     steps: tuple[SearchStep, ...] = ()
     notes: tuple[str, ...] = ()
+    reference_finite: bool = True
 
     @property
     def excluded_sym_names(self) -> list[str]:
@@ -654,6 +659,8 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
     d_rtol, d_atol = default_tolerances(target_dtype)
     rtol = d_rtol if rtol is None else float(rtol)
     atol = d_atol if atol is None else float(atol)
+    if not (rtol >= 0 and atol >= 0 and math.isfinite(rtol) and math.isfinite(atol)):
+        raise ValueError(f"rtol and atol must be finite and >= 0, got rtol={rtol}, atol={atol}")
     if max_executions is not None and max_executions < 2:
         raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
     if not 0 < underflow_fraction <= 1:
@@ -666,6 +673,10 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
         data_names = [data_names]
     data_names = list(data_names)
     inputs = _sample_inputs(sample_inputs, data_names, ctx)
+    arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
+    # the sample inputs' shapes reach every weight: a wrong one is named before any run
+    check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
+                       shapes_from="sample_inputs")
     limits = DTYPE_LIMITS[target_dtype]
     original = graph_from_symbol(sym)
     user_excluded = frozenset(excluded_sym_names or ())
@@ -702,7 +713,8 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
                 if value is not None and np.dtype(value.dtype).kind == "f":
                     stats[(i, 0)] = tensor_range(value.asnumpy(), limits)
         del by_key, outs
-        if not all(np.isfinite(r).all() for r in runs.reference):
+        reference_finite = all(np.isfinite(r).all() for r in runs.reference)
+        if not reference_finite:
             notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
 
         # 2. nodes holding out of range tensors in low precision: float32 (no execution)
@@ -731,7 +743,7 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
         tolerance_ratio=ratio, max_abs_error=max_abs, rtol=rtol, atol=atol,
         op_nodes=sum(1 for n in original.nodes if not n.is_variable),
         low_precision_nodes=len(_low_nodes(conversion)), steps=tuple(runs.steps),
-        notes=tuple(notes))
+        notes=tuple(notes), reference_finite=reference_finite)
     return new_sym, new_args, new_auxs, report
 
 

@@ -7,13 +7,14 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
-import os
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .convert import Conversion, convert_graph
-from .errors import CheckpointError, ParamError
+from .errors import ParamError
 from .io import graph_from_symbol, load_checkpoint, save_checkpoint
-from .params import array_dtype, array_nbytes, cast_array, check_params, default_data_names
+from .params import (array_dtype, array_nbytes, cast_array, check_data_names, check_param_shapes,
+                     check_params, default_data_names)
+from .paths import check_outputs, checkpoint_files
 from .progress import byte_bar
 
 __all__ = ["convert_checkpoint"]
@@ -28,7 +29,9 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        excluded_sym_names: Sequence[str] | None = None,
                        data_names: Sequence[str] | None = None,
                        cast_optional_params: bool = False,
-                       write: bool = True, progress: bool | None = False):
+                       data_shapes: Mapping[str, Sequence[int]] | None = None,
+                       write: bool = True, shapes_from: str = "data_shapes",
+                       progress: bool | None = False):
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
     Parameters
@@ -37,9 +40,15 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
         The fp32 checkpoint.
     out_prefix, out_epoch : str, int, optional
         Where to write (default ``prefix + '-amp'``, same epoch). Both files are written
-        atomically; the input files are never touched.
+        atomically; the input files are never touched: an output that is one of them
+        (same real path, symlinks followed) is refused before anything is read.
+    data_shapes : dict of str to tuple of int, optional
+        Shapes of the model inputs, for the check of the params' shapes (see
+        :func:`mxnet_amp.convert_model`).
     write : bool
         False converts and returns without writing (what ``mxnet-amp inspect`` does).
+    shapes_from : str
+        What shape errors call ``data_shapes``.
     progress : bool or None, default False
         Show byte progress bars (reading, converting, writing) on stderr; None shows them
         only when stderr is a terminal (what ``mxnet-amp`` does).
@@ -50,28 +59,46 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     (Conversion, dict, dict, dict)
         The conversion record, the new arg and aux params, and
         ``{'param_bytes_before': int, 'param_bytes_after': int}``.
+
+    Raises
+    ------
+    OverwriteError
+        An output file is one of the input files; nothing is written.
+    OutputPathError
+        The output folder is missing or not writable; nothing is written.
+    CheckpointError, GraphError, ParamError
+        As :func:`mxnet_amp.load_checkpoint` and :func:`mxnet_amp.convert_model`.
     """
     out_prefix = out_prefix or prefix + "-amp"
     out_epoch = epoch if out_epoch is None else out_epoch
-    if write and os.path.abspath(out_prefix) == os.path.abspath(prefix) and out_epoch == epoch:
-        raise CheckpointError(f"refusing to overwrite the input checkpoint {prefix!r}; "
-                              "choose another out_prefix")
+    sym_file, params_file = checkpoint_files(prefix, epoch)
+    if write:
+        check_outputs(checkpoint_inputs(prefix, epoch),
+                      checkpoint_outputs(out_prefix, out_epoch, what="out_epoch"))
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch, progress=progress)
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    params_file = f"{prefix}-{epoch:04d}.params"
+    graph = graph_from_symbol(sym)
+    if isinstance(data_names, str):
+        data_names = [data_names]
+    if data_names is not None:   # the caller's mistake, not the files': said without them
+        check_data_names(arg_names, arg_params, data_names)
     try:
         if data_names is None:
             data_names = default_data_names(arg_names, arg_params, where=params_file)
         check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+        check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
+                           shapes_from=shapes_from)
     except ParamError as err:
-        raise ParamError(f"{params_file} does not match {prefix}-symbol.json: {err}") from None
+        where = (f"{params_file}: " if getattr(err, "input_shapes", False)
+                 else f"{params_file} does not match {sym_file}: ")
+        raise _in_files(err, where) from None
     conversion: Conversion = convert_graph(
-        graph_from_symbol(sym), target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
+        graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
         fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
         conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
         data_names=data_names, cast_optional_params=cast_optional_params,
         param_dtypes={k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()})
-    del sym
+    del sym, graph
     sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
     total = sum(array_nbytes(v) for params in (arg_params, aux_params) for v in params.values())
     with byte_bar("converting params", total, progress) as bar:
@@ -89,3 +116,23 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
         save_checkpoint(out_prefix, out_epoch, conversion.symbol,
                         arg_params, aux_params, progress=progress)
     return conversion, arg_params, aux_params, sizes
+
+
+def checkpoint_inputs(prefix: str, epoch: int) -> list[tuple[str, str]]:
+    """The files of an input checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`."""
+    sym_file, params_file = checkpoint_files(prefix, epoch)
+    return [("input symbol file", sym_file), ("input params file", params_file)]
+
+
+def checkpoint_outputs(prefix: str, epoch: int, what: str = "epoch") -> list[tuple[str, str]]:
+    """The files of an output checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`."""
+    sym_file, params_file = checkpoint_files(prefix, epoch, what)
+    return [("output symbol file", sym_file), ("output params file", params_file)]
+
+
+def _in_files(err: ParamError, where: str) -> ParamError:
+    """``err`` with ``where`` in front of its message, its attributes kept."""
+    new = ParamError(where + str(err))
+    new.__dict__.update(err.__dict__)
+    return new
+

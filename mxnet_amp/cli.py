@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import time
 import warnings
 from typing import Sequence
 
-from .errors import AMPError
+from .errors import AMPError, error_text
 
 __all__ = ["main", "build_parser", "CLIError", "parse_input_spec"]
 
@@ -78,6 +79,13 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the report table")
 
 
+def _input_shape_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:SHAPE",
+                   dest="input_shapes",
+                   help="a model input's shape, e.g. data:1x3x224x224, so that every weight's "
+                   "shape is checked against it (repeat for several inputs)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``mxnet-amp`` (one subparser per command)."""
     parser = argparse.ArgumentParser(
@@ -95,12 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output checkpoint prefix (default PREFIX-amp)")
     p.add_argument("--out-epoch", type=int, default=None, metavar="N",
                    help="output epoch (default: the input epoch)")
+    _input_shape_option(p)
     p.set_defaults(run=_cmd_convert)
 
     p = sub.add_parser("inspect", help="print what a conversion would do; writes no checkpoint",
                        description="Convert in memory and print the report; no checkpoint is "
                        "written (--report/--graph/--html still write those files).")
     _conversion_options(p, dtype_required=False)
+    _input_shape_option(p)
     p.set_defaults(run=_cmd_inspect)
 
     p = sub.add_parser("auto", help="automatic mode: choose float32 nodes from sample inputs",
@@ -166,25 +176,77 @@ def _progress(total: int, desc: str):
 
 
 def _check_prefix(prefix: str, epoch: int) -> None:
-    for path in (f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"):
+    from .paths import checkpoint_files
+    for path in checkpoint_files(prefix, epoch):
         if not os.path.isfile(path):
             raise CLIError(f"checkpoint file not found: {path}")
 
 
+def _check_values(args) -> None:
+    """Numbers out of range, named by their flag (argparse only checks their type)."""
+    import math
+    for flag, value, least in (("--epoch", getattr(args, "epoch", None), 0),
+                               ("--out-epoch", getattr(args, "out_epoch", None), 0),
+                               ("--max-executions", getattr(args, "max_executions", None), 2)):
+        if value is not None and value < least:
+            raise CLIError(f"{flag} must be at least {least}, got {value}")
+    for flag in ("rtol", "atol"):
+        value = getattr(args, flag, None)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise CLIError(f"--{flag} must be a finite number >= 0, got {value}")
+
+
+def _out_prefix(args) -> str | None:
+    """The output checkpoint prefix of a command that writes one (None for the others)."""
+    if args.command not in ("convert", "auto"):
+        return None
+    return args.out or args.prefix + "-amp"
+
+
+def _files(args) -> tuple[list, list]:
+    """``(inputs, outputs)``: every file the command reads and writes, labelled."""
+    from .checkpoint import checkpoint_inputs, checkpoint_outputs
+    inputs = checkpoint_inputs(args.prefix, args.epoch) if hasattr(args, "prefix") else []
+    for spec in getattr(args, "inputs", None) or ():
+        value = spec.partition(":")[2]
+        if value.endswith(".npy"):
+            inputs.append(("--input file", value))
+    inputs.append(("--inputs-npz file", getattr(args, "inputs_npz", None)))
+    outputs = []
+    out = _out_prefix(args)
+    if out is not None:
+        epoch = args.epoch if getattr(args, "out_epoch", None) is None else args.out_epoch
+        outputs = [(f"{what} (--out)", path) for what, path in checkpoint_outputs(out, epoch)]
+    outputs += [("--report file", getattr(args, "report", None)),
+                ("--graph file", getattr(args, "graph", None)),
+                ("--html file", getattr(args, "html", None))]
+    return inputs, outputs
+
+
 def _check_outputs(args) -> None:
-    """Fail before any work when an output cannot be written (nothing half done)."""
+    """Fail before any work on a number out of range, or an output that cannot be written
+    or would overwrite an input (nothing half done, nothing lost)."""
     from .draw import check_graph_path
-    paths = [getattr(args, "report", None), getattr(args, "graph", None), getattr(args, "html", None)]
-    out = getattr(args, "out", None)
-    if out:
-        paths.append(out + "-symbol.json")
-    for path in paths:
-        if path:
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise CLIError(f"cannot write {path}: folder {folder} does not exist")
+    from .paths import check_outputs
+    _check_values(args)
+    check_outputs(*_files(args))
     if getattr(args, "graph", None):
         check_graph_path(args.graph)
+
+
+# API argument names in error messages -> the flags that set them
+_FLAG_OF = {"out_prefix": "--out", "out_epoch": "--out-epoch", "data_names": "--data-names",
+            "excluded_sym_names": "--exclude", "target_dtype_ops": "--target-ops",
+            "fp32_ops": "--fp32-ops", "widest_dtype_ops": "--widest-ops",
+            "max_executions": "--max-executions", "target_dtype": "--target-dtype",
+            "cast_optional_params": "--cast-optional-params", "sample_inputs": "--input",
+            "data_shapes": "--input-shape"}
+_API_NAME = re.compile(r"\b(" + "|".join(_FLAG_OF) + r")\b")
+
+
+def _in_cli_terms(message: str) -> str:
+    """An API error message with the argument names the command line spells as flags."""
+    return _API_NAME.sub(lambda m: _FLAG_OF[m.group(1)], message)
 
 
 def _write_outputs(args, conversion, report) -> list[str]:
@@ -238,9 +300,10 @@ def _convert_prefix(args, write: bool):
     from .checkpoint import convert_checkpoint
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
+    shapes = dict(_shape_spec(spec, "--input-shape") for spec in args.input_shapes)
     conversion, new_args, new_aux, _ = convert_checkpoint(
         args.prefix, args.epoch, getattr(args, "out", None), getattr(args, "out_epoch", None),
-        write=write, progress=None, **_convert_args(args))
+        write=write, progress=None, data_shapes=shapes or None, **_convert_args(args))
     report = build_report(conversion, new_arg_params=new_args, new_aux_params=new_aux,
                           excluded=args.exclude or (), model=os.path.basename(args.prefix))
     return conversion, _with_hardware_note(report)
@@ -278,15 +341,22 @@ def parse_input_spec(spec: str, seed: int = 0):
             return name, np.load(value, allow_pickle=False)
         except (ValueError, OSError) as err:
             raise CLIError(f"--input {spec!r}: cannot read {value}: {err}") from None
+    name, shape = _shape_spec(spec, "--input", "nor a .npy file")
+    rng = np.random.default_rng(seed)
+    return name, rng.standard_normal(shape).astype("float32")
+
+
+def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, ...]]:
+    """``NAME:1x3x224x224`` -> (name, shape); :class:`CLIError` naming ``flag`` and ``spec``."""
+    name, sep, value = spec.partition(":")
     try:
         shape = tuple(int(d) for d in value.lower().split("x"))
     except ValueError:
         shape = ()
-    if not shape or any(d <= 0 for d in shape):
-        raise CLIError(f"bad --input {spec!r}: shape {value!r} is not like 1x3x224x224 "
-                       "(positive integers joined by 'x'), nor a .npy file")
-    rng = np.random.default_rng(seed)
-    return name, rng.standard_normal(shape).astype("float32")
+    if not sep or not name or not shape or any(d <= 0 for d in shape):
+        raise CLIError(f"bad {flag} {spec!r}: expected NAME:SHAPE with SHAPE like 1x3x224x224 "
+                       f"(positive integers joined by 'x'){', ' + other if other else ''}")
+    return name, shape
 
 
 def _sample_inputs(args) -> dict:
@@ -320,13 +390,11 @@ def _cmd_auto(args) -> int:
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
     inputs = _sample_inputs(args)
-    out = args.out or args.prefix + "-amp"
-    if os.path.abspath(out) == os.path.abspath(args.prefix):
-        raise CLIError(f"refusing to overwrite the input checkpoint {args.prefix!r}; choose another --out")
+    out = _out_prefix(args)
     sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
     unknown = sorted(set(inputs) - set(sym.list_arguments()))
     if unknown:
-        raise CLIError(f"sample input(s) {unknown} are not inputs of {args.prefix}-symbol.json "
+        raise CLIError(f"--input names {unknown}, which are not inputs of {args.prefix}-symbol.json "
                        f"(its inputs without params: "
                        f"{[n for n in sym.list_arguments() if n not in arg_params]})")
     options = _convert_args(args)
@@ -334,6 +402,11 @@ def _cmd_auto(args) -> int:
         sym, arg_params, aux_params, inputs, rtol=args.rtol, atol=args.atol,
         execution=args.execution, max_executions=args.max_executions,
         quiet=not sys.stderr.isatty(), **options)
+    if not auto.reference_finite:
+        raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "
+                       "(--input / --inputs-npz), so the converted model cannot be checked "
+                       "against them; nothing written. Give representative inputs "
+                       "(--input NAME:FILE.npy) or fix the float32 model first")
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report needs the Conversion record: the same conversion with the chosen exclusions
     excluded = sorted(set(options.pop("excluded_sym_names") or ()) | set(auto.excluded_sym_names))
@@ -472,10 +545,10 @@ def _demo_model(name: str, size: int, batch: int, seed: int):
     try:
         net(mx.nd.array(x))   # settles deferred shapes
     except ValueError as err:   # a param whose own initializer rejects its shape
-        raise CLIError(f"{name} cannot be built with random weights: {_one_line(err)}") from None
+        raise CLIError(f"{name} cannot be built with random weights: {error_text(err)}") from None
     except mx.base.MXNetError as err:
         raise CLIError(f"{name} does not run on {size}x{size} inputs (try a larger --size): "
-                       f"{_one_line(err)}") from None
+                       f"{error_text(err)}") from None
     sym = net(mx.sym.var("data"))
     if isinstance(sym, (list, tuple)):   # detection nets: ids, scores, boxes
         sym = mx.sym.Group(list(sym))
@@ -532,12 +605,6 @@ def _timed_runs(sym, arg_params, aux_params, x, runs: int, bar):
 
 # --- entry point --------------------------------------------------------------------------
 
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    first = text.splitlines()[0]
-    return first if len(first) < 2000 else first[:2000] + "…"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``mxnet-amp`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
@@ -555,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = args.run(args)
         shown = set()
         for w in caught:
-            text = _one_line(w.message)
+            text = error_text(w.message)
             if issubclass(w.category, (UserWarning, RuntimeWarning)) and text not in shown:
                 shown.add(text)
                 _say(f"{PROG}: warning: {text}")
@@ -567,13 +634,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         if isinstance(err, AMPError):
-            msg = _one_line(err)
+            msg = _in_cli_terms(error_text(err))
         elif isinstance(err, OSError):
-            msg = f"{err.strerror or err}: {err.filename}" if err.filename else _one_line(err)
+            msg = f"{err.strerror or err}: {err.filename}" if err.filename else error_text(err)
         elif type(err).__name__ == "MXNetError":
-            msg = "MXNet: " + _one_line(err)
+            msg = "MXNet: " + error_text(err)
         else:
-            msg = f"{type(err).__name__}: {_one_line(err)} (run with --debug for the traceback)"
+            msg = f"{type(err).__name__}: {error_text(err)} (run with --debug for the traceback)"
         _say(f"{PROG}: error: {msg}")
         return EXIT_ERROR
 

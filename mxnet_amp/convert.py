@@ -11,7 +11,8 @@ from .gcpause import gc_paused
 from .graph import Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .optypes import OpTypes
-from .params import array_dtype, check_params, default_data_names, recast_params
+from .params import (array_dtype, check_param_shapes, check_params, default_data_names, param_dict,
+                     recast_params)
 from .passes.insert_casts import CastResult, insert_casts
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, load_policy, warn_unlisted
@@ -77,6 +78,9 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
     are read as stored, cast where a consumer wants another dtype); by default they raise
     :class:`AlreadyConvertedError`, as they mark a model converted before.
     """
+    if all(n.is_variable for n in graph.nodes):
+        warnings.warn(f"the symbol has no operators, only the inputs {[n.name for n in graph.nodes][:10]}: "
+                      "there is nothing to convert; the result is the same graph", stacklevel=2)
     if policy is None:
         policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                              conditional_fp32_ops)
@@ -228,14 +232,21 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                        widest_dtype_ops=None, conditional_fp32_ops=None,
                        excluded_sym_names=None, data_names=None,
                        cast_optional_params: bool = False, input_dtypes=None,
-                       output_dtype: str | None = "float32"):
-    """:func:`convert_model` that also returns the :class:`Conversion` record."""
+                       output_dtype: str | None = "float32", data_shapes=None,
+                       shapes_from: str = "data_shapes"):
+    """:func:`convert_model` that also returns the :class:`Conversion` record.
+
+    ``shapes_from`` is what shape errors call ``data_shapes`` (the caller's own name)."""
     graph = graph_from_symbol(sym)
+    arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
     params = {**arg_params, **aux_params}
+    if isinstance(data_names, str):
+        data_names = [data_names]
     if data_names is None:
         data_names = default_data_names(arg_names, arg_params)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+    check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph, shapes_from=shapes_from)
     param_dtypes = {k: array_dtype(v) for k, v in params.items()}
     conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
                                fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
@@ -257,7 +268,8 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
                   conditional_fp32_ops=None,
                   excluded_sym_names: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
-                  cast_optional_params: bool = False):
+                  cast_optional_params: bool = False,
+                  data_shapes: Mapping[str, Sequence[int]] | None = None):
     """Convert an fp32 model (symbol and params) to mixed precision.
 
     Parameters
@@ -272,6 +284,10 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
         As in :func:`convert_symbol`.
     data_names : list of str, optional
         Model inputs; default the arguments that have no entry in ``arg_params``.
+    data_shapes : dict of str to tuple of int, optional
+        Shapes of the model inputs (batch included). Every param's shape is checked against
+        the symbol before anything is converted; with these the check reaches layers whose
+        weight shape depends on the input size (a ``FullyConnected`` after convolutions).
 
     Returns
     -------
@@ -288,11 +304,12 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
         The graph holds amp casts, or params are float16/bfloat16 already (a model
         converted before, its casts stripped on save); the message names them.
     ParamError
-        Params and symbol disagree (missing or extra params).
+        A param is missing, extra, float64, or of a shape the symbol contradicts (the error
+        names it, its shape and the expected one).
     """
     sym, args, auxs, _ = convert_model_full(
         sym, arg_params, aux_params, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
         fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
         conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
-        data_names=data_names, cast_optional_params=cast_optional_params)
+        data_names=data_names, cast_optional_params=cast_optional_params, data_shapes=data_shapes)
     return sym, args, auxs

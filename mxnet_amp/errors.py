@@ -5,6 +5,8 @@ there is one, how to fix it. Callers can catch :class:`AMPError` for all of them
 """
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "AMPError",
     "UnknownOpError",
@@ -16,6 +18,10 @@ __all__ = [
     "DeferredInitError",
     "CheckpointError",
     "TargetDtypeError",
+    "OverwriteError",
+    "OutputPathError",
+    "InputShapeError",
+    "error_text",
 ]
 
 
@@ -64,5 +70,43 @@ class CheckpointError(AMPError, OSError):
     """A checkpoint file is missing, truncated or not what it claims to be."""
 
 
+class OutputPathError(CheckpointError):
+    """An output cannot be written where asked (its folder is missing or not writable, or
+    the path is a folder); raised before anything is written."""
+
+
+class OverwriteError(OutputPathError):
+    """An output file is one of the input files (same real path, symlinks followed), or two
+    outputs are the same file: writing would destroy what is being read."""
+
+
+class InputShapeError(AMPError, ValueError):
+    """A model input's shape (``data_shapes``, sample inputs, ``--input``) does not fit the
+    symbol, whatever the params."""
+
+
 class TargetDtypeError(AMPError, ValueError):
     """``target_dtype`` is not one of the low precision dtypes mxnet-amp converts to."""
+
+
+def error_text(err: BaseException | str, limit: int = 2000) -> str:
+    """The meaningful one-line part of an exception's message, for wrapping it in ours.
+
+    MXNet's C++ errors arrive as ``Traceback (most recent call last):`` / ``File ...`` lines
+    with the cause on the last line (``MXNetError: Check failed: ...: Cannot find custom
+    operator sq``), sometimes followed by a ``Stack trace:`` of ``[bt]`` frames; the cause
+    is what is kept, without its ``MXNetError:`` prefix. Any other exception gives its
+    first non-empty line (its own text); a string is read as such a message. Never empty: the type name stands in for a
+    message-less exception.
+    """
+    text = str(err).split("Stack trace:")[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        lines = [line for line in lines if not line.startswith(("Traceback (", "File ", "[bt]"))][-1:]
+    first = lines[0] if lines else (type(err).__name__ if isinstance(err, BaseException) else "")
+    for prefix in ("MXNetError: ", "mxnet.base.MXNetError: "):
+        if first.startswith(prefix):
+            first = first[len(prefix):]
+    # "[07:21:21] ../src/operator/nn/fully_connected.cc:67: " says where in MXNet, not what
+    first = re.sub(r"\[\d\d:\d\d:\d\d\] [^\s:]+:\d+: ", "", first)
+    return first if len(first) <= limit else first[:limit] + "…"

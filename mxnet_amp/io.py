@@ -12,7 +12,7 @@ import tempfile
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .errors import CheckpointError, GraphError
+from .errors import CheckpointError, GraphError, error_text
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
 
@@ -142,7 +142,7 @@ def graph_to_symbol(graph: Graph):
         if unknown:
             nodes = ", ".join(f"{name!r} ({op})" for op, name in sorted(unknown.items()))
             raise UnknownOpError(unknown, f"the symbol's node(s) {nodes}") from None
-        raise GraphError(f"MXNet cannot build this graph: {str(err).strip().splitlines()[0][:300]}") from None
+        raise GraphError(f"MXNet cannot build this graph: {error_text(err)}") from None
 
 
 def atomic_write(path: str | os.PathLike, write) -> None:
@@ -217,16 +217,17 @@ def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_param
     import mxnet as mx
     from .params import array_nbytes
     from .progress import byte_bar, watch_growth
+    from .paths import checkpoint_files
+    params_file, sym_file = checkpoint_files(prefix, epoch)[::-1]
     save = {f"arg:{k}": v.as_in_context(mx.cpu()) for k, v in arg_params.items()}
     save.update({f"aux:{k}": v.as_in_context(mx.cpu()) for k, v in aux_params.items()})
-    path = f"{prefix}-{epoch:04d}.params"
 
     def write_params(tmp):
         total = sum(array_nbytes(v) for v in save.values())
-        with byte_bar(f"writing {os.path.basename(path)}", total, progress) as bar, \
+        with byte_bar(f"writing {os.path.basename(params_file)}", total, progress) as bar, \
                 watch_growth(tmp, bar):
             mx.nd.save(tmp, save)
-    atomic_writes([(path, write_params), (f"{prefix}-symbol.json", _text_writer(symbol_json(sym)))])
+    atomic_writes([(params_file, write_params), (sym_file, _text_writer(symbol_json(sym)))])
 
 
 def load_checkpoint(prefix: str, epoch: int = 0, *, progress: bool | None = False):
@@ -254,7 +255,8 @@ def load_checkpoint(prefix: str, epoch: int = 0, *, progress: bool | None = Fals
         The symbol file is not a symbol MXNet can load.
     """
     import mxnet as mx
-    sym_path, params_path = f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
+    from .paths import checkpoint_files
+    sym_path, params_path = checkpoint_files(prefix, epoch)
     for p in (sym_path, params_path):
         if not os.path.isfile(p):
             raise CheckpointError(f"checkpoint file not found: {p}")
@@ -264,7 +266,7 @@ def load_checkpoint(prefix: str, epoch: int = 0, *, progress: bool | None = Fals
     try:
         sym = mx.sym.load_json(text)
     except mx.base.MXNetError as err:
-        raise GraphError(f"{sym_path}: MXNet cannot load this symbol: {str(err).splitlines()[0]}") from None
+        raise GraphError(f"{sym_path}: MXNet cannot load this symbol: {error_text(err)}") from None
     if progress or progress is None:
         from .progress import byte_bar, preread
         with byte_bar(f"reading {os.path.basename(params_path)}", os.path.getsize(params_path),
@@ -274,9 +276,13 @@ def load_checkpoint(prefix: str, epoch: int = 0, *, progress: bool | None = Fals
         saved = mx.nd.load(params_path)
     except mx.base.MXNetError as err:
         raise CheckpointError(f"{params_path}: not a readable MXNet params file "
-                              f"(truncated?): {str(err).splitlines()[0]}") from None
+                              f"(truncated?): {error_text(err)}") from None
     if not isinstance(saved, dict):
-        raise CheckpointError(f"{params_path}: holds a list of arrays, not named params")
+        if not saved:   # mx.nd.save of an empty dict reads back as an empty list
+            saved = {}
+        else:
+            raise CheckpointError(f"{params_path}: holds a list of {len(saved)} unnamed arrays, "
+                                  "not named 'arg:NAME' / 'aux:NAME' params")
     arg_params, aux_params = {}, {}
     for key, value in saved.items():
         kind, _, name = key.partition(":")

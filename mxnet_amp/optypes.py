@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
+from .errors import error_text
 from .graph import Node
 from .registry import InferenceFailed, infer_types
 
@@ -84,7 +85,7 @@ class OpTypes:
         try:
             sym = mx.sym.load_json(json.dumps(graph))
         except mx.base.MXNetError as err:
-            raise InferenceFailed(str(err).strip().split("\n")[0]) from None
+            raise InferenceFailed(error_text(err)) from None
         known = {f"in{i}": d for i, d in enumerate(input_dtypes) if d is not None}
         args, outs, auxs = infer_types(sym, known)
         by_name = dict(zip(sym.list_arguments(), args))

@@ -5,8 +5,10 @@ from typing import Mapping
 
 from .dtypes import dtype_name
 from .errors import ParamError
+from .shapes import check_param_shapes
 
-__all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params", "default_data_names", "check_param_shapes"]
+__all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params",
+           "default_data_names", "check_param_shapes", "check_data_names", "param_dict"]
 
 
 # NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
@@ -74,7 +76,10 @@ def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
     """Raise :class:`ParamError` when params and symbol disagree.
 
     Every non-data argument and every aux state needs a value; a param the symbol does not
-    read is an error too (it usually means the wrong params file)."""
+    read is an error too (it usually means the wrong params file), and so is a model input
+    in ``data_names`` that the symbol does not have, or a float param that is neither
+    float32 nor already low precision (float64: cast the model to float32 first)."""
+    check_data_names(arg_names, arg_params, data_names)
     data_names = set(data_names)
     missing_arg = [n for n in arg_names if n not in data_names and n not in arg_params]
     missing_aux = [n for n in aux_names if n not in aux_params]
@@ -87,73 +92,36 @@ def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
     if extra_arg or extra_aux:
         raise ParamError("params the symbol does not use: " + ", ".join(extra_arg + extra_aux)
                          + "; are these params from another model?")
+    wide = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()
+            if array_dtype(v) in _WIDE_FLOATS}
+    if wide:
+        names = ", ".join(f"{k!r} ({v})" for k, v in sorted(wide.items())[:10])
+        raise ParamError(f"params {names} are not float32: mixed precision conversion starts "
+                         "from a float32 model; cast them first "
+                         "(e.g. {k: v.astype('float32') for k, v in params.items()})")
 
 
-def _infer_shapes(sym, known: Mapping[str, tuple]):
-    """``{input name: shape}`` from MXNet's partial shape inference (0 = unknown dim);
-    raises MXNetError when the shapes contradict the graph."""
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # partial inference warns about unknown shapes
-        args, _, auxs = sym.infer_shape_partial(**known)
-    names = sym.list_arguments() + sym.list_auxiliary_states()
-    return dict(zip(names, [tuple(s) if s is not None else None for s in list(args) + list(auxs)]))
+def check_data_names(arg_names, arg_params: Mapping, data_names) -> None:
+    """:class:`ParamError` naming the ``data_names`` that are not arguments of the symbol."""
+    unknown = [n for n in data_names if n not in arg_names]
+    if unknown:
+        raise ParamError(f"data_names {unknown} are not inputs of the symbol (its inputs: "
+                         f"{[n for n in arg_names if n not in arg_params][:20]})")
 
 
-def _readers(sym, name: str) -> str:
-    from .io import graph_from_symbol
-    graph = graph_from_symbol(sym)
-    i = graph.index_of(name)
-    users = sorted({f"{graph.nodes[j].name!r} ({graph.nodes[j].op})" for j, _ in graph.consumers()[i]})
-    return ", ".join(users) or "no node"
+# float dtypes a model to convert cannot hold: wider than float32
+_WIDE_FLOATS = frozenset({"float64"})
 
 
-def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
-                       data_shapes: Mapping[str, tuple] | None = None) -> None:
-    """Raise :class:`ParamError` when a param's shape contradicts the symbol.
-
-    MXNet's shape inference runs with every param's shape (and ``data_shapes`` where
-    given); on a contradiction the params are added one at a time, in the symbol's input
-    order, to name the first one that breaks it, the nodes that read it and the shape the
-    symbol expects there (0 marks a dimension that cannot be told without data shapes).
-    Names neither in the symbol nor in the params are left to :func:`check_params`.
-
-    Without ``data_shapes`` MXNet can check little (most ops infer nothing until their
-    data shape is known), so give them where they are known.
-    """
-    import mxnet as mx
-    inputs = sym.list_arguments() + sym.list_auxiliary_states()
-    given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in inputs}
-    known = {k: tuple(v) for k, v in (data_shapes or {}).items() if k in inputs}
-    try:
-        inferred = _infer_shapes(sym, {**known, **given})
-    except mx.base.MXNetError as err:
-        first_error = str(err).strip().split("\n")[0]
-    else:
-        # aux states given as keywords are not checked by MXNet: compare what it inferred
-        for name, shape in given.items():
-            want = inferred.get(name)
-            if want and all(want) and tuple(want) != shape:
-                raise ParamError(f"param {name!r} has shape {shape} but the symbol expects "
-                                 f"{tuple(want)} there (read by {_readers(sym, name)})")
-        return
-    partial = dict(known)
-    expected = _infer_shapes(sym, partial) if partial else {}
-    for name in inputs:
-        if name not in given:
-            continue
-        try:
-            expected_next = _infer_shapes(sym, {**partial, name: given[name]})
-        except mx.base.MXNetError as err:
-            want = expected.get(name)
-            raise ParamError(
-                f"param {name!r} has shape {given[name]} but the symbol expects "
-                f"{want if want else 'another shape'} there (read by {_readers(sym, name)}); "
-                f"MXNet: {str(err).strip().splitlines()[0][:300]}") from None
-        partial[name] = given[name]
-        expected = expected_next
-    raise ParamError("the params' shapes contradict the symbol (data shapes "
-                     f"{dict(known)}): {first_error[:300]}")
+def param_dict(params, what: str) -> dict:
+    """``params`` as a dict (None is an empty one); :class:`ParamError` for anything but a
+    mapping of names to arrays."""
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise ParamError(f"{what} must be a dict of param name to NDArray (or None), got "
+                         f"{type(params).__name__}")
+    return dict(params)
 
 
 def recast_params(params: Mapping, dtypes: Mapping[str, str],

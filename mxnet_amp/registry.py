@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from .dtypes import MX_CODE, MX_NAME
-from .errors import TypeInferenceError
+from .errors import TypeInferenceError, error_text
 
 __all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names", "infer_types", "InferenceFailed"]
 
@@ -108,5 +108,5 @@ def infer_types(sym, known: Mapping[str, str]):
     if ret != 0:
         from mxnet.base import py_str
         message = py_str(_lib().MXGetLastError())
-        raise InferenceFailed(message.strip().split("\n\n")[0])
+        raise InferenceFailed(error_text(message))
     return tuple([MX_NAME.get(datas[j][i]) for i in range(sizes[j].value)] for j in range(3))

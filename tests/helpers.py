@@ -83,6 +83,15 @@ def small_model(seed=0):
     return sym, args, auxs
 
 
+def saved_small_model(folder, name: str, epoch: int = 0) -> str:
+    """:func:`small_model` saved as checkpoint ``folder/name``; returns the prefix."""
+    from mxnet_amp.io import save_checkpoint
+    sym, args, auxs = small_model()
+    prefix = str(folder / name)
+    save_checkpoint(prefix, epoch, sym, args, auxs)
+    return prefix
+
+
 def gluoncv_resnet18(seed=0):
     """gluoncv resnet18_v1 (Xavier init) as ``(sym, arg_params, aux_params, x)``, x 1x3x64x64."""
     from gluoncv.model_zoo import get_model

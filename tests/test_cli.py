@@ -10,19 +10,16 @@ import pytest
 
 from mxnet_amp.cli import main, parse_input_spec, CLIError
 from mxnet_amp.dtypes import dtype_name
-from mxnet_amp.io import load_checkpoint, save_checkpoint, symbol_json
+from mxnet_amp.io import load_checkpoint, symbol_json
 
-from helpers import small_model
+from helpers import saved_small_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture()
 def ckpt(tmp_path):
-    sym, args, auxs = small_model()
-    prefix = str(tmp_path / "small")
-    save_checkpoint(prefix, 3, sym, args, auxs)
-    return prefix
+    return saved_small_model(tmp_path, "small", 3)
 
 
 def nodes_of(prefix):
@@ -106,10 +103,11 @@ def test_inspect_writes_no_checkpoint(ckpt, tmp_path, capsys):
     (["convert", "{ckpt}", "--epoch", "3", "--target-dtype", "float16", "--fp32-ops", "NoSuchOp"],
      "unknown operator name(s) in user overrides: NoSuchOp"),
     (["convert", "{ckpt}", "--epoch", "3", "--target-dtype", "float16", "--exclude", "nosuchnode"],
-     "excluded_sym_names ['nosuchnode'] name no node"),
+     "--exclude ['nosuchnode'] name no node"),
     (["convert", "{ckpt}", "--epoch", "7", "--target-dtype", "float16"], "{ckpt}-0007.params"),
     (["convert", "{ckpt}", "--epoch", "3", "--target-dtype", "float16", "--out", "{ckpt}"],
-     "refusing to overwrite the input checkpoint"),
+     "refusing to overwrite an input: the output symbol file (--out) {ckpt}-symbol.json is the "
+     "input symbol file"),
     (["convert", "{ckpt}", "--epoch", "3", "--target-dtype", "float16", "--graph", "{tmp}/g.jpg"],
      "use a .svg, .png, .dot or .gv file name"),
     (["auto", "{ckpt}", "--epoch", "3", "--input", "data:1xAx8x8"], "bad --input 'data:1xAx8x8'"),

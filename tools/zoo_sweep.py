@@ -304,8 +304,8 @@ def _get_model(name: str, shape: tuple[int, ...] | None = None):
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip().split("\n")[0] or type(err).__name__
-    return f"{type(err).__name__}: {text[:300]}"
+    from mxnet_amp.errors import error_text
+    return f"{type(err).__name__}: {error_text(err, 300)}"
 
 
 def _fp32_forward(name: str):

@@ -1,0 +1,95 @@
+"""Checks on the files a command reads and writes, made before anything is written.
+
+One place decides whether an output would destroy an input: paths are compared by their
+real location (symlinks followed, ``..`` resolved) and, for files that exist, by identity
+(:func:`os.path.samefile`: hard links, case-insensitive file systems). Outputs are also
+checked against each other and for a writable folder, so that a command either writes all
+of its files or none of them.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence, Tuple
+
+from .errors import CheckpointError, OutputPathError, OverwriteError
+
+__all__ = ["checkpoint_files", "check_epoch", "refuse_overwrite", "check_writable",
+           "check_outputs"]
+
+# (what the file is, its path): e.g. ("output symbol", "m-amp-symbol.json")
+Labelled = Tuple[str, "str | os.PathLike"]
+
+
+def check_epoch(epoch, what: str = "epoch") -> int:
+    """``epoch`` as an int; :class:`CheckpointError` when it is not a non-negative integer
+    (a negative one would name a ``-001.params`` file)."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise CheckpointError(f"{what} must be a non-negative integer (it numbers the "
+                              f"PREFIX-NNNN.params file), got {epoch!r}")
+    return epoch
+
+
+def checkpoint_files(prefix: str | os.PathLike, epoch: int, what: str = "epoch") -> tuple[str, str]:
+    """``(prefix-symbol.json, prefix-NNNN.params)`` for a checkpoint."""
+    prefix = os.fspath(prefix)
+    epoch = check_epoch(epoch, what)
+    return f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
+
+
+def _same(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:   # one of them does not exist (yet): the real paths decided
+        return False
+
+
+def refuse_overwrite(inputs: Iterable[Labelled], outputs: Iterable[Labelled]) -> None:
+    """Raise :class:`OverwriteError` naming both files when an output is an input, or two
+    outputs are one file.
+
+    Parameters
+    ----------
+    inputs, outputs : iterable of (str, path)
+        Each file with what it is (``"input symbol"``, ``"--report"``); ``None`` paths
+        are skipped.
+    """
+    ins = [(label, os.fspath(p)) for label, p in inputs if p is not None]
+    outs = [(label, os.fspath(p)) for label, p in outputs if p is not None]
+    for k, (out_label, out) in enumerate(outs):
+        for in_label, src in ins:
+            if _same(out, src):
+                raise OverwriteError(
+                    f"refusing to overwrite an input: the {out_label} {out} is the {in_label} "
+                    f"{src}" + ("" if os.path.abspath(out) == os.path.abspath(src) else
+                                f" (both are {os.path.realpath(src)})")
+                    + "; choose another output name")
+        for other_label, other in outs[:k]:
+            if _same(out, other):
+                raise OverwriteError(f"the {out_label} {out} and the {other_label} {other} are "
+                                     "the same file; give them different names")
+
+
+def check_writable(outputs: Iterable[Labelled]) -> None:
+    """Raise :class:`OutputPathError` when an output's folder is missing or not writable,
+    or the output is a folder."""
+    for label, path in outputs:
+        if path is None:
+            continue
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise OutputPathError(f"cannot write the {label} {path}: folder {folder} does not exist")
+        if os.path.isdir(path):
+            raise OutputPathError(f"cannot write the {label} {path}: it is a folder")
+        # the file is written beside its final name and renamed: the folder must be writable
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise OutputPathError(f"cannot write the {label} {path}: folder {folder} is not writable")
+
+
+def check_outputs(inputs: Sequence[Labelled], outputs: Sequence[Labelled]) -> None:
+    """:func:`refuse_overwrite` then :func:`check_writable`: everything a command checks
+    about its files before it writes the first one."""
+    refuse_overwrite(inputs, outputs)
+    check_writable(outputs)

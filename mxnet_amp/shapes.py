@@ -1,0 +1,468 @@
+"""Check params' shapes against the symbol before anything is converted or written.
+
+MXNet's shape inference checks a weight only once the shape of the data reaching its op is
+known, so without data shapes it checks almost nothing. Where the caller gives none, each
+model input gets what its first readers prove about it (rank and channel count from a
+``Convolution`` weight, ``(batch, in_units)`` when only flattening ``FullyConnected`` layers
+read it), every other dimension unknown, and windowed poolings are read as copies (with an
+unknown spatial size, a pooling keeps batch and channels and nothing else is known). A
+``FullyConnected`` whose input size is unknown reads a new input of the size its weight
+gives, so that the layers after it are checked too.
+
+Only a contradiction MXNet reports as such (``Shape inconsistent``, ``Unexpected shape``,
+``Incompatible attr``) counts, and only once a search has pinned it on one param; a shape
+function that cannot cope with unknown dimensions otherwise ends the check without a
+verdict. With the data shapes known, every failure counts. On a healthy model the check is
+one or two inference calls.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Mapping
+
+from .errors import InputShapeError, ParamError, error_text
+from .gcpause import gc_paused
+from .graph import Entry, Graph, Node
+
+__all__ = ["check_param_shapes"]
+
+# ops whose output has their first input's shape: a model input's rank shows through them
+_SHAPE_KEEPING = frozenset({
+    "BatchNorm", "Activation", "relu", "sigmoid", "tanh", "LeakyReLU", "Dropout", "_copy",
+    "identity", "_mul_scalar", "_div_scalar", "_plus_scalar", "_minus_scalar",
+    "_rminus_scalar", "_rdiv_scalar", "Cast", "amp_cast", "clip", "InstanceNorm"})
+# elementwise ops over same-shaped inputs: the output has the first input's shape too
+_SAME_SHAPE_INPUTS = frozenset({
+    "elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div", "_plus", "_minus", "_mul",
+    "_div", "_Plus", "_Minus", "_Mul", "_Div", "add_n", "ElementWiseSum"})
+_FALSE = ("false", "0")
+# what MXNet says when two shapes really contradict each other (SHAPE_ASSIGN_CHECK, a bias,
+# an elementwise or concat input)
+_CONTRADICTION = re.compile(r"Shape inconsistent|Unexpected shape|Incompatible (attr|input shape)")
+# a shape function that stopped on an unknown dimension, in a way _cut knows how to go past
+_STOPPED = re.compile(r"Error in operator ([^:\s]+):.*(must be known|exceeds input \(-1)")
+_MAX_CUTS = 8
+# the spatial size tried first where the params leave it unknown (any size that a model's
+# strides and kernels take would do; an ImageNet one is the likeliest)
+_TYPICAL_SIZE = 224
+
+
+def _unknown() -> int:
+    import mxnet as mx
+    return -1 if mx.util.is_np_shape() else 0
+
+
+def _ints(text: str | None) -> tuple[int, ...]:
+    return tuple(int(v) for v in re.findall(r"-?\d+", text or ""))
+
+
+def _reader_guess(node: Node, given: Mapping[str, tuple], graph: Graph):
+    """``(shape, rank_is_certain)`` a reader proves of its data input, or None."""
+    attrs = node.attrs
+    weight = graph.nodes[node.inputs[1].node].name if len(node.inputs) > 1 else None
+    w = given.get(weight)
+    unknown = _unknown()
+    if node.op in ("Convolution", "Deconvolution") and w is not None:
+        kernel = _ints(attrs.get("kernel"))
+        if not kernel or len(w) != len(kernel) + 2 or not attrs.get("layout", "NC").startswith("NC"):
+            return None
+        groups = (_ints(attrs.get("num_group")) or (1,))[0]
+        channels = w[1] * groups if node.op == "Convolution" else w[0]
+        return (unknown, channels) + (unknown,) * len(kernel), True
+    if node.op == "FullyConnected" and w is not None and len(w) == 2:
+        if attrs.get("flatten", "True").lower() in _FALSE:
+            return None
+        return (unknown, w[1]), False   # any rank flattens to (batch, in_units)
+    return None
+
+
+def _guess_input_shapes(graph: Graph, data: list[str], given: Mapping[str, tuple]) -> dict:
+    """Partial shapes of the model inputs ``data`` that their readers prove (see module)."""
+    consumers = graph.consumers()
+    guesses = {}
+    for name in data:
+        try:
+            start = graph.index_of(name)
+        except KeyError:
+            continue
+        certain, loose, other = set(), set(), False
+        stack, seen = [start], {start}
+        while stack:
+            for j, pos in consumers[stack.pop()]:
+                node = graph.nodes[j]
+                if pos == 0 and node.op in _SHAPE_KEEPING:
+                    if j not in seen:
+                        seen.add(j)
+                        stack.append(j)
+                    continue
+                found = _reader_guess(node, given, graph) if pos == 0 else None
+                if found is None:
+                    other = True
+                else:
+                    (certain if found[1] else loose).add(found[0])
+        if len(certain) == 1:
+            guesses[name] = next(iter(certain))
+        elif not certain and not other and len(loose) == 1:
+            guesses[name] = next(iter(loose))
+    return guesses
+
+
+def _infer(sym, shapes: Mapping[str, tuple]) -> dict:
+    """``{input name: shape}`` by MXNet's partial inference (unknown dims as reported);
+    raises MXNetError on a contradiction."""
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    wanted = set(names)
+    known = {k: v for k, v in shapes.items() if k in wanted}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # partial inference warns about unknown shapes
+        args, _, auxs = sym.infer_shape_partial(**known)
+    return dict(zip(names, [tuple(s) if s is not None else None for s in list(args) + list(auxs)]))
+
+
+def _pooled_shape(graph: Graph, node: Node, shapes: Mapping[str, tuple]) -> tuple | None:
+    """What a ``Pooling`` over an input of unknown size gives: its input's batch and
+    channels (inferred from above it), the rest unknown."""
+    import mxnet as mx
+    from .io import graph_to_symbol
+    if not node.attrs.get("layout", "NC").startswith("NC"):
+        return None
+    above = graph_to_symbol(Graph(graph.nodes, node.inputs[:1], graph.attrs))
+    names = set(above.list_arguments() + above.list_auxiliary_states())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, (shape,), _ = above.infer_shape_partial(**{k: v for k, v in shapes.items() if k in names})
+    except (mx.base.MXNetError, ValueError):
+        return None
+    if not shape or len(shape) < 3:
+        return None
+    unknown = _unknown()
+    return (shape[0], shape[1]) + (unknown,) * (len(shape) - 2)
+
+
+def _cut(graph: Graph, name: str, given: Mapping[str, tuple], shapes: Mapping[str, tuple]):
+    """``(graph, input shapes)`` letting inference go on past node ``name``, whose shape
+    function stopped on an unknown dimension; None when it cannot.
+
+    A flattening ``FullyConnected`` reads a new input of shape ``(batch, in_units)`` (its
+    weight tells), so that it and its readers stay checked; any other node becomes an
+    input of unknown shape. What the node read becomes an output, so it stays checked too.
+    """
+    try:
+        i = graph.index_of(name)
+    except KeyError:
+        return None
+    node = graph.nodes[i]
+    if node.is_variable or graph.num_used_outputs()[i] != 1:
+        return None
+    guess = _reader_guess(node, given, graph) if node.op == "FullyConnected" else None
+    cut_name = name + "__shape_check_cut"
+    if guess is None:
+        nodes = list(graph.nodes)
+        nodes[i] = Node("null", cut_name, (), {}, (), {})
+        shape = _pooled_shape(graph, node, shapes) if node.op == "Pooling" else None
+        return (Graph(tuple(nodes), graph.heads + node.inputs, graph.attrs),
+                {cut_name: shape} if shape else {})
+    return _fresh_inputs(graph, {i: cut_name}), {cut_name: guess[0]}
+
+
+def _fresh_inputs(graph: Graph, readers: Mapping[int, str]) -> Graph:
+    """``graph`` where node ``i`` of ``readers`` reads its first input from a new variable
+    ``readers[i]`` (inserted just before it); what it read before becomes an output."""
+    new_index: list[int] = []
+    nodes: list[Node] = []
+    heads = []
+    for i, node in enumerate(graph.nodes):
+        inputs = tuple(e._replace(node=new_index[e.node]) for e in node.inputs)
+        if i in readers:
+            heads.append(inputs[0])
+            nodes.append(Node("null", readers[i], (), {}, (), {}))
+            inputs = (Entry(len(nodes) - 1, 0, 0),) + inputs[1:]
+        new_index.append(len(nodes))
+        nodes.append(node._replace(inputs=inputs))
+    heads = [e._replace(node=new_index[e.node]) for e in graph.heads] + heads
+    return Graph(tuple(nodes), tuple(heads), graph.attrs)
+
+
+def _pools_as_copies(graph: Graph) -> Graph:
+    """``graph`` with each windowed ``Pooling`` (NC layout) made a copy of its input.
+
+    While the spatial size is unknown a pooling's output is its input's batch and channels
+    with unknown spatial dimensions, which a copy gives too; MXNet's own Pooling shape
+    function instead stops on the unknown size (each stop costs a rebuilt graph)."""
+    nodes = list(graph.nodes)
+    for i, node in enumerate(nodes):
+        if _windowed_pool(node):
+            nodes[i] = Node("_copy", node.name, node.inputs[:1], {}, (), {})
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
+        return graph
+    return Graph(tuple(nodes), graph.heads, graph.attrs)
+
+
+def _windowed_pool(node: Node) -> bool:
+    return (node.op == "Pooling" and node.attrs.get("global_pool", "False").lower() in _FALSE
+            and node.attrs.get("layout", "NC").startswith("NC") and bool(node.inputs))
+
+
+def _quick_graph(graph: Graph, given: Mapping[str, tuple], pools: bool = True) -> tuple[Graph, dict]:
+    """``(graph, input shapes)`` for inference while the spatial size is not the real one,
+    built at once: windowed poolings as copies (``pools``), and each flattening
+    ``FullyConnected`` that reads a convolution or pooling map through shape-keeping ops
+    cut as :func:`_cut` does (its ``in_units`` depend on the real spatial size)."""
+    readers, shapes = {}, {}
+    for i, node in enumerate(graph.nodes):
+        guess = _reader_guess(node, given, graph) if node.op == "FullyConnected" else None
+        if guess is None:
+            continue
+        src = graph.nodes[node.inputs[0].node]
+        while (src.op in _SHAPE_KEEPING or src.op in _SAME_SHAPE_INPUTS
+               or src.op in ("Flatten", "flatten")) and src.inputs:
+            src = graph.nodes[src.inputs[0].node]
+        if src.op in ("Convolution", "Deconvolution") or _windowed_pool(src):
+            readers[i] = node.name + "__shape_check_cut"
+            shapes[readers[i]] = guess[0]
+    quick = _pools_as_copies(graph) if pools else graph
+    return (_fresh_inputs(quick, readers) if readers else quick), shapes
+
+
+class _Checker:
+    """Shape inference on a graph, going past nodes whose shape function stops on an
+    unknown dimension (see :func:`_cut`); the cuts are kept for later calls."""
+
+    def __init__(self, graph: Graph, sym, given: Mapping[str, tuple], *, strict: bool = False,
+                 cut_shapes: Mapping[str, tuple] | None = None) -> None:
+        # strict: the input shapes are all known, so every failure is a contradiction;
+        # sym: graph's symbol, None to build it when first needed
+        self.graph, self._sym, self.given, self.strict = graph, sym, given, strict
+        self.cut_shapes: dict = dict(cut_shapes or {})
+
+    @property
+    def sym(self):
+        if self._sym is None:
+            from .io import graph_to_symbol
+            self._sym = graph_to_symbol(self.graph)
+        return self._sym
+
+    def infer(self, shapes: Mapping[str, tuple]) -> dict | None:
+        """Inferred shapes; None when nothing can be told (a shape function failed in a
+        way that is no contradiction and cannot be gone past, or too many cuts). Raises
+        MXNetError only for a contradiction."""
+        import mxnet as mx
+        for _ in range(_MAX_CUTS):
+            try:
+                return _infer(self.sym, {**self.cut_shapes, **shapes})
+            except mx.base.MXNetError as err:
+                if self.strict:
+                    raise
+                text = error_text(err)
+                stopped = _STOPPED.search(text)
+                cut = (_cut(self.graph, stopped.group(1), self.given, {**self.cut_shapes, **shapes})
+                       if stopped else None)
+                if cut is None:
+                    if _CONTRADICTION.search(text):
+                        raise
+                    return None
+                self.graph, more = cut
+                self.cut_shapes.update(more)
+                self._sym = None
+        return None
+
+    def consistent(self, shapes: Mapping[str, tuple]) -> bool:
+        import mxnet as mx
+        try:
+            self.infer(shapes)
+        except mx.base.MXNetError:
+            return False
+        return True
+
+    def first_breaking(self, base: Mapping[str, tuple], order: list[str],
+                       shapes: Mapping[str, tuple]) -> int:
+        """Smallest ``k`` such that ``base`` plus the shapes of ``order[:k + 1]`` contradict
+        the graph (adding shapes only adds constraints, so a binary search finds it)."""
+        lo, hi = 0, len(order)   # prefix lo is consistent, prefix hi is not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.consistent({**base, **{k: shapes[k] for k in order[:mid]}}):
+                lo = mid
+            else:
+                hi = mid
+        return hi - 1
+
+
+def _show(shape) -> str:
+    if shape is None:
+        return "another shape"
+    unknown = _unknown()
+    dims = ["?" if d == unknown or d < 0 else str(d) for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _fits(want: tuple | None, have: tuple) -> bool:
+    if not want:
+        return True   # unknown rank: nothing to compare
+    unknown = _unknown()
+    return len(want) == len(have) and all(w == unknown or w < 0 or w == h for w, h in zip(want, have))
+
+
+def _readers(graph: Graph, name: str) -> str:
+    try:
+        i = graph.index_of(name)
+    except KeyError:
+        return "no node"
+    users = sorted({f"{graph.nodes[j].name!r} ({graph.nodes[j].op})" for j, _ in graph.consumers()[i]})
+    return ", ".join(users) or "no node"
+
+
+def _param_error(graph, name, have, want, context: str, blame: str = "") -> ParamError:
+    err = ParamError(f"param {name!r} has shape {tuple(have)} but the symbol expects "
+                     f"{_show(want)} there{context} (read by {_readers(graph, name)}){blame}")
+    err.param, err.found, err.expected = name, tuple(have), want
+    err.input_shapes = bool(context)   # the given input shapes may be what is wrong
+    return err
+
+
+def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
+                       data_shapes: Mapping[str, tuple] | None = None, *,
+                       graph: Graph | None = None, shapes_from: str = "data_shapes") -> None:
+    """Raise :class:`ParamError` when a param's shape contradicts the symbol.
+
+    First the params are checked against each other (model inputs get the partial shapes
+    their readers prove, see the module doc); then, when ``data_shapes`` are given, against
+    those. The error names the param, its shape, the shape the symbol expects there (``?``
+    for a dimension that cannot be told) and the nodes that read it. Names neither in the
+    symbol nor in the params are left to :func:`mxnet_amp.params.check_params`.
+
+    Parameters
+    ----------
+    sym : Symbol
+    arg_params, aux_params : dict of str to NDArray (or anything with ``.shape``)
+    data_shapes : dict of str to tuple, optional
+        Shapes of model inputs (batch included).
+    graph : Graph, optional
+        ``sym``'s graph when the caller has it already.
+    shapes_from : str
+        How errors call ``data_shapes`` (``'sample_inputs'``, a command line flag).
+
+    Raises
+    ------
+    ParamError
+        A param's shape contradicts the symbol (and ``data_shapes``); its ``param``,
+        ``found`` and ``expected`` attributes hold the name and both shapes.
+    InputShapeError
+        ``data_shapes`` contradict the symbol whatever the params.
+    """
+    with gc_paused():
+        _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from)
+
+
+def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from) -> None:
+    import mxnet as mx
+    if graph is None:
+        from .io import graph_from_symbol
+        graph = graph_from_symbol(sym)
+    inputs = sym.list_arguments() + sym.list_auxiliary_states()
+    names = set(inputs)
+    given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in names}
+    order = [k for k in inputs if k in given]
+    data = [k for k in inputs if k not in given]
+    known = {k: tuple(int(d) for d in v) for k, v in (data_shapes or {}).items()}
+    if not known:
+        _check_params_alone(graph, sym, given, order, data)
+        return
+    wrong = sorted(set(known) - set(data))
+    if wrong:
+        raise InputShapeError(f"{shapes_from} name {wrong}, which are not model inputs of the "
+                              f"symbol (its inputs without params: {data[:20]})")
+    checker = _Checker(graph, sym, given, strict=True)
+    try:
+        checker.infer(known)
+    except mx.base.MXNetError as err:
+        names = list(known)
+        k = checker.first_breaking({}, names, known)
+        raise InputShapeError(f"input {names[k]!r} of shape {known[names[k]]} ({shapes_from}) "
+                              f"does not fit the symbol: {error_text(err)}") from None
+    try:
+        _check_against(checker, graph, known, order, given,
+                       f" with the input shapes {known} ({shapes_from})",
+                       f"; either the param or {shapes_from} is wrong")
+    except ParamError:
+        # the params may contradict each other whatever the input: say so if they do
+        _check_params_alone(graph, sym, given, order, data)
+        raise
+
+
+def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], data: list[str]) -> None:
+    """The params against each other, the model inputs given what their readers prove.
+
+    First with a typical spatial size in place of the unknown one: one inference on the
+    symbol as it is (poolings work), which finds nothing wrong in a healthy model. Any
+    doubt (a contradiction, or a shape function that cannot take that size) is settled
+    with the spatial size unknown, where only the channels and ranks the params prove
+    are compared, and a contradiction must hold on the exact graph too.
+    """
+    import mxnet as mx
+    guesses = _guess_input_shapes(graph, data, given)
+    exact = _Checker(graph, sym, given)
+    if not guesses:
+        _check_against(exact, graph, {}, order, given, "", "")
+        return
+    sized = {k: tuple(_TYPICAL_SIZE if d == _unknown() and i > 1 else d for i, d in enumerate(v))
+             for k, v in guesses.items()}
+    fast_graph, cut_shapes = _quick_graph(graph, given, pools=False)
+    fast = _Checker(fast_graph, sym if fast_graph is graph else None, given, strict=True,
+                    cut_shapes=cut_shapes)
+    try:
+        if _check_against(fast, graph, sized, order, given, "", ""):
+            return
+    except ParamError:
+        pass
+    quick_graph, cut_shapes = _quick_graph(graph, given)
+    quick = _Checker(quick_graph, sym if quick_graph is graph else None, given, cut_shapes=cut_shapes)
+    try:
+        _check_against(quick, graph, guesses, order, given, "", "")
+    except ParamError:
+        # only an error the exact graph confirms is one (a pooling is a copy only while the
+        # spatial size is unknown)
+        try:
+            exact.infer(guesses)
+        except mx.base.MXNetError:
+            return
+        _check_against(exact, graph, guesses, order, given, "", "")
+
+
+def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[str],
+                   given: Mapping, context: str, blame: str) -> bool:
+    """The params ``given`` (in ``order``) against ``base`` input shapes; ParamError.
+    True when the inference went through (nothing found wrong); False when it could not
+    tell or pin a contradiction on one param."""
+    import mxnet as mx
+    try:
+        inferred = checker.infer({**base, **given})
+    except mx.base.MXNetError:
+        if checker.strict and not checker.consistent(base):
+            return False   # the input shapes alone fail: no param is to blame
+        k = checker.first_breaking(base, order, given)
+        name = order[k]
+        before = {**base, **{n: given[n] for n in order[:k]}}
+        # the verdict stands only when the search pinned it on this one param (cuts made
+        # on the way change the graph)
+        try:
+            expected = checker.infer(before) or {}
+        except mx.base.MXNetError:
+            return False
+        try:
+            checker.infer({**before, name: given[name]})
+        except mx.base.MXNetError as err:
+            why = f" (MXNet: {error_text(err, 300)})"
+        else:
+            return False
+        raise _param_error(graph, name, given[name], expected.get(name), context, blame + why) from None
+    # MXNet takes some given shapes as they come (aux states; BatchNorm's gamma is
+    # overwritten): compare what it inferred around them
+    for name in order:
+        want = (inferred or {}).get(name)
+        if not _fits(want, given[name]):
+            raise _param_error(graph, name, given[name], want, context, blame)
+    return inferred is not None
+
