@@ -163,4 +163,7 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str],
             out[name] = value
         else:
             out[name] = cast_array(value, want)
+            # cast_array reads a copy; waiting frees it before the next cast allocates one,
+            # else MXNet's asynchronous engine lets copies of many params pile up
+            out[name].wait_to_read()
     return out

@@ -91,11 +91,13 @@ def test_zoo_casts_quick(tmp_path):
 
 
 def test_memory_quick(tmp_path):
-    _, out = run_script("memory", tmp_path, "--methods", "ours_checkpoint", "contrib",
+    _, out = run_script("memory", tmp_path, "--methods", "ours_checkpoint", "contrib", "ours_auto",
                         "--workdir", str(tmp_path))
     data = load(out)
     assert data["param_bytes"] == 4 * (512 * 512 + 512) * 4
-    assert [r["method"] for r in data["results"]] == ["ours_checkpoint", "contrib"]
+    assert [r["method"] for r in data["results"]] == ["ours_checkpoint", "contrib", "ours_auto"]
+    auto = data["results"][2]
+    assert auto["auto_validated"] and auto["auto_executions"] == 2
     for r in data["results"]:
         assert r["exit_code"] == 0, r
         assert r["vmhwm_bytes"] >= r["baseline_rss_bytes"] > 0
