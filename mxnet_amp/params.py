@@ -150,11 +150,12 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
 
 
 def recast_params(params: Mapping, dtypes: Mapping[str, str],
-                  current: Mapping[str, str] | None = None) -> dict:
+                  current: Mapping[str, str] | None = None, sequential: bool = False) -> dict:
     """A new dict with each array cast to ``dtypes[name]``; arrays already right are shared.
 
     ``current`` may give each array's dtype name when the caller knows it already. The
-    input dict and its arrays are never modified."""
+    input dict and its arrays are never modified. ``sequential``: finish each cast before
+    starting the next (see :func:`mxnet_amp.convert.convert_model_full`)."""
     out = {}
     for name, value in params.items():
         want = dtypes.get(name)
@@ -163,7 +164,6 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str],
             out[name] = value
         else:
             out[name] = cast_array(value, want)
-            # cast_array reads a copy; waiting frees it before the next cast allocates one,
-            # else MXNet's asynchronous engine lets copies of many params pile up
-            out[name].wait_to_read()
+            if sequential:
+                out[name].wait_to_read()
     return out

@@ -116,3 +116,20 @@ def test_gpu_inference_refuses_without_gpu(tmp_path):
     assert "refusing to run" in proc.stderr
     assert "CPU-only build" in proc.stderr or "sees no GPU" in proc.stderr
     assert not out.exists()
+
+
+def test_trained_accuracy_quick(tmp_path):
+    md = tmp_path / "trained.md"
+    _, out = run_script("trained_accuracy", tmp_path, "--md", str(md))
+    data = load(out)
+    rows = {r["model"]: r for r in data["results"]}
+    assert set(rows) == {"cnn", "overflow"}
+    for r in rows.values():
+        for dtype in ("float16", "bfloat16"):
+            for side in ("ours", "contrib", "auto", "auto_allclose"):
+                assert 0 <= r[dtype][side]["accuracy"] <= 1
+    assert rows["cnn"]["float16"]["auto"]["executions"] == 2
+    assert rows["overflow"]["float16"]["ours"]["finite"] is False
+    assert rows["overflow"]["float16"]["auto"]["kept_fp32"] == ["raw_dense0_fwd"]
+    text = md.read_text()
+    assert "| cnn | 450 |" in text and "## Automatic mode" in text

@@ -233,12 +233,22 @@ def predict(sym, arg_params, aux_params, x: np.ndarray) -> np.ndarray:
     return out.astype("float32").asnumpy()
 
 
-def converted_logits(model: Trained, target_dtype: str, execution: str, **convert_kwargs):
-    """Logits of the converted model on the test set, run ``'native'`` or ``'emulated'``."""
+def converted_logits(model: Trained, target_dtype: str, execution: str, converter=None,
+                     **convert_kwargs) -> np.ndarray:
+    """Logits of the converted model on the test set, run ``'native'`` or ``'emulated'``.
+
+    ``converter(sym, arg_params, aux_params, target_dtype=..., **convert_kwargs)`` returns
+    the converted ``(sym, arg_params, aux_params)``; default :func:`mxnet_amp.convert_model`."""
     from mxnet_amp import convert_model
+    convert = converter or convert_model
+    sym, args, auxs = convert(model.sym, model.arg_params, model.aux_params,
+                              target_dtype=target_dtype, **convert_kwargs)
+    return logits_of(sym, args, auxs, model.x_test, execution)
+
+
+def logits_of(sym, args, auxs, x: np.ndarray, execution: str) -> np.ndarray:
+    """Logits of a converted model on ``x``, run ``'native'`` or ``'emulated'``."""
     from mxnet_amp.emulation import emulate_model
-    sym, args, auxs = convert_model(model.sym, model.arg_params, model.aux_params,
-                                    target_dtype=target_dtype, **convert_kwargs)
     if execution == "emulated":
         sym, args, auxs = emulate_model(sym, args, auxs)
     else:
@@ -246,7 +256,7 @@ def converted_logits(model: Trained, target_dtype: str, execution: str, **conver
         # reorders arrays a float32 run used in place, so bind copies (emulation_and_auto.md)
         args = {k: v.copy() for k, v in args.items()}
         auxs = {k: v.copy() for k, v in auxs.items()}
-    return predict(sym, args, auxs, model.x_test)
+    return predict(sym, args, auxs, x)
 
 
 def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
