@@ -58,18 +58,6 @@ def _vm(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _peak_since_reset() -> int:
-    """Peak RSS since the last call (``VmHWM``, then reset through ``/proc/self/clear_refs``;
-    where the kernel refuses the reset, the peak since the process started)."""
-    peak = _vm("VmHWM")
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    return peak
-
-
 def _symbol(layers: int, width: int):
     import mxnet as mx
     x = mx.sym.var("data")
@@ -126,28 +114,24 @@ def child_convert(method: str, prefix: str, out_prefix: str) -> dict:
         sym32, args32, auxs32 = mxnet_amp.load_checkpoint(prefix, 0)
         width = args32["fc0_weight"].shape[1]
         sample = np.random.RandomState(0).standard_normal((1, width)).astype(np.float32)
-        stages = {"load": _peak_since_reset()}
+        stages = {"load": _vm("VmHWM")}
         sym, args, auxs, report = mxnet_amp.auto_convert_model(
             sym32, args32, auxs32, {"data": sample}, "float16", quiet=True,
             cast_optional_params=method == "ours_auto")
         mx.nd.waitall()
-        stages["auto"] = _peak_since_reset()
+        stages["auto"] = _vm("VmHWM")
         mxnet_amp.save_checkpoint(out_prefix, 0, sym, args, auxs)
         mx.nd.waitall()
-        stages["save"] = _peak_since_reset()
+        stages["save"] = _vm("VmHWM")
         assert len(args32) == len(args)  # the fp32 originals are alive up to here
-        peak = max(stages.values())
         extra = {"auto_executions": report.executions, "auto_validated": report.validated,
                  "auto_low_precision_nodes": report.low_precision_nodes,
-                 # the peak of each stage (VmHWM reset between stages; exact where the kernel
-                 # allows it, see _peak_since_reset)
-                 "stage_peak_bytes": stages, "stages_peak_bytes": peak}
+                 # peak RSS so far at the end of each stage: where the peak comes from
+                 "peak_by_stage_end_bytes": stages}
     else:
         raise SystemExit(f"unknown method {method!r}")
     mx.nd.waitall()
-    # a method that reset VmHWM between its stages reports the largest stage peak
-    hwm = max(_vm("VmHWM"), extra.pop("stages_peak_bytes", 0))
-    return {"vmhwm_bytes": hwm, "baseline_rss_bytes": baseline,
+    return {"vmhwm_bytes": _vm("VmHWM"), "baseline_rss_bytes": baseline,
             "seconds": time.perf_counter() - t0, **extra}
 
 
