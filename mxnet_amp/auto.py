@@ -256,21 +256,25 @@ class AutoReport:
 # ---------------------------------------------------------------------------------------
 # measuring
 
-def tensor_range(x: np.ndarray, limits: DtypeLimits) -> TensorRange:
-    """The :class:`TensorRange` of array ``x`` against ``limits``."""
-    a = np.abs(np.asarray(x, dtype=np.float32)).ravel()
+def tensor_range(x: np.ndarray, limits: DtypeLimits, chunk: int = 1 << 20) -> TensorRange:
+    """The :class:`TensorRange` of array ``x`` against ``limits``.
+
+    Worked through ``chunk`` values at a time: the temporaries stay small however large
+    ``x`` is (a weight of a large model, say)."""
+    a = np.asarray(x, dtype=np.float32).ravel()
     if a.size == 0:
         return TensorRange(0.0, 0.0, 0.0)
-    max_abs = float(np.max(a)) if not np.isnan(a).all() else float("nan")
-    if np.isnan(a).any() and not np.isnan(max_abs):
-        max_abs = float(np.nanmax(a))
-    nonzero = a[a > 0]
-    if nonzero.size == 0:
+    max_abs, nonzero, flushed, subnormal = 0.0, 0, 0, 0
+    for start in range(0, a.size, chunk):
+        part = np.abs(a[start:start + chunk])
+        max_abs = max(max_abs, float(np.max(part)), key=lambda v: (math.isnan(v), v))  # nan wins
+        part = part[part > 0]
+        nonzero += part.size
+        flushed += int(np.count_nonzero(part < limits.zero_below))
+        subnormal += int(np.count_nonzero((part >= limits.zero_below) & (part < limits.min_normal)))
+    if nonzero == 0:
         return TensorRange(max_abs, 0.0, 0.0)
-    flushed = float(np.count_nonzero(nonzero < limits.zero_below)) / nonzero.size
-    subnormal = float(np.count_nonzero((nonzero >= limits.zero_below)
-                                       & (nonzero < limits.min_normal))) / nonzero.size
-    return TensorRange(max_abs, flushed, subnormal)
+    return TensorRange(max_abs, flushed / nonzero, subnormal / nonzero)
 
 
 @dataclass(frozen=True)

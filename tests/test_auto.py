@@ -262,6 +262,12 @@ def test_tensor_range():
     r = tensor_range(np.array([0, 1e-9, -1e-9, 1e-6, 7e4, -3], dtype=np.float32), lim)
     assert r.max_abs == np.float32(7e4)
     assert r.flushed == pytest.approx(2 / 5) and r.subnormal == pytest.approx(1 / 5)
+    # worked through in chunks (bounded temporaries on large weights): the same figures
+    x = np.random.RandomState(0).standard_normal(1001).astype(np.float32) * 1e-5
+    x[[3, 700]] = [7e4, 0]
+    assert tensor_range(x, lim, chunk=64) == tensor_range(x, lim)
+    x[500] = np.nan
+    assert math.isnan(tensor_range(x, lim, chunk=64).max_abs)
 
 
 def test_resnet18_is_clean_in_two_executions():
