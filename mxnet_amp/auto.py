@@ -78,7 +78,6 @@ _SCALE_TOLERANCES = {"float16": 1e-2, "bfloat16": 5e-2}
 _TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
 
 REASONS = ("user", "overflow", "underflow", "accuracy", "budget")
-CRITERIA = ("scale", "allclose", "validate")
 
 
 def default_scale_tolerance(target_dtype: str) -> float:
