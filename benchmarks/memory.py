@@ -21,6 +21,12 @@ Methods:
 * ``ours_convert_model_keep_fp32``: the same, but the caller keeps the fp32 dicts until the
   fp16 checkpoint is written (a user comparing both, say): the peak this method must show
   is fp32 + fp16, which checks that the measurement sees a second copy when there is one.
+* ``ours_auto``: ``mxnet_amp.load_checkpoint`` + ``mxnet_amp.auto_convert_model`` on one
+  sample row (float16 on a CPU: the checks run emulated) + ``mxnet_amp.save_checkpoint``.
+  The caller's fp32 dicts live throughout (auto needs them for the float32 reference and
+  returns a model beside them), so its floor is fp32 + fp16, as for the method above;
+* ``ours_auto_fp32_weights``: the same with ``cast_optional_params=False`` (weights stay
+  float32, cast in the graph): the returned model shares the caller's arrays.
 
     python benchmarks/memory.py            # 2.68 GB of fp32 params (needs ~4 GB RAM, ~7 GB /tmp)
     python benchmarks/memory.py --quick    # 4 x 512^2, seconds
@@ -37,7 +43,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-METHODS = ("ours_checkpoint", "contrib", "ours_convert_model", "ours_convert_model_keep_fp32")
+METHODS = ("ours_checkpoint", "contrib", "ours_convert_model", "ours_convert_model_keep_fp32",
+           "ours_auto", "ours_auto_fp32_weights")
 
 
 # ---------------------------------------------------------------------------- children
@@ -80,6 +87,7 @@ def child_convert(method: str, prefix: str, out_prefix: str) -> dict:
     import mxnet_amp  # noqa: F401 - imported before the baseline so both sides pay for it
     from mxnet.contrib import amp
     baseline = _vm("VmRSS")
+    extra = {}
     t0 = time.perf_counter()
     if method == "ours_checkpoint":
         from mxnet_amp.checkpoint import convert_checkpoint
@@ -101,11 +109,30 @@ def child_convert(method: str, prefix: str, out_prefix: str) -> dict:
         mxnet_amp.save_checkpoint(out_prefix, 0, sym, args, auxs)
         mx.nd.waitall()
         assert len(args32) == len(args)  # the fp32 originals are alive up to here
+    elif method in ("ours_auto", "ours_auto_fp32_weights"):
+        import numpy as np
+        sym32, args32, auxs32 = mxnet_amp.load_checkpoint(prefix, 0)
+        width = args32["fc0_weight"].shape[1]
+        sample = np.random.RandomState(0).standard_normal((1, width)).astype(np.float32)
+        stages = {"load": _vm("VmHWM")}
+        sym, args, auxs, report = mxnet_amp.auto_convert_model(
+            sym32, args32, auxs32, {"data": sample}, "float16", quiet=True,
+            cast_optional_params=method == "ours_auto")
+        mx.nd.waitall()
+        stages["auto"] = _vm("VmHWM")
+        mxnet_amp.save_checkpoint(out_prefix, 0, sym, args, auxs)
+        mx.nd.waitall()
+        stages["save"] = _vm("VmHWM")
+        assert len(args32) == len(args)  # the fp32 originals are alive up to here
+        extra = {"auto_executions": report.executions, "auto_validated": report.validated,
+                 "auto_low_precision_nodes": report.low_precision_nodes,
+                 # peak RSS so far at the end of each stage: where the peak comes from
+                 "peak_by_stage_end_bytes": stages}
     else:
         raise SystemExit(f"unknown method {method!r}")
     mx.nd.waitall()
     return {"vmhwm_bytes": _vm("VmHWM"), "baseline_rss_bytes": baseline,
-            "seconds": time.perf_counter() - t0}
+            "seconds": time.perf_counter() - t0, **extra}
 
 
 # ---------------------------------------------------------------------------- parent

@@ -159,7 +159,10 @@ def memory(data) -> list[str]:
     return [_env(data), "",
             f"Checkpoint: {data['layers']} x FullyConnected {data['width']}x{data['width']} + bias, "
             f"{data['param_bytes'] / 1e9:.2f} GB of fp32 params; converted to float16 with "
-            "`cast_optional_params=True`. Target: peak ≤ 1.6x the param bytes.", ""] + _table(
+            "`cast_optional_params=True` (`ours_auto_fp32_weights`: False). `ours_auto*`: "
+            "`auto_convert_model` on one sample row (float16 checks emulated), the caller's "
+            "fp32 dicts alive throughout, so fp32 + the returned fp16 params is its floor. "
+            "Target: peak ≤ 1.6x the param bytes.", ""] + _table(
         ["method", "peak RSS GB (VmHWM)", "peak / param bytes", "(peak − import baseline) / param bytes",
          "ru_maxrss / param bytes", "seconds", "output file / input file", "error"], rows)
 

@@ -123,10 +123,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs-npz", metavar="FILE.npz", default=None,
                    help="sample inputs from an .npz file (one array per input name)")
     p.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    p.add_argument("--tolerance", type=float, default=None, metavar="T",
+                   help="bound on each output's max|out-fp32|/max|fp32| (the default check, which "
+                   "also keeps every top-1 class); default 1e-2 float16, 5e-2 bfloat16")
     p.add_argument("--rtol", type=float, default=None,
-                   help="relative tolerance of the output check (default 1e-2 float16, 5e-2 bfloat16)")
+                   help="check elementwise allclose instead, with this relative tolerance "
+                   "(default 1e-2 float16, 5e-2 bfloat16 when only --atol is given)")
     p.add_argument("--atol", type=float, default=None,
-                   help="absolute tolerance of the output check (default 1e-3 float16, 1e-2 bfloat16)")
+                   help="check elementwise allclose instead, with this absolute tolerance "
+                   "(default 1e-3 float16, 1e-2 bfloat16 when only --rtol is given)")
     p.add_argument("--execution", choices=("auto", "native", "emulated"), default="auto",
                    help="run the converted model natively or through emulation (default: "
                    "native where the hardware runs the dtype)")
@@ -400,6 +405,7 @@ def _cmd_auto(args) -> int:
     options = _convert_args(args)
     new_sym, new_args, new_aux, auto = auto_convert_model(
         sym, arg_params, aux_params, inputs, rtol=args.rtol, atol=args.atol,
+        tolerance=args.tolerance,
         execution=args.execution, max_executions=args.max_executions,
         quiet=not sys.stderr.isatty(), **options)
     if not auto.reference_finite:

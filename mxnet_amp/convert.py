@@ -233,10 +233,17 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                        excluded_sym_names=None, data_names=None,
                        cast_optional_params: bool = False, input_dtypes=None,
                        output_dtype: str | None = "float32", data_shapes=None,
-                       shapes_from: str = "data_shapes"):
+                       shapes_from: str = "data_shapes", sequential_casts: bool = False):
     """:func:`convert_model` that also returns the :class:`Conversion` record.
 
-    ``shapes_from`` is what shape errors call ``data_shapes`` (the caller's own name)."""
+    ``shapes_from`` is what shape errors call ``data_shapes`` (the caller's own name).
+
+    ``sequential_casts``: finish each param's cast before the next starts. Casts read a
+    copy of their param; queued all at once (the default) MXNet's asynchronous engine lets
+    those copies pile up while the originals live. The default suits a caller that rebinds
+    its names to the result (each original goes once its cast has run); one that keeps the
+    originals (the automatic mode) bounds its peak to originals + result + one copy with it.
+    """
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
@@ -255,8 +262,8 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                                cast_optional_params=cast_optional_params,
                                param_dtypes=param_dtypes, input_dtypes=input_dtypes,
                                output_dtype=output_dtype)
-    new_args = recast_params(arg_params, conversion.arg_dtypes, param_dtypes)
-    new_aux = recast_params(aux_params, conversion.aux_dtypes, param_dtypes)
+    new_args = recast_params(arg_params, conversion.arg_dtypes, param_dtypes, sequential_casts)
+    new_aux = recast_params(aux_params, conversion.aux_dtypes, param_dtypes, sequential_casts)
     return conversion.symbol, new_args, new_aux, conversion
 
 

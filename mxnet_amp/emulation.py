@@ -40,11 +40,14 @@ def _cast(name: str, src: Entry, dtype: str) -> Node:
     return Node("amp_cast", name, (src,), MappingProxyType({"dtype": dtype}))
 
 
-def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str]) -> Graph:
+def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str],
+                  keep_low_variables: bool = False) -> Graph:
     """The float32 graph that simulates ``graph``'s low precision tensors (see module doc).
 
     ``var_dtypes``: the dtype each variable has in the converted model (model inputs and
-    stored weights); low precision weights become float32 variables holding rounded values.
+    stored weights); low precision weights become float32 variables holding rounded values,
+    or, with ``keep_low_variables``, stay low precision variables read through a cast to
+    float32 (exact), so their arrays need no float32 copy.
     """
     dtypes = infer_dtypes(graph, var_dtypes)
     used = graph.num_used_outputs()
@@ -53,10 +56,15 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str]) -> Graph:
     env: list[list[Entry]] = []
     for i, node in enumerate(graph.nodes):
         if node.is_variable:
-            if var_dtypes.get(node.name) in LOW_PRECISION and "__dtype__" in node.attrs:
+            low = var_dtypes.get(node.name) in LOW_PRECISION
+            if low and not keep_low_variables and "__dtype__" in node.attrs:
                 node = node.replace(attrs=MappingProxyType({**node.attrs,
                                                             "__dtype__": str(MX_CODE["float32"])}))
-            env.append([Entry(builder.add(node))])
+            e = Entry(builder.add(node))
+            if low and keep_low_variables:
+                e = Entry(builder.add(_cast(builder.fresh_name(node.name + "_as_float32"), e,
+                                            "float32")))
+            env.append([e])
             continue
         inputs = tuple(env[e.node][e.index] for e in node.inputs)
         if node.op in ("amp_cast", "Cast", "cast") and node.attrs.get("dtype") in LOW_PRECISION:
@@ -170,7 +178,7 @@ def _prune(graph: Graph) -> Graph:
 
 
 def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
-                  input_dtypes: Mapping[str, str] | None = None):
+                  input_dtypes: Mapping[str, str] | None = None, *, copy_params: bool = True):
     """A float32 model that simulates the low precision model ``(sym, arg_params, aux_params)``.
 
     Parameters
@@ -182,28 +190,37 @@ def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
         rounded to that dtype already; they are returned as float32 copies).
     input_dtypes : dict, optional
         Dtypes of the model inputs (default float32).
+    copy_params : bool, default True
+        False: no param copies (what the automatic mode uses on large models): the
+        returned params are the given arrays, low precision ones included, which the graph
+        widens to float32 as it reads them, and weights the graph casts to low precision are
+        rounded at every run instead of once. Same outputs; less memory, slower runs.
 
     Returns
     -------
     (Symbol, dict, dict)
         Runs on any CPU; outputs equal what the low precision model computes up to what the
         module documentation lists as not modelled. A weight the converted graph casts to
-        low precision appears rounded, as a float32 param named after that cast; the
-        returned dicts hold exactly the params the returned symbol reads.
+        low precision appears rounded, as a float32 param named after that cast (unless
+        ``copy_params`` is False); the returned dicts hold exactly the params the returned
+        symbol reads.
         The caller's symbol and dicts are not modified.
     """
     graph = graph_from_symbol(sym)
     var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     for n in graph.variables():
         var_dtypes.setdefault(n.name, (input_dtypes or {}).get(n.name, "float32"))
-    emulated, rounded = _fold_param_casts(emulate_graph(graph, var_dtypes), arg_params)
+    emulated = emulate_graph(graph, var_dtypes, keep_low_variables=not copy_params)
+    rounded = {}
+    if copy_params:
+        emulated, rounded = _fold_param_casts(emulated, arg_params)
     emulated = graph_to_symbol(emulated)
     arg_names = set(emulated.list_arguments())
     aux_names = set(emulated.list_auxiliary_states())
 
     def widen(params, wanted):
-        return {k: (cast_array(v, "float32") if array_dtype(v) in LOW_PRECISION else v)
-                for k, v in params.items() if k in wanted}
+        return {k: (cast_array(v, "float32") if copy_params and array_dtype(v) in LOW_PRECISION
+                    else v) for k, v in params.items() if k in wanted}
     return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)
 
 

@@ -125,11 +125,12 @@ def param_dict(params, what: str) -> dict:
 
 
 def recast_params(params: Mapping, dtypes: Mapping[str, str],
-                  current: Mapping[str, str] | None = None) -> dict:
+                  current: Mapping[str, str] | None = None, sequential: bool = False) -> dict:
     """A new dict with each array cast to ``dtypes[name]``; arrays already right are shared.
 
     ``current`` may give each array's dtype name when the caller knows it already. The
-    input dict and its arrays are never modified."""
+    input dict and its arrays are never modified. ``sequential``: finish each cast before
+    starting the next (see :func:`mxnet_amp.convert.convert_model_full`)."""
     out = {}
     for name, value in params.items():
         want = dtypes.get(name)
@@ -138,4 +139,6 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str],
             out[name] = value
         else:
             out[name] = cast_array(value, want)
+            if sequential:
+                out[name].wait_to_read()
     return out

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mxnet_amp.auto import (DTYPE_LIMITS, auto_convert_block, auto_convert_model,
-                            default_tolerances, tensor_range)
+                            check_outputs, tensor_range)
 from mxnet_amp.convert import convert_model
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import GraphError
@@ -84,7 +84,8 @@ def clean_model(seed=0):
 
 def within_tolerance(report, sym, args, auxs, x, ref):
     out = run(*emulate_model(sym, args, auxs), x)
-    return np.isfinite(out).all() and np.allclose(out, ref, rtol=report.rtol, atol=report.atol)
+    return np.isfinite(out).all() and check_outputs([ref], [out], report.target_dtype,
+                                                    report.tolerance).passed
 
 
 def test_clean_model_finishes_in_at_most_3_executions_with_nothing_excluded():
@@ -121,8 +122,7 @@ def test_underflow_branch_gets_exactly_its_offending_node_excluded():
     sym, args, x = underflow_model()
     ref = run(sym, args, {}, x)
     plain = run(*emulate_model(*convert_model(sym, args, {})), x)
-    rtol, atol = default_tolerances("float16")
-    assert not np.allclose(plain, ref, rtol=rtol, atol=atol)
+    assert not check_outputs([ref], [plain], "float16").passed
     new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
     assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_u", "underflow")]
     assert report.kept_fp32[0].value == 1.0                # every value flushed
@@ -263,6 +263,12 @@ def test_tensor_range():
     r = tensor_range(np.array([0, 1e-9, -1e-9, 1e-6, 7e4, -3], dtype=np.float32), lim)
     assert r.max_abs == np.float32(7e4)
     assert r.flushed == pytest.approx(2 / 5) and r.subnormal == pytest.approx(1 / 5)
+    # worked through in chunks (bounded temporaries on large weights): the same figures
+    x = np.random.RandomState(0).standard_normal(1001).astype(np.float32) * 1e-5
+    x[[3, 700]] = [7e4, 0]
+    assert tensor_range(x, lim, chunk=64) == tensor_range(x, lim)
+    x[500] = np.nan
+    assert math.isnan(tensor_range(x, lim, chunk=64).max_abs)
 
 
 def test_resnet18_is_clean_in_two_executions():
@@ -289,7 +295,7 @@ def test_auto_convert_block():
     assert {k.op for k in report.kept_fp32} == {"FullyConnected"} and len(report.kept_fp32) == 2
     assert report.validated and report.executions == 2
     out = emulate_block(block)(x).asnumpy()
-    assert np.isfinite(out).all() and np.allclose(out, ref, rtol=report.rtol, atol=report.atol)
+    assert np.isfinite(out).all() and check_outputs([ref], [out], tolerance=report.tolerance).passed
     assert np.array_equal(net(x).asnumpy(), ref)      # the source block still runs fp32
 
 
@@ -301,3 +307,57 @@ def test_several_outputs_are_all_checked():
     assert set(report.excluded_sym_names) == {"fc_a", "fc_a2"}
     assert report.validated and report.executions == 2
     assert len(new_sym.list_outputs()) == 2
+
+
+def test_default_check_judges_error_against_each_outputs_scale():
+    """Small logits that decide nothing may be off by more than allclose allows."""
+    ref = np.array([[20.0, 1e-3, -3.0]], dtype=np.float32)
+    out = np.array([[20.05, 5e-3, -3.01]], dtype=np.float32)
+    assert not check_outputs([ref], [out], "float16", rtol=1e-2, atol=1e-3).passed
+    check = check_outputs([ref], [out], "float16")
+    assert check.criterion == "scale" and check.passed
+    assert check.relative_error == pytest.approx(0.05 / 20, rel=1e-3)
+    assert check.tolerance_ratio == pytest.approx(0.05 / 20 / 1e-2, rel=1e-3)
+    assert (check.top1_flips, check.top1_rows) == (0, 1)
+    # per output: an error of 0.1 on an output of scale 1 fails beside one of scale 1000
+    big = np.full((2, 3), 1000.0, dtype=np.float32)
+    small = np.ones((4,), dtype=np.float32)
+    assert check_outputs([big, small], [big, small + 0.001], "float16").passed
+    assert not check_outputs([big, small], [big, small + 0.1], "float16").passed
+    # bfloat16's bound is wider
+    assert check_outputs([small], [small + 0.04], "bfloat16").passed
+
+
+def test_default_check_needs_the_top1_class_except_on_near_ties():
+    ref = np.array([[10.0, 8.5, 0.0], [10.0, 9.8, 0.0]], dtype=np.float32)
+    # row 0 flips with a float32 margin of 1.5 (beyond 0.1 x scale 10): a changed decision
+    out = np.array([[9.2, 9.3, 0.0], [10.0, 9.8, 0.0]], dtype=np.float32)
+    check = check_outputs([ref], [out], tolerance=0.1)
+    assert check.relative_error <= 0.1 and check.top1_flips == 1 and not check.passed
+    # row 1 flips with a margin of 0.2: within the tolerance, a near-tie, allowed
+    out = np.array([[10.0, 8.5, 0.0], [9.85, 9.9, 0.0]], dtype=np.float32)
+    check = check_outputs([ref], [out], tolerance=0.1)
+    assert check.top1_flips == 0 and check.passed
+
+
+def test_check_fails_non_finite_outputs_and_accepts_zero_outputs():
+    ref = np.array([[1.0, 2.0]], dtype=np.float32)
+    out = np.array([[np.inf, 2.0]], dtype=np.float32)
+    for kw in ({}, {"rtol": 1e-2}):
+        check = check_outputs([ref], [out], **kw)
+        assert not check.passed and check.tolerance_ratio == math.inf
+    zero = np.zeros((3,), dtype=np.float32)
+    assert check_outputs([zero], [zero.copy()]).passed
+    assert check_outputs([ref], [ref.copy()], rtol=0, atol=0).criterion == "allclose"
+
+
+def test_rtol_or_atol_switch_auto_to_allclose_and_the_report_says_so():
+    sym, args, x = clean_model()
+    *_, report = auto_convert_model(sym, args, {}, x, rtol=1e-2, quiet=True)
+    assert report.criterion == "allclose" and (report.rtol, report.atol) == (1e-2, 1e-3)
+    assert report.tolerance is None and "allclose(rtol=0.01, atol=0.001)" in report.summary()
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert report.criterion == "scale" and report.tolerance == 1e-2 and report.rtol is None
+    assert f"max|out-ref|/max|ref| {report.relative_error:.3g} (tolerance 0.01)" in report.summary()
+    with pytest.raises(ValueError, match="tolerance"):
+        auto_convert_model(sym, args, {}, x, tolerance=0, quiet=True)

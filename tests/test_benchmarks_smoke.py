@@ -91,11 +91,13 @@ def test_zoo_casts_quick(tmp_path):
 
 
 def test_memory_quick(tmp_path):
-    _, out = run_script("memory", tmp_path, "--methods", "ours_checkpoint", "contrib",
+    _, out = run_script("memory", tmp_path, "--methods", "ours_checkpoint", "contrib", "ours_auto",
                         "--workdir", str(tmp_path))
     data = load(out)
     assert data["param_bytes"] == 4 * (512 * 512 + 512) * 4
-    assert [r["method"] for r in data["results"]] == ["ours_checkpoint", "contrib"]
+    assert [r["method"] for r in data["results"]] == ["ours_checkpoint", "contrib", "ours_auto"]
+    auto = data["results"][2]
+    assert auto["auto_validated"] and auto["auto_executions"] == 2
     for r in data["results"]:
         assert r["exit_code"] == 0, r
         assert r["vmhwm_bytes"] >= r["baseline_rss_bytes"] > 0
@@ -114,3 +116,20 @@ def test_gpu_inference_refuses_without_gpu(tmp_path):
     assert "refusing to run" in proc.stderr
     assert "CPU-only build" in proc.stderr or "sees no GPU" in proc.stderr
     assert not out.exists()
+
+
+def test_trained_accuracy_quick(tmp_path):
+    md = tmp_path / "trained.md"
+    _, out = run_script("trained_accuracy", tmp_path, "--md", str(md))
+    data = load(out)
+    rows = {r["model"]: r for r in data["results"]}
+    assert set(rows) == {"cnn", "overflow"}
+    for r in rows.values():
+        for dtype in ("float16", "bfloat16"):
+            for side in ("ours", "contrib", "auto", "auto_allclose"):
+                assert 0 <= r[dtype][side]["accuracy"] <= 1
+    assert rows["cnn"]["float16"]["auto"]["executions"] == 2
+    assert rows["overflow"]["float16"]["ours"]["finite"] is False
+    assert rows["overflow"]["float16"]["auto"]["kept_fp32"] == ["raw_dense0_fwd"]
+    text = md.read_text()
+    assert "| cnn | 450 |" in text and "## Automatic mode" in text

@@ -177,7 +177,8 @@ def test_auto_writes_a_checkpoint(ckpt, tmp_path, capsys):
     npz = tmp_path / "in.npz"
     np.savez(npz, data=np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype("float32"))
     code, stdout, err = run(capsys, ["auto", ckpt, "--epoch", "3", "--target-dtype", "bfloat16",
-                                     "--inputs-npz", str(npz), "--out", out, "--report", rep])
+                                     "--inputs-npz", str(npz), "--out", out, "--report", rep,
+                                     "--tolerance", "0.08"])
     assert code == 0, err
     sym, args, auxs = load_checkpoint(out, 3)
     nodes = json.loads(symbol_json(sym))["nodes"]
@@ -186,6 +187,9 @@ def test_auto_writes_a_checkpoint(ckpt, tmp_path, capsys):
     auto = report["extra"]["auto"]
     assert auto["target_dtype"] == "bfloat16" and auto["executions"] >= 2
     assert "auto bfloat16" in stdout
+    # the summary states the check and the model's figures against it
+    assert auto["criterion"] == "scale" and auto["tolerance"] == 0.08
+    assert f"max|out-ref|/max|ref| {auto['relative_error']:.3g} (tolerance 0.08)" in stdout
     # every node automatic mode kept in float32 is float32 in the report, with its reason
     fp32 = {n["name"]: n["reason"] for n in report["fp32_nodes"]}
     for kept in auto["kept_fp32"]:

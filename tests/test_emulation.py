@@ -141,6 +141,28 @@ def test_weights_stored_in_low_precision_emulate_the_same():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("target_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cast_optional_params", [False, True])
+def test_emulation_without_param_copies_gives_the_same_outputs(target_dtype, cast_optional_params):
+    """copy_params=False (the automatic mode's) returns the given arrays, low precision ones
+    too, and rounds / widens weights in the graph: bit for bit the same outputs."""
+    rng = np.random.RandomState(5)
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=6, name="fc")
+    sym = mx.sym.FullyConnected(mx.sym.Activation(sym, act_type="relu"), num_hidden=3, name="fc2")
+    args = {"fc_weight": mx.nd.array(rng.randn(6, 8)), "fc_bias": mx.nd.array(rng.randn(6)),
+            "fc2_weight": mx.nd.array(rng.randn(3, 6)), "fc2_bias": mx.nd.array(rng.randn(3))}
+    x = rng.randn(4, 8)
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype=target_dtype,
+                                               cast_optional_params=cast_optional_params)
+    esym, eargs, eauxs = emulate_model(csym, cargs, cauxs, copy_params=False)
+    assert all(eargs[k] is cargs[k] for k in eargs)          # no copies
+    assert set(eargs) == set(esym.list_arguments()) - {"data"}
+    if cast_optional_params:
+        assert {str(np.dtype(v.dtype)) for v in eargs.values()} != {"float32"}
+    lean = run(esym, eargs, eauxs, data=x)[0]
+    np.testing.assert_array_equal(lean, run(*emulate_model(csym, cargs, cauxs), data=x)[0])
+
+
 def test_emulate_model_leaves_inputs_alone_and_returns_exactly_the_params_it_reads():
     sym, args = identity_fc()
     csym, cargs, cauxs, _ = convert_model_full(sym, args, {})
