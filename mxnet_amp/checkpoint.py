@@ -7,10 +7,11 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Sequence
 
-from .convert import Conversion, convert_graph
+from .convert import Conversion, convert_graph, fold_model
 from .errors import CheckpointError, ParamError
 from .io import graph_from_symbol, load_checkpoint, save_checkpoint
 from .params import array_dtype, cast_array, check_params, default_data_names
@@ -26,7 +27,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        conditional_fp32_ops=None,
                        excluded_sym_names: Sequence[str] | None = None,
                        data_names: Sequence[str] | None = None,
-                       cast_optional_params: bool = False,
+                       cast_optional_params: bool = True,
+                       fold_batchnorm: bool = False,
                        write: bool = True):
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
@@ -61,13 +63,19 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
         check_params(arg_names, aux_names, arg_params, aux_params, data_names)
     except ParamError as err:
         raise ParamError(f"{params_file} does not match {prefix}-symbol.json: {err}") from None
+    graph, folded = graph_from_symbol(sym), ()
+    if fold_batchnorm:
+        graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
+                                                           excluded_sym_names)
     conversion: Conversion = convert_graph(
-        graph_from_symbol(sym), target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
+        graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
         fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
         conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
         data_names=data_names, cast_optional_params=cast_optional_params,
         param_dtypes={k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()})
-    del sym
+    if folded:
+        conversion = dataclasses.replace(conversion, folded_batchnorms=folded)
+    del sym, graph
     sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
     for params, dtypes in ((arg_params, conversion.arg_dtypes), (aux_params, conversion.aux_dtypes)):
         for name in list(params):
