@@ -228,16 +228,20 @@ def _scale_shift(bn: Node, graph_params: Mapping[str, Any], names: list[str]):
 
 
 def _scaled_weight(prod: Node, weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """``weight`` with each output channel's slice multiplied by its scale."""
+    """``weight`` (float32) with each output channel's slice multiplied by its scale (rounded
+    to float32 first): one float32 rounding per element."""
+    shape = tuple(weight.shape)
     if prod.op != "Deconvolution":
         # Convolution (out, in/g, k...) and FullyConnected (out, in): output channel first
-        return weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
-    # Deconvolution (in, out/g, k...): output channel g*out/g + j lives in group g, column j
-    groups = int(prod.attrs.get("num_group", "1"))
-    cin, cout_g = weight.shape[:2]
-    grouped = weight.reshape((groups, cin // groups, cout_g) + weight.shape[2:])
-    factors = scale.reshape((groups, 1, cout_g) + (1,) * (weight.ndim - 2))
-    return (grouped * factors).reshape(weight.shape)
+        grouped = shape
+        factors = scale.reshape((-1,) + (1,) * (len(shape) - 1))
+    else:
+        # Deconvolution (in, out/g, k...): output channel g*out/g + j is group g's column j
+        groups = int(prod.attrs.get("num_group", "1"))
+        cin, cout_g = shape[:2]
+        grouped = (groups, cin // groups, cout_g) + shape[2:]
+        factors = scale.reshape((groups, 1, cout_g) + (1,) * (len(shape) - 2))
+    return (weight.reshape(grouped) * factors.astype(np.float32)).reshape(shape)
 
 
 def _fold_into(builder: GraphBuilder, graph: Graph, plan: _Plan, inputs: tuple[Entry, ...],
@@ -248,8 +252,9 @@ def _fold_into(builder: GraphBuilder, graph: Graph, plan: _Plan, inputs: tuple[E
     scale, shift = _scale_shift(bn, params, [graph.nodes[e.node].name for e in bn.inputs[1:]])
     weight_name = graph.nodes[prod.inputs[1].node].name
     template = params[weight_name]
-    weight = _scaled_weight(prod, _numpy(template).astype(np.float64), scale)
-    new_params[weight_name] = _like(weight.astype(np.float32), template)
+    # through numpy, not MXNet ops: a weight a oneDNN kernel used is held in a blocked
+    # layout that MXNet's reshape / broadcast cannot always reorder
+    new_params[weight_name] = _like(_scaled_weight(prod, _numpy(template), scale), template)
     has_bias = not _flag(prod.attrs, "no_bias", _NO_BIAS_DEFAULT[prod.op]) and len(prod.inputs) > 2
     if has_bias:
         bias_name = graph.nodes[prod.inputs[2].node].name
