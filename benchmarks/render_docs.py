@@ -64,11 +64,15 @@ def conversion_speed(data) -> list[str]:
                      _f(o.get("median_s")) if o["ok"] else "failed: " + o["error"],
                      _f(c.get("median_s")) if c["ok"] else "failed: " + c["error"],
                      _f(r.get("ratio_ours_over_contrib")), _f(r.get("cpu_ratio_ours_over_contrib")),
+                     _f(r.get("ratio_ours_over_contrib_cop")), _f(r.get("ratio_ours_fold_over_contrib")),
                      _f(o.get("per_node_us")), _f(c.get("per_node_us")),
                      _casts(o["casts"]) if o["ok"] else "–", _casts(c["casts"]) if c["ok"] else "–"])
-    lines = [_env(data), ""]
+    lines = [_env(data), "", "`ours` and `contrib` with their defaults (ours stores weights in low "
+             "precision, contrib does not); `contrib_cop` = contrib with `cast_optional_params=True`; "
+             "`ours_fold` = ours with `fold_batchnorm=True` (zoo models).", ""]
     lines += _table(["case", "nodes", "runs", "ours s (median)", "contrib s (median)",
                      "ours/contrib wall (median of per-round ratios)", "ours/contrib CPU time",
+                     "ours/contrib_cop wall", "ours_fold/contrib wall",
                      "ours µs/node", "contrib µs/node", "ours casts", "contrib casts"], rows)
     g = data.get("ours_growth")
     if g:

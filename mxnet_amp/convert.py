@@ -105,17 +105,28 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
              output_dtype) -> Conversion:
     op_types = OpTypes()
     input_param_dtypes = dict(stored)
+    final = False
     if cast_optional_params:
         # round one leaves float weights to their consumers; a weight every consumer wants
         # in the same dtype is stored in it, the others stay as stored and get casts
         first = insert_casts(graph, policy, data_dtypes=data_dtypes,
                              param_dtypes={k: (None if is_float(v) else v) for k, v in stored.items()},
                              excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+        # round one is final when each float weight is wanted in exactly one dtype: every
+        # consumer already reads it in the dtype it is now stored in, and no dtype was left
+        # undecided (a weight no consumer gives a dtype leaves its readers' dtypes open)
+        final = all(len(first.param_wants.get(name, ())) == 1
+                    for name, dt in stored.items() if is_float(dt))
         for name, want in first.param_wants.items():
             if len(want) == 1 and is_float(stored[name]):
                 stored[name] = next(iter(want))
-    result = insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
-                          excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+    if final:
+        # round two would rebuild the same graph: only the weights' __dtype__ attributes
+        # are left to write
+        result = replace(first, graph=_with_stored_dtypes(first.graph, stored))
+    else:
+        result = insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
+                              excluded=excluded, output_dtype=output_dtype, op_types=op_types)
     if result.unlisted_ops:
         warn_unlisted(result.unlisted_ops, policy.target_dtype)
     sym = graph_to_symbol(result.graph)
@@ -132,6 +143,20 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
                       stacklevel=2)
     return Conversion(result.graph, graph, result, policy, tuple(names),
                       dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym)
+
+
+def _with_stored_dtypes(graph: Graph, stored: Mapping[str, str]) -> Graph:
+    """``graph`` with each weight variable's ``__dtype__`` attribute (where it has one) set to
+    its stored dtype, as :func:`insert_casts` writes it for weights of known dtype."""
+    from types import MappingProxyType
+    from .dtypes import MX_CODE
+    nodes = list(graph.nodes)
+    for i, node in enumerate(nodes):
+        if node.is_variable and node.name in stored and "__dtype__" in node.attrs:
+            code = str(MX_CODE[stored[node.name]])
+            if node.attrs["__dtype__"] != code:
+                nodes[i] = node.replace(attrs=MappingProxyType({**node.attrs, "__dtype__": code}))
+    return Graph(tuple(nodes), graph.heads, graph.attrs)
 
 
 def convert_symbol(sym, target_dtype: str = "float16",

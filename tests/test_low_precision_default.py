@@ -84,3 +84,36 @@ def test_every_entry_point_defaults_to_low_precision_weights(dtype, tmp_path):
         assert main(["convert", prefix, "--target-dtype", dtype, "--out", prefix + "-o", "-q", *flag]) == 0
         _, a, b = amp.load_checkpoint(prefix + "-o", 0)
         assert _stored_low({**a, **b}, dtype) == expected
+
+
+def _two_rounds(conversion, data_names):
+    """What a second insert_casts round over the stored dtypes gives."""
+    from mxnet_amp.passes.insert_casts import insert_casts
+    return insert_casts(conversion.original, conversion.policy,
+                        data_dtypes={n: "float32" for n in data_names},
+                        param_dtypes=conversion.param_dtypes)
+
+
+@pytest.mark.parametrize("model", ["small", "resnet18", "shared_weight"])
+def test_one_round_gives_what_two_rounds_give(model):
+    """cast_optional_params skips the second cast-insertion round when the first is final:
+    graph, node dtypes, casts and fallbacks are what the second round would give (the
+    shared weight, wanted in two dtypes, is the case where round one is not final)."""
+    from mxnet_amp.convert import convert_model_full
+    if model == "small":
+        sym, args, auxs = small_model()
+    elif model == "resnet18":
+        sym, args, auxs, _ = gluoncv_resnet18()
+    else:
+        x, w = mx.sym.var("data"), mx.sym.var("w")
+        sym = mx.sym.Group([mx.sym.FullyConnected(x, w, num_hidden=4, no_bias=True, name="fc"),
+                            mx.sym.exp(w, name="wexp")])
+        from helpers import init_params
+        args, auxs = init_params(sym, {"data": (2, 8)})
+    for dtype in ("float16", "bfloat16"):
+        _, _, _, conv = convert_model_full(sym, args, auxs, target_dtype=dtype)
+        again = _two_rounds(conv, conv.data_names)
+        assert again.graph == conv.graph
+        assert dict(again.node_dtypes) == dict(conv.result.node_dtypes)
+        assert (again.casts, again.multicasts, again.fallbacks) == \
+            (conv.result.casts, conv.result.multicasts, conv.result.fallbacks)
