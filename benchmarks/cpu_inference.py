@@ -95,8 +95,9 @@ def module_runner(sym, args, auxs, data):
     return run
 
 
-def gluon_runner(sym, args, auxs, data):
-    """A hybridized ``SymbolBlock`` holding the params in their own dtypes (no fusion)."""
+def gluon_runner(sym, args, auxs, data, backend: str | None = None):
+    """A hybridized ``SymbolBlock`` holding the params in their own dtypes (no fusion unless
+    ``backend`` names a subgraph backend, e.g. ``'MKLDNN'``)."""
     import mxnet as mx
     from mxnet import gluon
     net = gluon.SymbolBlock([sym[k] for k in range(len(sym.list_outputs()))],
@@ -104,7 +105,7 @@ def gluon_runner(sym, args, auxs, data):
     params = {f"arg:{k}": v for k, v in args.items()}
     params.update({f"aux:{k}": v for k, v in auxs.items()})
     net.collect_params().load_dict(params, ctx=mx.cpu(), cast_dtype=True, dtype_source="saved")
-    net.hybridize(static_alloc=True, static_shape=True)
+    net.hybridize(static_alloc=True, static_shape=True, **({"backend": backend} if backend else {}))
 
     def run():
         out = net(data)
@@ -112,7 +113,8 @@ def gluon_runner(sym, args, auxs, data):
     return run
 
 
-RUNNERS = {"module": module_runner, "gluon": gluon_runner}
+RUNNERS = {"module": module_runner, "gluon": gluon_runner,
+           "gluon_mkldnn": lambda *a: gluon_runner(*a, backend="MKLDNN")}
 
 
 def max_rel_diff(outs, ref) -> float:
@@ -143,7 +145,7 @@ def convert_variants(sym, args, auxs, row: dict) -> dict:
     return converted
 
 
-def run_case(label, spec, batch, rounds, per_round, native: bool) -> dict:
+def run_case(label, spec, batch, rounds, per_round, native: bool, paths=PATHS) -> dict:
     sym, args, auxs, make_data = build(spec)
     data = make_data(batch)
     row: dict = {"case": label, "batch": batch, "rounds": rounds, "batches_per_round": per_round,
@@ -153,7 +155,7 @@ def run_case(label, spec, batch, rounds, per_round, native: bool) -> dict:
     if native:
         models.update({v: (r["sym"], r["args"], r["auxs"]) for v, r in converted.items()})
     runners, ref = {}, {}
-    for path in PATHS:
+    for path in paths:
         for variant, model in models.items():
             key = f"{variant}/{path}"
             try:
@@ -177,7 +179,7 @@ def run_case(label, spec, batch, rounds, per_round, native: bool) -> dict:
     for variant in VARIANTS:
         if variant in row and row[variant].get("ok") and not native:
             row[variant]["items_per_s"] = NOT_MEASURABLE
-    for path in PATHS:
+    for path in paths:
         for variant in ("ours", "ours_fold"):
             for base in ("contrib", "contrib_cop"):
                 a, b = f"{base}/{path}", f"{variant}/{path}"
@@ -186,15 +188,15 @@ def run_case(label, spec, batch, rounds, per_round, native: bool) -> dict:
     return row
 
 
-def targets(rows) -> dict:
+def targets(rows, paths=PATHS) -> dict:
     """The issue's targets, checked on what was measured (None where not measured)."""
     out = {}
     r50 = next((r for r in rows if r["case"] == "resnet50_v1_bs8"), None)
-    if r50 and "module" in r50["ours"]:
-        out["ours >= 2x fp32 on resnet50_v1 bs8 (module)"] = r50["ours"]["module"]["speedup_over_fp32"] >= 2
-        out["ours >= 2x fp32 on resnet50_v1 bs8 (gluon)"] = r50["ours"]["gluon"]["speedup_over_fp32"] >= 2
+    for path in paths:
+        if r50 and path in r50["ours"]:
+            out[f"ours >= 2x fp32 on resnet50_v1 bs8 ({path})"] = r50["ours"][path]["speedup_over_fp32"] >= 2
     for base in ("contrib", "contrib_cop"):
-        ratios = [r[v][p][f"over_{base}"] for r in rows for v in ("ours",) for p in PATHS
+        ratios = [r[v][p][f"over_{base}"] for r in rows for v in ("ours",) for p in paths
                   if p in r.get(v, {}) and f"over_{base}" in r[v][p]]
         if ratios:
             out[f"ours >= 1.1x {base} on every case and path"] = min(ratios) >= 1.1
@@ -207,6 +209,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny models, seconds (the smoke test)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/cpu_inference.json)")
     ap.add_argument("--cases", nargs="+", help="only these case labels")
+    ap.add_argument("--paths", nargs="+", default=list(PATHS), choices=sorted(RUNNERS),
+                    help="how models run (default: module gluon; gluon_mkldnn = SymbolBlock "
+                    "hybridized with backend='MKLDNN', oneDNN fusion in Gluon)")
     opts = ap.parse_args(argv)
     from mxnet_amp.hardware import bf16_runs_natively
     native = bf16_runs_natively()
@@ -219,27 +224,27 @@ def main(argv=None) -> int:
     for case in (QUICK if opts.quick else FULL):
         if opts.cases and case[0] not in opts.cases:
             continue
-        rows.append(run_case(*case, native=native))
-        _print(rows[-1:])
+        rows.append(run_case(*case, native=native, paths=opts.paths))
+        _print(rows[-1:], opts.paths)
     print()
-    _print(rows)
-    checked = targets(rows) if native else {}
+    _print(rows, opts.paths)
+    checked = targets(rows, opts.paths) if native else {}
     for k, v in checked.items():
         print(f"target: {k}: {v}")
     out = opts.out or C.default_out("cpu_inference", opts.quick)
     C.write_json(out, {"benchmark": "cpu_inference", "target_dtype": "bfloat16",
                        "variants": {k: {"converter": w, **kw} for k, (w, kw) in VARIANTS.items()},
-                       "paths": list(PATHS), "bf16_runs_natively": native,
+                       "paths": list(opts.paths), "bf16_runs_natively": native,
                        "environment": {**env, "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
                        "wall_s": time.perf_counter() - t0, "targets": checked, "results": rows})
     print(f"wrote {out}")
     return 0
 
 
-def _print(rows) -> None:
+def _print(rows, paths=PATHS) -> None:
     table = []
     for r in rows:
-        for path in PATHS:
+        for path in paths:
             def ips(v):
                 x = r.get(v, {})
                 if not x.get("ok", v == "fp32"):

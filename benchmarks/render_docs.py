@@ -117,7 +117,8 @@ def cpu_inference(data) -> list[str]:
               "every run); `contrib_cop` = contrib with `cast_optional_params=True`; `ours` = "
               "`mxnet_amp.convert_model` default (weights stored in bf16); `ours_fold` = ours with "
               "`fold_batchnorm=True`. Paths: `module` = `mx.mod.Module` (MXNet's oneDNN subgraph "
-              "fusion applies), `gluon` = hybridized `SymbolBlock` (no fusion). Medians of "
+              "fusion applies), `gluon` = hybridized `SymbolBlock` (no fusion), `gluon_mkldnn` = "
+              "the same hybridized with `backend='MKLDNN'` (oneDNN fusion). Medians of "
               "interleaved rounds; ratios are medians of per-round ratios.", ""]
     if native:
         rows = []
@@ -223,6 +224,8 @@ def gpu_inference(data) -> list[str]:
 
 SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
             ("CPU inference, bfloat16", "cpu_inference", cpu_inference),
+            ("CPU inference, bfloat16, Gluon with oneDNN fusion (`hybridize(backend='MKLDNN')`)",
+             "cpu_inference_gluon_mkldnn", cpu_inference),
             ("Cast counts and low precision params across the zoo", "zoo_casts", zoo_casts),
             ("Memory: converting a 2.68 GB checkpoint", "memory", memory),
             ("GPU inference", "gpu_inference", gpu_inference)]
