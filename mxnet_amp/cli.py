@@ -230,20 +230,28 @@ def _convert_prefix(args, write: bool):
     return conversion, report
 
 
+def _folded_lines(conversion) -> list[str]:
+    folded = conversion.folded_batchnorms
+    if not folded:
+        return []
+    return ["", f"Folded {len(folded)} BatchNorm(s) into the op before them (--fold-bn)."]
+
+
 # --- commands -----------------------------------------------------------------------------
 
 def _cmd_convert(args) -> int:
     conversion, report = _convert_prefix(args, write=True)
     out = args.out or args.prefix + "-amp"
     epoch = args.epoch if args.out_epoch is None else args.out_epoch
-    _finish(args, conversion, report)
+    _finish(args, conversion, report, _folded_lines(conversion))
     _say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params")
     return 0
 
 
 def _cmd_inspect(args) -> int:
     conversion, report = _convert_prefix(args, write=False)
-    _finish(args, conversion, report, ["", "(inspect: no checkpoint written)"])
+    _finish(args, conversion, report,
+            _folded_lines(conversion) + ["", "(inspect: no checkpoint written)"])
     return 0
 
 

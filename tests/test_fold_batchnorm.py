@@ -188,7 +188,7 @@ def test_convert_model_folds_then_rounds_once(native_bf16):
     assert rel_error(got, ref) < 2e-2
 
 
-def test_convert_checkpoint_and_cli_fold(tmp_path):
+def test_convert_checkpoint_and_cli_fold(tmp_path, capsys):
     """convert_checkpoint(fold_batchnorm=True) and ``mxnet-amp convert --fold-bn`` write a
     model without BatchNorm; the input files are untouched."""
     from mxnet_amp.cli import main
@@ -201,6 +201,7 @@ def test_convert_checkpoint_and_cli_fold(tmp_path):
     assert conv.folded_batchnorms == (("bn", "prod"),)
     assert main(["convert", prefix, "--target-dtype", "bfloat16", "--fold-bn", "--out",
                  prefix + "-b", "-q"]) == 0
+    assert "Folded 1 BatchNorm(s)" in capsys.readouterr().out
     for out in ("-a", "-b"):
         s, a, b = amp.load_checkpoint(prefix + out, 0)
         assert "BatchNorm" not in {n.op for n in graph_from_symbol(s).nodes}
