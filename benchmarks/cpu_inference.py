@@ -154,9 +154,11 @@ def run_case(label, spec, batch, rounds, per_round, native: bool, paths=PATHS) -
     models = {"fp32": (sym, args, auxs)}
     if native:
         models.update({v: (r["sym"], r["args"], r["auxs"]) for v, r in converted.items()})
+    del converted, args, auxs
     runners, ref = {}, {}
-    for path in paths:
-        for variant, model in models.items():
+    for variant in list(models):
+        model = models.pop(variant)  # each runner holds its own copy of the params
+        for path in paths:
             key = f"{variant}/{path}"
             try:
                 runners[key] = RUNNERS[path](*model, data)
@@ -169,6 +171,7 @@ def run_case(label, spec, batch, rounds, per_round, native: bool, paths=PATHS) -
                 ref[path] = [o.copy() for o in outs]
             elif path in ref:
                 row[variant][f"{path}_max_rel_diff_vs_fp32"] = max_rel_diff(outs, ref[path])
+        del model
     times = C.interleaved_times(runners, rounds, warmup=0, inner=per_round)
     row["fp32"] = {}
     for key, ts in times.items():
@@ -221,24 +224,28 @@ def main(argv=None) -> int:
     load_start = os.getloadavg()
     rows = []
     t0 = time.perf_counter()
-    for case in (QUICK if opts.quick else FULL):
-        if opts.cases and case[0] not in opts.cases:
-            continue
+    out = opts.out or C.default_out("cpu_inference", opts.quick)
+    cases = [c for c in (QUICK if opts.quick else FULL) if not opts.cases or c[0] in opts.cases]
+    for case in cases:
         rows.append(run_case(*case, native=native, paths=opts.paths))
         _print(rows[-1:], opts.paths)
+        # written after every case: a run killed later (out of memory, say) keeps these
+        _write(out, opts, native, env, load_start, t0, rows, complete=len(rows) == len(cases))
     print()
     _print(rows, opts.paths)
-    checked = targets(rows, opts.paths) if native else {}
-    for k, v in checked.items():
+    for k, v in (targets(rows, opts.paths) if native else {}).items():
         print(f"target: {k}: {v}")
-    out = opts.out or C.default_out("cpu_inference", opts.quick)
-    C.write_json(out, {"benchmark": "cpu_inference", "target_dtype": "bfloat16",
-                       "variants": {k: {"converter": w, **kw} for k, (w, kw) in VARIANTS.items()},
-                       "paths": list(opts.paths), "bf16_runs_natively": native,
-                       "environment": {**env, "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
-                       "wall_s": time.perf_counter() - t0, "targets": checked, "results": rows})
     print(f"wrote {out}")
     return 0
+
+
+def _write(out, opts, native, env, load_start, t0, rows, complete: bool) -> None:
+    C.write_json(out, {"benchmark": "cpu_inference", "target_dtype": "bfloat16",
+                       "variants": {k: {"converter": w, **kw} for k, (w, kw) in VARIANTS.items()},
+                       "paths": list(opts.paths), "bf16_runs_natively": native, "complete": complete,
+                       "environment": {**env, "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
+                       "wall_s": time.perf_counter() - t0,
+                       "targets": targets(rows, opts.paths) if native else {}, "results": rows})
 
 
 def _print(rows, paths=PATHS) -> None:
