@@ -33,11 +33,13 @@ DETECTION_SIZE = 256  # input side used to build (shape-infer) detection nets
 
 # ---------------------------------------------------------------------------- models
 
-def zoo_checkpoint(name: str, image_size: int | None = None):
+def zoo_checkpoint(name: str, image_size: int | None = None, calibrate: bool = False):
     """``(sym, arg_params, aux_params)`` of a gluoncv zoo model with random weights.
 
     The net is built with ``pretrained=False`` (and ``pretrained_base=False`` where the
     constructor takes it), initialised, run once and exported, as a user's checkpoint is.
+    ``calibrate``: BatchNorm running statistics set to what a random batch gives each
+    layer (tools/zoo_sweep.py), as training leaves them, instead of identity.
     """
     import mxnet as mx
     from gluoncv.model_zoo import get_model
@@ -50,10 +52,22 @@ def zoo_checkpoint(name: str, image_size: int | None = None):
     net.initialize()
     net.hybridize()
     net(mx.nd.zeros((1, 3, image_size, image_size)))
+    if calibrate:
+        load_tool("zoo_sweep").calibrate_batchnorm(net, (1, 3, image_size, image_size))
+        net(mx.nd.zeros((1, 3, image_size, image_size)))
     with tempfile.TemporaryDirectory() as d:
         prefix = os.path.join(d, "model")
         net.export(prefix)
         return mx.model.load_checkpoint(prefix, 0)
+
+
+def load_tool(name: str):
+    """The module ``tools/<name>.py``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_ROOT, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def zoo_input_size(name: str) -> int:
@@ -191,8 +205,9 @@ def median(xs: Sequence[float]) -> float:
 
 
 def interleaved_times(fns: Mapping[str, Callable[[], Any]], repeats: int,
-                      warmup: int = 1) -> dict[str, list[float]]:
-    """Wall time of each callable, ``repeats`` times, in interleaved rounds.
+                      warmup: int = 1, inner: int = 1) -> dict[str, list[float]]:
+    """Wall time of each callable, ``repeats`` times, in interleaved rounds; each timing
+    covers ``inner`` calls back to back.
 
     The order inside a round rotates, so neither side always runs first (caches, turbo).
     """
@@ -205,7 +220,8 @@ def interleaved_times(fns: Mapping[str, Callable[[], Any]], repeats: int,
         order = names[r % len(names):] + names[:r % len(names)]
         for n in order:
             t0 = time.perf_counter()
-            fns[n]()
+            for _ in range(inner):
+                fns[n]()
             times[n].append(time.perf_counter() - t0)
     return times
 
@@ -228,12 +244,18 @@ def environment() -> dict:
         text = ""
     model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines()
                   if ln.startswith("model name")), "")
+    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines()
+                      if ln.startswith("flags")), []))
     return {
         "mxnet": mx.__version__, "python": platform.python_version(),
         "cpu": model, "cpu_count": os.cpu_count(),
         "avx512f": " avx512f" in text, "avx512_bf16": "avx512_bf16" in text,
         "bf16_runs_natively": bf16_runs_natively(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpu_flags": sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2", "fma"))),
+        "env": {k: v for k, v in sorted(os.environ.items())
+                if k.startswith(("MXNET_", "OMP_", "KMP_", "DNNL_", "MKLDNN_"))},
+        "loadavg": os.getloadavg(),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

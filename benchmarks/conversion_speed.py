@@ -5,6 +5,11 @@ on the same symbol and params; each figure is the median of the runs and the rat
 median of the per-round ratios ours / contrib (< 1: ours is faster). Our time per node at
 each synthetic size shows how the pass grows with graph size.
 
+``ours`` and ``contrib`` run with their defaults (ours stores weights in low precision,
+``cast_optional_params=True``; contrib's default is False); ``contrib_cop`` is contrib with
+``cast_optional_params=True`` (the same work as ours), and on zoo models ``ours_fold`` is
+ours with ``fold_batchnorm=True``.
+
     python benchmarks/conversion_speed.py            # full: resnet50_v1, ssd_512_resnet50_v1_voc,
                                                      # synthetic 1k / 10k / 100k nodes
     python benchmarks/conversion_speed.py --quick    # seconds: resnet18_v1, synthetic 300 / 1k
@@ -47,15 +52,22 @@ def build(label: str, how) -> tuple:
     return synthetic_model(how)
 
 
-def time_case(sym, args, auxs, repeats: int, target_dtype: str) -> dict:
-    kw = {"target_dtype": target_dtype}
-    outcome = {w: C.try_convert(w, sym, args, auxs, **kw) for w in C.CONVERTERS}
+# variant -> (converter, keywords on top of target_dtype)
+VARIANTS = {"ours": ("ours", {}), "contrib": ("contrib", {}),
+            "contrib_cop": ("contrib", {"cast_optional_params": True}),
+            "ours_fold": ("ours", {"fold_batchnorm": True})}
+
+
+def time_case(sym, args, auxs, repeats: int, target_dtype: str, fold: bool = False) -> dict:
+    variants = {k: (w, {"target_dtype": target_dtype, **kw}) for k, (w, kw) in VARIANTS.items()
+                if fold or k != "ours_fold"}
+    outcome = {k: C.try_convert(w, sym, args, auxs, **kw) for k, (w, kw) in variants.items()}
     row: dict = {"nodes": C.num_nodes(sym), "repeats": repeats}
     for w, res in outcome.items():
         row[w] = ({"ok": True, "casts": C.cast_counts(res["sym"])} if res["ok"]
                   else {"ok": False, "error": res["error"]})
-    working = {w: (lambda w=w: C.CONVERTERS[w](sym, args, auxs, **kw))
-               for w, res in outcome.items() if res["ok"]}
+    working = {k: (lambda w=w, kw=kw: C.CONVERTERS[w](sym, args, auxs, **kw))
+               for k, (w, kw) in variants.items() if outcome[k]["ok"]}
     cpu: dict[str, list[float]] = {w: [] for w in working}
 
     def timed(w):
@@ -72,6 +84,9 @@ def time_case(sym, args, auxs, repeats: int, target_dtype: str) -> dict:
     if "ours" in wall and "contrib" in wall:
         row["ratio_ours_over_contrib"] = C.paired_ratio(wall["ours"], wall["contrib"])
         row["cpu_ratio_ours_over_contrib"] = C.median(cpu["ours"]) / C.median(cpu["contrib"])
+    for other, base in (("ours", "contrib_cop"), ("ours_fold", "contrib")):
+        if other in wall and base in wall:
+            row[f"ratio_{other}_over_{base}"] = C.paired_ratio(wall[other], wall[base])
     return row
 
 
@@ -111,7 +126,7 @@ def main(argv=None) -> int:
     for label, how, repeats in cases:
         sym, args, auxs = build(label, how)
         row = {"case": label, "target_dtype": opts.target_dtype,
-               **time_case(sym, args, auxs, repeats, opts.target_dtype)}
+               **time_case(sym, args, auxs, repeats, opts.target_dtype, fold=how == "zoo")}
         results.append(row)
         _print([row])
         if opts.profile and label in profiled:
@@ -146,11 +161,13 @@ def _print(rows) -> None:
         table.append([r["case"], r["nodes"], r["repeats"],
                       o.get("median_s") if o["ok"] else "FAILED",
                       c.get("median_s") if c["ok"] else "FAILED: " + c["error"][:60],
-                      r.get("ratio_ours_over_contrib"), o.get("per_node_us"),
+                      r.get("ratio_ours_over_contrib"), r.get("ratio_ours_over_contrib_cop"),
+                      r.get("ratio_ours_fold_over_contrib"), o.get("per_node_us"),
                       o["casts"]["amp_cast"] + o["casts"]["amp_multicast"] if o["ok"] else None,
                       c["casts"]["amp_cast"] + c["casts"]["amp_multicast"] if c["ok"] else None])
     C.print_table(["case", "nodes", "runs", "ours s", "contrib s", "ours/contrib",
-                   "ours us/node", "ours casts", "contrib casts"], table)
+                   "ours/contrib_cop", "ours_fold/contrib", "ours us/node", "ours casts",
+                   "contrib casts"], table)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,30 @@
-"""CPU inference in bfloat16: fp32 vs ``mx.contrib.amp``-converted vs ours.
+"""CPU inference in bfloat16, measured natively: fp32, mx.contrib.amp and ours side by side.
 
-For each model both converters turn the fp32 checkpoint into a bfloat16 model (with
-``cast_optional_params=True``, so weights feeding only bf16 ops are stored in bf16); the cast
-counts and low precision param bytes of both are recorded. Throughput is measured in one
-process, the variants interleaved round by round (fp32, contrib, ours, rotating), and the
-ratios are medians of the per-round ratios.
+Each model is converted to bfloat16 by
+  * ``contrib``      — ``mx.contrib.amp.convert_model`` with its default (weights float32, cast
+                       to bf16 in the graph at every run),
+  * ``contrib_cop``  — the same with ``cast_optional_params=True`` (weights stored in bf16),
+  * ``ours``         — ``mxnet_amp.convert_model`` with its default (weights stored in bf16),
+  * ``ours_fold``    — ours with ``fold_batchnorm=True``,
+and every variant, fp32 included, runs through two paths: ``module`` (``mx.mod.Module``, where
+MXNet 1.9.1 applies its oneDNN subgraph fusion, conv+BN+relu among it) and ``gluon`` (a
+hybridized ``SymbolBlock``, no fusion). All variants of a case run in one process, interleaved
+round by round (the order rotating), and each figure is a median; a ratio is the median of
+the per-round ratios. The environment (CPU model and flags, MXNet version, ``MXNET_*``
+variables, load average at the start and the end) is recorded with the results.
 
-bfloat16 Convolution / FullyConnected need an AVX-512 CPU in MXNet 1.9.1 (oneDNN);
-where ``mxnet_amp.hardware.bf16_runs_natively()`` is False the bf16 throughput is recorded
-as not measurable rather than a number, and only fp32 is timed.
+bfloat16 Convolution / FullyConnected need an AVX-512 CPU in MXNet 1.9.1 (oneDNN); where
+``mxnet_amp.hardware.bf16_runs_natively()`` is False nothing low precision is timed: the
+file says so and records what can be measured (conversion time, checkpoint bytes, casts).
 
-    python benchmarks/cpu_inference.py           # resnet50_v1 bs1/bs8, mobilenetv2_1.0,
-                                                 # a BERT-style encoder, ssd_512_mobilenet1.0_voc
+    python benchmarks/cpu_inference.py           # resnet50_v1 bs1/bs8, mobilenetv2_1.0 bs8,
+                                                 # a BERT-base-style encoder bs8 (minutes)
     python benchmarks/cpu_inference.py --quick   # seconds: resnet18_v1 at 64x64, a tiny encoder
 """
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -25,14 +33,23 @@ import _common as C
 
 NOT_MEASURABLE = "not measurable on this CPU (no avx512: oneDNN has no bf16 conv/FC kernels here)"
 
+# variant -> (converter, conversion keywords on top of target_dtype='bfloat16')
+VARIANTS = {
+    "contrib": ("contrib", {}),
+    "contrib_cop": ("contrib", {"cast_optional_params": True}),
+    "ours": ("ours", {}),
+    "ours_fold": ("ours", {"fold_batchnorm": True}),
+}
+PATHS = ("module", "gluon")
+BERT_BASE = dict(num_layers=12, units=768, heads=12, seq_len=128, vocab=8000)
+
 # (label, builder, batch, rounds, batches per round)
-FULL = [("resnet50_v1_bs1", ("zoo", "resnet50_v1", 224), 1, 5, 10),
-        ("resnet50_v1_bs8", ("zoo", "resnet50_v1", 224), 8, 5, 3),
-        ("mobilenetv2_1.0_bs1", ("zoo", "mobilenetv2_1.0", 224), 1, 5, 10),
-        ("bert_encoder_4x256_seq128_bs8", ("bert", dict(num_layers=4, units=256, heads=4, seq_len=128)), 8, 5, 3),
-        ("ssd_512_mobilenet1.0_voc_bs1", ("zoo", "ssd_512_mobilenet1.0_voc", 512), 1, 5, 3)]
-QUICK = [("resnet18_v1_64px_bs1", ("zoo", "resnet18_v1", 64), 1, 1, 1),
-         ("bert_encoder_1x32_seq8_bs2", ("bert", dict(num_layers=1, units=32, heads=2, seq_len=8, vocab=100)), 2, 1, 1)]
+FULL = [("resnet50_v1_bs1", ("zoo", "resnet50_v1", 224), 1, 7, 4),
+        ("resnet50_v1_bs8", ("zoo", "resnet50_v1", 224), 8, 7, 1),
+        ("mobilenetv2_1.0_bs8", ("zoo", "mobilenetv2_1.0", 224), 8, 7, 2),
+        ("bert_base_12x768_seq128_bs8", ("bert", BERT_BASE), 8, 5, 1)]
+QUICK = [("resnet18_v1_64px_bs1", ("zoo", "resnet18_v1", 64), 1, 2, 1),
+         ("bert_encoder_1x32_seq8_bs2", ("bert", dict(num_layers=1, units=32, heads=2, seq_len=8, vocab=100)), 2, 2, 1)]
 
 
 def build(spec):
@@ -41,7 +58,9 @@ def build(spec):
     kind = spec[0]
     if kind == "zoo":
         _, name, size = spec
-        sym, args, auxs = C.zoo_checkpoint(name, size)
+        # calibrated BatchNorm statistics: activations stay O(1) as in a trained net, and
+        # folding has real statistics to fold
+        sym, args, auxs = C.zoo_checkpoint(name, size, calibrate=True)
 
         def data(batch):
             return mx.nd.array(np.random.default_rng(1).uniform(-1, 1, (batch, 3, size, size)))
@@ -55,17 +74,47 @@ def build(spec):
     return sym, args, auxs, tokens
 
 
-def bind(sym, args, auxs, data):
-    """A forward-only executor; returns a function running one batch to completion."""
+def _finish(outs):
+    for out in outs:
+        out.wait_to_read()
+    return outs
+
+
+def module_runner(sym, args, auxs, data):
+    """A forward-only ``mx.mod.Module`` (oneDNN subgraph fusion applies); returns a function
+    running one batch to completion."""
     import mxnet as mx
-    exe = sym.bind(mx.cpu(), args={**args, "data": data}, aux_states=dict(auxs), grad_req="null")
+    mod = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[("data", data.shape)], for_training=False, grad_req="null")
+    mod.set_params(args, auxs, allow_missing=False, allow_extra=False)
+    batch = mx.io.DataBatch([data])
 
     def run():
-        outs = exe.forward(is_train=False)
-        for out in outs:
-            out.wait_to_read()
-        return outs
+        mod.forward(batch, is_train=False)
+        return _finish(mod.get_outputs())
     return run
+
+
+def gluon_runner(sym, args, auxs, data, backend: str | None = None):
+    """A hybridized ``SymbolBlock`` holding the params in their own dtypes (no fusion unless
+    ``backend`` names a subgraph backend, e.g. ``'MKLDNN'``)."""
+    import mxnet as mx
+    from mxnet import gluon
+    net = gluon.SymbolBlock([sym[k] for k in range(len(sym.list_outputs()))],
+                            [mx.sym.var("data", dtype="float32")])
+    params = {f"arg:{k}": v for k, v in args.items()}
+    params.update({f"aux:{k}": v for k, v in auxs.items()})
+    net.collect_params().load_dict(params, ctx=mx.cpu(), cast_dtype=True, dtype_source="saved")
+    net.hybridize(static_alloc=True, static_shape=True, **({"backend": backend} if backend else {}))
+
+    def run():
+        out = net(data)
+        return _finish(list(out) if isinstance(out, (list, tuple)) else [out])
+    return run
+
+
+RUNNERS = {"module": module_runner, "gluon": gluon_runner,
+           "gluon_mkldnn": lambda *a: gluon_runner(*a, backend="MKLDNN")}
 
 
 def max_rel_diff(outs, ref) -> float:
@@ -78,93 +127,144 @@ def max_rel_diff(outs, ref) -> float:
     return worst
 
 
-def measure(variants: dict, batch: int, rounds: int, per_round: int) -> dict:
-    def repeat(run):
-        def go():
-            for _ in range(per_round):
-                run()
-        return go
-    times = C.interleaved_times({k: repeat(v) for k, v in variants.items()}, rounds, warmup=1)
-    out = {k: {"round_s": ts, "items_per_s": batch * per_round / C.median(ts)} for k, ts in times.items()}
-    return out, times
+def convert_variants(sym, args, auxs, row: dict) -> dict:
+    """Convert with each variant; records conversion time, casts and param bytes in ``row``."""
+    converted = {}
+    for variant, (which, kw) in VARIANTS.items():
+        t0 = time.perf_counter()
+        res = C.try_convert(which, sym, args, auxs, target_dtype="bfloat16", **kw)
+        seconds = time.perf_counter() - t0
+        if not res["ok"]:
+            row[variant] = {"ok": False, "error": res["error"]}
+            continue
+        nbytes = C.param_bytes(res["args"], res["auxs"])
+        row[variant] = {"ok": True, "convert_s": seconds, "casts": C.cast_counts(res["sym"]),
+                        "nodes": C.num_nodes(res["sym"]),
+                        "param_bytes": nbytes["total"], "low_precision_param_bytes": nbytes["low_precision"]}
+        converted[variant] = res
+    return converted
 
 
-def run_case(label, spec, batch, rounds, per_round, native: bool) -> dict:
+def run_case(label, spec, batch, rounds, per_round, native: bool, paths=PATHS) -> dict:
     sym, args, auxs, make_data = build(spec)
     data = make_data(batch)
     row: dict = {"case": label, "batch": batch, "rounds": rounds, "batches_per_round": per_round,
                  "nodes": C.num_nodes(sym), "fp32_param_bytes": C.param_bytes(args, auxs)["total"]}
-    kw = {"target_dtype": "bfloat16", "cast_optional_params": True}
-    converted = {}
-    for w in C.CONVERTERS:
-        res = C.try_convert(w, sym, args, auxs, **kw)
-        if res["ok"]:
-            row[w] = {"ok": True, "casts": C.cast_counts(res["sym"]),
-                      "low_precision_param_bytes": C.param_bytes(res["args"], res["auxs"])["low_precision"]}
-            converted[w] = res
-        else:
-            row[w] = {"ok": False, "error": res["error"]}
-    variants = {"fp32": bind(sym, args, auxs, data)}
+    converted = convert_variants(sym, args, auxs, row)
+    models = {"fp32": (sym, args, auxs)}
     if native:
-        ref = [o.copy() for o in variants["fp32"]()]
-        for w, res in converted.items():
+        models.update({v: (r["sym"], r["args"], r["auxs"]) for v, r in converted.items()})
+    del converted, args, auxs
+    runners, ref = {}, {}
+    for variant in list(models):
+        model = models.pop(variant)  # each runner holds its own copy of the params
+        for path in paths:
+            key = f"{variant}/{path}"
             try:
-                run = bind(res["sym"], res["args"], res["auxs"], data)
-                # a sanity check that the bf16 model computes the same function
-                row[w]["max_rel_diff_vs_fp32"] = max_rel_diff(run(), ref)
-                variants[w] = run
+                runners[key] = RUNNERS[path](*model, data)
+                outs = runners[key]()
             except Exception as err:  # noqa: BLE001 - a model that does not run is a result
-                row[w]["run_error"] = C.error_text(err)
-    measured, times = measure(variants, batch, rounds, per_round)
-    row["fp32"] = measured["fp32"]
-    for w in C.CONVERTERS:
-        if w in measured:
-            row[w].update(measured[w])
-            row[w]["speedup_over_fp32"] = C.paired_ratio(times["fp32"], times[w])
-        else:
-            row[w]["items_per_s"] = NOT_MEASURABLE if not native else None
-    if "ours" in times and "contrib" in times:
-        row["ours_over_contrib_throughput"] = C.paired_ratio(times["contrib"], times["ours"])
+                runners.pop(key, None)
+                row.setdefault(variant, {})[f"{path}_run_error"] = C.error_text(err)
+                continue
+            if variant == "fp32":
+                ref[path] = [o.copy() for o in outs]
+            elif path in ref:
+                row[variant][f"{path}_max_rel_diff_vs_fp32"] = max_rel_diff(outs, ref[path])
+        del model
+    times = C.interleaved_times(runners, rounds, warmup=0, inner=per_round)
+    row["fp32"] = {}
+    for key, ts in times.items():
+        variant, path = key.split("/")
+        row[variant][path] = {"round_s": ts, "items_per_s": batch * per_round / C.median(ts)}
+        if variant != "fp32":
+            row[variant][path]["speedup_over_fp32"] = C.paired_ratio(times[f"fp32/{path}"], ts)
+    for variant in VARIANTS:
+        if variant in row and row[variant].get("ok") and not native:
+            row[variant]["items_per_s"] = NOT_MEASURABLE
+    for path in paths:
+        for variant in ("ours", "ours_fold"):
+            for base in ("contrib", "contrib_cop"):
+                a, b = f"{base}/{path}", f"{variant}/{path}"
+                if a in times and b in times:
+                    row[variant][path][f"over_{base}"] = C.paired_ratio(times[a], times[b])
     return row
+
+
+def targets(rows, paths=PATHS) -> dict:
+    """The issue's targets, checked on what was measured (None where not measured)."""
+    out = {}
+    r50 = next((r for r in rows if r["case"] == "resnet50_v1_bs8"), None)
+    for path in paths:
+        if r50 and path in r50["ours"]:
+            out[f"ours >= 2x fp32 on resnet50_v1 bs8 ({path})"] = r50["ours"][path]["speedup_over_fp32"] >= 2
+    for base in ("contrib", "contrib_cop"):
+        ratios = [r[v][p][f"over_{base}"] for r in rows for v in ("ours",) for p in paths
+                  if p in r.get(v, {}) and f"over_{base}" in r[v][p]]
+        if ratios:
+            out[f"ours >= 1.1x {base} on every case and path"] = min(ratios) >= 1.1
+            out[f"worst ours/{base}"] = min(ratios)
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny models, seconds (the smoke test)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/cpu_inference.json)")
+    ap.add_argument("--cases", nargs="+", help="only these case labels")
+    ap.add_argument("--paths", nargs="+", default=list(PATHS), choices=sorted(RUNNERS),
+                    help="how models run (default: module gluon; gluon_mkldnn = SymbolBlock "
+                    "hybridized with backend='MKLDNN', oneDNN fusion in Gluon)")
     opts = ap.parse_args(argv)
     from mxnet_amp.hardware import bf16_runs_natively
     native = bf16_runs_natively()
     if not native:
-        print("note: bf16 throughput is " + NOT_MEASURABLE + "; timing fp32 and counting casts only")
+        print("note: bf16 throughput is " + NOT_MEASURABLE + "; timing fp32, conversion and bytes only")
+    env = C.environment()
+    load_start = os.getloadavg()
     rows = []
     t0 = time.perf_counter()
-    for case in (QUICK if opts.quick else FULL):
-        rows.append(run_case(*case, native=native))
-        _print(rows[-1:])
-    print()
-    _print(rows)
     out = opts.out or C.default_out("cpu_inference", opts.quick)
-    C.write_json(out, {"benchmark": "cpu_inference", "target_dtype": "bfloat16",
-                       "cast_optional_params": True, "bf16_runs_natively": native,
-                       "environment": C.environment(), "wall_s": time.perf_counter() - t0,
-                       "results": rows})
+    cases = [c for c in (QUICK if opts.quick else FULL) if not opts.cases or c[0] in opts.cases]
+    for case in cases:
+        rows.append(run_case(*case, native=native, paths=opts.paths))
+        _print(rows[-1:], opts.paths)
+        # written after every case: a run killed later (out of memory, say) keeps these
+        _write(out, opts, native, env, load_start, t0, rows, complete=len(rows) == len(cases))
+    print()
+    _print(rows, opts.paths)
+    for k, v in (targets(rows, opts.paths) if native else {}).items():
+        print(f"target: {k}: {v}")
     print(f"wrote {out}")
     return 0
 
 
-def _print(rows) -> None:
-    def casts(r):
-        return (r["casts"]["amp_cast"] + r["casts"]["amp_multicast"]) if r["ok"] else "FAILED"
+def _write(out, opts, native, env, load_start, t0, rows, complete: bool) -> None:
+    C.write_json(out, {"benchmark": "cpu_inference", "target_dtype": "bfloat16",
+                       "variants": {k: {"converter": w, **kw} for k, (w, kw) in VARIANTS.items()},
+                       "paths": list(opts.paths), "bf16_runs_natively": native, "complete": complete,
+                       "environment": {**env, "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
+                       "wall_s": time.perf_counter() - t0,
+                       "targets": targets(rows, opts.paths) if native else {}, "results": rows})
 
-    def speed(r):
-        v = r.get("items_per_s")
-        return "n/a (no avx512)" if v == NOT_MEASURABLE else v
-    C.print_table(["case", "fp32 items/s", "contrib items/s", "ours items/s", "ours/contrib", "ours/fp32",
-                   "contrib casts", "ours casts"],
-                  [[r["case"], r["fp32"]["items_per_s"], speed(r["contrib"]), speed(r["ours"]),
-                    r.get("ours_over_contrib_throughput"), r["ours"].get("speedup_over_fp32"),
-                    casts(r["contrib"]), casts(r["ours"])] for r in rows])
+
+def _print(rows, paths=PATHS) -> None:
+    table = []
+    for r in rows:
+        for path in paths:
+            def ips(v):
+                x = r.get(v, {})
+                if not x.get("ok", v == "fp32"):
+                    return "FAILED"
+                got = x.get(path, {}).get("items_per_s")
+                return got if got is not None else x.get(f"{path}_run_error", "n/a")
+            table.append([r["case"], path] + [ips(v) for v in ("fp32", *VARIANTS)]
+                         + [r["ours"].get(path, {}).get("speedup_over_fp32"),
+                            r["ours"].get(path, {}).get("over_contrib"),
+                            r["ours"].get(path, {}).get("over_contrib_cop"),
+                            r["ours_fold"].get(path, {}).get("over_contrib_cop")])
+    C.print_table(["case", "path", "fp32 it/s", *(f"{v} it/s" for v in VARIANTS), "ours/fp32",
+                   "ours/contrib", "ours/contrib_cop", "fold/contrib_cop"], table)
 
 
 if __name__ == "__main__":

@@ -64,11 +64,15 @@ def conversion_speed(data) -> list[str]:
                      _f(o.get("median_s")) if o["ok"] else "failed: " + o["error"],
                      _f(c.get("median_s")) if c["ok"] else "failed: " + c["error"],
                      _f(r.get("ratio_ours_over_contrib")), _f(r.get("cpu_ratio_ours_over_contrib")),
+                     _f(r.get("ratio_ours_over_contrib_cop")), _f(r.get("ratio_ours_fold_over_contrib")),
                      _f(o.get("per_node_us")), _f(c.get("per_node_us")),
                      _casts(o["casts"]) if o["ok"] else "–", _casts(c["casts"]) if c["ok"] else "–"])
-    lines = [_env(data), ""]
+    lines = [_env(data), "", "`ours` and `contrib` with their defaults (ours stores weights in low "
+             "precision, contrib does not); `contrib_cop` = contrib with `cast_optional_params=True`; "
+             "`ours_fold` = ours with `fold_batchnorm=True` (zoo models).", ""]
     lines += _table(["case", "nodes", "runs", "ours s (median)", "contrib s (median)",
                      "ours/contrib wall (median of per-round ratios)", "ours/contrib CPU time",
+                     "ours/contrib_cop wall", "ours_fold/contrib wall",
                      "ours µs/node", "contrib µs/node", "ours casts", "contrib casts"], rows)
     g = data.get("ours_growth")
     if g:
@@ -88,28 +92,72 @@ def conversion_speed(data) -> list[str]:
     return lines
 
 
+CPU_VARIANTS = ("contrib", "contrib_cop", "ours", "ours_fold")
+
+
+def _load_env(e) -> str:
+    start, end = e.get("loadavg_start"), e.get("loadavg_end")
+    text = ""
+    if start and end:
+        text = f" Load average (1/5/15 min) at the start {'/'.join(f'{x:.1f}' for x in start)}, " \
+               f"at the end {'/'.join(f'{x:.1f}' for x in end)}."
+    if e.get("cpu_flags"):
+        text += f" CPU flags: {' '.join(e['cpu_flags'])}."
+    if e.get("env"):
+        text += " Environment: " + ", ".join(f"`{k}={v}`" for k, v in e["env"].items()) + "."
+    return text
+
+
 def cpu_inference(data) -> list[str]:
-    rows = []
+    if "variants" not in data:  # a result file from before the variants were added
+        return [_env(data), "", "Result file in an older format; rerun `benchmarks/cpu_inference.py`."]
+    native = data["bf16_runs_natively"]
+    lines = [_env(data) + _load_env(data["environment"]), ""]
+    lines += ["Variants: `contrib` = `mx.contrib.amp.convert_model` default (weights float32, cast at "
+              "every run); `contrib_cop` = contrib with `cast_optional_params=True`; `ours` = "
+              "`mxnet_amp.convert_model` default (weights stored in bf16); `ours_fold` = ours with "
+              "`fold_batchnorm=True`. Paths: `module` = `mx.mod.Module` (MXNet's oneDNN subgraph "
+              "fusion applies), `gluon` = hybridized `SymbolBlock` (no fusion), `gluon_mkldnn` = "
+              "the same hybridized with `backend='MKLDNN'` (oneDNN fusion). Medians of "
+              "interleaved rounds; ratios are medians of per-round ratios.", ""]
+    if native:
+        rows = []
+        for r in data["results"]:
+            for path in data["paths"]:
+                def ips(v):
+                    x = r.get(v, {})
+                    if v != "fp32" and not x.get("ok"):
+                        return "conversion failed"
+                    got = x.get(path, {}).get("items_per_s")
+                    return _f(got) if got is not None else "run failed: " + x.get(f"{path}_run_error", "?")
+                ours, fold = r["ours"].get(path, {}), r["ours_fold"].get(path, {})
+                rows.append([r["case"], path, *(ips(v) for v in ("fp32", *CPU_VARIANTS)),
+                             _f(ours.get("speedup_over_fp32")), _f(fold.get("speedup_over_fp32")),
+                             _f(ours.get("over_contrib")), _f(ours.get("over_contrib_cop")),
+                             _f(fold.get("over_contrib_cop")),
+                             _f(r["ours"].get(f"{path}_max_rel_diff_vs_fp32")),
+                             _f(r["ours_fold"].get(f"{path}_max_rel_diff_vs_fp32"))])
+        lines += _table(["case", "path", "fp32 items/s", "contrib", "contrib_cop", "ours", "ours_fold",
+                         "ours/fp32", "fold/fp32", "ours/contrib", "ours/contrib_cop",
+                         "fold/contrib_cop", "ours max rel diff", "fold max rel diff"], rows)
+        if data.get("targets"):
+            lines += ["", "Targets: " + "; ".join(
+                f"{k}: **{'met' if v is True else 'NOT met' if v is False else _f(v)}**"
+                for k, v in data["targets"].items()) + "."]
+    else:
+        lines += ["bf16 does not run natively on this CPU: no low precision throughput was "
+                  "measured (only fp32 below)."]
+    crow = []
     for r in data["results"]:
-        def cell(w):
-            x = r[w]
-            if not x["ok"]:
-                return "conversion failed: " + x["error"]
-            if "run_error" in x:
-                return "run failed: " + x["run_error"]
-            v = x.get("items_per_s")
-            return "not measurable (no AVX-512)" if isinstance(v, str) else _f(v)
-        rows.append([r["case"], _f(r["fp32"]["items_per_s"]), cell("contrib"), cell("ours"),
-                     _f(r.get("ours_over_contrib_throughput")), _f(r["ours"].get("speedup_over_fp32")),
-                     _f(r["contrib"].get("speedup_over_fp32")),
-                     _casts(r["contrib"]["casts"]) if r["contrib"]["ok"] else "–",
-                     _casts(r["ours"]["casts"]) if r["ours"]["ok"] else "–",
-                     _f(r["contrib"].get("low_precision_param_bytes")),
-                     _f(r["ours"].get("low_precision_param_bytes"))])
-    return [_env(data), ""] + _table(
-        ["case", "fp32 items/s", "contrib bf16 items/s", "ours bf16 items/s", "ours/contrib",
-         "ours/fp32", "contrib/fp32", "contrib casts", "ours casts", "contrib bf16 param B",
-         "ours bf16 param B"], rows)
+        cells = []
+        for v in CPU_VARIANTS:
+            x = r[v]
+            cells.append(f"{x['convert_s']:.2f} s, {x['param_bytes'] / 2**20:.1f} MiB, "
+                         f"{_casts(x['casts'])}" if x.get("ok") else "failed: " + x.get("error", "?"))
+        crow.append([r["case"], f"{r['fp32_param_bytes'] / 2**20:.1f} MiB", *cells])
+    lines += ["", "Conversion time, param bytes and casts of each variant:", ""]
+    lines += _table(["case", "fp32 params", *CPU_VARIANTS], crow)
+    return lines
 
 
 def zoo_casts(data) -> list[str]:
@@ -179,6 +227,8 @@ def gpu_inference(data) -> list[str]:
 
 SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
             ("CPU inference, bfloat16", "cpu_inference", cpu_inference),
+            ("CPU inference, bfloat16, Gluon with oneDNN fusion (`hybridize(backend='MKLDNN')`)",
+             "cpu_inference_gluon_mkldnn", cpu_inference),
             ("Cast counts and low precision params across the zoo", "zoo_casts", zoo_casts),
             ("Memory: converting a 2.68 GB checkpoint", "memory", memory),
             ("GPU inference", "gpu_inference", gpu_inference)]

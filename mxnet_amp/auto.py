@@ -721,7 +721,8 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
                        widest_dtype_ops: Sequence[str] | None = None,
                        conditional_fp32_ops=None,
                        data_names: Sequence[str] | None = None,
-                       cast_optional_params: bool = False,
+                       cast_optional_params: bool = True,
+                       fold_batchnorm: bool = False,
                        underflow_fraction: float = 0.1,
                        max_executions: int | None = None,
                        quiet: bool = False):
@@ -756,8 +757,9 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
         hardware executes ``target_dtype`` (float16 on a GPU, bfloat16 on an avx512 CPU),
         else through :mod:`mxnet_amp.emulation`. The report says which.
     excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
-    data_names, cast_optional_params
-        As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded.
+    data_names, cast_optional_params, fold_batchnorm
+        As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
+        BatchNorm excluded, or after an excluded op, is not folded).
     underflow_fraction : float, default 0.1
         A tensor is an underflow culprit when at least this fraction of its nonzero float32
         values flush to zero in ``target_dtype``.
@@ -821,7 +823,8 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
     convert_kwargs = dict(target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops,
                           widest_dtype_ops=widest_dtype_ops,
                           conditional_fp32_ops=conditional_fp32_ops, data_names=data_names,
-                          cast_optional_params=cast_optional_params)
+                          cast_optional_params=cast_optional_params,
+                          fold_batchnorm=fold_batchnorm)
     notes = [mode_note] if mode_note else []
     progress = tqdm(desc=f"auto {target_dtype}", unit="run", disable=quiet, leave=False)
     try:
@@ -922,7 +925,8 @@ def auto_convert_block(block, sample_inputs, target_dtype: str = "float16",
                                          target_dtype, rtol, atol, validate, ctx=run_ctx,
                                          data_names=names, **kwargs)
     convert_options = {k: kwargs[k] for k in ("target_dtype_ops", "fp32_ops", "widest_dtype_ops",
-                                              "conditional_fp32_ops", "cast_optional_params")
+                                              "conditional_fp32_ops", "cast_optional_params",
+                                              "fold_batchnorm")
                        if k in kwargs}
     converted = convert_hybrid_block(block, target_dtype=target_dtype,
                                      excluded_sym_names=report.excluded_sym_names,

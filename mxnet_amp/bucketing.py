@@ -66,7 +66,7 @@ def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
                              fp32_ops: Sequence[str] | None = None,
                              conditional_fp32_ops=None,
                              excluded_sym_names: Sequence[str] | None = None,
-                             cast_optional_params: bool = False, *,
+                             cast_optional_params: bool = True, *,
                              widest_dtype_ops: Sequence[str] | None = None):
     """Convert an fp32 ``BucketingModule`` to mixed precision for inference.
 
@@ -82,7 +82,7 @@ def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
     excluded_sym_names : list of str, optional
         Node names that run in float32; in each bucket, the names its symbol has (an
         unrolled network's longer buckets have nodes the shorter ones lack).
-    cast_optional_params : bool, default False
+    cast_optional_params : bool, default True
         As in :func:`mxnet_amp.convert_model`, decided on the default bucket's graph.
 
     Returns

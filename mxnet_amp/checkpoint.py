@@ -7,9 +7,10 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Sequence
 
-from .convert import Conversion, convert_graph
+from .convert import Conversion, convert_graph, fold_model
 from .errors import ParamError
 from .io import graph_from_symbol, load_checkpoint, save_checkpoint
 from .params import (array_dtype, array_nbytes, cast_array, check_data_names, check_param_shapes,
@@ -28,7 +29,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        conditional_fp32_ops=None,
                        excluded_sym_names: Sequence[str] | None = None,
                        data_names: Sequence[str] | None = None,
-                       cast_optional_params: bool = False,
+                       cast_optional_params: bool = True,
+                       fold_batchnorm: bool = False,
                        data_shapes: Mapping[str, Sequence[int]] | None = None,
                        write: bool = True, shapes_from: str = "data_shapes",
                        progress: bool | None = False):
@@ -92,12 +94,18 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
         where = (f"{params_file}: " if getattr(err, "input_shapes", False)
                  else f"{params_file} does not match {sym_file}: ")
         raise _in_files(err, where) from None
+    folded = ()
+    if fold_batchnorm:
+        graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
+                                                           excluded_sym_names)
     conversion: Conversion = convert_graph(
         graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
         fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
         conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
         data_names=data_names, cast_optional_params=cast_optional_params,
         param_dtypes={k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()})
+    if folded:
+        conversion = dataclasses.replace(conversion, folded_batchnorms=folded)
     del sym, graph
     sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
     total = sum(array_nbytes(v) for params in (arg_params, aux_params) for v in params.values())

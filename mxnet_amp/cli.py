@@ -62,8 +62,13 @@ def _conversion_options(p: argparse.ArgumentParser, dtype_required: bool) -> Non
                    help="node names that stay in float32 whatever their op")
     p.add_argument("--data-names", nargs="+", default=None, metavar="NAME",
                    help="model inputs (default: symbol arguments with no saved param)")
-    p.add_argument("--cast-optional-params", action="store_true",
-                   help="store weights that only low precision ops read in low precision")
+    p.add_argument("--cast-optional-params", action=argparse.BooleanOptionalAction, default=True,
+                   help="store weights that only low precision ops read in low precision "
+                   "(default on; --no-cast-optional-params keeps every weight float32, cast at "
+                   "every run, as mx.contrib.amp does by default)")
+    p.add_argument("--fold-bn", action="store_true",
+                   help="fold each inference BatchNorm into the Convolution / FullyConnected / "
+                   "Deconvolution before it (in float32, before rounding the weights)")
     _output_options(p)
 
 
@@ -298,7 +303,7 @@ def _convert_args(args) -> dict:
     return dict(target_dtype=args.target_dtype, target_dtype_ops=args.target_ops,
                 fp32_ops=args.fp32_ops, widest_dtype_ops=args.widest_ops,
                 excluded_sym_names=args.exclude, data_names=args.data_names,
-                cast_optional_params=args.cast_optional_params)
+                cast_optional_params=args.cast_optional_params, fold_batchnorm=args.fold_bn)
 
 
 def _convert_prefix(args, write: bool):
@@ -314,20 +319,28 @@ def _convert_prefix(args, write: bool):
     return conversion, _with_hardware_note(report)
 
 
+def _folded_lines(conversion) -> list[str]:
+    folded = conversion.folded_batchnorms
+    if not folded:
+        return []
+    return ["", f"Folded {len(folded)} BatchNorm(s) into the op before them (--fold-bn)."]
+
+
 # --- commands -----------------------------------------------------------------------------
 
 def _cmd_convert(args) -> int:
     conversion, report = _convert_prefix(args, write=True)
     out = args.out or args.prefix + "-amp"
     epoch = args.epoch if args.out_epoch is None else args.out_epoch
-    _finish(args, conversion, report)
+    _finish(args, conversion, report, _folded_lines(conversion))
     _say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params")
     return 0
 
 
 def _cmd_inspect(args) -> int:
     conversion, report = _convert_prefix(args, write=False)
-    _finish(args, conversion, report, ["", "(inspect: no checkpoint written)"])
+    _finish(args, conversion, report,
+            _folded_lines(conversion) + ["", "(inspect: no checkpoint written)"])
     return 0
 
 

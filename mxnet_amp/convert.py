@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from .dtypes import LOW_PRECISION, dtype_name, is_float
@@ -13,12 +13,13 @@ from .io import graph_from_symbol, graph_to_symbol
 from .optypes import OpTypes
 from .params import (array_dtype, check_param_shapes, check_params, default_data_names, param_dict,
                      recast_params)
+from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.insert_casts import CastResult, insert_casts
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, load_policy, warn_unlisted
 from .registry import InferenceFailed, infer_types
 
-__all__ = ["convert_symbol", "convert_model", "convert_graph", "Conversion"]
+__all__ = ["convert_symbol", "convert_model", "convert_graph", "fold_model", "Conversion"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class Conversion:
     input_param_dtypes: Mapping[str, str] = field(default_factory=dict)
     # the converted graph as an mx.sym.Symbol (built once; MXNet symbols are immutable)
     symbol: object = None
+    # (BatchNorm name, producer name) of each BatchNorm folded away before conversion
+    folded_batchnorms: tuple[tuple[str, str], ...] = ()
 
 
 def _data_names(graph: Graph, data_names, param_names) -> list[str]:
@@ -63,7 +66,7 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
                   conditional_fp32_ops=None,
                   excluded_sym_names: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
-                  cast_optional_params: bool = False,
+                  cast_optional_params: bool = True,
                   param_dtypes: Mapping[str, str] | None = None,
                   input_dtypes: Mapping[str, str] | None = None,
                   output_dtype: str | None = "float32",
@@ -132,17 +135,28 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
              output_dtype) -> Conversion:
     op_types = OpTypes()
     input_param_dtypes = dict(stored)
+    final = False
     if cast_optional_params:
         # round one leaves float weights to their consumers; a weight every consumer wants
         # in the same dtype is stored in it, the others stay as stored and get casts
         first = insert_casts(graph, policy, data_dtypes=data_dtypes,
                              param_dtypes={k: (None if is_float(v) else v) for k, v in stored.items()},
                              excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+        # round one is final when each float weight is wanted in exactly one dtype: every
+        # consumer already reads it in the dtype it is now stored in, and no dtype was left
+        # undecided (a weight no consumer gives a dtype leaves its readers' dtypes open)
+        final = all(len(first.param_wants.get(name, ())) == 1
+                    for name, dt in stored.items() if is_float(dt))
         for name, want in first.param_wants.items():
             if len(want) == 1 and is_float(stored[name]):
                 stored[name] = next(iter(want))
-    result = insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
-                          excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+    if final:
+        # round two would rebuild the same graph (tag_param_dtypes below writes the
+        # weights' __dtype__ attributes)
+        result = first
+    else:
+        result = insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
+                              excluded=excluded, output_dtype=output_dtype, op_types=op_types)
     if result.unlisted_ops:
         warn_unlisted(result.unlisted_ops, policy.target_dtype)
     # every weight says what it holds, so the symbol binds without a type_dict
@@ -182,7 +196,7 @@ def convert_symbol(sym, target_dtype: str = "float16",
                    conditional_fp32_ops=None,
                    excluded_sym_names: Sequence[str] | None = None,
                    data_names: Sequence[str] | None = None,
-                   cast_optional_params: bool = False):
+                   cast_optional_params: bool = True):
     """Convert an fp32 symbol to mixed precision.
 
     Parameters
@@ -200,9 +214,11 @@ def convert_symbol(sym, target_dtype: str = "float16",
     data_names : list of str, optional
         Model inputs. By default, as in ``mx.contrib.amp``, every input without a
         ``__dtype__`` attribute; the others are weights.
-    cast_optional_params : bool, default False
+    cast_optional_params : bool, default True
         Store weights whose every consumer runs in low precision in low precision (the
-        converted graph then expects them so); otherwise weights stay float32.
+        converted graph then expects them so): the same numerics as casting them at every
+        run, a smaller checkpoint and a faster model. False keeps every weight float32, as
+        ``mx.contrib.amp`` does by default (a deliberate difference).
 
     Returns
     -------
@@ -227,13 +243,25 @@ def convert_symbol(sym, target_dtype: str = "float16",
     return conversion.symbol
 
 
+def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
+               keep: Sequence[str] | None = None) -> tuple[Graph, dict, dict, tuple]:
+    """:func:`~mxnet_amp.passes.fold_batchnorm.fold_batchnorm` on a model: returns the new
+    graph, arg params, aux params and the ``(BatchNorm, producer)`` pairs folded. Inputs are
+    not modified; arrays that do not change are shared."""
+    result = fold_batchnorm_pass(graph, {**arg_params, **aux_params}, keep=frozenset(keep or ()))
+    new_aux = {k: v for k, v in result.params.items() if k in aux_params}
+    new_args = {k: v for k, v in result.params.items() if k not in new_aux}
+    return result.graph, new_args, new_aux, result.folded
+
+
 def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                        target_dtype: str = "float16", target_dtype_ops=None, fp32_ops=None,
                        widest_dtype_ops=None, conditional_fp32_ops=None,
                        excluded_sym_names=None, data_names=None,
-                       cast_optional_params: bool = False, input_dtypes=None,
+                       cast_optional_params: bool = True, input_dtypes=None,
                        output_dtype: str | None = "float32", data_shapes=None,
-                       shapes_from: str = "data_shapes", sequential_casts: bool = False):
+                       shapes_from: str = "data_shapes", sequential_casts: bool = False,
+                       fold_batchnorm: bool = False):
     """:func:`convert_model` that also returns the :class:`Conversion` record.
 
     ``shapes_from`` is what shape errors call ``data_shapes`` (the caller's own name).
@@ -254,6 +282,11 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
         data_names = default_data_names(arg_names, arg_params)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names)
     check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph, shapes_from=shapes_from)
+    folded = ()
+    if fold_batchnorm:
+        graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
+                                                           excluded_sym_names)
+    params = {**arg_params, **aux_params}
     param_dtypes = {k: array_dtype(v) for k, v in params.items()}
     conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
                                fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
@@ -262,6 +295,8 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                                cast_optional_params=cast_optional_params,
                                param_dtypes=param_dtypes, input_dtypes=input_dtypes,
                                output_dtype=output_dtype)
+    if folded:
+        conversion = replace(conversion, folded_batchnorms=folded)
     new_args = recast_params(arg_params, conversion.arg_dtypes, param_dtypes, sequential_casts)
     new_aux = recast_params(aux_params, conversion.aux_dtypes, param_dtypes, sequential_casts)
     return conversion.symbol, new_args, new_aux, conversion
@@ -275,8 +310,9 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
                   conditional_fp32_ops=None,
                   excluded_sym_names: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
-                  cast_optional_params: bool = False,
-                  data_shapes: Mapping[str, Sequence[int]] | None = None):
+                  cast_optional_params: bool = True,
+                  data_shapes: Mapping[str, Sequence[int]] | None = None,
+                  fold_batchnorm: bool = False):
     """Convert an fp32 model (symbol and params) to mixed precision.
 
     Parameters
@@ -295,6 +331,12 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
         Shapes of the model inputs (batch included). Every param's shape is checked against
         the symbol before anything is converted; with these the check reaches layers whose
         weight shape depends on the input size (a ``FullyConnected`` after convolutions).
+    fold_batchnorm : bool, default False
+        First fold each inference BatchNorm into the Convolution / FullyConnected /
+        Deconvolution it follows (when nothing else reads that op's output), in float32;
+        the folded weights are then rounded once by the conversion. The folded BatchNorms
+        and their params are gone from the result, a producer without a bias gets one
+        (``<producer>_bias``); see :mod:`mxnet_amp.passes.fold_batchnorm`.
 
     Returns
     -------
@@ -318,5 +360,6 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
         sym, arg_params, aux_params, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
         fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
         conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
-        data_names=data_names, cast_optional_params=cast_optional_params, data_shapes=data_shapes)
+        data_names=data_names, cast_optional_params=cast_optional_params, data_shapes=data_shapes,
+        fold_batchnorm=fold_batchnorm)
     return sym, args, auxs

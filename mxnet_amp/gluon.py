@@ -182,6 +182,14 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
     outputs = _regroup(outputs, out_format) if out_format is not None else outputs
     # export() of this subclass keeps the amp casts that SymbolBlock.export() would drop
     net = AMPSymbolBlock(outputs, inputs)
+    if mx.util.is_np_array():
+        # mx.np cannot allocate a bfloat16 gradient ("unknown type void16"): a weight stored
+        # in bfloat16 is for inference, it gets none
+        from .params import array_dtype
+        for name, param in net.collect_params().items():
+            value = params.get(f"arg:{name}", params.get(f"aux:{name}"))
+            if value is not None and array_dtype(value) == "bfloat16":
+                param.grad_req = "null"
     # dtype_source='saved': each param takes its array's dtype (SymbolBlock would make it
     # float32); the arrays are copied onto ``ctx``, never shared with the source block
     net.collect_params().load_dict(dict(params), ctx=ctx, cast_dtype=True, dtype_source="saved")
@@ -198,7 +206,8 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
                          conditional_fp32_ops=None,
                          excluded_sym_names: Sequence[str] | None = None,
                          input_names: Sequence[str] | None = None,
-                         ctx=None, cast_optional_params: bool = False):
+                         ctx=None, cast_optional_params: bool = True,
+                         fold_batchnorm: bool = False):
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
 
     Parameters
@@ -217,8 +226,12 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
     ctx : Context or list of Context, optional
         Where the converted params live; default where the block's params live (unlike
         ``mx.contrib.amp``, never ``gpu(0)`` unasked).
-    cast_optional_params : bool, default False
-        Also store in low precision the weights that are only read by low precision ops.
+    cast_optional_params : bool, default True
+        Store in low precision the weights that are only read by low precision ops (False:
+        every weight stays float32 and is cast at every run, ``mx.contrib.amp``'s default).
+    fold_batchnorm : bool, default False
+        Fold inference BatchNorms into the op before them first, as in
+        :func:`mxnet_amp.convert_model`.
 
     Returns
     -------
@@ -242,7 +255,8 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
         sym, arg_params, aux_params, target_dtype=target_dtype,
         target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
         conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
-        data_names=names, cast_optional_params=cast_optional_params)
+        data_names=names, cast_optional_params=cast_optional_params,
+        fold_batchnorm=fold_batchnorm)
     params = {f"arg:{k}": v for k, v in new_args.items()}
     params.update({f"aux:{k}": v for k, v in new_auxs.items()})
     return _symbol_block(new_sym, names, in_format, out_format, params, ctx_list)

@@ -1,6 +1,7 @@
 """Recast arg/aux params to the dtypes type inference gives a converted graph."""
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 from .dtypes import dtype_name
@@ -35,18 +36,26 @@ def cast_array(array, dtype: str):
     """A new NDArray holding ``array`` in ``dtype``, rounded to nearest even.
 
     ``NDArray.astype('bfloat16')`` truncates in MXNet 1.9.1 (twice the error of rounding);
-    the ``amp_cast`` operator rounds, so casts go through it. It reads a copy: a weight
-    that a oneDNN kernel has used is held in oneDNN's blocked layout, ``amp_cast`` keeps
-    that layout, and MXNet 1.9.1's bfloat16 grouped convolution then fails on the result
-    ("could not create a primitive descriptor for a reorder primitive"); a copy is plain.
+    the ``amp_cast`` operator rounds, so casts go through it. For bfloat16 it reads a copy:
+    a weight that a oneDNN kernel has used is held in oneDNN's blocked layout, ``amp_cast``
+    keeps that layout, and MXNet 1.9.1's bfloat16 grouped convolution then fails on the
+    result ("could not create a primitive descriptor for a reorder primitive"); a copy is
+    plain. oneDNN runs no float16 kernels on a CPU, so a float16 weight skips the copy (one
+    op per weight instead of two: a conversion's param casts are its largest cost).
     """
+    from mxnet._ctypes.ndarray import _imperative_invoke
+    source = array.copy() if dtype == "bfloat16" else array
+    return _imperative_invoke(_amp_cast_handle(), [source], ["dtype"], [dtype], None, False, False)
+
+
+@functools.lru_cache(maxsize=None)
+def _amp_cast_handle() -> int:
     import ctypes
 
-    from mxnet._ctypes.ndarray import _imperative_invoke
     from mxnet.base import _LIB, check_call
     handle = ctypes.c_void_p()
     check_call(_LIB.NNGetOpHandle(b"amp_cast", ctypes.byref(handle)))
-    return _imperative_invoke(handle.value, [array.copy()], ["dtype"], [dtype], None, False, False)
+    return handle.value
 
 
 # names Gluon and the symbol API give weights; an input called so is a weight gone missing

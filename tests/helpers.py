@@ -92,6 +92,17 @@ def saved_small_model(folder, name: str, epoch: int = 0) -> str:
     return prefix
 
 
+def load_tool(name: str):
+    """The module ``tools/<name>.py`` (tools/ is not a package)."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def gluoncv_resnet18(seed=0):
     """gluoncv resnet18_v1 (Xavier init) as ``(sym, arg_params, aux_params, x)``, x 1x3x64x64."""
     from gluoncv.model_zoo import get_model

@@ -57,15 +57,28 @@ def test_cpu_inference_quick(tmp_path):
     _, out = run_script("cpu_inference", tmp_path)
     data = load(out)
     assert data["bf16_runs_natively"] == bf16_runs_natively()
+    env = data["environment"]
+    assert len(env["loadavg_start"]) == 3 and len(env["loadavg_end"]) == 3
+    assert ("avx512_bf16" in env["cpu_flags"]) == env["avx512_bf16"]
     assert len(data["results"]) == 2
+    assert set(data["variants"]) == {"contrib", "contrib_cop", "ours", "ours_fold"}
     for r in data["results"]:
-        assert r["fp32"]["items_per_s"] > 0
-        for w in ("ours", "contrib"):
+        for path in ("module", "gluon"):
+            assert r["fp32"][path]["items_per_s"] > 0
+            assert len(r["fp32"][path]["round_s"]) == r["rounds"]
+        for w in data["variants"]:
             assert r[w]["ok"], r[w]
+            assert r[w]["convert_s"] > 0 and r[w]["param_bytes"] > 0
             assert r[w]["casts"]["amp_cast"] >= 1
-            assert 0 < r[w]["low_precision_param_bytes"] <= r["fp32_param_bytes"]
+            # contrib's default keeps the weights float32; the others store them in bf16
+            if w == "contrib":
+                assert r[w]["low_precision_param_bytes"] == 0
+            else:
+                assert 0 < r[w]["low_precision_param_bytes"] <= r["fp32_param_bytes"]
             if data["bf16_runs_natively"]:
-                assert r[w]["items_per_s"] > 0
+                for path in ("module", "gluon"):
+                    assert r[w][path]["items_per_s"] > 0 and r[w][path]["speedup_over_fp32"] > 0
+                    assert r[w][f"{path}_max_rel_diff_vs_fp32"] < 0.1
             else:  # never a made-up number where bf16 cannot run
                 assert "not measurable" in r[w]["items_per_s"]
 

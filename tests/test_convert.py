@@ -331,9 +331,14 @@ def test_cast_optional_params_stores_weights_low_only_when_every_consumer_is_low
     assert array_dtype(new_args["shared_weight"]) == "float32"
     assert array_dtype(new_args["fc2_weight"]) == dtype
     assert array_dtype(new_args["fc2_bias"]) == dtype
-    # fp32 storage without the flag
+    # the default stores them so too; fp32 storage with the flag off
+    _, default_args, _ = amp.convert_model(sym, args, auxs, target_dtype=dtype,
+                                           target_dtype_ops=["FullyConnected"], fp32_ops=["exp"])
+    assert {k: array_dtype(v) for k, v in default_args.items()} == \
+        {k: array_dtype(v) for k, v in new_args.items()}
     _, plain_args, _ = amp.convert_model(sym, args, auxs, target_dtype=dtype,
-                                         target_dtype_ops=["FullyConnected"], fp32_ops=["exp"])
+                                         target_dtype_ops=["FullyConnected"], fp32_ops=["exp"],
+                                         cast_optional_params=False)
     assert {array_dtype(v) for v in plain_args.values()} == {"float32"}
     # inputs untouched
     assert set(args) == set(before)
