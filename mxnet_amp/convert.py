@@ -14,7 +14,7 @@ from .optypes import OpTypes
 from .params import (array_dtype, check_param_shapes, check_params, default_data_names, param_dict,
                      recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
-from .passes.insert_casts import CastResult, insert_casts
+from .passes.insert_casts import CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, load_policy, warn_unlisted
 from .registry import InferenceFailed, infer_types
@@ -106,6 +106,7 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
         else:
             stored[n.name] = (param_dtypes or {}).get(n.name) or attr_dtype or "float32"
     if not accept_low_precision_params:
+        refuse_converted(graph)   # its casts say more than its params' dtypes
         _refuse_low_precision_params(stored)
     with gc_paused():
         return _convert(graph, policy, names, data_dtypes, stored, excluded,
@@ -127,8 +128,8 @@ def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
             f"params {shown} are already {'/'.join(dtypes)}: the model looks converted to mixed "
             "precision before (e.g. by mx.contrib.amp, its casts stripped on save). Convert the "
             "original float32 model; if these params are all there is, cast them to float32 "
-            "first (exact) and convert with cast_optional_params=True to store them in low "
-            "precision again")
+            "first (exact) and convert that: weights are stored in low precision again by "
+            "default")
 
 
 def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_params,

@@ -25,7 +25,7 @@ from ..optypes import InferenceFailed, OpTypes
 from ..policy import Category, OpPolicy
 from ..registry import op_input_names
 
-__all__ = ["CastResult", "insert_casts"]
+__all__ = ["CastResult", "insert_casts", "refuse_converted"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,18 @@ class CastResult:
 
 def _cast_node(name: str, src: Entry, dtype: str) -> Node:
     return Node("amp_cast", name, (src,), MappingProxyType({"dtype": dtype}))
+
+
+def refuse_converted(graph: Graph) -> None:
+    """Raise :class:`AlreadyConvertedError` when ``graph`` holds an amp_cast to low precision.
+
+    Converted graphs hold them; an amp_multicast (or a float32 amp_cast) alone also occurs
+    in fp32 models: gluoncv's SSD box decoder calls it."""
+    for node in graph.nodes:
+        if node.op == "amp_cast" and node.attrs.get("dtype") in LOW_PRECISION:
+            raise AlreadyConvertedError(
+                f"node {node.name!r} is an {node.op}: this graph was converted to mixed precision "
+                "already; convert the original fp32 model instead")
 
 
 def insert_casts(graph: Graph, policy: OpPolicy, *,
@@ -79,13 +91,7 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
     """
     op_types = op_types or OpTypes()
     target = policy.target_dtype
-    for node in graph.nodes:
-        # converted graphs hold amp_casts to low precision; an amp_multicast (or a float32
-        # amp_cast) alone also occurs in fp32 models: gluoncv's SSD box decoder calls it
-        if node.op == "amp_cast" and node.attrs.get("dtype") in LOW_PRECISION:
-            raise AlreadyConvertedError(
-                f"node {node.name!r} is an {node.op}: this graph was converted to mixed precision "
-                "already; convert the original fp32 model instead")
+    refuse_converted(graph)
     used = graph.num_used_outputs()
     builder = GraphBuilder()
     builder.names.update(n.name for n in graph.nodes)

@@ -298,7 +298,9 @@ def test_amp_conversion_convert_hybrid_block(resnet18_prefix: str, target_dtype:
     label = np.zeros((1,), "float32")
     ref = net(mx.nd.array(x), mx.nd.array(label)).asnumpy()
     for overrides in ({}, {"target_dtype_ops": ["Convolution"]}):
-        converted = amp.convert_hybrid_block(net, target_dtype=target_dtype, **overrides)
+        # contrib's default cast_optional_params=False, named (ours defaults to True)
+        converted = amp.convert_hybrid_block(net, target_dtype=target_dtype,
+                                             cast_optional_params=False, **overrides)
         assert_close_to_fp32(_run_block(converted, target_dtype, x, label), ref, target_dtype)
         assert converted.collect_params()["stage2_unit1_conv2_weight"].dtype == np.float32
     converted = amp.convert_hybrid_block(net, target_dtype=target_dtype,
