@@ -1,66 +1,77 @@
-"""Sweep the gluoncv model zoo: build each model offline, convert it to bfloat16, run it.
+"""Sweep the gluoncv model zoo: build each model offline, convert it to float16 and to
+bfloat16, run it, judge it.
 
-For every name in ``gluoncv.model_zoo.get_model_list()``:
+For every name in ``gluoncv.model_zoo.get_model_list()`` (or ``--models``):
 
 1. build it offline (``pretrained=False``, ``pretrained_base=False`` and, for video nets,
    ``use_kinetics_pretrain=False`` where accepted, the classes a ``*_custom`` model needs,
    a segmentation net's crop size set to its input;
    gluoncv's 2D action recognisers, whose zoo functions download their base or trip over
-   uninitialised params, from their classes), random init; a model that cannot be built
-   without downloads is recorded "not buildable offline" with the reason;
-2. run it in float32 on a small input suited to its family (the first of a few sizes that
-   the network accepts; a fresh net for each size tried);
-3. export it (``HybridBlock.export`` to a temp prefix, ``mx.model.load_checkpoint``), as a
-   user with a checkpoint would, and convert it with :func:`mxnet_amp.convert_model`;
-4. run the converted model with bfloat16 numerics emulated (:mod:`mxnet_amp.emulation`;
-   also natively where this CPU runs bf16 matrix ops) and compare with float32;
-5. run the converted graph with its casts stripped, which must give the float32 outputs
+   uninitialised params, from their classes), random He-normal weights; a model that
+   cannot be built without downloads is recorded "not buildable offline" with the reason;
+2. run it in float32 on a small image-like input (:func:`sample_input`) suited to its
+   family (the first of a few sizes that the network accepts);
+3. set BatchNorm statistics (``--bn``): ``calibrated`` (default) sets each layer's running
+   mean and variance from the activations that reach it on a batch of 4 sample inputs once
+   every earlier layer is calibrated, one sequential forward pass
+   (:func:`calibrate_batchnorm` for Gluon blocks, :func:`calibrate_graph_batchnorm` on the
+   exported graph for BatchNorm ops inside SymbolBlocks, as detector backbones are), so every
+   BatchNorm output is normalised as in a trained net; ``identity`` keeps the random-init
+   statistics (mean 0, variance 1), under which deep nets reach activations of 1e6..1e15
+   (calibrated only where the fp32 model is non-finite so);
+4. export it (``HybridBlock.export``, ``mx.model.load_checkpoint``), as a user with a
+   checkpoint would, and convert it with :func:`mxnet_amp.convert_model` to each of
+   ``--dtypes`` (default float16 and bfloat16);
+5. run the converted model with the low precision numerics emulated
+   (:mod:`mxnet_amp.emulation`; MXNet runs no float16 on a CPU) and compare with float32;
+   bfloat16 also natively where this CPU can (unfused and with oneDNN fusion), recording
+   how far the emulation is from the native run with ``rounding='nearest'`` and
+   ``'mxnet-cpu'`` (``native_vs_emulated``, ``native_vs_emulated_mxnet_cpu``);
+6. run the converted graph with its casts stripped, which must give the float32 outputs
    to float32 roundoff (``structure_err`` <= ``STRUCTURE_TOL``): whatever the precision
    does, the pass must not have lost, rewired or changed an op;
-6. note whether ``mx.contrib.amp.convert_model`` converts it too, for comparison.
+7. convert it with ``mx.contrib.amp.convert_model`` too and run that model emulated the
+   same way (``contrib_max_rel_err``), side by side.
 
-Weights are random (He-normal, BatchNorm at identity: activations stay O(1), where
-gluon's default Uniform(0.07) lets them grow to 1e4..1e26 and turns sigmoids into steps).
-Where that fp32 model is non-finite (box decoding exponentiates large activations in some
-SSD, YOLOv3 and Faster R-CNN nets), it is rebuilt with BatchNorm statistics calibrated on
-a random batch (normalised activations, as in a trained net; ``bn_calibrated_because`` in
-the record); ``--calibrate-bn`` does so for every model. Measured, calibration does not
-make the chaotic nets below less sensitive and makes some (yolo3) more so, so it is not
-the default.
+A model *passes* in a dtype when it converts, the converted graph runs, the graph without
+casts reproduces float32 (step 6), no output is non-finite where float32 is finite, and
+every checked float output is within ``--tol`` (default 0.1) of float32, measured as
+``max|lp - fp32| / max|fp32|`` per output: the strict tolerance, with no other way to pass.
+A failing model also records ``sensitivity_err``: the error of the fp32 model run on input
+and weights merely rounded to the dtype, the perturbation any deployment in that dtype
+starts from. Random-init nets whose BatchNorm is calibrated are chaotic: centring every
+layer's activations removes the common component that keeps an identity-BN net's outputs
+stable, and a perturbation then grows layer by layer (measured on resnet50_v1d_0.86 in
+bfloat16, i.i.d. noise input: 0.5% after the stem, 7% after stage 2, 50% after the last),
+so such a failure
+says how sensitive the random net is, not how good the conversion is; ``sensitivity_err``
+and mx.contrib.amp's error beside it tell the two apart. A model so chaotic that rounding
+only input and weights changes its outputs by half or more is ``inconclusive``. Where a
+model fails, :func:`mxnet_amp.auto_convert_model` runs with the same criterion
+(``validate=``, emulated, at most ``AUTO_MAX_EXECUTIONS`` executions) and records its
+executions and the nodes it keeps in float32.
 
-A model *passes* when it converts, the converted graph type-checks and runs, the graph
-without casts reproduces float32 (step 5), no output is non-finite where float32 is
-finite, and every checked float output is within ``--tol`` (default 0.1) of float32,
-measured as ``max|bf16 - fp32| / max|fp32|`` per output.
-bfloat16 keeps 8 significant bits (unit roundoff 2^-9); through 50-300 random-init
-layers that accumulates to 0.2-5% of the output's range, while real breakage (a lost
-op, a wrong dtype path, overflow) shows as O(1) errors or non-finite values. Some deep
-random-init nets are chaotic (SE-ResNeXt-101, SENet-154, DLA-34 CenterNets): any
-perturbation grows layer by layer (measured: 0.4% after the first stage of
-SE-ResNeXt-101, 50% at its output), so the output error says how chaotic the random
-net is, not how good the conversion is. There a model above the tolerance also passes
-when its error is at most ``SENSITIVITY_FACTOR`` (4) times the error of the same fp32
-model run on input and weights merely rounded to the target dtype, the perturbation any
-deployment in that dtype starts from; both numbers are recorded (``max_rel_err``,
-``sensitivity_err``; and, for comparison, the error of mx.contrib.amp's model of the same
-net, emulated the same way: ``contrib_max_rel_err``), and step 5 still has to hold. A
-model so chaotic that rounding only input and weights changes its outputs by half or more
-is ``inconclusive``.
+Degenerate outputs measure nothing and are left out: an fp32 output that vanished (all ~0,
+or one constant) or is saturated (>= 90% of its values at its minimum or maximum), see
+:func:`degenerate`; a model all of whose checked outputs are degenerate, or whose low
+precision outputs equal fp32 exactly although it computes in low precision, is
+``degenerate`` and not counted as tested.
 Outputs downstream of top-k / NMS / comparisons / box decoding are only checked for
 finiteness (random-init scores tie, so rounding picks other boxes, and decoding
 exponentiates the regressions); the dense tensors feeding those ops are compared instead.
 A model whose fp32 output is already non-finite is recorded ``fp32_nonfinite``.
 
 Each model runs in a process of its own with a per-model timeout; ``--jobs`` of them run
-at once, each with its share of the cores.
-Models are run cheapest first (by a name heuristic) so that a wall-clock budget skips
-the heaviest ones, each recorded with the reason.
+at once, each with ``--threads`` threads (default its share of the cores). Models are run
+cheapest first (by a name heuristic) so that a wall-clock budget skips the heaviest ones,
+each recorded with the reason; each record notes the load average when it finished.
 
 Usage::
 
-    nice -n 10 python tools/zoo_sweep.py --jobs 2 --timeout 300 --budget 4500 \
-        --json docs/zoo_sweep.json --md docs/zoo_sweep.md
+    python tools/zoo_sweep.py --jobs 1 --threads 1 --timeout 400 --budget 4500 \
+        --json docs/zoo_sweep.json --md docs/zoo_sweep.md      # the whole zoo, both dtypes
     python tools/zoo_sweep.py --models resnet18_v1 ssd_300_mobilenet0.25_voc   # a subset
+    python tools/zoo_sweep.py --dtypes float16 --bn identity --models resnet101_v1
     python tools/zoo_sweep.py --json docs/zoo_sweep.json --resume   # only models not in the JSON
     python tools/zoo_sweep.py --report-from docs/zoo_sweep.json --md docs/zoo_sweep.md
 """
@@ -192,13 +203,9 @@ def calibrate_batchnorm(net, shape: tuple[int, ...], batch: int = 4) -> int:
     seen: set[int] = set()
 
     def set_stats(block, inputs):
-        x = inputs[0]
-        axis = block._kwargs.get("axis", 1) % x.ndim
-        axes = tuple(i for i in range(x.ndim) if i != axis)
-        mean = x.mean(axis=axes)
-        centred = x - mean.reshape(tuple(-1 if i == axis else 1 for i in range(x.ndim)))
+        mean, var = _batch_stats(inputs[0], block._kwargs.get("axis", 1))
         block.running_mean.set_data(mean)
-        block.running_var.set_data((centred * centred).mean(axis=axes))
+        block.running_var.set_data(var)
         seen.add(id(block))
 
     net.hybridize(active=False)  # hooks fire only for blocks called imperatively
@@ -265,6 +272,70 @@ def _calibrate_batchnorm_train_mode(net, shape: tuple[int, ...], batch: int = 4)
     net(x_cal[:shape[0]])  # re-trace with the layers' own settings, for export
     mx.nd.waitall()
     return len(bns)
+
+
+def calibrate_graph_batchnorm(sym, args: dict, auxs: dict, shape: tuple[int, ...],
+                              batch: int = 4) -> tuple[dict, int]:
+    """:func:`calibrate_batchnorm` for BatchNorm ops that are no Gluon ``BatchNorm`` block
+    (inside a ``SymbolBlock``, as gluoncv's detectors hold their backbones): on the exported
+    symbol, the ones still at identity (moving mean all 0, variance all 1) get the
+    statistics of their input on ``batch`` random inputs of ``shape``. One pass over the
+    graph in topological order, each op run imperatively, so each BatchNorm sees its input
+    once every BatchNorm before it is calibrated. Returns new aux params and how many
+    layers were calibrated (0: the same dict back)."""
+    import ctypes
+
+    import mxnet as mx
+    from mxnet._ctypes.ndarray import _imperative_invoke
+    from mxnet.base import _LIB, check_call
+
+    from mxnet_amp.io import graph_from_symbol
+    graph = graph_from_symbol(sym)
+
+    def at_identity(node) -> bool:
+        mean, var = (graph.nodes[e.node].name for e in node.inputs[3:5])
+        return (mean in auxs and var in auxs and not auxs[mean].asnumpy().any()
+                and bool((auxs[var].asnumpy() == 1).all()))
+    todo = {i for i, n in enumerate(graph.nodes) if n.op == "BatchNorm" and len(n.inputs) == 5
+            and at_identity(n)}
+    if not todo:
+        return auxs, 0
+    new_auxs = dict(auxs)
+    for n in dict.fromkeys((batch, shape[0])):  # a graph with a fixed batch: its own size
+        try:
+            values: list[list] = []
+            data = sample_input((n,) + tuple(shape[1:]))
+            for i, node in enumerate(graph.nodes):
+                if node.is_variable:
+                    values.append([data if node.name == "data" else
+                                   args.get(node.name, new_auxs.get(node.name))])
+                    continue
+                inputs = [values[e.node][e.index] for e in node.inputs]
+                if i in todo:
+                    inputs[3], inputs[4] = _batch_stats(inputs[0], int(node.attrs.get("axis", 1)))
+                    new_auxs[graph.nodes[node.inputs[3].node].name] = inputs[3]
+                    new_auxs[graph.nodes[node.inputs[4].node].name] = inputs[4]
+                handle = ctypes.c_void_p()
+                check_call(_LIB.NNGetOpHandle(node.op.encode(), ctypes.byref(handle)))
+                attrs = {k: v for k, v in node.attrs.items() if not k.startswith("__")}
+                values.append(_imperative_invoke(handle.value, inputs, list(attrs), list(attrs.values()),
+                                                 None, False, True))
+            mx.nd.waitall()
+            return new_auxs, len(todo)
+        except mx.MXNetError:
+            new_auxs = dict(auxs)
+            if n == shape[0]:
+                raise
+    return auxs, 0
+
+
+def _batch_stats(x, axis: int):
+    """Per-channel (``axis``) mean and biased variance of ``x``."""
+    axis %= x.ndim
+    axes = tuple(i for i in range(x.ndim) if i != axis)
+    mean = x.mean(axis=axes)
+    centred = x - mean.reshape(tuple(-1 if i == axis else 1 for i in range(x.ndim)))
+    return mean, (centred * centred).mean(axis=axes)
 
 
 _VIDEO_3D = ("c3d", "i3d", "p3d", "r2plus1d", "slowfast")
@@ -664,6 +735,14 @@ class _Model:
         self.data_names = [n for n in self.sym.list_arguments() if n not in self.args]
         if self.data_names != ["data"]:
             return
+        self.rec["batchnorms_in_graph"] = sum(1 for n in self.sym.list_auxiliary_states()
+                                              if n.endswith(("_running_var", "_moving_var")))
+        if self.rec["bn"] == "calibrated":
+            # BatchNorm ops no Gluon block holds (a detector's SymbolBlock backbone)
+            self.auxs, n = calibrate_graph_batchnorm(self.sym, self.args, self.auxs,
+                                                     tuple(self.rec["input_shape"]))
+            self.rec["calibrated_batchnorms"] += n
+            self.rec["calibrated_in_graph"] = n
         self.data = {"data": self.x}
         from mxnet_amp.io import graph_from_symbol
         g32 = graph_from_symbol(self.sym)
@@ -1235,9 +1314,7 @@ def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: flo
                     f"{', ...' if r['auto_kept_count'] > 4 else ''}), {r['auto_low_precision_nodes']}/"
                     f"{r.get('op_nodes', '?')} in {dtype}"
                     if "auto_executions" in r else r.get("auto", ""))
-            contrib = (_fmt(r.get("contrib_max_rel_err"), ".3g")
-                       + (" (non-finite)" if r.get("contrib_nonfinite_outputs") else "")
-                       if r.get("contrib_amp") == "ok" else "cannot convert")
+            contrib = _contrib_cell(r)
             lines.append(f"| {r['model']} | {_cell(r.get('reason', ''))} | {contrib} | {_cell(auto)} |")
     else:
         lines.append("None.")
@@ -1308,14 +1385,22 @@ def _per_model_table(records: Sequence[dict], dtypes: Sequence[str]) -> list[str
         for d in dtypes:
             x = r.get(d, {})
             lp = f"{x['low_precision_nodes']}/{x['op_nodes']}" if "op_nodes" in x else ""
-            contrib = ("cannot convert" if str(x.get("contrib_amp", "")).startswith("error")
-                       else _fmt(x.get("contrib_max_rel_err"), ".2e"))
+            contrib = _contrib_cell(x, ".2e", detail=False)
             row += f" {x.get('status', '')} | {_fmt(x.get('max_rel_err'), '.2e')} | {contrib} | {lp} |"
         if "bfloat16" in dtypes:
             x = r.get("bfloat16", {})
             row += f" {_native_cell(x)} |"
         lines.append(row)
     return lines
+
+
+def _contrib_cell(rec: dict, spec: str = ".3g", detail: bool = True) -> str:
+    """mx.contrib.amp's error on a model, or why there is none."""
+    if str(rec.get("contrib_amp", "")).startswith("error"):
+        return "cannot convert" + (f" ({_cell(rec['contrib_amp'][7:])[:100]})" if detail else "")
+    if rec.get("contrib_max_rel_err") is None and "contrib_emulated" in rec:
+        return "its model does not run" + (f" ({_cell(rec['contrib_emulated'][7:])[:100]})" if detail else "")
+    return _fmt(rec.get("contrib_max_rel_err"), spec) + (" (non-finite)" if rec.get("contrib_nonfinite_outputs") else "")
 
 
 def _native_cell(rec: dict) -> str:
