@@ -29,28 +29,33 @@ def _load_tool():
 
 zoo_sweep = _load_tool()
 
-# one per family, small inputs, both dtypes; some 20 s on two CPU cores
-SUBSET = [
-    "cifar_resnet20_v1",            # classification, cifar (also run natively in bf16 where the CPU can)
-    "ssd_300_mobilenet0.25_voc",    # detection: box decoding, NMS, amp_multicast in the model
-    "fastscnn_citys",               # segmentation: crop size set to the input, pyramid pooling
-    "simple_pose_resnet18_v1b",     # pose: deconvolution heads
-    "monodepth2_resnet18_posenet_kitti_mono_640x192",  # depth: params the forward never uses
-]
+# one per family, small inputs, both dtypes; some 15 s of CPU. BatchNorm calibrated as in the
+# sweep, except for the detector and the segmenter: calibrated, those random nets are chaotic
+# (rounding only their weights to float16 moves their scores by 20-100%, measured), so they
+# keep BatchNorm at identity here, where their outputs measure the conversion
+SUBSET = {
+    "cifar_resnet20_v1": "calibrated",          # classification (also run natively in bf16 where the CPU can)
+    "simple_pose_resnet18_v1b": "calibrated",   # pose: deconvolution heads
+    "monodepth2_resnet18_posenet_kitti_mono_640x192": "calibrated",  # depth: params the forward never uses
+    "ssd_300_mobilenet0.25_voc": "identity",    # detection: box decoding, NMS, amp_multicast in the model
+    "fastscnn_citys": "identity",               # segmentation: crop size set to the input, pyramid pooling
+}
 NATIVE = {"cifar_resnet20_v1"}  # native runs are recorded, not judged: one model shows them
 
 
 @pytest.fixture(scope="module")
 def subset_records():
-    return {m: zoo_sweep.sweep_one(m, native=None if m in NATIVE else False, auto=False)
-            for m in SUBSET}
+    return {m: zoo_sweep.sweep_one(m, bn=bn, native=None if m in NATIVE else False, auto=False)
+            for m, bn in SUBSET.items()}
 
 
 @pytest.mark.parametrize("dtype", zoo_sweep.DTYPES)
 @pytest.mark.parametrize("model", SUBSET)
 def test_subset_model_converts_and_stays_close(subset_records, model, dtype):
     rec = subset_records[model]
-    assert rec["calibrated_batchnorms"] > 0 and rec["bn"] == "calibrated"
+    assert rec["bn"] == SUBSET[model]
+    if rec["bn"] == "calibrated":
+        assert rec["calibrated_batchnorms"] == rec["batchnorms_in_graph"] > 0
     assert rec["gluon_adapter"] == "ok", rec["gluon_adapter"]
     d = rec[dtype]
     assert d["status"] == "pass", d.get("reason")
@@ -61,7 +66,7 @@ def test_subset_model_converts_and_stays_close(subset_records, model, dtype):
     # without its casts the converted graph is the fp32 model, op for op
     assert d["structure_err"] <= zoo_sweep.STRUCTURE_TOL
     # mx.contrib.amp's model of the same net was run beside ours
-    assert d["contrib_amp"] != "ok" or d["contrib_max_rel_err"] is not None
+    assert d["contrib_amp"] != "ok" or d.get("contrib_max_rel_err") is not None or "contrib_emulated" in d
 
 
 def test_subset_float16_is_finer_than_bfloat16(subset_records):
