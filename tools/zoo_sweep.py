@@ -91,7 +91,8 @@ import warnings
 from typing import Any, Iterable, Sequence
 
 __all__ = ["family_of", "input_shapes", "sweep_one", "run_sweep", "write_markdown",
-           "cost_rank", "degenerate", "calibrate_batchnorm", "summarize", "per_dtype",
+           "cost_rank", "degenerate", "calibrate_batchnorm", "calibrate_graph_batchnorm",
+           "summarize", "per_dtype", "cause_of",
            "TOLERANCE", "DTYPES"]
 
 TOLERANCE = 0.1  # max |lp - fp32| / max |fp32| per output (see the module doc)
@@ -1256,6 +1257,32 @@ def write_markdown(path: str, records: Sequence[dict], *, dtypes: Sequence[str],
     atomic_write(path, write)
 
 
+# a failure whose error is at most this many times the error of rounding only the input and
+# weights is the random net's own sensitivity (the earlier sweeps' pass criterion)
+SENSITIVITY_FACTOR = 4.0
+# ... and one where mx.contrib.amp's model of the same net does this much better is ours
+CONTRIB_BETTER = 0.5
+
+
+def cause_of(rec: dict) -> str:
+    """A failed record's cause, in a few words: ``'non-finite'``, ``'graph changed'``,
+    ``'error'``, ``'sensitivity'`` (the error is within :data:`SENSITIVITY_FACTOR` times what
+    rounding only input and weights gives, and mx.contrib.amp does no better), or
+    ``'conversion'`` (above the tolerance otherwise: worth a look)."""
+    if rec.get("nonfinite_outputs"):
+        return "non-finite"
+    if rec.get("structure_err") is not None and rec["structure_err"] > STRUCTURE_TOL:
+        return "graph changed"
+    if rec.get("max_rel_err") is None:
+        return "error"
+    sens, contrib = rec.get("sensitivity_err"), rec.get("contrib_max_rel_err")
+    if contrib is not None and contrib < CONTRIB_BETTER * rec["max_rel_err"]:
+        return "conversion"
+    if sens is not None and rec["max_rel_err"] <= SENSITIVITY_FACTOR * sens:
+        return "sensitivity"
+    return "conversion"
+
+
 def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: float) -> list[str]:
     s = summarize(records, dtype, tol)
     c = s["counts"]
@@ -1267,11 +1294,21 @@ def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: flo
     contrib_nonfinite = [r["model"] for r in both if r.get("contrib_nonfinite_outputs")]
     converted = [r for r in flat if "contrib_amp" in r]
     partial = [r for r in flat if r["status"] in ("pass", "fail") and r.get("degenerate_outputs")]
+    causes: dict[str, int] = {}
+    for r in flat:
+        if r["status"] == "fail":
+            causes[cause_of(r)] = causes.get(cause_of(r), 0) + 1
     lines = [
         f"## {dtype}", "",
         f"- tested (built offline, converted, ran, not degenerate): **{s['tested']}**; "
         f"**within the strict tolerance {tol}: {c.get('pass', 0)} = {100 * s['pass_rate']:.1f}%** "
         f"(target >= 98%); fail {c.get('fail', 0)}",
+        f"- failures by cause: " + (", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "none")
+        + f" (*sensitivity*: error <= {SENSITIVITY_FACTOR:g}x what rounding only input and weights "
+        f"to {dtype} gives, and mx.contrib.amp no better than {1 / CONTRIB_BETTER:g}x ours: the random "
+        "net's own sensitivity; *conversion*: anything else above the tolerance)",
+        f"- within the tolerance or the random net's sensitivity: "
+        f"{c.get('pass', 0) + causes.get('sensitivity', 0)} of {s['tested']}",
         f"- non-finite output where fp32 is finite: **{len(s['nonfinite_models'])}**"
         + (f" ({', '.join(s['nonfinite_models'])})" if s["nonfinite_models"] else ""),
         f"- error `max|{dtype} - fp32| / max|fp32|` over tested models: median "
@@ -1306,8 +1343,9 @@ def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: flo
     fails = [r for r in flat if r["status"] == "fail"]
     lines += ["", f"### {dtype}: failures, with their cause", ""]
     if fails:
-        lines += ["| model | cause | mx.contrib.amp's error | auto_convert_model (same criterion) |",
-                  "|---|---|---|---|"]
+        lines += ["| model | cause | detail | rounding only input + weights | mx.contrib.amp's error | "
+                  "auto_convert_model (same criterion) |",
+                  "|---|---|---|---|---|---|"]
         for r in fails:
             auto = (f"{'fixed' if r['auto_validated'] else 'not fixed'}: {r['auto_executions']} executions, "
                     f"{r['auto_kept_count']} nodes kept in fp32 ({', '.join(r['auto_kept_fp32'][:4])}"
@@ -1315,7 +1353,8 @@ def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: flo
                     f"{r.get('op_nodes', '?')} in {dtype}"
                     if "auto_executions" in r else r.get("auto", ""))
             contrib = _contrib_cell(r)
-            lines.append(f"| {r['model']} | {_cell(r.get('reason', ''))} | {contrib} | {_cell(auto)} |")
+            lines.append(f"| {r['model']} | {cause_of(r)} | {_cell(r.get('reason', ''))} | "
+                         f"{_fmt(r.get('sensitivity_err'), '.3g')} | {contrib} | {_cell(auto)} |")
     else:
         lines.append("None.")
     odd = [r for r in flat if r["status"] in ("degenerate", "inconclusive", "not_buildable",
