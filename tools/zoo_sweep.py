@@ -209,19 +209,14 @@ def calibrate_batchnorm(net, shape: tuple[int, ...], batch: int = 4) -> int:
         block.running_var.set_data(var)
         seen.add(id(block))
 
+    def forward(x):
+        with autograd.predict_mode():
+            net(x)
+
     net.hybridize(active=False)  # hooks fire only for blocks called imperatively
     handles = [b.register_forward_pre_hook(set_stats) for b in bns]
     try:
-        for n in dict.fromkeys((batch, shape[0])):  # a net with a fixed batch: its own size
-            x_cal = sample_input((n,) + tuple(shape[1:]))
-            try:
-                with autograd.predict_mode():
-                    net(x_cal)
-                mx.nd.waitall()
-                break
-            except mx.MXNetError:
-                if n == shape[0]:
-                    raise
+        x_cal = _on_sample_batch(shape, batch, forward)
     finally:
         for h in handles:
             h.detach()
@@ -246,25 +241,20 @@ def _calibrate_batchnorm_train_mode(net, shape: tuple[int, ...], batch: int = 4)
     saved = [dict(b._kwargs) for b in bns]
     for b in bns:
         b._kwargs.update(momentum=0.0, use_global_stats=False)
+    def forward_backward(x):
+        # trace for inference first: in train mode gluoncv's detectors trace their
+        # training branch; the cached graph then runs with is_train=True below
+        net._clear_cached_op()
+        net(x)
+        # MXNet updates the running statistics in BatchNorm's backward pass
+        with autograd.record(train_mode=True):
+            outs = net(x)
+        outs = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs])
+                if np.dtype(o.dtype).kind == "f"]
+        autograd.backward(outs, [mx.nd.ones_like(o) for o in outs])
+
     try:
-        for n in dict.fromkeys((batch, shape[0])):  # a net with a fixed batch: its own size
-            x_cal = sample_input((n,) + tuple(shape[1:]))
-            try:
-                # trace for inference first: in train mode gluoncv's detectors trace their
-                # training branch; the cached graph then runs with is_train=True below
-                net._clear_cached_op()
-                net(x_cal)
-                # MXNet updates the running statistics in BatchNorm's backward pass
-                with autograd.record(train_mode=True):
-                    outs = net(x_cal)
-                outs = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs])
-                        if np.dtype(o.dtype).kind == "f"]
-                autograd.backward(outs, [mx.nd.ones_like(o) for o in outs])
-                mx.nd.waitall()
-                break
-            except mx.MXNetError:
-                if n == shape[0]:
-                    raise
+        x_cal = _on_sample_batch(shape, batch, forward_backward)
     finally:
         for b, kwargs in zip(bns, saved):
             b._kwargs.clear()
@@ -286,7 +276,6 @@ def calibrate_graph_batchnorm(sym, args: dict, auxs: dict, shape: tuple[int, ...
     layers were calibrated (0: the same dict back)."""
     import ctypes
 
-    import mxnet as mx
     from mxnet._ctypes.ndarray import _imperative_invoke
     from mxnet.base import _LIB, check_call
 
@@ -302,32 +291,46 @@ def calibrate_graph_batchnorm(sym, args: dict, auxs: dict, shape: tuple[int, ...
     if not todo:
         return auxs, 0
     new_auxs = dict(auxs)
-    for n in dict.fromkeys((batch, shape[0])):  # a graph with a fixed batch: its own size
+
+    def forward(data):
+        new_auxs.update(auxs)  # a retry with another batch size starts afresh
+        values: list[list] = []
+        for i, node in enumerate(graph.nodes):
+            if node.is_variable:
+                values.append([data if node.name == "data" else
+                               args.get(node.name, new_auxs.get(node.name))])
+                continue
+            inputs = [values[e.node][e.index] for e in node.inputs]
+            if i in todo:
+                inputs[3], inputs[4] = _batch_stats(inputs[0], int(node.attrs.get("axis", 1)))
+                new_auxs[graph.nodes[node.inputs[3].node].name] = inputs[3]
+                new_auxs[graph.nodes[node.inputs[4].node].name] = inputs[4]
+            handle = ctypes.c_void_p()
+            check_call(_LIB.NNGetOpHandle(node.op.encode(), ctypes.byref(handle)))
+            attrs = {k: v for k, v in node.attrs.items() if not k.startswith("__")}
+            values.append(_imperative_invoke(handle.value, inputs, list(attrs), list(attrs.values()),
+                                             None, False, True))
+    _on_sample_batch(shape, batch, forward)
+    return new_auxs, len(todo)
+
+
+def _on_sample_batch(shape: tuple[int, ...], batch: int, run):
+    """``run(x)`` on ``batch`` sample inputs of ``shape`` or, where MXNet rejects that batch
+    size (a net with a fixed batch), on as many as ``shape`` has; returns the ``x`` used."""
+    import mxnet as mx
+    *first, own = dict.fromkeys((batch, shape[0]))
+    for n in first:
+        x = sample_input((n,) + tuple(shape[1:]))
         try:
-            values: list[list] = []
-            data = sample_input((n,) + tuple(shape[1:]))
-            for i, node in enumerate(graph.nodes):
-                if node.is_variable:
-                    values.append([data if node.name == "data" else
-                                   args.get(node.name, new_auxs.get(node.name))])
-                    continue
-                inputs = [values[e.node][e.index] for e in node.inputs]
-                if i in todo:
-                    inputs[3], inputs[4] = _batch_stats(inputs[0], int(node.attrs.get("axis", 1)))
-                    new_auxs[graph.nodes[node.inputs[3].node].name] = inputs[3]
-                    new_auxs[graph.nodes[node.inputs[4].node].name] = inputs[4]
-                handle = ctypes.c_void_p()
-                check_call(_LIB.NNGetOpHandle(node.op.encode(), ctypes.byref(handle)))
-                attrs = {k: v for k, v in node.attrs.items() if not k.startswith("__")}
-                values.append(_imperative_invoke(handle.value, inputs, list(attrs), list(attrs.values()),
-                                                 None, False, True))
+            run(x)
             mx.nd.waitall()
-            return new_auxs, len(todo)
+            return x
         except mx.MXNetError:
-            new_auxs = dict(auxs)
-            if n == shape[0]:
-                raise
-    return auxs, 0
+            pass  # a net with a fixed batch size: its own
+    x = sample_input((own,) + tuple(shape[1:]))
+    run(x)
+    mx.nd.waitall()
+    return x
 
 
 def _batch_stats(x, axis: int):
