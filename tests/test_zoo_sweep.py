@@ -201,6 +201,17 @@ def test_calibrate_batchnorm_normalises_every_layer_in_order():
     assert net._active and np.isfinite(net(x).asnumpy()).all()
 
 
+def test_train_mode_fallback_calibrates_and_restores_the_layers():
+    """The fallback for nets that do not run imperatively: batch statistics written by one
+    train-mode pass, every layer's own settings back afterwards."""
+    mx.random.seed(0)
+    net, shape, _ = zoo_sweep._fp32_forward("cifar_resnet20_v1")
+    bns = zoo_sweep._batchnorms(net)
+    assert zoo_sweep._calibrate_batchnorm_train_mode(net, shape) == len(bns)
+    assert all(b._kwargs["momentum"] == 0.9 for b in bns)
+    assert not any((b.running_var.data().asnumpy() == 1).all() for b in bns)
+
+
 def test_calibrate_graph_batchnorm_sets_identity_layers_in_order():
     """BatchNorm ops no Gluon block holds (a SymbolBlock backbone) are calibrated on the
     exported graph: both layers of a conv-BN-relu-conv-BN chain normalise new inputs, the
