@@ -45,7 +45,8 @@ NATIVE = {"cifar_resnet20_v1"}  # native runs are recorded, not judged: one mode
 
 @pytest.fixture(scope="module")
 def subset_records():
-    return {m: zoo_sweep.sweep_one(m, bn=bn, native=None if m in NATIVE else False, auto=False)
+    return {m: zoo_sweep.sweep_one(m, bn=bn, native=None if m in NATIVE else False,
+                                 auto_dtypes=())
             for m, bn in SUBSET.items()}
 
 

@@ -786,7 +786,8 @@ class _Model:
 
 
 def sweep_one(name: str, dtypes: Sequence[str] = DTYPES, tol: float = TOLERANCE,
-              native: bool | None = None, bn: str = "calibrated", auto: bool = True) -> dict[str, Any]:
+              native: bool | None = None, bn: str = "calibrated",
+              auto_dtypes: Sequence[str] | None = None) -> dict[str, Any]:
     """Build one zoo model, convert it to each of ``dtypes``, run and judge it; a JSON-able
     record: the model's facts, and under each dtype name that dtype's record (``status``,
     errors, mx.contrib.amp's error, native runs, auto mode where it failed).
@@ -794,8 +795,9 @@ def sweep_one(name: str, dtypes: Sequence[str] = DTYPES, tol: float = TOLERANCE,
     ``bn``: ``'calibrated'`` (:func:`calibrate_batchnorm`, the default) or ``'identity'``
     (random-init BatchNorm statistics: mean 0, variance 1; a model that is then non-finite
     in float32 is calibrated after all, ``bn_calibrated_because``). ``native``: also run
-    bfloat16 natively (default: where this CPU can). ``auto``: where a dtype fails, run
-    :func:`mxnet_amp.auto_convert_model` with the sweep's criterion and record what it keeps."""
+    bfloat16 natively (default: where this CPU can). ``auto_dtypes``: where one of these
+    dtypes (default: all) fails, run :func:`mxnet_amp.auto_convert_model` with the sweep's
+    criterion and record what it keeps."""
     from mxnet_amp.hardware import bf16_runs_natively
     t0 = time.time()
     try:
@@ -827,7 +829,7 @@ def sweep_one(name: str, dtypes: Sequence[str] = DTYPES, tol: float = TOLERANCE,
             # with BatchNorm at identity, box decoding exponentiates huge activations:
             # normalised as in a trained model, the same random net stays finite
             del model
-            rec = sweep_one(name, dtypes, tol, native, "calibrated", auto)
+            rec = sweep_one(name, dtypes, tol, native, "calibrated", auto_dtypes)
             rec["bn_calibrated_because"] = "fp32 non-finite with BatchNorm at identity"
             return rec
         return _for_all(dtypes, rec, status="fp32_nonfinite",
@@ -838,7 +840,8 @@ def sweep_one(name: str, dtypes: Sequence[str] = DTYPES, tol: float = TOLERANCE,
     native = bf16_runs_natively() if native is None else native
     for dtype in dtypes:
         t1 = time.time()
-        rec[dtype] = _sweep_dtype(model, dtype, tol, native and dtype == "bfloat16", auto)
+        rec[dtype] = _sweep_dtype(model, dtype, tol, native and dtype == "bfloat16",
+                                  auto_dtypes is None or dtype in auto_dtypes)
         rec[dtype]["dtype_s"] = round(time.time() - t1, 2)
     rec["total_s"] = round(time.time() - t0, 2)
     return rec
@@ -1038,12 +1041,12 @@ def _auto(model: _Model, dtype: str, tol: float, rec: dict) -> None:
 
 # --------------------------------------------------------------------------- worker / driver
 
-def _worker(name: str, dtypes: Sequence[str], tol: float, bn: str) -> None:
+def _worker(name: str, dtypes: Sequence[str], tol: float, bn: str, auto_dtypes: Sequence[str]) -> None:
     """Sweep ``name``; write its JSON record as one line on stdout."""
     out = sys.stdout
     sys.stdout = sys.stderr  # library prints must not corrupt the record
     try:
-        rec = sweep_one(name, dtypes, tol, bn=bn)
+        rec = sweep_one(name, dtypes, tol, bn=bn, auto_dtypes=auto_dtypes)
     except BaseException as err:  # noqa: BLE001 - a record, not a traceback
         rec = _for_all(dtypes, {"model": name, "family": family_of(name)}, status="fail",
                        reason="sweep crashed: " + _first_line(err))
@@ -1057,13 +1060,13 @@ class _Worker:
     non-finite (each of them alone is fine)."""
 
     def __init__(self, name: str, timeout: float, dtypes: Sequence[str], tol: float, nice: int,
-                 threads: int, bn: str):
+                 threads: int, bn: str, auto_dtypes: Sequence[str]):
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = str(threads)
         env.pop("MXNET_SUBGRAPH_BACKEND", None)  # chosen per bind (_subgraph_backend)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_repo_root(), env.get("PYTHONPATH")]))
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", name,
-               "--dtypes", *dtypes, "--tol", str(tol), "--bn", bn]
+               "--dtypes", *dtypes, "--tol", str(tol), "--bn", bn, "--auto-dtypes", *auto_dtypes]
         self.model, self.dtypes, self.started = name, tuple(dtypes), time.time()
         self.deadline = self.started + timeout
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -1097,7 +1100,7 @@ def run_sweep(models: Sequence[str], *, dtypes: Sequence[str] = DTYPES, tol: flo
               timeout: float = 120, budget: float | None = None, nice: int = 0, jobs: int = 1,
               json_path: str | None = None, progress: bool = True,
               done: dict[str, dict] | None = None, bn: str = "calibrated",
-              threads: int | None = None) -> list[dict]:
+              threads: int | None = None, auto_dtypes: Sequence[str] | None = None) -> list[dict]:
     """Sweep ``models`` (cheapest first) in ``jobs`` worker processes of ``threads`` threads
     each (default ``cpu_count // jobs``); the records, in list order. ``done``: records kept from an earlier run
     (those models are not run again). Each record notes the 1-minute load average when its
@@ -1105,6 +1108,7 @@ def run_sweep(models: Sequence[str], *, dtypes: Sequence[str] = DTYPES, tol: flo
     records: dict[str, dict] = dict(done or {})
     queue = [m for m in sorted(models, key=cost_rank) if m not in records]
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
+    auto_dtypes = tuple(dtypes if auto_dtypes is None else auto_dtypes)
     start = time.time()
     workers: list[_Worker] = []
 
@@ -1132,7 +1136,7 @@ def run_sweep(models: Sequence[str], *, dtypes: Sequence[str] = DTYPES, tol: flo
             queue = []
         while queue and len(workers) < jobs:
             workers.append(_Worker(queue.pop(0), timeout if left is None else min(timeout, left),
-                                   dtypes, tol, nice, threads, bn))
+                                   dtypes, tol, nice, threads, bn, auto_dtypes))
         if not workers:
             continue
         wait = max(0.0, min(w.deadline for w in workers) - time.time())
@@ -1478,6 +1482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="BatchNorm statistics: calibrated layer by layer on sample inputs "
                         "(default), or random-init identity")
     p.add_argument("--tol", type=float, default=TOLERANCE)
+    p.add_argument("--auto-dtypes", nargs="*", default=None, choices=list(DTYPES),
+                   help="dtypes whose failures auto_convert_model tries to fix (default: all; "
+                        "none: give the flag alone)")
     p.add_argument("--timeout", type=float, default=300, help="per-model seconds")
     p.add_argument("--budget", type=float, default=None, help="total wall-clock seconds")
     p.add_argument("--nice", type=int, default=0, help="niceness of the workers")
@@ -1497,7 +1504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--worker", metavar="MODEL", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        _worker(a.worker, a.dtypes, a.tol, a.bn)
+        _worker(a.worker, a.dtypes, a.tol, a.bn, a.dtypes if a.auto_dtypes is None else a.auto_dtypes)
         return 0
     if a.report_from:
         with open(a.report_from) as f:
@@ -1523,7 +1530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t = time.time()
     records = run_sweep(models, dtypes=a.dtypes, tol=a.tol, timeout=a.timeout, budget=a.budget,
                         nice=a.nice, jobs=a.jobs, json_path=a.json, done=done, bn=a.bn,
-                        threads=a.threads)
+                        threads=a.threads, auto_dtypes=a.auto_dtypes)
     wall = time.time() - t
     if a.md:
         command = "python tools/zoo_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])
