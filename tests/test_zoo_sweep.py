@@ -272,7 +272,7 @@ def _record(model, fam, fp16, bf16):
         rec = {"status": status, "max_rel_err": err, "contrib_amp": "ok", "contrib_max_rel_err": err,
                "casts": 3, "low_precision_nodes": 9, "op_nodes": 10, "nonfinite_outputs": []}
         if status == "fail":
-            rec.update(reason=f"max rel error {err} > tolerance 0.1", auto_executions=5,
+            rec.update(reason=f"max rel error {err} > tolerance 0.1", sensitivity_err=0.2, auto_executions=5,
                        auto_validated=True, auto_kept_fp32=["conv0"], auto_kept_count=1,
                        auto_low_precision_nodes=8)
         return rec
@@ -293,8 +293,24 @@ def test_summary_and_report_per_dtype(tmp_path):
     text = path.read_text()
     assert "## float16" in text and "## bfloat16" in text
     bf16_part = text[text.index("## bfloat16"):]
-    assert "| b | max rel error 0.3 > tolerance 0.1 | 0.3 | fixed: 5 executions, 1 nodes kept" in bf16_part
+    assert ("| b | sensitivity | max rel error 0.3 > tolerance 0.1 | 0.2 | 0.3 | "
+            "fixed: 5 executions, 1 nodes kept") in bf16_part
+    assert "failures by cause: sensitivity 1" in bf16_part
     assert "| c | degenerate |" in bf16_part
+
+
+@pytest.mark.parametrize("rec, cause", [
+    ({"max_rel_err": 0.3, "nonfinite_outputs": [2]}, "non-finite"),
+    ({"max_rel_err": 0.3, "structure_err": 0.5}, "graph changed"),
+    ({"reason": "convert: GraphError"}, "error"),
+    ({"max_rel_err": 0.3, "sensitivity_err": 0.1, "contrib_max_rel_err": 0.28}, "sensitivity"),
+    ({"max_rel_err": 0.3, "sensitivity_err": 0.01, "contrib_max_rel_err": 0.28}, "conversion"),
+    ({"max_rel_err": 0.3, "sensitivity_err": 0.1, "contrib_max_rel_err": 0.05}, "conversion"),
+])
+def test_failure_causes(rec, cause):
+    """A failure is the random net's sensitivity only where rounding input and weights alone
+    gives a quarter of the error or more and mx.contrib.amp does no better."""
+    assert zoo_sweep.cause_of(rec) == cause
 
 
 def test_parallel_sweep_keeps_order_and_times_out(tmp_path):
