@@ -1359,11 +1359,13 @@ def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: flo
                   "auto_convert_model (same criterion) |",
                   "|---|---|---|---|---|---|"]
         for r in fails:
-            auto = (f"{'fixed' if r['auto_validated'] else 'not fixed'}: {r['auto_executions']} executions, "
+            spent = r.get("auto_executions", 0) >= AUTO_MAX_EXECUTIONS
+            auto = (f"{'fixed' if r['auto_validated'] else 'not fixed'}: {r['auto_executions']} executions"
+                    f"{' (the budget: undecided nodes stay fp32)' if spent else ''}, "
                     f"{r['auto_kept_count']} nodes kept in fp32 ({', '.join(r['auto_kept_fp32'][:4])}"
                     f"{', ...' if r['auto_kept_count'] > 4 else ''}), {r['auto_low_precision_nodes']}/"
                     f"{r.get('op_nodes', '?')} in {dtype}"
-                    if "auto_executions" in r else r.get("auto", ""))
+                    if "auto_executions" in r else r.get("auto", "not run (--auto-dtypes)"))
             contrib = _contrib_cell(r)
             lines.append(f"| {r['model']} | {cause_of(r)} | {_cell(r.get('reason', ''))} | "
                          f"{_fmt(r.get('sensitivity_err'), '.3g')} | {contrib} | {_cell(auto)} |")
