@@ -1420,7 +1420,7 @@ def _fidelity_section(flat: Sequence[dict]) -> list[str]:
 
 
 def _per_model_table(records: Sequence[dict], dtypes: Sequence[str]) -> list[str]:
-    head = "| model | family | input | BN layers calibrated | time (s) |"
+    head = "| model | family | input | BatchNorm layers calibrated / in graph | time (s) |"
     rule = "|---|---|---|---|---|"
     for d in dtypes:
         short = {"float16": "fp16", "bfloat16": "bf16"}.get(d, d)
@@ -1434,7 +1434,9 @@ def _per_model_table(records: Sequence[dict], dtypes: Sequence[str]) -> list[str
         if r.get(dtypes[0], {}).get("status") == "skipped":
             continue
         shape = "x".join(map(str, r["input_shape"])) if "input_shape" in r else ""
-        row = f"| {r['model']} | {r.get('family', '')} | {shape} | {r.get('calibrated_batchnorms', '')} | {r.get('wall_s', '')} |"
+        bns = (f"{r['calibrated_batchnorms']}/{r['batchnorms_in_graph']}" if "batchnorms_in_graph" in r
+               else r.get("calibrated_batchnorms", ""))
+        row = f"| {r['model']} | {r.get('family', '')} | {shape} | {bns} | {r.get('wall_s', '')} |"
         for d in dtypes:
             x = r.get(d, {})
             lp = f"{x['low_precision_nodes']}/{x['op_nodes']}" if "op_nodes" in x else ""
