@@ -117,6 +117,34 @@ def test_checked_entries_compares_the_dense_inputs_of_ordering_ops():
     assert [g.nodes[e.node].name for e in extra] == ["scores"]
 
 
+def test_extra_outputs_are_found_when_names_repeat():
+    """Gluon repeats node names when a block runs twice (an FPN's shared head): each extra
+    output is the same node in the fp32 graph and in the converted, emulated one."""
+    import mxnet_amp
+    from mxnet_amp.emulation import emulate_model
+    from mxnet_amp.io import graph_from_symbol
+    x = mx.sym.var("data")
+    first = mx.sym.FullyConnected(x, mx.sym.var("w1"), mx.sym.var("b1"), num_hidden=4, name="fc")
+    second = mx.sym.FullyConnected(mx.sym.relu(first), mx.sym.var("w2"), mx.sym.var("b2"),
+                                   num_hidden=3, name="fc")                      # the same name
+    sym = mx.sym.Group([mx.sym.topk(first, k=2, ret_typ="value"), mx.sym.topk(second, k=2, ret_typ="value")])
+    g = graph_from_symbol(sym)
+    _, _, extra = zoo_sweep.checked_entries(g)
+    where = {i: key for key, i in zoo_sweep._named(g).items()}
+    entries = [(*where[e.node], e.index) for e in extra]
+    assert entries == [("fc", 0, 0), ("fc", 1, 0)]
+    rng = np.random.RandomState(0)
+    args = {"w1": mx.nd.array(rng.randn(4, 8)), "b1": mx.nd.zeros(4),
+            "w2": mx.nd.array(rng.randn(3, 4)), "b2": mx.nd.zeros(3)}
+    data = {"data": mx.nd.array(rng.randn(2, 8))}
+    ref = zoo_sweep._bind_forward(zoo_sweep._with_heads(sym, entries), args, {}, data)
+    csym, cargs, cauxs = mxnet_amp.convert_model(sym, args, {}, target_dtype="float16")
+    got = zoo_sweep._bind_forward(zoo_sweep._with_heads(emulate_model(csym, cargs, cauxs)[0], entries),
+                                  *emulate_model(csym, cargs, cauxs)[1:], data)
+    assert [r.shape for r in ref[2:]] == [g.shape for g in got[2:]] == [(2, 4), (2, 3)]
+    assert zoo_sweep.compare(ref[2:], got[2:])["max_rel_err"] < 1e-2
+
+
 def test_numpy_rounding_matches_amp_cast():
     from mxnet_amp.params import cast_array
     rng = np.random.RandomState(0)

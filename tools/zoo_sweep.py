@@ -635,17 +635,42 @@ def checked_entries(graph):
     return dense, after, extra
 
 
-def _with_heads(sym, entries_by_name):
-    """``sym`` with extra outputs: ``(node name, output index)`` pairs, looked up by name."""
+_CASTS = ("amp_cast", "amp_multicast", "Cast", "cast")
+
+
+def _named(graph, skip_casts: bool = True) -> dict[tuple[str, int], int]:
+    """``(name, occurrence) -> node index``: gluon repeats names when a block runs twice
+    (an FPN's shared head), so a name alone does not find a node; casts a conversion or an
+    emulation inserted do not count."""
+    seen: dict[str, int] = {}
+    found = {}
+    for i, n in enumerate(graph.nodes):
+        if skip_casts and n.op in _CASTS:
+            continue
+        k = seen.get(n.name, 0)
+        seen[n.name] = k + 1
+        found[(n.name, k)] = i
+    return found
+
+
+def _with_heads(sym, entries):
+    """``sym`` with extra outputs: ``(node name, occurrence, output index)`` triples (see
+    :func:`_named`); for a low precision output of an emulated graph, its rounded copy."""
     from mxnet_amp.graph import Entry, Graph
     from mxnet_amp.io import graph_from_symbol, graph_to_symbol
     g = graph_from_symbol(sym)
-    index = {n.name: i for i, n in enumerate(g.nodes)}
+    index = _named(g)
+    # an emulated low precision output x is read through amp_cast(cast(x, low), float32)
+    rounded = {}
+    for j, n in enumerate(g.nodes):
+        if n.op == "amp_cast" and n.attrs.get("dtype") == "float32":
+            inner = g.nodes[n.inputs[0].node]
+            if inner.op in _CASTS and inner.attrs.get("dtype") != "float32":
+                rounded[(inner.inputs[0].node, inner.inputs[0].index)] = j
     heads = list(g.heads)
-    for name, k in entries_by_name:
-        # an emulated low precision output is the rounded copy beside the node
-        rounded = f"{name}{f'_out{k}' if k else ''}_round_float32"
-        heads.append(Entry(index[rounded]) if rounded in index else Entry(index[name], k))
+    for name, occurrence, k in entries:
+        i = index[(name, occurrence)]
+        heads.append(Entry(rounded[(i, k)]) if (i, k) in rounded else Entry(i, k))
     return graph_to_symbol(Graph(g.nodes, tuple(heads), g.attrs))
 
 
@@ -757,7 +782,8 @@ class _Model:
         g32 = graph_from_symbol(self.sym)
         self.n_heads = len(g32.heads)
         dense, self.after, extra = checked_entries(g32)
-        self.extra_names = [(g32.nodes[e.node].name, e.index) for e in extra]
+        where = {i: key for key, i in _named(g32).items()}
+        self.extra_names = [(*where[e.node], e.index) for e in extra]
         t1 = time.time()
         ref = _bind_forward(self.probe(self.sym), self.args, self.auxs, self.data)
         self.rec["fp32_run_s"] = round(time.time() - t1, 2)
@@ -836,7 +862,7 @@ def sweep_one(name: str, dtypes: Sequence[str] = DTYPES, tol: float = TOLERANCE,
                         reason="the random-init fp32 model itself gives non-finite outputs; nothing to compare")
     rec["degenerate_outputs"] = {str(k): w for k, w in model.degenerate.items()}
     rec["checked_outputs"] = len(model.checked)
-    rec["pre_ordering_tensors"] = [f"{n}:{k}" for n, k in model.extra_names]
+    rec["pre_ordering_tensors"] = [f"{n}{f'#{o}' if o else ''}:{k}" for n, o, k in model.extra_names]
     native = bf16_runs_natively() if native is None else native
     for dtype in dtypes:
         t1 = time.time()
