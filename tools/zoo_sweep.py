@@ -961,7 +961,10 @@ def _contrib(model: _Model, dtype: str, rec: dict) -> None:
         from mxnet.contrib import amp as contrib_amp
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            converted = contrib_amp.convert_model(model.sym, model.args, model.auxs, target_dtype=dtype)
+            # on copies: contrib casts some params in the dicts it is given (measured: the
+            # weights of deformable convolutions, to float16), which the next dtype would see
+            converted = contrib_amp.convert_model(model.sym, _copies(model.args), _copies(model.auxs),
+                                                  target_dtype=dtype)
         rec["contrib_amp"] = "ok"
     except Exception as err:  # noqa: BLE001
         rec["contrib_amp"] = "error: " + _first_line(err)[:160]
@@ -1053,8 +1056,7 @@ def _auto(model: _Model, dtype: str, tol: float, rec: dict) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # on copies: measured, a failing auto run (fp16 deformable convolution) left
-            # the caller's weights changed, and the next dtype would have seen them
+            # on copies, as any call that gets the model's params
             _, _, _, report = auto_convert_model(model.sym, _copies(model.args), _copies(model.auxs),
                                                  model.data,
                                                  target_dtype=dtype, validate=validate,
