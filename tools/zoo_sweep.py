@@ -1040,15 +1040,18 @@ def _sensitivity(model: _Model, dtype: str, rec: dict) -> float | None:
 
 def _auto(model: _Model, dtype: str, tol: float, rec: dict) -> None:
     """``auto_convert_model`` on the failing model with the sweep's own criterion (every
-    dense output within ``tol`` relative to its scale, nothing non-finite where fp32 is
-    finite), emulated: how many executions it takes, what it keeps in float32."""
+    checked tensor, the tensors before NMS / top-k included, within ``tol`` relative to its
+    scale, nothing non-finite where fp32 is finite), emulated: how many executions it
+    takes, what it keeps in float32. It converts the model with those tensors as extra
+    outputs: auto mode judges outputs, and a detector's final ones are only checked for
+    finiteness."""
     import numpy as np
 
     from mxnet_amp.auto import auto_convert_model
-    heads = [k for k in model.dense if k not in model.degenerate]
+    checked = model.checked
 
     def validate(ref, out) -> bool:
-        cmp = compare([ref[k] for k in heads], [out[k] for k in heads])
+        cmp = compare([ref[k] for k in checked], [out[k] for k in checked])
         finite = all(np.isfinite(o[np.isfinite(r)]).all() for r, o in zip(ref, out)
                      if np.issubdtype(np.asarray(r).dtype, np.floating))
         return "error" not in cmp and finite and cmp["max_rel_err"] <= tol
@@ -1056,9 +1059,8 @@ def _auto(model: _Model, dtype: str, tol: float, rec: dict) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # on copies, as any call that gets the model's params
-            _, _, _, report = auto_convert_model(model.sym, _copies(model.args), _copies(model.auxs),
-                                                 model.data,
+            _, _, _, report = auto_convert_model(model.probe(model.sym), _copies(model.args),
+                                                 _copies(model.auxs), model.data,
                                                  target_dtype=dtype, validate=validate,
                                                  execution="emulated", quiet=True,
                                                  max_executions=AUTO_MAX_EXECUTIONS)
