@@ -15,6 +15,16 @@ For one elementwise op (add, multiply, divide, sqrt) computing in float32 and ro
 gives exactly the IEEE result of computing in the low precision dtype (float32 has more
 than twice the digits plus two), so those agree bit for bit with native execution.
 
+MXNet's own bfloat16 kernels round differently: on a CPU, the ops oneDNN runs (convolution,
+fully connected, batch norm, pooling, activations, elementwise add, concat, softmax) round to
+nearest even, but every other op runs a generic kernel whose float-to-bfloat16 conversion
+drops the low 16 bits, i.e. truncates toward zero (scalar arguments too: ``x * 1.37``
+multiplies by 1.3671875). Truncation is biased, so through a graph with many such ops
+(hard-swish, squeeze-excite products, bilinear resizing) the native error is several times
+the round-to-nearest one. ``rounding='mxnet-cpu'`` models that (measured bit for bit per op
+on an AVX512-BF16 CPU; reductions are truncated once at the end, where MXNet's mean also
+truncates the sum before dividing); the default ``'nearest'`` is the dtype itself.
+
 Not modelled: kernels that accumulate in low precision internally (some fp16 reductions),
 a kernel rounding twice inside one op (a GPU FullyConnected rounds its product to float16
 before adding the bias; here the sum is rounded once), fused-kernel differences, and low
@@ -33,14 +43,48 @@ from .io import graph_from_symbol, graph_to_symbol
 from .params import array_dtype, cast_array
 from .passes.infer_dtypes import infer_dtypes
 
-__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array"]
+__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "ROUNDINGS"]
+
+# how each low precision op output is rounded (module doc): the dtype's own rounding, or
+# MXNet 1.9.1's CPU kernels (bfloat16 ops outside oneDNN truncate)
+ROUNDINGS = ("nearest", "mxnet-cpu")
+# ops whose bfloat16 CPU kernel in MXNet 1.9.1 is oneDNN's, which rounds to nearest even
+# (measured; ops that only move or select values, such as reshape, max pooling or relu,
+# give the same result either way and need not be listed)
+_ONEDNN_BF16_OPS = frozenset({
+    "Convolution", "Deconvolution", "FullyConnected", "BatchNorm", "Pooling", "Activation",
+    "LeakyReLU", "elemwise_add", "_add", "_plus", "_Plus", "add_n", "ElementWiseSum",
+    "Concat", "concat", "softmax", "log_softmax", "LRN", "amp_cast", "amp_multicast"})
+# scalar ops: MXNet converts the float scalar to the input dtype first (truncating for bf16)
+_SCALAR_OPS = frozenset({
+    "_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar", "_div_scalar",
+    "_rdiv_scalar", "_maximum_scalar", "_minimum_scalar", "_power_scalar", "_rpower_scalar",
+    "_mod_scalar", "_rmod_scalar", "_hypot_scalar"})
 
 
 def _cast(name: str, src: Entry, dtype: str) -> Node:
     return Node("amp_cast", name, (src,), MappingProxyType({"dtype": dtype}))
 
 
-def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str],
+def _check_rounding(rounding: str) -> None:
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+
+
+def _truncates(node: Node, dtype: str, rounding: str) -> bool:
+    """Whether ``node``'s ``dtype`` output is truncated rather than rounded (module doc)."""
+    return rounding == "mxnet-cpu" and dtype == "bfloat16" and node.op not in _ONEDNN_BF16_OPS
+
+
+def _truncated_scalar(node: Node) -> Node:
+    """A bfloat16 scalar op with its scalar as MXNet's kernel sees it: truncated."""
+    import numpy as np
+    value = np.array([float(node.attrs["scalar"])], dtype=np.float32)
+    value = (value.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    return node.replace(attrs=MappingProxyType({**node.attrs, "scalar": repr(float(value[0]))}))
+
+
+def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "nearest",
                   keep_low_variables: bool = False) -> Graph:
     """The float32 graph that simulates ``graph``'s low precision tensors (see module doc).
 
@@ -48,7 +92,10 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str],
     stored weights); low precision weights become float32 variables holding rounded values,
     or, with ``keep_low_variables``, stay low precision variables read through a cast to
     float32 (exact), so their arrays need no float32 copy.
+    ``rounding``: ``'nearest'`` (the dtype's rounding) or ``'mxnet-cpu'`` (bfloat16 outputs
+    of ops outside oneDNN truncated, as MXNet 1.9.1's CPU kernels do; module doc).
     """
+    _check_rounding(rounding)
     dtypes = infer_dtypes(graph, var_dtypes)
     used = graph.num_used_outputs()
     builder = GraphBuilder()
@@ -70,13 +117,18 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str],
         if node.op in ("amp_cast", "Cast", "cast") and node.attrs.get("dtype") in LOW_PRECISION:
             low = node.attrs["dtype"]
             # keep the node's name on the float32 result so names stay stable
-            first = builder.add(_cast(builder.fresh_name(node.name + "_to_" + low), inputs[0], low))
+            first = builder.add(_cast(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
+                op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
             env.append([Entry(builder.add(_cast(node.name, Entry(first), "float32")))])
             continue
         if node.subgraphs:
             # loop / cond bodies were converted with a float32 interface: emulate inside
             node = node.replace(subgraphs=tuple(
-                emulate_graph(g, {v.name: "float32" for v in g.variables()}) for g in node.subgraphs))
+                emulate_graph(g, {v.name: "float32" for v in g.variables()}, rounding)
+                for g in node.subgraphs))
+        if (node.op in _SCALAR_OPS and "scalar" in node.attrs and node.inputs
+                and _truncates(node, _entry_dtype(dtypes, node.inputs[0]), rounding)):
+            node = _truncated_scalar(node)
         idx = builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node)
         outs = []
         for k in range(used[i]):
@@ -84,13 +136,20 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str],
             low = dtypes[i][k] if k < len(dtypes[i]) else None
             if low in LOW_PRECISION:
                 base = node.name + (f"_out{k}" if k else "")
-                to_low = builder.add(_cast(builder.fresh_name(f"{base}_round_{low}"), e, low))
+                # MXNet's Cast truncates to bfloat16 where amp_cast rounds
+                to_low = builder.add(_cast(builder.fresh_name(f"{base}_round_{low}"), e, low)._replace(
+                    op="Cast" if _truncates(node, low, rounding) else "amp_cast"))
                 e = Entry(builder.add(_cast(builder.fresh_name(f"{base}_round_float32"),
                                             Entry(to_low), "float32")))
             outs.append(e)
         env.append(outs)
     heads = [env[e.node][e.index] for e in graph.heads]
     return builder.build(heads, graph.attrs)
+
+
+def _entry_dtype(dtypes, e: Entry) -> str | None:
+    out = dtypes[e.node]
+    return out[e.index] if e.index < len(out) else None
 
 
 def round_array(array, dtype: str):
@@ -178,7 +237,8 @@ def _prune(graph: Graph) -> Graph:
 
 
 def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
-                  input_dtypes: Mapping[str, str] | None = None, *, copy_params: bool = True):
+                  input_dtypes: Mapping[str, str] | None = None, rounding: str = "nearest", *,
+                  copy_params: bool = True):
     """A float32 model that simulates the low precision model ``(sym, arg_params, aux_params)``.
 
     Parameters
@@ -195,6 +255,10 @@ def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
         returned params are the given arrays, low precision ones included, which the graph
         widens to float32 as it reads them, and weights the graph casts to low precision are
         rounded at every run instead of once. Same outputs; less memory, slower runs.
+    rounding : {'nearest', 'mxnet-cpu'}
+        ``'nearest'``: every low precision op output rounded to nearest even, the dtype's
+        own arithmetic (what GPU kernels and oneDNN do). ``'mxnet-cpu'``: as MXNet 1.9.1 runs
+        bfloat16 natively on a CPU, where ops outside oneDNN truncate (module doc).
 
     Returns
     -------
@@ -210,7 +274,7 @@ def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
     var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     for n in graph.variables():
         var_dtypes.setdefault(n.name, (input_dtypes or {}).get(n.name, "float32"))
-    emulated = emulate_graph(graph, var_dtypes, keep_low_variables=not copy_params)
+    emulated = emulate_graph(graph, var_dtypes, rounding, keep_low_variables=not copy_params)
     rounded = {}
     if copy_params:
         emulated, rounded = _fold_param_casts(emulated, arg_params)
@@ -225,6 +289,6 @@ def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
 
 
 def emulate(sym, arg_params: Mapping, aux_params: Mapping,
-            input_dtypes: Mapping[str, str] | None = None):
+            input_dtypes: Mapping[str, str] | None = None, rounding: str = "nearest"):
     """Alias of :func:`emulate_model`."""
-    return emulate_model(sym, arg_params, aux_params, input_dtypes)
+    return emulate_model(sym, arg_params, aux_params, input_dtypes, rounding)

@@ -206,3 +206,82 @@ def test_emulation_matches_native_bf16(native_bf16):
     emu = run(*emulate_model(csym, cargs, cauxs), data=x)[0]
     ulp = np.abs(native) * 2.0 ** -7
     assert (np.abs(native - emu) <= ulp + 1e-30).all()
+
+
+# ------------------------------------------------------------------ MXNet's CPU bf16 kernels
+
+def _fc_then_elementwise():
+    """A bf16 FullyConnected (oneDNN: rounds to nearest) feeding ops MXNet runs with its own
+    kernels (truncate to bf16): a scalar multiply whose scalar bf16 cannot hold, a scalar
+    add, a product, a sigmoid."""
+    rng = np.random.RandomState(7)
+    y = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=16, name="fc")
+    outs = [mx.sym._internal._mul_scalar(y, scalar=1.37, name="scaled"),
+            mx.sym._internal._plus_scalar(y, scalar=3.0, name="shifted"),
+            mx.sym.elemwise_mul(y, y, name="squared"), mx.sym.sigmoid(y, name="sig")]
+    args = {"fc_weight": mx.nd.array(rng.randn(16, 32)), "fc_bias": mx.nd.array(rng.randn(16))}
+    return mx.sym.Group(outs), args, rng.randn(64, 32).astype(F32)
+
+
+def _ops_by_name(sym):
+    return {n["name"]: n for n in json.loads(symbol_json(sym))["nodes"]}
+
+
+def test_mxnet_cpu_rounding_truncates_outside_onednn_and_truncates_scalars():
+    """rounding='mxnet-cpu': the bf16 outputs of ops outside oneDNN round through ``Cast``
+    (which truncates), oneDNN ops through ``amp_cast`` (nearest even), and a scalar bf16
+    cannot hold is the truncated value MXNet's kernel multiplies by."""
+    sym, args, _ = _fc_then_elementwise()
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    nodes = _ops_by_name(emulate_model(csym, cargs, cauxs, rounding="mxnet-cpu")[0])
+    assert nodes["scaled_round_bfloat16"]["op"] == "Cast"
+    assert nodes["squared_round_bfloat16"]["op"] == "Cast"
+    assert nodes["fc_round_bfloat16"]["op"] == "amp_cast"
+    assert float(nodes["scaled"]["attrs"]["scalar"]) == 1.3671875      # 1.37 truncated
+    assert float(nodes["shifted"]["attrs"]["scalar"]) == 3.0
+    nearest = _ops_by_name(emulate_model(csym, cargs, cauxs)[0])
+    assert nearest["scaled_round_bfloat16"]["op"] == "amp_cast"
+    assert float(nearest["scaled"]["attrs"]["scalar"]) == 1.37
+
+
+def test_mxnet_cpu_rounding_leaves_float16_alone():
+    sym, args, _ = _fc_then_elementwise()
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="float16")
+    assert symbol_json(emulate_model(csym, cargs, cauxs, rounding="mxnet-cpu")[0]) == \
+        symbol_json(emulate_model(csym, cargs, cauxs)[0])
+
+
+def test_unknown_rounding_is_refused():
+    sym, args, _ = _fc_then_elementwise()
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    with pytest.raises(ValueError, match="rounding"):
+        emulate_model(csym, cargs, cauxs, rounding="stochastic")
+
+
+def _run_native(sym, args, x):
+    """Outputs of a bf16 model run natively, widened to float32 by MXNet's own cast."""
+    from mxnet_amp.graph import Entry, Graph, Node
+    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    from types import MappingProxyType
+    g = graph_from_symbol(sym)
+    nodes = list(g.nodes)
+    heads = []
+    for k, h in enumerate(g.heads):
+        nodes.append(Node("amp_cast", f"out{k}_f32", (h,), MappingProxyType({"dtype": "float32"})))
+        heads.append(Entry(len(nodes) - 1))
+    return run(graph_to_symbol(Graph(tuple(nodes), tuple(heads), g.attrs)), args, data=x)
+
+
+def test_mxnet_cpu_rounding_matches_native_bf16_bit_for_bit(native_bf16):
+    """On a CPU that runs bf16, the 'mxnet-cpu' emulation equals MXNet's native run exactly,
+    where the default (nearest) emulation does not: the native kernels truncate."""
+    if not native_bf16:
+        pytest.skip("this CPU cannot execute bf16 FullyConnected (oneDNN needs avx512)")
+    sym, args, x = _fc_then_elementwise()
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    native = _run_native(csym, cargs, x)
+    trunc = run(*emulate_model(csym, cargs, cauxs, rounding="mxnet-cpu")[:2], data=x)
+    nearest = run(*emulate_model(csym, cargs, cauxs)[:2], data=x)
+    for k, (n, t) in enumerate(zip(native, trunc)):
+        np.testing.assert_array_equal(n, t, err_msg=f"output {k}")
+    assert any((n != e).mean() > 0.2 for n, e in zip(native, nearest))
