@@ -490,6 +490,12 @@ def _cmd_demo(args) -> int:
         lines.append(f"Note: the float32 outputs are degenerate with these random weights "
                      f"(max |fp32| = {scale:.3g}); the accuracy figures say little.")
         report = _with_note(report, lines[-1][len("Note: "):])
+    selecting = sorted(_SELECTING_OPS & conversion.original.ops())
+    if selecting:
+        lines.append(f"Note: the outputs come through {', '.join(selecting)}: with random weights "
+                     "scores nearly tie, so any rounding selects other boxes or classes there and "
+                     "the error above says little (the zoo sweep compares the tensors before them).")
+        report = _with_note(report, lines[-1][len("Note: "):])
     if low_times is not None:
         t32, t16 = float(np.median(fp32_times)), float(np.median(low_times))
         lines.append(f"Speed (median of {args.runs} runs, same process): float32 {t32 * 1e3:.1f} ms, "
@@ -549,6 +555,12 @@ def _native_log_silenced():
         os.close(devnull)
 
 
+# ops that select by score (detection heads): their outputs are not comparable across
+# precisions on a random-weight net
+_SELECTING_OPS = frozenset({"_contrib_box_nms", "_contrib_box_non_maximum_suppression", "topk",
+                            "argsort", "sort", "_contrib_MultiBoxDetection"})
+
+
 def _demo_model(name: str, size: int, batch: int, seed: int):
     """A model zoo network with random weights, as (sym, arg_params, aux_params, input)."""
     import mxnet as mx
@@ -559,6 +571,16 @@ def _demo_model(name: str, size: int, batch: int, seed: int):
     # He initialisation (fan-in) keeps activations of order one through a deep random
     # network; with fan-averaged inits depthwise convs shrink mobilenet's logits to ~1e-16,
     # where every low precision comparison is meaningless
+    # gluoncv's detectors give whole blocks their own initializer (Xavier, which fails on a
+    # 1-D bias or gamma): weights take the He init below, biases and BatchNorm params the
+    # usual constants, odd params (anchors) keep their own
+    for param in net.collect_params().values():
+        if param.name.endswith("weight"):
+            param.init = None
+        elif param.name.endswith(("gamma", "running_var", "moving_var")):
+            param.init = mx.init.One()
+        elif param.name.endswith(("beta", "bias", "running_mean", "moving_mean")):
+            param.init = mx.init.Zero()
     net.initialize(mx.init.MSRAPrelu(factor_type="in", slope=0.0))
     x = np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype("float32")
     try:

@@ -122,6 +122,18 @@ def test_demo_takes_gluoncv_names(tmp_path, capsys):
     assert "no_such_net" in capsys.readouterr().err
 
 
+def test_demo_runs_a_gluoncv_detector_and_says_its_outputs_select(tmp_path, capsys):
+    """gluoncv's SSD gives its heads a Xavier init that fails on 1-D params: the demo
+    initialises standard params itself; its NMS outputs get a note, not a bare error figure."""
+    pytest.importorskip("gluoncv")
+    rep = tmp_path / "d.json"
+    assert main(["demo", "--model", "ssd_300_mobilenet0.25_voc", "--size", "64", "--runs", "1",
+                 "--report", str(rep), "-q"]) == 0
+    notes = json.loads(rep.read_text())["extra"]["notes"]
+    assert any("_contrib_box_nms" in n and "says little" in n for n in notes)
+    assert "_contrib_box_nms" in capsys.readouterr().out
+
+
 def test_version(capsys):
     import mxnet_amp
     assert main(["--version"]) == 0
