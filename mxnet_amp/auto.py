@@ -40,7 +40,7 @@ import numpy as np
 from .convert import Conversion, convert_model_full
 from .dtypes import LOW_PRECISION
 from .errors import GraphError, ParamError
-from .graph import AMP_CAST_OPS, Entry, Graph
+from .graph import CAST_OPS, Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .params import check_param_shapes, param_dict
 from .optypes import OpTypes
@@ -416,7 +416,7 @@ def _low_holders(original: Graph, converted: Graph,
 
     def source(e: Entry):
         node = converted.nodes[e.node]
-        if node.op in AMP_CAST_OPS and node.name not in names:
+        if node.op in CAST_OPS and node.name not in names:
             src = node.inputs[0] if node.op == "amp_cast" else node.inputs[e.index]
             return (converted.nodes[src.node].name, src.index), dtypes[e.node][e.index], True
         return (node.name, e.index), dtypes[e.node][e.index], False

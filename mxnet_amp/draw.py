@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 
 from .dtypes import is_float, widest
 from .errors import AMPError
+from .graph import CAST_OPS
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
            "check_graph_path", "node_dtypes", "fp32_islands",
@@ -43,7 +44,6 @@ DTYPE_COLOURS = {
     "non-float": ("#eeeeee", "#8a8a8a"),
 }
 _CAST_SUFFIXES = ("_amp_cast_", "_amp_multicast")
-_CASTS = ("amp_cast", "amp_multicast")
 
 
 class DrawError(AMPError, RuntimeError):
@@ -136,7 +136,7 @@ def _make_box(graph, idx: Sequence[int], dtypes: list[str], title: str, repeat: 
     casts = 0
     for i in idx:
         node = graph.nodes[i]
-        if node.op in ("amp_cast", "amp_multicast"):
+        if node.op in CAST_OPS:
             casts += 1
         elif not node.is_variable:
             ops[node.op] += 1
@@ -162,13 +162,13 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
     drawn = [i for i, n in enumerate(graph.nodes) if not n.is_variable or n.name in data]
     drawn_set = set(drawn)
     prefix = _common_prefix([graph.nodes[i].name for i in drawn if not graph.nodes[i].is_variable
-                             and graph.nodes[i].op not in _CASTS])
+                             and graph.nodes[i].op not in CAST_OPS])
     short = {i: graph.nodes[i].name[len(prefix):] if graph.nodes[i].name.startswith(prefix)
              else graph.nodes[i].name for i in drawn}
     node_edges = sorted({(e.node, i) for i in drawn if not graph.nodes[i].is_variable
                          for e in graph.nodes[i].inputs if e.node in drawn_set})
     n_ops = sum(1 for n in conversion.original.nodes if not n.is_variable)
-    n_casts = sum(1 for n in graph.nodes if n.op in _CASTS)
+    n_casts = sum(1 for n in graph.nodes if n.op in CAST_OPS)
     summary = (f"{n_ops} op nodes in {conversion.policy.target_dtype} mixed precision, "
                f"{n_casts} casts inserted")
     title = f"{title}: {summary}" if title else summary
@@ -179,7 +179,7 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
         for i in drawn:
             node = graph.nodes[i]
             kind = ("input" if node.is_variable else
-                    "cast" if node.op in ("amp_cast", "amp_multicast") else "op")
+                    "cast" if node.op in CAST_OPS else "op")
             where[i] = len(boxes)
             if kind == "cast" and graph.nodes[node.inputs[0].node].is_variable:
                 var = graph.nodes[node.inputs[0].node].name
@@ -221,7 +221,7 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
         return _group_key(_base_name(short[i]))
 
     def core(seg):
-        return [i for i in seg if graph.nodes[i].op not in _CASTS]
+        return [i for i in seg if graph.nodes[i].op not in CAST_OPS]
 
     # units: a multi-node block with the single nodes of its name group that follow it (the
     # activation after a residual add), or a run of single nodes of one name group
@@ -263,7 +263,7 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
         if len(block) == 1:
             node = graph.nodes[block[0]]
             kind = ("input" if node.is_variable else
-                    "cast" if node.op in ("amp_cast", "amp_multicast") else "op")
+                    "cast" if node.op in CAST_OPS else "op")
             label = node.op if kind == "cast" else names[0]
         else:
             label = _range_label(names)
@@ -314,18 +314,18 @@ def fp32_islands(graph, dtypes: list[str], target: str) -> set[int]:
                 if k in seen:
                     continue
                 seen.add(k)
-                if graph.nodes[k].op in _CASTS:
+                if graph.nodes[k].op in CAST_OPS:
                     stack.append(k)
                 elif not graph.nodes[k].is_variable:
                     out.append(k)
         return out
     return {i for i, node in enumerate(graph.nodes)
-            if not node.is_variable and node.op not in _CASTS and dtypes[i] == "float32"
+            if not node.is_variable and node.op not in CAST_OPS and dtypes[i] == "float32"
             and any(dtypes[k] == target for k in ops_near(i))}
 
 
 def _mixed(graph, nodes: Sequence[int], dtypes: list[str], target: str) -> bool:
-    have = {dtypes[i] for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in _CASTS}
+    have = {dtypes[i] for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in CAST_OPS}
     return "float32" in have and target in have
 
 
@@ -345,7 +345,7 @@ def _dtype_runs(graph, nodes: list[int], dtypes: list[str], islands: set[int]) -
 
     def cls(i):
         node = graph.nodes[i]
-        if node.op in _CASTS or node.is_variable:
+        if node.op in CAST_OPS or node.is_variable:
             return None
         return ("island", i) if i in islands else dtypes[i]
     ready = [i for i in nodes if pending[i] == 0]
@@ -386,7 +386,7 @@ def _dtype_runs(graph, nodes: list[int], dtypes: list[str], islands: set[int]) -
 
 def _run_class(graph, nodes: Sequence[int], dtypes: list[str], islands: set[int]):
     """What a group may be merged with: groups of the same class (None: never)."""
-    ops = [i for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in _CASTS]
+    ops = [i for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in CAST_OPS]
     if any(i in islands for i in ops):
         return None
     kinds = {dtypes[i] for i in ops}

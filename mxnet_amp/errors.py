@@ -12,6 +12,7 @@ __all__ = [
     "UnknownOpError",
     "ListError",
     "GraphError",
+    "GraphCheckError",
     "TypeInferenceError",
     "ParamError",
     "AlreadyConvertedError",
@@ -47,6 +48,11 @@ class ListError(AMPError, ValueError):
 
 class GraphError(AMPError, ValueError):
     """A symbol graph (or its JSON) is malformed or unsupported."""
+
+
+class GraphCheckError(GraphError):
+    """A graph breaks an invariant every pass keeps (:func:`mxnet_amp.verify.verify_graph`):
+    the message names the node and shows the nodes around it."""
 
 
 class TypeInferenceError(AMPError):

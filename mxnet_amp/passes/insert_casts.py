@@ -20,7 +20,7 @@ from typing import Mapping
 
 from ..dtypes import LOW_PRECISION, is_float, widest
 from ..errors import AlreadyConvertedError
-from ..graph import Entry, Graph, GraphBuilder, Node
+from ..graph import Entry, Graph, GraphBuilder, Node, cast_node, multicast_node
 from ..optypes import InferenceFailed, OpTypes
 from ..policy import Category, OpPolicy
 from ..registry import op_input_names
@@ -46,10 +46,6 @@ class CastResult:
     casts: int = 0
     multicasts: int = 0
     extra: Mapping[str, object] = field(default_factory=dict)
-
-
-def _cast_node(name: str, src: Entry, dtype: str) -> Node:
-    return Node("amp_cast", name, (src,), MappingProxyType({"dtype": dtype}))
 
 
 def insert_casts(graph: Graph, policy: OpPolicy, *,
@@ -104,16 +100,14 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
         hit = cast_cache.get((src, dtype))
         if hit is None:
             base = builder.nodes[src.node].name + (f"_out{src.index}" if src.index else "")
-            idx = builder.add(_cast_node(builder.fresh_name(f"{base}_amp_cast_{dtype}"), src, dtype))
+            idx = builder.add(cast_node(builder.fresh_name(f"{base}_amp_cast_{dtype}"), src, dtype))
             hit = cast_cache[(src, dtype)] = Entry(idx)
             dtype_of[hit] = dtype
             counts["casts"] += 1
         return hit
 
     def multicast(name: str, srcs: list[Entry], dtype: str) -> list[Entry]:
-        idx = builder.add(Node("amp_multicast", builder.fresh_name(f"{name}_amp_multicast"),
-                               tuple(srcs), MappingProxyType({"num_outputs": str(len(srcs)),
-                                                              "cast_narrow": "False"})))
+        idx = builder.add(multicast_node(builder.fresh_name(f"{name}_amp_multicast"), tuple(srcs)))
         counts["multicasts"] += 1
         outs = [Entry(idx, k) for k in range(len(srcs))]
         for e in outs:
