@@ -78,8 +78,6 @@ _SCALE_TOLERANCES = {"float16": 1e-2, "bfloat16": 5e-2}
 # allclose tolerances, used when the caller gives rtol or atol
 _TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
 
-REASONS = ("user", "overflow", "underflow", "accuracy", "budget")
-
 
 def default_scale_tolerance(target_dtype: str) -> float:
     """The bound on ``max|out - ref| / max|ref|`` of the default check (``tolerance``)."""

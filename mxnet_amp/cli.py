@@ -17,16 +17,12 @@ import time
 import warnings
 from typing import Sequence
 
-from .errors import AMPError, error_text
+from .errors import AMPError, CLIError, error_text
 
 __all__ = ["main", "build_parser", "CLIError", "parse_input_spec"]
 
 PROG = "mxnet-amp"
 EXIT_ERROR = 2
-
-
-class CLIError(AMPError, ValueError):
-    """A command line value is wrong (a bad ``--input`` spec, say)."""
 
 
 # --- parser -------------------------------------------------------------------------------

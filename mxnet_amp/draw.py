@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .dtypes import is_float, widest
-from .errors import AMPError
+from .errors import DrawError
 from .graph import CAST_OPS
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
@@ -44,10 +44,6 @@ DTYPE_COLOURS = {
     "non-float": ("#eeeeee", "#8a8a8a"),
 }
 _CAST_SUFFIXES = ("_amp_cast_", "_amp_multicast")
-
-
-class DrawError(AMPError, RuntimeError):
-    """The picture cannot be written in the format asked for."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ __all__ = [
     "GraphError",
     "GraphCheckError",
     "TypeInferenceError",
+    "InferenceFailed",
+    "DrawError",
+    "CLIError",
     "ParamError",
     "AlreadyConvertedError",
     "DeferredInitError",
@@ -57,6 +60,18 @@ class GraphCheckError(GraphError):
 
 class TypeInferenceError(AMPError):
     """MXNet type inference failed on a graph the pass produced or was given."""
+
+
+class InferenceFailed(TypeInferenceError):
+    """MXNet's type inference rejected the given dtypes (the message is MXNet's)."""
+
+
+class DrawError(AMPError, RuntimeError):
+    """The picture cannot be written in the format asked for."""
+
+
+class CLIError(AMPError, ValueError):
+    """A command line value is wrong (a bad ``--input`` spec, say)."""
 
 
 class ParamError(AMPError, ValueError):

@@ -14,7 +14,7 @@ dtype it wants for its weights, and casts are added where a tensor's dtype diffe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
@@ -45,7 +45,6 @@ class CastResult:
     probes: int = 0
     casts: int = 0
     multicasts: int = 0
-    extra: Mapping[str, object] = field(default_factory=dict)
 
 
 def insert_casts(graph: Graph, policy: OpPolicy, *,
