@@ -32,7 +32,7 @@ Every model execution is counted in the report (:class:`AutoReport`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -43,8 +43,6 @@ from .errors import GraphError, ParamError
 from .graph import CAST_OPS, Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .params import check_param_shapes, param_dict
-from .optypes import OpTypes
-from .passes.infer_dtypes import infer_dtypes
 from .policy import Category, check_target_dtype
 
 __all__ = ["auto_convert_model", "auto_convert_block", "AutoReport", "KeptNode", "SearchStep",
@@ -210,6 +208,8 @@ class AutoReport:
     steps: tuple[SearchStep, ...] = ()
     notes: tuple[str, ...] = ()
     reference_finite: bool = True
+    # the Conversion record of the returned model (what the pass decided, node by node)
+    conversion: Conversion | None = field(default=None, repr=False, compare=False)
 
     @property
     def excluded_sym_names(self) -> list[str]:
@@ -222,7 +222,8 @@ class AutoReport:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (plain types only), nested records included."""
-        d = asdict(self)
+        d = asdict(replace(self, conversion=None))
+        del d["conversion"]
         d["kept_fp32"] = [k.to_dict() for k in self.kept_fp32]
         d["steps"] = [s.to_dict() for s in self.steps]
         d["notes"] = list(self.notes)
@@ -452,7 +453,6 @@ class _Runs:
         self.results: dict[frozenset, OutputCheck] = {}
         self.conversions: dict[frozenset, tuple] = {}
         self.reference: list[np.ndarray] | None = None
-        self.op_types = OpTypes()
 
     @property
     def budget_left(self) -> bool:
@@ -609,7 +609,7 @@ def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fra
     index = {n.name: i for i, n in enumerate(original.nodes)}
     while offending:
         _, _, _, conversion = runs.convert(frozenset(excluded))
-        holders = _holders_of(conversion, runs)
+        holders = _holders_of(conversion)
         selected: dict[str, KeptNode] = {}
         tainted: set[int] = set()
         for key, reason, value in offending:
@@ -631,11 +631,12 @@ def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fra
     return frozenset(excluded), kept
 
 
-def _holders_of(conversion: Conversion, runs: _Runs):
-    var_dtypes = {k: v for k, v in {**conversion.arg_dtypes, **conversion.aux_dtypes}.items()
-                  if v is not None}
-    var_dtypes.update(runs.input_dtypes())
-    dtypes = infer_dtypes(conversion.graph, var_dtypes, runs.op_types)
+def _holders_of(conversion: Conversion):
+    # the dtype of every tensor of the converted graph, as the pass gave it
+    tensor = conversion.result.tensor_dtypes
+    used = conversion.graph.num_used_outputs()
+    dtypes = [tuple(tensor.get(Entry(i, k)) for k in range(used[i]))
+              for i in range(len(conversion.graph.nodes))]
     return _low_holders(conversion.original, conversion.graph, dtypes, conversion.result.categories)
 
 
@@ -877,7 +878,7 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
         tolerance=tolerance if result.criterion == "scale" else None,
         relative_error=result.relative_error, top1_flips=result.top1_flips,
         top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
-        reference_finite=reference_finite)
+        reference_finite=reference_finite, conversion=conversion)
     if not report.validated:
         import warnings
         warnings.warn("auto_convert_model: the returned model did not validate "

@@ -37,6 +37,8 @@ class Conversion:
     input_param_dtypes: Mapping[str, str] = field(default_factory=dict)
     # the converted graph as an mx.sym.Symbol (built once; MXNet symbols are immutable)
     symbol: object = None
+    # node names the caller excluded (they compute in float32 whatever their op)
+    excluded: frozenset[str] = frozenset()
 
 
 def _data_names(graph: Graph, data_names, param_names) -> list[str]:
@@ -161,7 +163,7 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
                       stacklevel=2)
     _check_tags(stored, {**arg_dtypes, **aux_dtypes})
     return Conversion(tagged, graph, result, policy, tuple(names),
-                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym)
+                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym, excluded)
 
 
 def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> None:

@@ -27,9 +27,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .dtypes import is_float, widest
+from .dtypes import is_float
 from .errors import DrawError
-from .graph import CAST_OPS
+from .graph import CAST_OPS, Entry
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
            "check_graph_path", "node_dtypes", "fp32_islands",
@@ -75,20 +75,16 @@ def _dtype_key(dtype: str | None) -> str:
 
 
 def node_dtypes(conversion) -> list[str]:
-    """The dtype each node of ``conversion.graph`` computes in (its first output)."""
-    graph = conversion.graph
-    var = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    """The dtype each node of ``conversion.graph`` computes in (its first float output), as
+    the pass decided it (``'non-float'`` for the others)."""
+    result = conversion.result
     out: list[str] = []
-    for node in graph.nodes:
-        if node.is_variable:
-            dt = var.get(node.name) or "float32"
-        elif node.op == "amp_cast":
-            dt = node.attrs.get("dtype", "float32")
-        elif node.op == "amp_multicast":
-            ins = [out[e.node] for e in node.inputs if is_float(out[e.node])]
-            dt = widest(ins) if ins else "float32"
+    for i, node in enumerate(conversion.graph.nodes):
+        if node.name in result.node_dtypes:
+            dt = result.node_dtypes[node.name]
         else:
-            dt = conversion.result.node_dtypes.get(node.name)
+            # a variable (undecided: float32 until bound) or a cast the pass inserted
+            dt = result.tensor_dtypes.get(Entry(i)) or ("float32" if node.is_variable else None)
         out.append(_dtype_key(dt))
     return out
 
