@@ -239,6 +239,29 @@ def _fp32_reason(name: str, decision: Decision | None, fallbacks: Mapping[str, s
     return f"{category.value if category else 'unknown'} op computes in float32"
 
 
+def _params_before_after(conversion, arg_params, aux_params, new_arg_params,
+                         new_aux_params) -> tuple[ParamStats, ParamStats]:
+    """Param stats before and after the conversion (from the arrays where given, else from
+    the dtypes the conversion recorded)."""
+    before_arrays = None if arg_params is None and aux_params is None else {
+        **{f"arg:{k}": v for k, v in (arg_params or {}).items()},
+        **{f"aux:{k}": v for k, v in (aux_params or {}).items()}}
+    after_arrays = None if new_arg_params is None and new_aux_params is None else {
+        **{f"arg:{k}": v for k, v in (new_arg_params or {}).items()},
+        **{f"aux:{k}": v for k, v in (new_aux_params or {}).items()}}
+    decided = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    # a param type inference leaves undecided stays as stored
+    after_dtypes = {k: decided.get(k) or stored for k, stored in conversion.param_dtypes.items()}
+    # dtypes as given (param_dtypes holds those cast_optional_params chose)
+    given = conversion.input_param_dtypes or conversion.param_dtypes
+    before = _param_stats(before_arrays, dict(given))
+    if before_arrays is None and after_arrays is not None:
+        # the originals are gone (a checkpoint converted in place): their shapes are the
+        # new arrays' shapes and their dtypes are what the conversion was given
+        before = _param_stats_from_shapes(after_arrays, given)
+    return before, _param_stats(after_arrays, after_dtypes)
+
+
 def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapping | None = None,
                  new_arg_params: Mapping | None = None, new_aux_params: Mapping | None = None, *,
                  excluded=None, model: str | None = None,
@@ -298,22 +321,8 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
                          and graph.nodes[n.inputs[0].node].name not in data)
     n_multi = sum(1 for n in conversion.graph.nodes if n.op == "amp_multicast")
 
-    before_arrays = None if arg_params is None and aux_params is None else {
-        **{f"arg:{k}": v for k, v in (arg_params or {}).items()},
-        **{f"aux:{k}": v for k, v in (aux_params or {}).items()}}
-    after_arrays = None if new_arg_params is None and new_aux_params is None else {
-        **{f"arg:{k}": v for k, v in (new_arg_params or {}).items()},
-        **{f"aux:{k}": v for k, v in (new_aux_params or {}).items()}}
-    decided = {**conversion.arg_dtypes, **conversion.aux_dtypes}
-    # a param type inference leaves undecided stays as stored
-    after_dtypes = {k: decided.get(k) or stored for k, stored in conversion.param_dtypes.items()}
-    # dtypes as given (param_dtypes holds those cast_optional_params chose)
-    given = conversion.input_param_dtypes or conversion.param_dtypes
-    before = _param_stats(before_arrays, dict(given))
-    if before_arrays is None and after_arrays is not None:
-        # the originals are gone (a checkpoint converted in place): their shapes are the
-        # new arrays' shapes and their dtypes are what the conversion was given
-        before = _param_stats_from_shapes(after_arrays, given)
+    before, after = _params_before_after(conversion, arg_params, aux_params,
+                                         new_arg_params, new_aux_params)
     return ConversionReport(
         target_dtype=conversion.policy.target_dtype,
         model=model,
@@ -326,7 +335,7 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
         casts_by_dtype=dict(casts_by),
         params_before=before,
         weight_casts=n_weight_casts,
-        params_after=_param_stats(after_arrays, after_dtypes),
+        params_after=after,
         fp32_nodes=tuple(fp32_nodes),
         excluded=tuple(sorted(excluded_set)),
         fallbacks=tuple(result.fallbacks),
