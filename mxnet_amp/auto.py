@@ -708,6 +708,42 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
         lo, hi = 0, len(cands)
 
 
+def _checked_limits(target_dtype: str, rtol, atol, tolerance, max_executions,
+                    underflow_fraction) -> tuple[float | None, float | None, float]:
+    """``(rtol, atol, tolerance)`` with defaults filled in; ValueError for bad values."""
+    if rtol is not None or atol is not None:
+        d_rtol, d_atol = default_tolerances(target_dtype)
+        rtol = d_rtol if rtol is None else float(rtol)
+        atol = d_atol if atol is None else float(atol)
+        if not (rtol >= 0 and atol >= 0 and math.isfinite(rtol) and math.isfinite(atol)):
+            raise ValueError(f"rtol and atol must be finite and >= 0, got rtol={rtol}, atol={atol}")
+    tolerance = default_scale_tolerance(target_dtype) if tolerance is None else float(tolerance)
+    if not (tolerance > 0 and math.isfinite(tolerance)):
+        raise ValueError(f"tolerance must be finite and positive, got {tolerance}")
+    if max_executions is not None and max_executions < 2:
+        raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
+    if not 0 < underflow_fraction <= 1:
+        raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
+    return rtol, atol, tolerance
+
+
+def _reference_ranges(original: Graph, keys, outs, inputs, params, limits):
+    """The float32 reference outputs and the range of every float tensor (op outputs from
+    the instrumented run, model inputs and weights as given)."""
+    by_key = dict(zip(keys, outs))
+    reference = [by_key[(e.node, e.index)] for e in original.heads]
+    stats: dict[tuple[int, int], TensorRange] = {}
+    for key, value in by_key.items():
+        if value.dtype.kind == "f":
+            stats[key] = tensor_range(value, limits)
+    for i, node in enumerate(original.nodes):
+        if node.is_variable:
+            value = inputs[node.name] if node.name in inputs else params.get(node.name)
+            if value is not None and np.dtype(value.dtype).kind == "f":
+                stats[(i, 0)] = tensor_range(value.asnumpy(), limits)
+    return reference, stats
+
+
 def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inputs,
                        target_dtype: str = "float16", rtol: float | None = None,
                        atol: float | None = None,
@@ -786,19 +822,8 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
     """
     from tqdm.auto import tqdm
     target_dtype = check_target_dtype(target_dtype)
-    if rtol is not None or atol is not None:
-        d_rtol, d_atol = default_tolerances(target_dtype)
-        rtol = d_rtol if rtol is None else float(rtol)
-        atol = d_atol if atol is None else float(atol)
-        if not (rtol >= 0 and atol >= 0 and math.isfinite(rtol) and math.isfinite(atol)):
-            raise ValueError(f"rtol and atol must be finite and >= 0, got rtol={rtol}, atol={atol}")
-    tolerance = default_scale_tolerance(target_dtype) if tolerance is None else float(tolerance)
-    if not (tolerance > 0 and math.isfinite(tolerance)):
-        raise ValueError(f"tolerance must be finite and positive, got {tolerance}")
-    if max_executions is not None and max_executions < 2:
-        raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
-    if not 0 < underflow_fraction <= 1:
-        raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
+    rtol, atol, tolerance = _checked_limits(target_dtype, rtol, atol, tolerance, max_executions,
+                                            underflow_fraction)
     ctx = _context(ctx)
     mode, mode_note = _execution_mode(target_dtype, ctx, execution)
     if data_names is None:
@@ -835,19 +860,9 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
         # 1. one float32 run with every op output: reference and per-tensor ranges
         probe, keys = _instrumented(original)
         outs = runs.run_reference(graph_to_symbol(probe))
-        by_key = dict(zip(keys, outs))
-        runs.reference = [by_key[(e.node, e.index)] for e in original.heads]
-        stats: dict[tuple[int, int], TensorRange] = {}
-        for key, value in by_key.items():
-            if value.dtype.kind == "f":
-                stats[key] = tensor_range(value, limits)
-        params = {**arg_params, **aux_params}
-        for i, node in enumerate(original.nodes):
-            if node.is_variable:
-                value = inputs[node.name] if node.name in inputs else params.get(node.name)
-                if value is not None and np.dtype(value.dtype).kind == "f":
-                    stats[(i, 0)] = tensor_range(value.asnumpy(), limits)
-        del by_key, outs
+        runs.reference, stats = _reference_ranges(original, keys, outs, inputs,
+                                                  {**arg_params, **aux_params}, limits)
+        del outs
         reference_finite = all(np.isfinite(r).all() for r in runs.reference)
         if not reference_finite:
             notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
