@@ -72,6 +72,10 @@ def test_cast_of_a_cast_is_refused_unless_chains_are_allowed():
               (Entry(2),))
     expect(g, "'b'", "cast chain")
     assert verify_graph(g, cast_chains=True) is g
+    # a cast of a multicast is no chain (gluoncv's SSD holds a multicast in float32)
+    mc = Graph((X, W, multicast_node("m", (Entry(0), Entry(1))), cast_node("c", Entry(2, 1), "float16")),
+               (Entry(3),))
+    assert verify_graph(mc) is mc
 
 
 def test_cast_to_an_unknown_dtype():
