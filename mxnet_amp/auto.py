@@ -924,24 +924,19 @@ def auto_convert_block(block, sample_inputs, target_dtype: str = "float16",
     Returns
     -------
     (SymbolBlock, AutoReport)
-        The block :func:`mxnet_amp.gluon.convert_hybrid_block` builds with the chosen
-        ``excluded_sym_names``, and the report.
+        The block :func:`mxnet_amp.gluon.convert_hybrid_block` would build with the chosen
+        ``excluded_sym_names`` (the model :func:`auto_convert_model` returned), and the report.
     """
-    from .gluon import block_model, convert_hybrid_block
+    from .gluon import block_model, converted_symbol_block
     if "data_names" in kwargs:
         raise TypeError("auto_convert_block takes no 'data_names'; use input_names")
     sym, arg_params, aux_params, names = block_model(block, input_names)
     run_ctx = ctx if ctx is not None else _block_context(block)
-    _, _, _, report = auto_convert_model(sym, arg_params, aux_params, sample_inputs,
-                                         target_dtype, rtol, atol, validate, ctx=run_ctx,
-                                         data_names=names, **kwargs)
-    convert_options = {k: kwargs[k] for k in ("target_dtype_ops", "fp32_ops", "widest_dtype_ops",
-                                              "conditional_fp32_ops", "cast_optional_params")
-                       if k in kwargs}
-    converted = convert_hybrid_block(block, target_dtype=target_dtype,
-                                     excluded_sym_names=report.excluded_sym_names,
-                                     input_names=names, ctx=ctx, **convert_options)
-    return converted, report
+    new_sym, new_args, new_auxs, report = auto_convert_model(
+        sym, arg_params, aux_params, sample_inputs, target_dtype, rtol, atol, validate,
+        ctx=run_ctx, data_names=names, **kwargs)
+    # the returned model itself, not a second conversion with the same exclusions
+    return converted_symbol_block(block, names, new_sym, new_args, new_auxs, ctx), report
 
 
 def _block_context(block):

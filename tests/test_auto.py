@@ -302,6 +302,13 @@ def test_auto_convert_block():
     out = emulate_block(block)(x).asnumpy()
     assert np.isfinite(out).all() and check_outputs([ref], [out], tolerance=report.tolerance).passed
     assert np.array_equal(net(x).asnumpy(), ref)      # the source block still runs fp32
+    # the block is the converted model the report describes: what convert_hybrid_block
+    # builds with the chosen exclusions
+    from mxnet_amp.gluon import convert_hybrid_block
+    same = convert_hybrid_block(net, excluded_sym_names=report.excluded_sym_names)
+    assert np.array_equal(emulate_block(same)(x).asnumpy(), out)
+    dtypes = {k: v.dtype for k, v in block.collect_params().items()}
+    assert dtypes == {k: v.dtype for k, v in same.collect_params().items()}
 
 
 def test_several_outputs_are_all_checked():
