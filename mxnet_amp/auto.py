@@ -744,6 +744,24 @@ def _reference_ranges(original: Graph, keys, outs, inputs, params, limits):
     return reference, stats
 
 
+def _search(runs: _Runs, original: Graph, stats, limits, underflow_fraction: float,
+            user_excluded: frozenset, notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...]]:
+    """Steps 2-4 of the module doc: the exclusion set to return and why each node is in it."""
+    # 2. nodes holding out of range tensors in low precision: float32 (no execution)
+    excluded, kept = _range_exclusions(runs, original, stats, limits, underflow_fraction,
+                                       user_excluded)
+    # 3. one converted check
+    ok, _, _ = runs.check(excluded, "check")
+    # 4. only when the ranges do not explain the error: bounded search
+    if not ok:
+        excluded, found = _accuracy_search(runs, original, excluded, stats, notes)
+        kept.update(found)
+    ops = {n.name: n.op for n in original.nodes}
+    kept_nodes = [KeptNode(n, ops[n], "user") for n in sorted(user_excluded)]
+    kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: original.index_of(n))]
+    return excluded, tuple(kept_nodes)
+
+
 def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inputs,
                        target_dtype: str = "float16", rtol: float | None = None,
                        atol: float | None = None,
@@ -867,26 +885,16 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
         if not reference_finite:
             notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
 
-        # 2. nodes holding out of range tensors in low precision: float32 (no execution)
-        excluded, kept = _range_exclusions(runs, original, stats, limits, underflow_fraction,
-                                           user_excluded)
-        # 3. one converted check
-        ok, _, _ = runs.check(excluded, "check")
-        # 4. only when the ranges do not explain the error: bounded search
-        if not ok:
-            excluded, found = _accuracy_search(runs, original, excluded, stats, notes)
-            kept.update(found)
+        excluded, kept = _search(runs, original, stats, limits, underflow_fraction,
+                                 user_excluded, notes)
         result = runs.results.get(excluded) or OutputCheck(
             "scale" if rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
         new_sym, new_args, new_auxs, conversion = runs.convert(excluded)
     finally:
         progress.close()
-    ops = {n.name: n.op for n in original.nodes}
-    kept_nodes = [KeptNode(n, ops[n], "user") for n in sorted(user_excluded)]
-    kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: original.index_of(n))]
     report = AutoReport(
         target_dtype=target_dtype, execution=mode, context=str(ctx),
-        kept_fp32=tuple(kept_nodes), executions=runs.executions, validated=result.passed,
+        kept_fp32=kept, executions=runs.executions, validated=result.passed,
         tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
         rtol=rtol, atol=atol, op_nodes=sum(1 for n in original.nodes if not n.is_variable),
         low_precision_nodes=len(_low_nodes(conversion)), criterion=result.criterion,
