@@ -27,7 +27,7 @@ if _ROOT not in sys.path:
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 warnings.filterwarnings("ignore")
 
-CAST_OPS = ("amp_cast", "amp_multicast")
+from mxnet_amp.graph import CAST_OPS  # noqa: E402  (after the sys.path line above)
 DETECTION_SIZE = 256  # input side used to build (shape-infer) detection nets
 
 

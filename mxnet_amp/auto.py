@@ -32,7 +32,7 @@ Every model execution is counted in the report (:class:`AutoReport`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -40,11 +40,9 @@ import numpy as np
 from .convert import Conversion, convert_model_full
 from .dtypes import LOW_PRECISION
 from .errors import GraphError, ParamError
-from .graph import AMP_CAST_OPS, Entry, Graph
+from .graph import CAST_OPS, Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .params import check_param_shapes, param_dict
-from .optypes import OpTypes
-from .passes.infer_dtypes import infer_dtypes
 from .policy import Category, check_target_dtype
 
 __all__ = ["auto_convert_model", "auto_convert_block", "AutoReport", "KeptNode", "SearchStep",
@@ -77,8 +75,6 @@ DTYPE_LIMITS = {
 _SCALE_TOLERANCES = {"float16": 1e-2, "bfloat16": 5e-2}
 # allclose tolerances, used when the caller gives rtol or atol
 _TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
-
-REASONS = ("user", "overflow", "underflow", "accuracy", "budget")
 
 
 def default_scale_tolerance(target_dtype: str) -> float:
@@ -212,6 +208,8 @@ class AutoReport:
     steps: tuple[SearchStep, ...] = ()
     notes: tuple[str, ...] = ()
     reference_finite: bool = True
+    # the Conversion record of the returned model (what the pass decided, node by node)
+    conversion: Conversion | None = field(default=None, repr=False, compare=False)
 
     @property
     def excluded_sym_names(self) -> list[str]:
@@ -224,7 +222,8 @@ class AutoReport:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (plain types only), nested records included."""
-        d = asdict(self)
+        d = asdict(replace(self, conversion=None))
+        del d["conversion"]
         d["kept_fp32"] = [k.to_dict() for k in self.kept_fp32]
         d["steps"] = [s.to_dict() for s in self.steps]
         d["notes"] = list(self.notes)
@@ -416,7 +415,7 @@ def _low_holders(original: Graph, converted: Graph,
 
     def source(e: Entry):
         node = converted.nodes[e.node]
-        if node.op in AMP_CAST_OPS and node.name not in names:
+        if node.op in CAST_OPS and node.name not in names:
             src = node.inputs[0] if node.op == "amp_cast" else node.inputs[e.index]
             return (converted.nodes[src.node].name, src.index), dtypes[e.node][e.index], True
         return (node.name, e.index), dtypes[e.node][e.index], False
@@ -454,7 +453,6 @@ class _Runs:
         self.results: dict[frozenset, OutputCheck] = {}
         self.conversions: dict[frozenset, tuple] = {}
         self.reference: list[np.ndarray] | None = None
-        self.op_types = OpTypes()
 
     @property
     def budget_left(self) -> bool:
@@ -611,7 +609,7 @@ def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fra
     index = {n.name: i for i, n in enumerate(original.nodes)}
     while offending:
         _, _, _, conversion = runs.convert(frozenset(excluded))
-        holders = _holders_of(conversion, runs)
+        holders = _holders_of(conversion)
         selected: dict[str, KeptNode] = {}
         tainted: set[int] = set()
         for key, reason, value in offending:
@@ -633,11 +631,12 @@ def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fra
     return frozenset(excluded), kept
 
 
-def _holders_of(conversion: Conversion, runs: _Runs):
-    var_dtypes = {k: v for k, v in {**conversion.arg_dtypes, **conversion.aux_dtypes}.items()
-                  if v is not None}
-    var_dtypes.update(runs.input_dtypes())
-    dtypes = infer_dtypes(conversion.graph, var_dtypes, runs.op_types)
+def _holders_of(conversion: Conversion):
+    # the dtype of every tensor of the converted graph, as the pass gave it
+    tensor = conversion.result.tensor_dtypes
+    used = conversion.graph.num_used_outputs()
+    dtypes = [tuple(tensor.get(Entry(i, k)) for k in range(used[i]))
+              for i in range(len(conversion.graph.nodes))]
     return _low_holders(conversion.original, conversion.graph, dtypes, conversion.result.categories)
 
 
@@ -707,6 +706,60 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
         if ok:
             return config(0), kept
         lo, hi = 0, len(cands)
+
+
+def _checked_limits(target_dtype: str, rtol, atol, tolerance, max_executions,
+                    underflow_fraction) -> tuple[float | None, float | None, float]:
+    """``(rtol, atol, tolerance)`` with defaults filled in; ValueError for bad values."""
+    if rtol is not None or atol is not None:
+        d_rtol, d_atol = default_tolerances(target_dtype)
+        rtol = d_rtol if rtol is None else float(rtol)
+        atol = d_atol if atol is None else float(atol)
+        if not (rtol >= 0 and atol >= 0 and math.isfinite(rtol) and math.isfinite(atol)):
+            raise ValueError(f"rtol and atol must be finite and >= 0, got rtol={rtol}, atol={atol}")
+    tolerance = default_scale_tolerance(target_dtype) if tolerance is None else float(tolerance)
+    if not (tolerance > 0 and math.isfinite(tolerance)):
+        raise ValueError(f"tolerance must be finite and positive, got {tolerance}")
+    if max_executions is not None and max_executions < 2:
+        raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
+    if not 0 < underflow_fraction <= 1:
+        raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
+    return rtol, atol, tolerance
+
+
+def _reference_ranges(original: Graph, keys, outs, inputs, params, limits):
+    """The float32 reference outputs and the range of every float tensor (op outputs from
+    the instrumented run, model inputs and weights as given)."""
+    by_key = dict(zip(keys, outs))
+    reference = [by_key[(e.node, e.index)] for e in original.heads]
+    stats: dict[tuple[int, int], TensorRange] = {}
+    for key, value in by_key.items():
+        if value.dtype.kind == "f":
+            stats[key] = tensor_range(value, limits)
+    for i, node in enumerate(original.nodes):
+        if node.is_variable:
+            value = inputs[node.name] if node.name in inputs else params.get(node.name)
+            if value is not None and np.dtype(value.dtype).kind == "f":
+                stats[(i, 0)] = tensor_range(value.asnumpy(), limits)
+    return reference, stats
+
+
+def _search(runs: _Runs, original: Graph, stats, limits, underflow_fraction: float,
+            user_excluded: frozenset, notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...]]:
+    """Steps 2-4 of the module doc: the exclusion set to return and why each node is in it."""
+    # 2. nodes holding out of range tensors in low precision: float32 (no execution)
+    excluded, kept = _range_exclusions(runs, original, stats, limits, underflow_fraction,
+                                       user_excluded)
+    # 3. one converted check
+    ok, _, _ = runs.check(excluded, "check")
+    # 4. only when the ranges do not explain the error: bounded search
+    if not ok:
+        excluded, found = _accuracy_search(runs, original, excluded, stats, notes)
+        kept.update(found)
+    ops = {n.name: n.op for n in original.nodes}
+    kept_nodes = [KeptNode(n, ops[n], "user") for n in sorted(user_excluded)]
+    kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: original.index_of(n))]
+    return excluded, tuple(kept_nodes)
 
 
 def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inputs,
@@ -789,19 +842,8 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
     """
     from tqdm.auto import tqdm
     target_dtype = check_target_dtype(target_dtype)
-    if rtol is not None or atol is not None:
-        d_rtol, d_atol = default_tolerances(target_dtype)
-        rtol = d_rtol if rtol is None else float(rtol)
-        atol = d_atol if atol is None else float(atol)
-        if not (rtol >= 0 and atol >= 0 and math.isfinite(rtol) and math.isfinite(atol)):
-            raise ValueError(f"rtol and atol must be finite and >= 0, got rtol={rtol}, atol={atol}")
-    tolerance = default_scale_tolerance(target_dtype) if tolerance is None else float(tolerance)
-    if not (tolerance > 0 and math.isfinite(tolerance)):
-        raise ValueError(f"tolerance must be finite and positive, got {tolerance}")
-    if max_executions is not None and max_executions < 2:
-        raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
-    if not 0 < underflow_fraction <= 1:
-        raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
+    rtol, atol, tolerance = _checked_limits(target_dtype, rtol, atol, tolerance, max_executions,
+                                            underflow_fraction)
     ctx = _context(ctx)
     mode, mode_note = _execution_mode(target_dtype, ctx, execution)
     if data_names is None:
@@ -839,50 +881,30 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
         # 1. one float32 run with every op output: reference and per-tensor ranges
         probe, keys = _instrumented(original)
         outs = runs.run_reference(graph_to_symbol(probe))
-        by_key = dict(zip(keys, outs))
-        runs.reference = [by_key[(e.node, e.index)] for e in original.heads]
-        stats: dict[tuple[int, int], TensorRange] = {}
-        for key, value in by_key.items():
-            if value.dtype.kind == "f":
-                stats[key] = tensor_range(value, limits)
-        params = {**arg_params, **aux_params}
-        for i, node in enumerate(original.nodes):
-            if node.is_variable:
-                value = inputs[node.name] if node.name in inputs else params.get(node.name)
-                if value is not None and np.dtype(value.dtype).kind == "f":
-                    stats[(i, 0)] = tensor_range(value.asnumpy(), limits)
-        del by_key, outs
+        runs.reference, stats = _reference_ranges(original, keys, outs, inputs,
+                                                  {**arg_params, **aux_params}, limits)
+        del outs
         reference_finite = all(np.isfinite(r).all() for r in runs.reference)
         if not reference_finite:
             notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
 
-        # 2. nodes holding out of range tensors in low precision: float32 (no execution)
-        excluded, kept = _range_exclusions(runs, original, stats, limits, underflow_fraction,
-                                           user_excluded)
-        # 3. one converted check
-        ok, _, _ = runs.check(excluded, "check")
-        # 4. only when the ranges do not explain the error: bounded search
-        if not ok:
-            excluded, found = _accuracy_search(runs, original, excluded, stats, notes)
-            kept.update(found)
+        excluded, kept = _search(runs, original, stats, limits, underflow_fraction,
+                                 user_excluded, notes)
         result = runs.results.get(excluded) or OutputCheck(
             "scale" if rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
         new_sym, new_args, new_auxs, conversion = runs.convert(excluded)
     finally:
         progress.close()
-    ops = {n.name: n.op for n in original.nodes}
-    kept_nodes = [KeptNode(n, ops[n], "user") for n in sorted(user_excluded)]
-    kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: original.index_of(n))]
     report = AutoReport(
         target_dtype=target_dtype, execution=mode, context=str(ctx),
-        kept_fp32=tuple(kept_nodes), executions=runs.executions, validated=result.passed,
+        kept_fp32=kept, executions=runs.executions, validated=result.passed,
         tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
         rtol=rtol, atol=atol, op_nodes=sum(1 for n in original.nodes if not n.is_variable),
         low_precision_nodes=len(_low_nodes(conversion)), criterion=result.criterion,
         tolerance=tolerance if result.criterion == "scale" else None,
         relative_error=result.relative_error, top1_flips=result.top1_flips,
         top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
-        reference_finite=reference_finite)
+        reference_finite=reference_finite, conversion=conversion)
     if not report.validated:
         import warnings
         warnings.warn("auto_convert_model: the returned model did not validate "
@@ -913,25 +935,19 @@ def auto_convert_block(block, sample_inputs, target_dtype: str = "float16",
     Returns
     -------
     (SymbolBlock, AutoReport)
-        The block :func:`mxnet_amp.gluon.convert_hybrid_block` builds with the chosen
-        ``excluded_sym_names``, and the report.
+        The block :func:`mxnet_amp.gluon.convert_hybrid_block` would build with the chosen
+        ``excluded_sym_names`` (the model :func:`auto_convert_model` returned), and the report.
     """
-    from .gluon import block_model, convert_hybrid_block
+    from .gluon import block_model, converted_symbol_block
     if "data_names" in kwargs:
         raise TypeError("auto_convert_block takes no 'data_names'; use input_names")
     sym, arg_params, aux_params, names = block_model(block, input_names)
     run_ctx = ctx if ctx is not None else _block_context(block)
-    _, _, _, report = auto_convert_model(sym, arg_params, aux_params, sample_inputs,
-                                         target_dtype, rtol, atol, validate, ctx=run_ctx,
-                                         data_names=names, **kwargs)
-    convert_options = {k: kwargs[k] for k in ("target_dtype_ops", "fp32_ops", "widest_dtype_ops",
-                                              "conditional_fp32_ops", "cast_optional_params",
-                                              "fold_batchnorm")
-                       if k in kwargs}
-    converted = convert_hybrid_block(block, target_dtype=target_dtype,
-                                     excluded_sym_names=report.excluded_sym_names,
-                                     input_names=names, ctx=ctx, **convert_options)
-    return converted, report
+    new_sym, new_args, new_auxs, report = auto_convert_model(
+        sym, arg_params, aux_params, sample_inputs, target_dtype, rtol, atol, validate,
+        ctx=run_ctx, data_names=names, **kwargs)
+    # the returned model itself, not a second conversion with the same exclusions
+    return converted_symbol_block(block, names, new_sym, new_args, new_auxs, ctx), report
 
 
 def _block_context(block):

@@ -78,22 +78,9 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
         check_outputs(checkpoint_inputs(prefix, epoch),
                       checkpoint_outputs(out_prefix, out_epoch, what="out_epoch"))
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch, progress=progress)
-    arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
     graph = graph_from_symbol(sym)
-    if isinstance(data_names, str):
-        data_names = [data_names]
-    if data_names is not None:   # the caller's mistake, not the files': said without them
-        check_data_names(arg_names, arg_params, data_names)
-    try:
-        if data_names is None:
-            data_names = default_data_names(arg_names, arg_params, where=params_file)
-        check_params(arg_names, aux_names, arg_params, aux_params, data_names)
-        check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
-                           shapes_from=shapes_from)
-    except ParamError as err:
-        where = (f"{params_file}: " if getattr(err, "input_shapes", False)
-                 else f"{params_file} does not match {sym_file}: ")
-        raise _in_files(err, where) from None
+    data_names = _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
+                                     shapes_from, sym_file, params_file)
     folded = ()
     if fold_batchnorm:
         graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
@@ -107,19 +94,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     if folded:
         conversion = dataclasses.replace(conversion, folded_batchnorms=folded)
     del sym, graph
-    sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
-    total = sum(array_nbytes(v) for params in (arg_params, aux_params) for v in params.values())
-    with byte_bar("converting params", total, progress) as bar:
-        for params, dtypes in ((arg_params, conversion.arg_dtypes), (aux_params, conversion.aux_dtypes)):
-            for name in list(params):
-                before = array_nbytes(params[name])
-                sizes["param_bytes_before"] += before
-                want = dtypes.get(name)
-                if want is not None and array_dtype(params[name]) != want:
-                    # replacing the entry frees the fp32 original before the next weight is cast
-                    params[name] = cast_array(params[name], want)
-                sizes["param_bytes_after"] += array_nbytes(params[name])
-                bar.update(before)
+    sizes = _recast_in_place(arg_params, aux_params, conversion, progress)
     if write:
         save_checkpoint(out_prefix, out_epoch, conversion.symbol,
                         arg_params, aux_params, progress=progress)
@@ -136,6 +111,46 @@ def checkpoint_outputs(prefix: str, epoch: int, what: str = "epoch") -> list[tup
     """The files of an output checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`."""
     sym_file, params_file = checkpoint_files(prefix, epoch, what)
     return [("output symbol file", sym_file), ("output params file", params_file)]
+
+
+def _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
+                        shapes_from, sym_file, params_file) -> list[str]:
+    """The model inputs, after checking the params fit the symbol (errors name the files)."""
+    arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
+    if isinstance(data_names, str):
+        data_names = [data_names]
+    if data_names is not None:   # the caller's mistake, not the files': said without them
+        check_data_names(arg_names, arg_params, data_names)
+    try:
+        if data_names is None:
+            data_names = default_data_names(arg_names, arg_params, where=params_file)
+        check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+        check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
+                           shapes_from=shapes_from)
+    except ParamError as err:
+        where = (f"{params_file}: " if getattr(err, "input_shapes", False)
+                 else f"{params_file} does not match {sym_file}: ")
+        raise _in_files(err, where) from None
+    return data_names
+
+
+def _recast_in_place(arg_params: dict, aux_params: dict, conversion: Conversion,
+                     progress) -> dict[str, int]:
+    """Cast each param to its converted dtype in place, one at a time; the byte counts."""
+    sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
+    total = sum(array_nbytes(v) for params in (arg_params, aux_params) for v in params.values())
+    with byte_bar("converting params", total, progress) as bar:
+        for params, dtypes in ((arg_params, conversion.arg_dtypes), (aux_params, conversion.aux_dtypes)):
+            for name in list(params):
+                before = array_nbytes(params[name])
+                sizes["param_bytes_before"] += before
+                want = dtypes.get(name)
+                if want is not None and array_dtype(params[name]) != want:
+                    # replacing the entry frees the fp32 original before the next weight is cast
+                    params[name] = cast_array(params[name], want)
+                sizes["param_bytes_after"] += array_nbytes(params[name])
+                bar.update(before)
+    return sizes
 
 
 def _in_files(err: ParamError, where: str) -> ParamError:

@@ -17,16 +17,12 @@ import time
 import warnings
 from typing import Sequence
 
-from .errors import AMPError, error_text
+from .errors import AMPError, CLIError, error_text
 
 __all__ = ["main", "build_parser", "CLIError", "parse_input_spec"]
 
 PROG = "mxnet-amp"
 EXIT_ERROR = 2
-
-
-class CLIError(AMPError, ValueError):
-    """A command line value is wrong (a bad ``--input`` spec, say)."""
 
 
 # --- parser -------------------------------------------------------------------------------
@@ -403,7 +399,6 @@ def _cmd_auto(args) -> int:
         from .auto import auto_convert_model
     except ImportError as err:
         raise CLIError(f"automatic mode is not available in this installation ({err})") from None
-    from .convert import convert_model_full
     from .io import load_checkpoint, save_checkpoint
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
@@ -427,15 +422,12 @@ def _cmd_auto(args) -> int:
                        "against them; nothing written. Give representative inputs "
                        "(--input NAME:FILE.npy) or fix the float32 model first")
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
-    # the report needs the Conversion record: the same conversion with the chosen exclusions
-    excluded = sorted(set(options.pop("excluded_sym_names") or ()) | set(auto.excluded_sym_names))
-    _, _, _, conversion = convert_model_full(sym, arg_params, aux_params,
-                                             excluded_sym_names=excluded, **options)
+    # the report reads what the pass decided for the returned model
+    conversion = auto.conversion
     reasons = {k.name: f"auto: {k.reason}" + ("" if k.value is None else f" ({k.value:.3g})")
                for k in auto.kept_fp32 if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
-                          excluded=excluded, model=os.path.basename(args.prefix),
-                          reasons=reasons)
+                          model=os.path.basename(args.prefix), reasons=reasons)
     report = _with_extra(report, {"auto": auto.to_dict()})
     _finish(args, conversion, report, ["", auto.summary()])
     _say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")

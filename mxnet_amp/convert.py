@@ -40,6 +40,8 @@ class Conversion:
     symbol: object = None
     # (BatchNorm name, producer name) of each BatchNorm folded away before conversion
     folded_batchnorms: tuple[tuple[str, str], ...] = ()
+    # node names the caller excluded (they compute in float32 whatever their op)
+    excluded: frozenset[str] = frozenset()
 
 
 def _data_names(graph: Graph, data_names, param_names) -> list[str]:
@@ -176,7 +178,7 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
                       stacklevel=2)
     _check_tags(stored, {**arg_dtypes, **aux_dtypes})
     return Conversion(tagged, graph, result, policy, tuple(names),
-                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym)
+                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym, excluded)
 
 
 def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> None:

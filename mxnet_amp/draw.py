@@ -27,8 +27,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .dtypes import is_float, widest
-from .errors import AMPError
+from .dtypes import is_float
+from .errors import DrawError
+from .graph import CAST_OPS, Entry
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
            "check_graph_path", "node_dtypes", "fp32_islands",
@@ -43,11 +44,6 @@ DTYPE_COLOURS = {
     "non-float": ("#eeeeee", "#8a8a8a"),
 }
 _CAST_SUFFIXES = ("_amp_cast_", "_amp_multicast")
-_CASTS = ("amp_cast", "amp_multicast")
-
-
-class DrawError(AMPError, RuntimeError):
-    """The picture cannot be written in the format asked for."""
 
 
 @dataclass(frozen=True)
@@ -79,20 +75,16 @@ def _dtype_key(dtype: str | None) -> str:
 
 
 def node_dtypes(conversion) -> list[str]:
-    """The dtype each node of ``conversion.graph`` computes in (its first output)."""
-    graph = conversion.graph
-    var = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    """The dtype each node of ``conversion.graph`` computes in (its first float output), as
+    the pass decided it (``'non-float'`` for the others)."""
+    result = conversion.result
     out: list[str] = []
-    for node in graph.nodes:
-        if node.is_variable:
-            dt = var.get(node.name) or "float32"
-        elif node.op == "amp_cast":
-            dt = node.attrs.get("dtype", "float32")
-        elif node.op == "amp_multicast":
-            ins = [out[e.node] for e in node.inputs if is_float(out[e.node])]
-            dt = widest(ins) if ins else "float32"
+    for i, node in enumerate(conversion.graph.nodes):
+        if node.name in result.node_dtypes:
+            dt = result.node_dtypes[node.name]
         else:
-            dt = conversion.result.node_dtypes.get(node.name)
+            # a variable (undecided: float32 until bound) or a cast the pass inserted
+            dt = result.tensor_dtypes.get(Entry(i)) or ("float32" if node.is_variable else None)
         out.append(_dtype_key(dt))
     return out
 
@@ -136,7 +128,7 @@ def _make_box(graph, idx: Sequence[int], dtypes: list[str], title: str, repeat: 
     casts = 0
     for i in idx:
         node = graph.nodes[i]
-        if node.op in ("amp_cast", "amp_multicast"):
+        if node.op in CAST_OPS:
             casts += 1
         elif not node.is_variable:
             ops[node.op] += 1
@@ -162,37 +154,57 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
     drawn = [i for i, n in enumerate(graph.nodes) if not n.is_variable or n.name in data]
     drawn_set = set(drawn)
     prefix = _common_prefix([graph.nodes[i].name for i in drawn if not graph.nodes[i].is_variable
-                             and graph.nodes[i].op not in _CASTS])
+                             and graph.nodes[i].op not in CAST_OPS])
     short = {i: graph.nodes[i].name[len(prefix):] if graph.nodes[i].name.startswith(prefix)
              else graph.nodes[i].name for i in drawn}
     node_edges = sorted({(e.node, i) for i in drawn if not graph.nodes[i].is_variable
                          for e in graph.nodes[i].inputs if e.node in drawn_set})
     n_ops = sum(1 for n in conversion.original.nodes if not n.is_variable)
-    n_casts = sum(1 for n in graph.nodes if n.op in _CASTS)
+    n_casts = sum(1 for n in graph.nodes if n.op in CAST_OPS)
     summary = (f"{n_ops} op nodes in {conversion.policy.target_dtype} mixed precision, "
                f"{n_casts} casts inserted")
     title = f"{title}: {summary}" if title else summary
-
     if detail_limit is None or len(drawn) <= detail_limit:
-        boxes = []
-        where = {}
-        for i in drawn:
-            node = graph.nodes[i]
-            kind = ("input" if node.is_variable else
-                    "cast" if node.op in ("amp_cast", "amp_multicast") else "op")
-            where[i] = len(boxes)
-            if kind == "cast" and graph.nodes[node.inputs[0].node].is_variable:
-                var = graph.nodes[node.inputs[0].node].name
-                label = f"cast {var[len(prefix):] if var.startswith(prefix) else var}"
-            else:
-                label = node.op if kind == "cast" else short[i]
-            boxes.append(Box(label, (i,), {dtypes[i]: 1} if kind == "op" else {},
-                             {node.op: 1} if kind == "op" else {}, int(kind == "cast"), 1, kind,
-                             dtypes[i]))
-        edges = tuple((where[u], where[v], dtypes[u]) for u, v in node_edges)
-        return Picture(tuple(boxes), edges, False, title)
+        return _detailed(graph, drawn, dtypes, prefix, short, node_edges, title)
+    groups = _repeat_groups(graph, _segments(drawn, node_edges), dtypes, short, drawn_set)
+    target = conversion.policy.target_dtype
+    islands = fp32_islands(graph, dtypes, target)
+    split: list[tuple[list[int], int, list[int]]] = []
+    for block, n, every in groups:
+        if _mixed(graph, every, dtypes, target):
+            split += [(run, 1, run) for run in _dtype_runs(graph, every, dtypes, islands)]
+        else:
+            split.append((block, n, every))
+    groups = _merge_to(split, max_boxes, lambda g: _run_class(graph, g[2], dtypes, islands))
+    return _collapsed(graph, groups, dtypes, short, node_edges, title)
 
-    # cut points: positions no edge jumps over
+
+def _box_kind(node) -> str:
+    return "input" if node.is_variable else "cast" if node.op in CAST_OPS else "op"
+
+
+def _detailed(graph, drawn, dtypes, prefix, short, node_edges, title) -> Picture:
+    """One box per drawn node."""
+    boxes = []
+    where = {}
+    for i in drawn:
+        node = graph.nodes[i]
+        kind = _box_kind(node)
+        where[i] = len(boxes)
+        if kind == "cast" and graph.nodes[node.inputs[0].node].is_variable:
+            var = graph.nodes[node.inputs[0].node].name
+            label = f"cast {var[len(prefix):] if var.startswith(prefix) else var}"
+        else:
+            label = node.op if kind == "cast" else short[i]
+        boxes.append(Box(label, (i,), {dtypes[i]: 1} if kind == "op" else {},
+                         {node.op: 1} if kind == "op" else {}, int(kind == "cast"), 1, kind,
+                         dtypes[i]))
+    edges = tuple((where[u], where[v], dtypes[u]) for u, v in node_edges)
+    return Picture(tuple(boxes), edges, False, title)
+
+
+def _segments(drawn: list[int], node_edges) -> list[list[int]]:
+    """``drawn`` cut at the positions no edge jumps over."""
     pos = {i: p for p, i in enumerate(drawn)}
     jumped = [0] * (len(drawn) + 1)
     for u, v in node_edges:
@@ -210,31 +222,36 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
             current = []
     if current:
         segments.append(current)
+    return segments
 
+
+def _core(graph, seg) -> list[int]:
+    return [i for i in seg if graph.nodes[i].op not in CAST_OPS]
+
+
+def _name_key(short, i) -> str:
+    return _group_key(_base_name(short[i]))
+
+
+def _repeat_groups(graph, segments, dtypes, short, drawn_set) -> list[tuple[list[int], int, list[int]]]:
+    """(nodes of one block, repeat count, every node the group stands for) for each group."""
     def signature(seg):
         local = {i: k for k, i in enumerate(seg)}
         return tuple((graph.nodes[i].op, dtypes[i],
                       tuple(local.get(e.node, -1) for e in graph.nodes[i].inputs if e.node in drawn_set))
                      for i in seg)
 
-    def key(i):
-        return _group_key(_base_name(short[i]))
-
-    def core(seg):
-        return [i for i in seg if graph.nodes[i].op not in _CASTS]
-
     # units: a multi-node block with the single nodes of its name group that follow it (the
     # activation after a residual add), or a run of single nodes of one name group
     units: list[tuple[list[int], bool]] = []   # (nodes, is a block)
     for seg in segments:
-        ops = core(seg)
+        ops = _core(graph, seg)
         if len(ops) > 1:
             units.append((list(seg), True))
-        elif units and (key(units[-1][0][-1]) == key(seg[-1]) or not ops):
+        elif units and (_name_key(short, units[-1][0][-1]) == _name_key(short, seg[-1]) or not ops):
             units[-1][0].extend(seg)
         else:
             units.append((list(seg), False))
-    # groups: (nodes of one block, repeat count, every node the group stands for)
     groups: list[tuple[list[int], int, list[int]]] = []
     last_sig = None
     for nodes, is_block in units:
@@ -245,31 +262,25 @@ def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, tit
         else:
             groups.append((nodes, 1, list(nodes)))
         last_sig = sig
-    target = conversion.policy.target_dtype
-    islands = fp32_islands(graph, dtypes, target)
-    split: list[tuple[list[int], int, list[int]]] = []
-    for block, n, every in groups:
-        if _mixed(graph, every, dtypes, target):
-            split += [(run, 1, run) for run in _dtype_runs(graph, every, dtypes, islands)]
-        else:
-            split.append((block, n, every))
-    groups = _merge_to(split, max_boxes, lambda g: _run_class(graph, g[2], dtypes, islands))
+    return groups
 
+
+def _collapsed(graph, groups, dtypes, short, node_edges, title) -> Picture:
+    """One box per group; edges between boxes."""
     boxes = []
     box_of = {}
     for block, n, every in groups:
-        names = [short[i] for i in core(every)] or [short[i] for i in every]
+        names = [short[i] for i in _core(graph, every)] or [short[i] for i in every]
         kind = "group"
         if len(block) == 1:
             node = graph.nodes[block[0]]
-            kind = ("input" if node.is_variable else
-                    "cast" if node.op in ("amp_cast", "amp_multicast") else "op")
+            kind = _box_kind(node)
             label = node.op if kind == "cast" else names[0]
         else:
             label = _range_label(names)
         if n > 1:
-            ops = core(every) or every
-            first, last = key(ops[0]), key(ops[-1])
+            ops = _core(graph, every) or every
+            first, last = _name_key(short, ops[0]), _name_key(short, ops[-1])
             if first and last and first != last:
                 label = _range_label([first, last])   # 'stage3: unit2 … unit6'
             label = f"{label}   × {n}"
@@ -314,18 +325,18 @@ def fp32_islands(graph, dtypes: list[str], target: str) -> set[int]:
                 if k in seen:
                     continue
                 seen.add(k)
-                if graph.nodes[k].op in _CASTS:
+                if graph.nodes[k].op in CAST_OPS:
                     stack.append(k)
                 elif not graph.nodes[k].is_variable:
                     out.append(k)
         return out
     return {i for i, node in enumerate(graph.nodes)
-            if not node.is_variable and node.op not in _CASTS and dtypes[i] == "float32"
+            if not node.is_variable and node.op not in CAST_OPS and dtypes[i] == "float32"
             and any(dtypes[k] == target for k in ops_near(i))}
 
 
 def _mixed(graph, nodes: Sequence[int], dtypes: list[str], target: str) -> bool:
-    have = {dtypes[i] for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in _CASTS}
+    have = {dtypes[i] for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in CAST_OPS}
     return "float32" in have and target in have
 
 
@@ -345,7 +356,7 @@ def _dtype_runs(graph, nodes: list[int], dtypes: list[str], islands: set[int]) -
 
     def cls(i):
         node = graph.nodes[i]
-        if node.op in _CASTS or node.is_variable:
+        if node.op in CAST_OPS or node.is_variable:
             return None
         return ("island", i) if i in islands else dtypes[i]
     ready = [i for i in nodes if pending[i] == 0]
@@ -386,7 +397,7 @@ def _dtype_runs(graph, nodes: list[int], dtypes: list[str], islands: set[int]) -
 
 def _run_class(graph, nodes: Sequence[int], dtypes: list[str], islands: set[int]):
     """What a group may be merged with: groups of the same class (None: never)."""
-    ops = [i for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in _CASTS]
+    ops = [i for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in CAST_OPS]
     if any(i in islands for i in ops):
         return None
     kinds = {dtypes[i] for i in ops}
@@ -536,6 +547,32 @@ def _layout(pic: Picture, target: str) -> _Layout:
             slots.setdefault(lay, []).append(("lane", k, lay))
     n_layers = max(slots) + 1 if slots else 0
     width_of = {("box", b): widths[b] for b in range(n)}
+    x_mid = _place_rows(pic, layer, slots, n_layers, width_of)
+    band_h = {lay: max([heights[sl[1]] for sl in slots.get(lay, []) if sl[0] == "box"] + [0])
+              for lay in range(n_layers)}
+    y_top, y = {}, float(_TOP)
+    for lay in range(n_layers):
+        y_top[lay] = y
+        y += band_h[lay] + _GAP_Y
+    geom = {b: (x_mid[("box", b)] - widths[b] / 2, y_top[layer[b]], widths[b], heights[b]) for b in range(n)}
+    # where edges leave and enter a box: spread along its bottom / top, in the order of
+    # the other end, so that neighbouring edges do not cross at the box
+    outs: dict[int, list[int]] = {}
+    ins: dict[int, list[int]] = {}
+    for k, (u, v, _) in enumerate(pic.edges):
+        outs.setdefault(u, []).append(k)
+        ins.setdefault(v, []).append(k)
+    out_x = _spread(outs, geom, lambda k: x_mid[_next_slot(pic.edges[k], k, layer)])
+    in_x = _spread(ins, geom, lambda k: x_mid[_prev_slot(pic.edges[k], k, layer)])
+    paths = [_edge_path(k, u, v, layer, geom, x_mid, y_top, band_h, out_x, in_x)
+             for k, (u, v, _) in enumerate(pic.edges)]
+    width = max([x_mid[sl] + width_of.get(sl, _LANE) / 2 for sl in x_mid] + [0.0]) + 20
+    width = max(width, 20 + _CHAR_W * 1.25 * len(pic.title) + 20, 760 if pic.collapsed else 520)
+    return _Layout(geom, lines, paths, width, y + 10 - _GAP_Y + 10)
+
+
+def _place_rows(pic: Picture, layer, slots: dict, n_layers: int, width_of: dict) -> dict:
+    """The x centre of each slot (box or edge lane), row by row."""
     x_mid: dict = {}
     preds_of: dict = {}
     for k, (u, v, _) in enumerate(pic.edges):
@@ -566,44 +603,28 @@ def _layout(pic: Picture, target: str) -> _Layout:
             limit = x_mid[row[k]] - w / 2 - (gaps[k - 1] if k else 0)
     for sl in x_mid:
         x_mid[sl] += 20
-    band_h = {lay: max([heights[sl[1]] for sl in slots.get(lay, []) if sl[0] == "box"] + [0])
-              for lay in range(n_layers)}
-    y_top, y = {}, float(_TOP)
-    for lay in range(n_layers):
-        y_top[lay] = y
-        y += band_h[lay] + _GAP_Y
-    geom = {b: (x_mid[("box", b)] - widths[b] / 2, y_top[layer[b]], widths[b], heights[b]) for b in range(n)}
-    # where edges leave and enter a box: spread along its bottom / top, in the order of
-    # the other end, so that neighbouring edges do not cross at the box
-    outs: dict[int, list[int]] = {}
-    ins: dict[int, list[int]] = {}
-    for k, (u, v, _) in enumerate(pic.edges):
-        outs.setdefault(u, []).append(k)
-        ins.setdefault(v, []).append(k)
-    out_x = _spread(outs, geom, lambda k: x_mid[_next_slot(pic.edges[k], k, layer)])
-    in_x = _spread(ins, geom, lambda k: x_mid[_prev_slot(pic.edges[k], k, layer)])
-    paths = []
-    for k, (u, v, _) in enumerate(pic.edges):
-        x, yu, w, h = geom[u]
-        px, py = out_x[k], yu + h
-        bottom = y_top[layer[u]] + band_h[layer[u]]
-        d = [f"M{px:.1f},{py:.1f}"]
-        if bottom > py:
-            d.append(f"L{px:.1f},{bottom:.1f}")
-        py = bottom
-        for lay in range(layer[u] + 1, layer[v] + 1):
-            nx = in_x[k] if lay == layer[v] else x_mid[("lane", k, lay)]
-            top = y_top[lay]
-            mid = (py + top) / 2
-            d.append(f"C{px:.1f},{mid:.1f} {nx:.1f},{mid:.1f} {nx:.1f},{top:.1f}")
-            px, py = nx, top
-            if lay != layer[v]:
-                py = top + band_h[lay]
-                d.append(f"L{px:.1f},{py:.1f}")
-        paths.append(" ".join(d))
-    width = max([x_mid[sl] + width_of.get(sl, _LANE) / 2 for sl in x_mid] + [0.0]) + 20
-    width = max(width, 20 + _CHAR_W * 1.25 * len(pic.title) + 20, 760 if pic.collapsed else 520)
-    return _Layout(geom, lines, paths, width, y + 10 - _GAP_Y + 10)
+    return x_mid
+
+
+def _edge_path(k, u, v, layer, geom, x_mid, y_top, band_h, out_x, in_x) -> str:
+    """SVG path of edge ``k`` from box ``u`` to box ``v`` (see :func:`_layout`)."""
+    x, yu, w, h = geom[u]
+    px, py = out_x[k], yu + h
+    bottom = y_top[layer[u]] + band_h[layer[u]]
+    d = [f"M{px:.1f},{py:.1f}"]
+    if bottom > py:
+        d.append(f"L{px:.1f},{bottom:.1f}")
+    py = bottom
+    for lay in range(layer[u] + 1, layer[v] + 1):
+        nx = in_x[k] if lay == layer[v] else x_mid[("lane", k, lay)]
+        top = y_top[lay]
+        mid = (py + top) / 2
+        d.append(f"C{px:.1f},{mid:.1f} {nx:.1f},{mid:.1f} {nx:.1f},{top:.1f}")
+        px, py = nx, top
+        if lay != layer[v]:
+            py = top + band_h[lay]
+            d.append(f"L{px:.1f},{py:.1f}")
+    return " ".join(d)
 
 
 def _spread(edges_at: dict, geom: dict, other_end) -> dict:

@@ -12,7 +12,11 @@ __all__ = [
     "UnknownOpError",
     "ListError",
     "GraphError",
+    "GraphCheckError",
     "TypeInferenceError",
+    "InferenceFailed",
+    "DrawError",
+    "CLIError",
     "ParamError",
     "AlreadyConvertedError",
     "DeferredInitError",
@@ -49,8 +53,25 @@ class GraphError(AMPError, ValueError):
     """A symbol graph (or its JSON) is malformed or unsupported."""
 
 
+class GraphCheckError(GraphError):
+    """A graph breaks an invariant every pass keeps (:func:`mxnet_amp.verify.verify_graph`):
+    the message names the node and shows the nodes around it."""
+
+
 class TypeInferenceError(AMPError):
     """MXNet type inference failed on a graph the pass produced or was given."""
+
+
+class InferenceFailed(TypeInferenceError):
+    """MXNet's type inference rejected the given dtypes (the message is MXNet's)."""
+
+
+class DrawError(AMPError, RuntimeError):
+    """The picture cannot be written in the format asked for."""
+
+
+class CLIError(AMPError, ValueError):
+    """A command line value is wrong (a bad ``--input`` spec, say)."""
 
 
 class ParamError(AMPError, ValueError):

@@ -324,3 +324,15 @@ def emulate_block(block, ctx=None):
     params = {f"arg:{k}": v for k, v in eargs.items()}
     params.update({f"aux:{k}": v for k, v in eauxs.items()})
     return _symbol_block(esym, names, in_format, out_format, params, _contexts(block, ctx))
+
+
+def converted_symbol_block(block, input_names: Sequence[str] | None, sym, arg_params: Mapping,
+                           aux_params: Mapping, ctx=None):
+    """The ``AMPSymbolBlock`` running a converted model of ``block`` (``sym`` and its params,
+    as :func:`mxnet_amp.convert_model` returns them), with ``block``'s inputs, output
+    structure and contexts, as :func:`convert_hybrid_block` builds it."""
+    names, _, in_format, out_format = _block_graph(block, input_names)
+    params = {f"arg:{k}": v for k, v in arg_params.items()}
+    params.update({f"aux:{k}": v for k, v in aux_params.items()})
+    return _symbol_block(sym, names, in_format, out_format, params, _contexts(block, ctx))
+

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterator, Mapping, NamedTuple
 
-__all__ = ["Entry", "Node", "Graph", "GraphBuilder", "AMP_CAST_OPS"]
+__all__ = ["Entry", "Node", "Graph", "GraphBuilder", "CAST_OPS", "cast_node", "multicast_node"]
 
-# the cast ops a converted graph holds; a graph containing them was converted before
-AMP_CAST_OPS = frozenset({"amp_cast", "amp_multicast"})
+# the cast ops a converted graph holds
+CAST_OPS = frozenset({"amp_cast", "amp_multicast"})
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -137,3 +137,14 @@ class GraphBuilder:
     def build(self, heads, attrs: Mapping[str, object] = _EMPTY) -> Graph:
         """The finished :class:`Graph` with output entries ``heads`` and graph ``attrs``."""
         return Graph(tuple(self.nodes), tuple(heads), attrs)
+
+
+def cast_node(name: str, src: Entry, dtype: str) -> Node:
+    """An ``amp_cast`` of ``src`` to ``dtype`` called ``name``."""
+    return Node("amp_cast", name, (src,), MappingProxyType({"dtype": dtype}))
+
+
+def multicast_node(name: str, srcs: tuple[Entry, ...]) -> Node:
+    """An ``amp_multicast`` unifying ``srcs`` to their widest dtype, one output per input."""
+    return Node("amp_multicast", name, tuple(srcs),
+                MappingProxyType({"num_outputs": str(len(srcs)), "cast_narrow": "False"}))

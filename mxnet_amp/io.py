@@ -17,7 +17,7 @@ from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
 
 __all__ = ["graph_from_json", "graph_to_json", "graph_from_symbol", "graph_to_symbol",
-           "symbol_json", "atomic_write", "atomic_writes", "save_symbol", "save_checkpoint", "load_checkpoint"]
+           "symbol_json", "atomic_write", "atomic_writes", "save_checkpoint", "load_checkpoint"]
 
 _NODE_KEYS = frozenset({"op", "name", "inputs", "attrs", "attr", "param", "subgraphs"})
 _EMPTY = MappingProxyType({})
@@ -187,11 +187,6 @@ def _text_writer(text: str):
         with open(tmp, "w") as f:
             f.write(text)
     return write
-
-
-def save_symbol(path: str | os.PathLike, sym) -> None:
-    """Save ``sym`` to ``path`` atomically, keeping its amp casts."""
-    atomic_write(path, _text_writer(symbol_json(sym)))
 
 
 def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_params: Mapping, *,

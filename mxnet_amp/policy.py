@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from .errors import ListError, UnknownOpError
 
-__all__ = ["Category", "OpPolicy", "load_policy", "lists_dir", "SUPPORTED_TARGET_DTYPES",
+__all__ = ["Category", "Decision", "OpPolicy", "load_policy", "lists_dir", "SUPPORTED_TARGET_DTYPES",
            "check_target_dtype"]
 
 SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
@@ -32,6 +32,13 @@ class Category(str, enum.Enum):
     WIDEST = "widest"        # float inputs unified to the widest among them (amp_multicast)
     FOLLOW = "follow"        # no casts: runs in the dtype its inputs have
     CONDITIONAL = "conditional"  # fp32 for listed attribute values, else follow
+
+
+class Decision(NamedTuple):
+    """The category one node runs under, and why (words a report can show as they are)."""
+
+    category: Category
+    reason: str
 
 
 def check_target_dtype(target_dtype) -> str:
@@ -118,6 +125,25 @@ class OpPolicy:
                     return Category.FP32
             return Category.FOLLOW
         return cat
+
+    def explain(self, op: str, attrs: Mapping[str, str]) -> Decision | None:
+        """:meth:`decide`'s answer with the list rule behind it; None when ``op`` is unlisted."""
+        cat = self.decide(op, attrs)
+        if cat is None:
+            return None
+        if op in self._listed(cat):
+            why = self.reasons.get(op, "")
+            return Decision(cat, f"{cat.value} list: {op}" + (f" ({why})" if why else ""))
+        if self.category_of(op) is Category.CONDITIONAL:
+            for cop, attr, values in self.conditional:
+                if cop == op and attrs.get(attr) in values:
+                    return Decision(cat, f"conditional fp32: {op} with {attr}={attrs.get(attr)}")
+            return Decision(cat, f"conditional op: {op} follows its inputs (no fp32 condition holds)")
+        return Decision(cat, f"{cat.value} pattern matches {op}")
+
+    def _listed(self, cat: Category) -> frozenset[str]:
+        return {Category.TARGET: self.target, Category.FP32: self.fp32,
+                Category.WIDEST: self.widest, Category.FOLLOW: self.follow}.get(cat, frozenset())
 
 
 def _read(path: Path) -> dict:

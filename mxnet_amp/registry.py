@@ -12,13 +12,9 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from .dtypes import MX_CODE, MX_NAME
-from .errors import TypeInferenceError, error_text
+from .errors import InferenceFailed, error_text
 
 __all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names", "infer_types", "InferenceFailed"]
-
-
-class InferenceFailed(TypeInferenceError):
-    """MXNet's type inference rejected the given dtypes (the message is MXNet's)."""
 
 
 def _lib():

@@ -16,7 +16,7 @@ import numpy as np
 
 from .dtypes import dtype_name
 from .graph import Graph
-from .policy import Category
+from .policy import Category, Decision
 
 __all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "report_html", "report_notes",
            "summary_rows", "result_rows", "NON_FLOAT"]
@@ -225,24 +225,13 @@ def _param_stats_from_shapes(arrays: Mapping, dtypes: Mapping[str, str]) -> Para
                      for k, v in arrays.items())
 
 
-def _fp32_reason(node, category: Category | None, policy, excluded: set[str],
-                 unlisted: set[str], fallbacks: Mapping[str, str]) -> str:
-    if node.name in fallbacks:
-        return "fell back: " + fallbacks[node.name].split(";")[0][:160]
-    if node.name in excluded:
-        return "excluded by name (excluded_sym_names / --exclude)"
-    if node.subgraphs:
-        return "control flow op: float32 at its boundary (its body is converted inside)"
-    if node.op in unlisted:
-        return f"op {node.op} is in no {policy.target_dtype} list"
+def _fp32_reason(name: str, decision: Decision | None, fallbacks: Mapping[str, str]) -> str:
+    """Why a node computes in float32: the pass's fallback or decision, in words."""
+    if name in fallbacks:
+        return "fell back: " + fallbacks[name].split(";")[0][:160]
+    category = decision.category if decision else None
     if category is Category.FP32:
-        if node.op in policy.fp32:
-            why = policy.reasons.get(node.op, "")
-            return f"fp32 list: {node.op}" + (f" ({why})" if why else "")
-        for op, attr, values in policy.conditional:
-            if op == node.op and node.attrs.get(attr) in values:
-                return f"conditional fp32: {op} with {attr}={node.attrs.get(attr)}"
-        return f"fp32 pattern matches {node.op}"
+        return decision.reason
     if category is Category.WIDEST:
         return "widest op: the widest of its inputs is float32"
     if category is Category.FOLLOW:
@@ -250,20 +239,27 @@ def _fp32_reason(node, category: Category | None, policy, excluded: set[str],
     return f"{category.value if category else 'unknown'} op computes in float32"
 
 
-def _excluded_names(conversion) -> set[str]:
-    """Names the caller excluded, read back from the pass's decisions.
-
-    The pass puts a node in FP32 for exactly four reasons: excluded, control flow, the
-    policy says so, or the op is unlisted; the first is what is left after the others."""
-    policy = conversion.policy
-    unlisted = set(conversion.result.unlisted_ops)
-    out = set()
-    for node in conversion.original.nodes:
-        cat = conversion.result.categories.get(node.name)
-        if (cat is Category.FP32 and not node.subgraphs and node.op not in unlisted
-                and policy.decide(node.op, node.attrs) is not Category.FP32):
-            out.add(node.name)
-    return out
+def _params_before_after(conversion, arg_params, aux_params, new_arg_params,
+                         new_aux_params) -> tuple[ParamStats, ParamStats]:
+    """Param stats before and after the conversion (from the arrays where given, else from
+    the dtypes the conversion recorded)."""
+    before_arrays = None if arg_params is None and aux_params is None else {
+        **{f"arg:{k}": v for k, v in (arg_params or {}).items()},
+        **{f"aux:{k}": v for k, v in (aux_params or {}).items()}}
+    after_arrays = None if new_arg_params is None and new_aux_params is None else {
+        **{f"arg:{k}": v for k, v in (new_arg_params or {}).items()},
+        **{f"aux:{k}": v for k, v in (new_aux_params or {}).items()}}
+    decided = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    # a param type inference leaves undecided stays as stored
+    after_dtypes = {k: decided.get(k) or stored for k, stored in conversion.param_dtypes.items()}
+    # dtypes as given (param_dtypes holds those cast_optional_params chose)
+    given = conversion.input_param_dtypes or conversion.param_dtypes
+    before = _param_stats(before_arrays, dict(given))
+    if before_arrays is None and after_arrays is not None:
+        # the originals are gone (a checkpoint converted in place): their shapes are the
+        # new arrays' shapes and their dtypes are what the conversion was given
+        before = _param_stats_from_shapes(after_arrays, given)
+    return before, _param_stats(after_arrays, after_dtypes)
 
 
 def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapping | None = None,
@@ -294,8 +290,7 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
     """
     result = conversion.result
     original: Graph = conversion.original
-    excluded_set = set(excluded) if excluded is not None else _excluded_names(conversion)
-    unlisted = set(result.unlisted_ops)
+    excluded_set = set(excluded) if excluded is not None else set(conversion.excluded)
     fallbacks = {}
     for name, why in result.fallbacks:
         fallbacks.setdefault(name, why)
@@ -311,12 +306,11 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
         dt = result.node_dtypes.get(node.name) or NON_FLOAT
         by_op.setdefault(node.op, Counter())[dt] += 1
         by_dtype[dt] += 1
-        cat = result.categories.get(node.name)
-        if cat is not None:
-            cats[cat.value] += 1
+        decision = result.decisions.get(node.name)
+        if decision is not None:
+            cats[decision.category.value] += 1
         if dt == "float32":
-            why = (reasons or {}).get(node.name) or _fp32_reason(
-                node, cat, conversion.policy, excluded_set, unlisted, fallbacks)
+            why = (reasons or {}).get(node.name) or _fp32_reason(node.name, decision, fallbacks)
             fp32_nodes.append(FP32Node(node.name, node.op, why))
     casts_by = Counter(n.attrs.get("dtype", "?") for n in conversion.graph.nodes if n.op == "amp_cast")
     n_casts = sum(casts_by.values())
@@ -327,22 +321,8 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
                          and graph.nodes[n.inputs[0].node].name not in data)
     n_multi = sum(1 for n in conversion.graph.nodes if n.op == "amp_multicast")
 
-    before_arrays = None if arg_params is None and aux_params is None else {
-        **{f"arg:{k}": v for k, v in (arg_params or {}).items()},
-        **{f"aux:{k}": v for k, v in (aux_params or {}).items()}}
-    after_arrays = None if new_arg_params is None and new_aux_params is None else {
-        **{f"arg:{k}": v for k, v in (new_arg_params or {}).items()},
-        **{f"aux:{k}": v for k, v in (new_aux_params or {}).items()}}
-    decided = {**conversion.arg_dtypes, **conversion.aux_dtypes}
-    # a param type inference leaves undecided stays as stored
-    after_dtypes = {k: decided.get(k) or stored for k, stored in conversion.param_dtypes.items()}
-    # dtypes as given (param_dtypes holds those cast_optional_params chose)
-    given = conversion.input_param_dtypes or conversion.param_dtypes
-    before = _param_stats(before_arrays, dict(given))
-    if before_arrays is None and after_arrays is not None:
-        # the originals are gone (a checkpoint converted in place): their shapes are the
-        # new arrays' shapes and their dtypes are what the conversion was given
-        before = _param_stats_from_shapes(after_arrays, given)
+    before, after = _params_before_after(conversion, arg_params, aux_params,
+                                         new_arg_params, new_aux_params)
     return ConversionReport(
         target_dtype=conversion.policy.target_dtype,
         model=model,
@@ -355,11 +335,11 @@ def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapp
         casts_by_dtype=dict(casts_by),
         params_before=before,
         weight_casts=n_weight_casts,
-        params_after=_param_stats(after_arrays, after_dtypes),
+        params_after=after,
         fp32_nodes=tuple(fp32_nodes),
         excluded=tuple(sorted(excluded_set)),
         fallbacks=tuple(result.fallbacks),
-        unlisted_ops=tuple(sorted(unlisted)),
+        unlisted_ops=tuple(sorted(result.unlisted_ops)),
     )
 
 

@@ -19,3 +19,14 @@ def native_bf16():
     """True where this CPU executes bf16 Convolution/FullyConnected (needs avx512)."""
     from mxnet_amp.hardware import bf16_runs_natively
     return bf16_runs_natively()
+
+
+@pytest.fixture(scope="module")
+def verified_passes():
+    """Every graph pass the conversion and emulation run is checked by verify_graph."""
+    from helpers import VerifiedPasses
+    mp = pytest.MonkeyPatch()
+    try:
+        yield VerifiedPasses(mp)
+    finally:
+        mp.undo()

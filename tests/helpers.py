@@ -129,3 +129,30 @@ def assert_dtype_tags(sym, arg_params, aux_params):
              for k, v in {**arg_params, **aux_params}.items()
              if attrs.get(k, {}).get("__dtype__") != str(MX_CODE[array_dtype(v)])}
     assert not wrong, f"__dtype__ tag vs param dtype: {wrong}"
+
+
+class VerifiedPasses:
+    """Runs :func:`mxnet_amp.verify.verify_graph` on what each graph pass returns, for the
+    tests of the conversion and emulation passes (installed by the ``verified_passes`` fixture)."""
+
+    def __init__(self, monkeypatch):
+        import mxnet_amp.convert as convert
+        import mxnet_amp.emulation as emulation
+        from mxnet_amp.verify import verify_graph
+        self.calls = 0
+
+        def checked(fn, get_graph, **kw):
+            def run_and_verify(*args, **kwargs):
+                out = fn(*args, **kwargs)
+                verify_graph(get_graph(out), **kw)
+                self.calls += 1
+                return out
+            return run_and_verify
+
+        monkeypatch.setattr(convert, "insert_casts", checked(convert.insert_casts, lambda r: r.graph))
+        monkeypatch.setattr(convert, "tag_param_dtypes", checked(convert.tag_param_dtypes, lambda g: g))
+        # emulation's round trips amp_cast(amp_cast(x, low), float32) are chains on purpose
+        monkeypatch.setattr(emulation, "emulate_graph",
+                            checked(emulation.emulate_graph, lambda g: g, cast_chains=True))
+        monkeypatch.setattr(emulation, "_fold_param_casts",
+                            checked(emulation._fold_param_casts, lambda r: r[0], cast_chains=True))

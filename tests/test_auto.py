@@ -116,6 +116,11 @@ def test_overflow_branch_gets_exactly_its_offending_nodes_excluded():
     assert report.executions == 2
     assert report.validated
     assert within_tolerance(report, new_sym, new_args, new_auxs, x, ref)
+    # the report exposes the returned model's conversion: its exclusions and decisions
+    assert report.conversion.excluded == frozenset(report.excluded_sym_names) == {"fc_a", "fc_a2"}
+    assert report.conversion.result.decisions["fc_a"].reason.startswith("excluded by name")
+    assert report.conversion.symbol.tojson(remove_amp_cast=False) == new_sym.tojson(remove_amp_cast=False)
+    assert "conversion" not in report.to_dict()
 
 
 def test_underflow_branch_gets_exactly_its_offending_node_excluded():
@@ -297,6 +302,13 @@ def test_auto_convert_block():
     out = emulate_block(block)(x).asnumpy()
     assert np.isfinite(out).all() and check_outputs([ref], [out], tolerance=report.tolerance).passed
     assert np.array_equal(net(x).asnumpy(), ref)      # the source block still runs fp32
+    # the block is the converted model the report describes: what convert_hybrid_block
+    # builds with the chosen exclusions
+    from mxnet_amp.gluon import convert_hybrid_block
+    same = convert_hybrid_block(net, excluded_sym_names=report.excluded_sym_names)
+    assert np.array_equal(emulate_block(same)(x).asnumpy(), out)
+    dtypes = {k: v.dtype for k, v in block.collect_params().items()}
+    assert dtypes == {k: v.dtype for k, v in same.collect_params().items()}
 
 
 def test_several_outputs_are_all_checked():

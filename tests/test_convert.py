@@ -10,9 +10,13 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.errors import AlreadyConvertedError, GraphError, UnknownOpError
+from mxnet_amp.graph import Entry
 from mxnet_amp.io import graph_from_symbol, symbol_json
 
 from helpers import casts_into, graph_of, init_params, node, nodes_by_op, producer, rel_error, run
+
+# every pass these tests run is checked by verify_graph
+pytestmark = pytest.mark.usefixtures("verified_passes")
 
 DTYPES = ["float16", "bfloat16"]
 
@@ -237,6 +241,32 @@ def test_excluded_node_runs_fp32(dtype):
     assert casts_into(g, "conv_me") == [dtype, dtype, dtype]
     with pytest.raises(GraphError, match="nope"):
         amp.convert_symbol(b, target_dtype=dtype, excluded_sym_names=["nope"])
+
+
+def test_each_node_carries_its_decision_and_the_conversion_its_exclusions():
+    """The pass records each node's category and why; the Conversion, the exclusions."""
+    from mxnet_amp.convert import convert_graph
+    from mxnet_amp.policy import Category
+    x = mx.sym.var("data")
+    a = mx.sym.FullyConnected(x, num_hidden=4, name="keep")
+    b = mx.sym.FullyConnected(a, num_hidden=4, name="fc")
+    c = mx.sym.Activation(b, act_type="softrelu", name="soft")
+    d = mx.sym.Activation(c, act_type="relu", name="relu")
+    conv = convert_graph(graph_of(d), target_dtype="float16",
+                         conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])],
+                         excluded_sym_names=["keep"])
+    decisions = conv.result.decisions
+    assert conv.excluded == frozenset({"keep"})
+    assert decisions["keep"] == (Category.FP32, "excluded by name (excluded_sym_names / --exclude)")
+    assert decisions["fc"].category is Category.TARGET
+    assert decisions["fc"].reason.startswith("target list: FullyConnected")
+    assert decisions["soft"] == (Category.FP32, "conditional fp32: Activation with act_type=softrelu")
+    assert decisions["relu"].category is Category.FOLLOW and "Activation" in decisions["relu"].reason
+    assert conv.result.categories["fc"] is Category.TARGET
+    # each tensor's dtype: fc computes in float16, the output is cast back to float32
+    fc = conv.graph.index_of("fc")
+    assert conv.result.tensor_dtypes[Entry(fc)] == "float16"
+    assert conv.result.tensor_dtypes[conv.graph.heads[0]] == "float32"
 
 
 def test_unknown_op_in_override_is_an_error():

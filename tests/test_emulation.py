@@ -12,7 +12,9 @@ from mxnet_amp.params import cast_array
 
 from helpers import gluoncv_resnet18
 
-pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
+# every pass these tests run is checked by verify_graph
+pytestmark = [pytest.mark.filterwarnings("ignore:type inference leaves"),
+              pytest.mark.usefixtures("verified_passes")]
 
 F16, F32 = np.float16, np.float32
 

@@ -485,3 +485,14 @@ def test_missing_weight_is_an_error_not_a_new_model_input():
     # naming the inputs explicitly states the intent: fc2_bias as an input is then allowed
     out, _, _ = amp.convert_model(sym, args, {}, target_dtype="bfloat16", data_names=["data", "fc2_bias"])
     assert "fc2_bias" in out.list_arguments()
+
+
+def test_every_error_has_one_home_and_the_old_names_still_import():
+    """DrawError, CLIError and InferenceFailed live in errors.py; draw, cli, registry and
+    optypes re-export the same classes."""
+    from mxnet_amp import cli, draw, errors, optypes, registry
+    assert draw.DrawError is errors.DrawError and cli.CLIError is errors.CLIError
+    assert registry.InferenceFailed is optypes.InferenceFailed is errors.InferenceFailed
+    assert issubclass(errors.InferenceFailed, errors.TypeInferenceError)
+    for name in errors.__all__[:-1]:  # every class, error_text aside
+        assert issubclass(getattr(errors, name), errors.AMPError), name

@@ -22,8 +22,13 @@ from hypothesis import strategies as st
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import AlreadyConvertedError
+from mxnet_amp.graph import Entry
 from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.passes.infer_dtypes import infer_dtypes
 from mxnet_amp.registry import infer_types
+
+# every pass these tests run is checked by verify_graph
+pytestmark = pytest.mark.usefixtures("verified_passes")
 
 UNARY = ["fc", "fc", "fc", "relu", "tanh", "softmax", "exp_tanh", "log_sigmoid", "reshape_pair",
          "transpose_pair", "slice_concat", "split_swap", "split_first", "argmax_onehot",
@@ -227,6 +232,11 @@ def check_structure(sym, args, target):
                                    input_dtypes=input_dtypes(sym))
     if not low:
         assert conv.result.casts == 0 and conv.result.multicasts == 0
+    # the dtypes the pass recorded are the ones whole-graph inference gives
+    inferred = infer_dtypes(conv.graph, {**conv.arg_dtypes, **conv.aux_dtypes})
+    for i, outs in enumerate(inferred):
+        for k, d in enumerate(outs):
+            assert conv.result.tensor_dtypes[Entry(i, k)] == d, (conv.graph.nodes[i].name, k)
     return csym, cargs, cauxs, conv
 
 

@@ -22,6 +22,9 @@ from mxnet_amp.params import array_dtype
 from helpers import assert_dtype_tags, rel_error, run
 from zoo import checkpoint
 
+# every pass these tests run is checked by verify_graph
+pytestmark = pytest.mark.usefixtures("verified_passes")
+
 TOLERANCE = {"bfloat16": 5e-2, "float16": 1e-2}
 # two mx.gluon.model_zoo nets and three Concat-heavy gluoncv ones; mx.contrib.amp 1.9.1 fails
 # shufflenet_v2 in bf16 with

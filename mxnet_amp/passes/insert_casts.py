@@ -14,29 +14,45 @@ dtype it wants for its weights, and casts are added where a tensor's dtype diffe
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from ..dtypes import LOW_PRECISION, is_float, widest
 from ..errors import AlreadyConvertedError
-from ..graph import Entry, Graph, GraphBuilder, Node
+from ..graph import Entry, Graph, GraphBuilder, Node, cast_node, multicast_node
 from ..optypes import InferenceFailed, OpTypes
-from ..policy import Category, OpPolicy
+from ..policy import Category, Decision, OpPolicy
 from ..registry import op_input_names
 
-__all__ = ["CastResult", "insert_casts", "refuse_converted"]
+__all__ = ["CastResult", "Plan", "insert_casts", "refuse_converted"]
+
+
+EXCLUDED_REASON = "excluded by name (excluded_sym_names / --exclude)"
+CONTROL_FLOW_REASON = "control flow op: float32 at its boundary (its body is converted inside)"
+
+
+class Plan(enum.Enum):
+    """How a node's float inputs are set; tried in the order :func:`_plans` gives."""
+
+    WIDEST_REUSE = "widest-reuse"  # widest op reusing casts to the target made for others
+    TARGET = "target"
+    FOLLOW = "follow"
+    WIDEST = "widest"
+    FP32 = "fp32"
+    FP32_ORIGINAL_BODY = "fp32-original-body"  # fp32 with the loop/cond body left unconverted
 
 
 @dataclass(frozen=True)
 class CastResult:
-    """What :func:`insert_casts` produced."""
+    """What :func:`insert_casts` produced, and what it decided on the way."""
 
     graph: Graph
     # original node name -> dtype it computes in (its first float output), None if not float
     node_dtypes: Mapping[str, str | None]
-    # original node name -> category it ran under
-    categories: Mapping[str, Category]
+    # original node name -> the category it ran under, and why
+    decisions: Mapping[str, Decision]
     # param name -> set of dtypes its consumers asked for (params left for MXNet to decide)
     param_wants: Mapping[str, frozenset]
     # (node name, why) for nodes that could not run as their category asked
@@ -45,23 +61,13 @@ class CastResult:
     probes: int = 0
     casts: int = 0
     multicasts: int = 0
-    extra: Mapping[str, object] = field(default_factory=dict)
+    # entry of ``graph`` -> the dtype the pass gave that tensor (None: left to MXNet)
+    tensor_dtypes: Mapping[Entry, str | None] = field(default_factory=lambda: MappingProxyType({}))
 
-
-def _cast_node(name: str, src: Entry, dtype: str) -> Node:
-    return Node("amp_cast", name, (src,), MappingProxyType({"dtype": dtype}))
-
-
-def refuse_converted(graph: Graph) -> None:
-    """Raise :class:`AlreadyConvertedError` when ``graph`` holds an amp_cast to low precision.
-
-    Converted graphs hold them; an amp_multicast (or a float32 amp_cast) alone also occurs
-    in fp32 models: gluoncv's SSD box decoder calls it."""
-    for node in graph.nodes:
-        if node.op == "amp_cast" and node.attrs.get("dtype") in LOW_PRECISION:
-            raise AlreadyConvertedError(
-                f"node {node.name!r} is an {node.op}: this graph was converted to mixed precision "
-                "already; convert the original fp32 model instead")
+    @property
+    def categories(self) -> Mapping[str, Category]:
+        """Original node name -> category it ran under."""
+        return MappingProxyType({k: d.category for k, d in self.decisions.items()})
 
 
 def insert_casts(graph: Graph, policy: OpPolicy, *,
@@ -89,191 +95,268 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
     output_dtype : str or None
         Float outputs in low precision are cast to this dtype; None leaves them.
     """
-    op_types = op_types or OpTypes()
-    target = policy.target_dtype
     refuse_converted(graph)
-    used = graph.num_used_outputs()
-    builder = GraphBuilder()
-    builder.names.update(n.name for n in graph.nodes)
-    env: list[list[Entry]] = []            # original node -> new entry of each output
-    dtype_of: dict[Entry, str | None] = {}  # new entry -> dtype
-    cast_cache: dict[tuple[Entry, str], Entry] = {}
-    param_node: set[int] = set()           # original indices of weight/aux variables
-    wants: dict[str, set] = {}
-    node_dtypes: dict[str, str | None] = {}
-    categories: dict[str, Category] = {}
-    fallbacks: list[tuple[str, str]] = []
-    unlisted: set[str] = set()
-    counts = {"casts": 0, "multicasts": 0}
+    return _CastInserter(graph, policy, data_dtypes, param_dtypes, excluded, output_dtype,
+                         op_types or OpTypes()).run()
 
-    def cast(src: Entry, dtype: str) -> Entry:
-        hit = cast_cache.get((src, dtype))
-        if hit is None:
-            base = builder.nodes[src.node].name + (f"_out{src.index}" if src.index else "")
-            idx = builder.add(_cast_node(builder.fresh_name(f"{base}_amp_cast_{dtype}"), src, dtype))
-            hit = cast_cache[(src, dtype)] = Entry(idx)
-            dtype_of[hit] = dtype
-            counts["casts"] += 1
-        return hit
 
-    def multicast(name: str, srcs: list[Entry], dtype: str) -> list[Entry]:
-        idx = builder.add(Node("amp_multicast", builder.fresh_name(f"{name}_amp_multicast"),
-                               tuple(srcs), MappingProxyType({"num_outputs": str(len(srcs)),
-                                                              "cast_narrow": "False"})))
-        counts["multicasts"] += 1
-        outs = [Entry(idx, k) for k in range(len(srcs))]
-        for e in outs:
-            dtype_of[e] = dtype
-        return outs
+def refuse_converted(graph: Graph) -> None:
+    """Raise :class:`AlreadyConvertedError` when ``graph`` holds an amp_cast to low precision.
 
-    for i, node in enumerate(graph.nodes):
-        if node.is_variable:
-            if node.name in param_dtypes:
-                param_node.add(i)
-                # __dtype__ tags are written once the param dtypes are final (tag_param_dtypes)
-                dt = param_dtypes[node.name]
+    Converted graphs hold them; an amp_multicast (or a float32 amp_cast) alone also occurs
+    in fp32 models: gluoncv's SSD box decoder calls it."""
+    for node in graph.nodes:
+        if node.op == "amp_cast" and node.attrs.get("dtype") in LOW_PRECISION:
+            raise AlreadyConvertedError(
+                f"node {node.name!r} is an {node.op}: this graph was converted to mixed precision "
+                "already; convert the original fp32 model instead")
+
+
+@dataclass
+class _Split:
+    """A node's inputs as the pass sees them."""
+
+    ins: list[Entry]           # new entry of each input
+    cur: list[str | None]      # their dtypes now
+    acts: list[int]            # float activations (positions): what the category sets
+    params: list[int]          # weights, read as stored unless the op wants another dtype
+    flexible: list[int]        # undecided weights read as data (their dtype is decided later)
+
+
+class _CastInserter:
+    """One forward walk over ``graph``'s nodes building the converted graph (module doc)."""
+
+    def __init__(self, graph: Graph, policy: OpPolicy, data_dtypes: Mapping[str, str],
+                 param_dtypes: Mapping[str, str | None], excluded: frozenset[str],
+                 output_dtype: str | None, op_types: OpTypes) -> None:
+        self.graph, self.policy, self.op_types = graph, policy, op_types
+        self.data_dtypes, self.param_dtypes = data_dtypes, param_dtypes
+        self.excluded, self.output_dtype = excluded, output_dtype
+        self.target = policy.target_dtype
+        self.used = graph.num_used_outputs()
+        self.builder = GraphBuilder()
+        self.builder.names.update(n.name for n in graph.nodes)
+        self.env: list[list[Entry]] = []            # original node -> new entry of each output
+        self.dtype_of: dict[Entry, str | None] = {}  # new entry -> dtype
+        self.cast_cache: dict[tuple[Entry, str], Entry] = {}
+        self.param_node: set[int] = set()           # original indices of weight/aux variables
+        self.wants: dict[str, set] = {}
+        self.node_dtypes: dict[str, str | None] = {}
+        self.decisions: dict[str, Decision] = {}
+        self.fallbacks: list[tuple[str, str]] = []
+        self.unlisted: set[str] = set()
+        self.casts = self.multicasts = 0
+
+    def run(self) -> CastResult:
+        for i, node in enumerate(self.graph.nodes):
+            if node.is_variable:
+                self._variable(i, node)
             else:
-                dt = data_dtypes.get(node.name, "float32")
-            e = Entry(builder.add(node))
-            dtype_of[e] = dt
-            env.append([e])
-            continue
+                self._op(i, node)
+        heads = self._heads()
+        return CastResult(self.builder.build(heads, self.graph.attrs),
+                          MappingProxyType(self.node_dtypes), MappingProxyType(self.decisions),
+                          MappingProxyType({k: frozenset(v) for k, v in self.wants.items()}),
+                          tuple(self.fallbacks), frozenset(self.unlisted), self.op_types.probes,
+                          self.casts, self.multicasts, MappingProxyType(self.dtype_of))
 
-        ins = [env[e.node][e.index] for e in node.inputs]
-        cur = [dtype_of.get(e) for e in ins]
-        names = op_input_names(node.op) if node.op in policy.index_inputs else ()
-        index_names = set(policy.index_inputs.get(node.op, ()))
+    # --- variables and heads -------------------------------------------------------------
+
+    def _variable(self, i: int, node: Node) -> None:
+        if node.name in self.param_dtypes:
+            self.param_node.add(i)
+            # __dtype__ tags are written once the param dtypes are final (tag_param_dtypes)
+            dt = self.param_dtypes[node.name]
+        else:
+            dt = self.data_dtypes.get(node.name, "float32")
+        e = Entry(self.builder.add(node))
+        self.dtype_of[e] = dt
+        self.env.append([e])
+
+    def _heads(self) -> list[Entry]:
+        heads = []
+        for e in self.graph.heads:
+            new = self.env[e.node][e.index]
+            if self.output_dtype is not None and self.dtype_of.get(new) in LOW_PRECISION:
+                new = self._cast(new, self.output_dtype)
+            heads.append(new)
+        return heads
+
+    # --- one op node ---------------------------------------------------------------------
+
+    def _op(self, i: int, node: Node) -> None:
+        split = self._split(node)
+        decision, subgraphs = self._decide(node)
+        self.decisions[node.name] = decision
+        probe_node = node.replace(subgraphs=subgraphs) if subgraphs is not node.subgraphs else node
+        plan, desired, (filled_in, outs), probe_node = self._choose(
+            i, node, probe_node, split, decision.category)
+        new_inputs = tuple(self._rewire(node, split, plan, desired, filled_in))
+        if new_inputs != node.inputs or probe_node.subgraphs is not node.subgraphs:
+            node = Node(node.op, node.name, new_inputs, node.attrs, probe_node.subgraphs, node.extra)
+        idx = self.builder.add(node)
+        entries = [Entry(idx, k) for k in range(self.used[i])]
+        for e, d in zip(entries, outs):
+            self.dtype_of[e] = d
+        self.env.append(entries)
+        self.node_dtypes[node.name] = next((d for d in outs if is_float(d)), None)
+
+    def _split(self, node: Node) -> _Split:
+        ins = [self.env[e.node][e.index] for e in node.inputs]
+        cur = [self.dtype_of.get(e) for e in ins]
+        index_inputs = self.policy.index_inputs
+        names = op_input_names(node.op) if node.op in index_inputs else ()
+        index_names = set(index_inputs.get(node.op, ()))
         index_pos = {k for k, n in enumerate(names) if n in index_names}
-        is_param = [node.inputs[k].node in param_node for k in range(len(ins))]
-        acts = [k for k in range(len(ins)) if k not in index_pos and not is_param[k] and is_float(cur[k])]
-        params = [k for k in range(len(ins)) if k not in index_pos and is_param[k]
-                  and (cur[k] is None or is_float(cur[k]))]
-        flexible_acts = []
+        is_param = [e.node in self.param_node for e in node.inputs]
+        free = [k for k in range(len(ins)) if k not in index_pos]
+        acts = [k for k in free if not is_param[k] and is_float(cur[k])]
+        params = [k for k in free if is_param[k] and (cur[k] is None or is_float(cur[k]))]
+        flexible = []
         if not acts and params:
             # an op reading weights only (tied embeddings, say): the weights are its data
-            for k in params:
-                if cur[k] is None:
-                    cur[k] = "float32"
-                    flexible_acts.append(k)
+            flexible = [k for k in params if cur[k] is None]
+            for k in flexible:
+                cur[k] = "float32"
             acts, params = params, []
+        return _Split(ins, cur, acts, params, flexible)
 
-        subgraphs = node.subgraphs
-        if node.name in excluded:
-            cat = Category.FP32
-        elif subgraphs:
-            cat = Category.FP32  # fp32 at the boundary; the bodies are converted inside
-            subgraphs = tuple(_convert_subgraph(g, policy, excluded, op_types) for g in subgraphs)
-        else:
-            cat = policy.decide(node.op, node.attrs)
-            if cat is None:
-                unlisted.add(node.op)
-                cat = Category.FP32
-        categories[node.name] = cat
-        probe_node = node.replace(subgraphs=subgraphs) if subgraphs is not node.subgraphs else node
+    def _decide(self, node: Node) -> tuple[Decision, tuple[Graph, ...]]:
+        """The node's category and why, and its loop/cond bodies (converted when it has some)."""
+        if node.name in self.excluded:
+            return Decision(Category.FP32, EXCLUDED_REASON), node.subgraphs
+        if node.subgraphs:
+            # fp32 at the boundary; the bodies are converted inside
+            return Decision(Category.FP32, CONTROL_FLOW_REASON), tuple(
+                _convert_subgraph(g, self.policy, self.excluded, self.op_types) for g in node.subgraphs)
+        decision = self.policy.explain(node.op, node.attrs)
+        if decision is None:
+            self.unlisted.add(node.op)
+            decision = Decision(Category.FP32, f"op {node.op} is in no {self.target} list")
+        return decision, node.subgraphs
 
-        def attempt(desired: dict[int, str], probe_node=probe_node):
-            probe_in = list(cur)
-            for k, d in desired.items():
-                probe_in[k] = d
-            for k in params:
-                probe_in[k] = None
-            result = op_types.infer(probe_node, probe_in, used[i])
-            # MXNet leaves a weight undecided when the op does not tie its dtype to the
-            # others' (slice_like's data input, say): it is then read as stored
-            stuck = [k for k in params if result[0][k] is None and cur[k] is not None]
-            if stuck:
-                for k in stuck:
-                    probe_in[k] = cur[k]
-                result = op_types.infer(probe_node, probe_in, used[i])
-            return result
+    # --- choosing a plan -----------------------------------------------------------------
 
-        act_dtypes = {cur[k] for k in acts}
-        plans = _plans(cat, cur, acts, target, new_body=subgraphs is not node.subgraphs)
-        if cat is Category.WIDEST and act_dtypes == {target, "float32"} and all(
-                (ins[k], target) in cast_cache for k in acts if cur[k] != target):
-            # every float32 input is already cast to the target dtype for another consumer
-            # (a residual add beside a conv, say): reuse those casts, as mx.contrib.amp does,
-            # rather than widening the low precision inputs
-            plans = iter([("widest-reuse", {k: target for k in acts}), *plans])
-        result = None
+    def _choose(self, i: int, node: Node, probe_node: Node, split: _Split, cat: Category):
+        """The first plan MXNet's type inference accepts: ``(plan, desired input dtypes,
+        (filled-in input dtypes, output dtypes), node as probed)``."""
+        plans = _plans(cat, split.cur, split.acts, self.target, new_body=probe_node is not node)
+        if self._reuses_casts(cat, split):
+            plans.insert(0, (Plan.WIDEST_REUSE, {k: self.target for k in split.acts}))
         errors = []
-        for how, desired in plans:
-            if how == "fp32-original-body":
-                probe_node, subgraphs = node, node.subgraphs
+        for plan, desired in plans:
+            if plan is Plan.FP32_ORIGINAL_BODY:
+                probe_node = node
             try:
-                result = attempt(desired, probe_node)
-                break
+                result = self._attempt(i, probe_node, split, desired)
             except InferenceFailed as err:
-                errors.append(f"{how}: {err}")
-        if result is None:
-            # MXNet cannot type this op on its own (a Custom op without its Python side, say):
-            # keep it fp32 and let whole-graph inference judge.
-            fallbacks.append((node.name, "type inference failed: " + "; ".join(errors)))
-            result = (tuple(cur), tuple("float32" for _ in range(used[i])))
-        elif errors and not (how == "widest" and cat in (Category.FOLLOW, Category.WIDEST)):
-            # a follow op MXNet rejects with mixed inputs is unified silently: that is the
-            # widest rule doing its job; anything else is worth reporting
-            fallbacks.append((node.name, f"{cat.value} op could not run as asked; ran {how}: "
-                              + "; ".join(errors)))
-        filled_in, outs = result
+                errors.append(f"{plan.value}: {err}")
+                continue
+            if errors and not (plan is Plan.WIDEST and cat in (Category.FOLLOW, Category.WIDEST)):
+                # a follow op MXNet rejects with mixed inputs is unified silently: that is the
+                # widest rule doing its job; anything else is worth reporting
+                self.fallbacks.append((node.name, f"{cat.value} op could not run as asked; "
+                                       f"ran {plan.value}: " + "; ".join(errors)))
+            return plan, desired, result, probe_node
+        # MXNet cannot type this op on its own (a Custom op without its Python side, say):
+        # keep it fp32 (the last plan) and let whole-graph inference judge.
+        self.fallbacks.append((node.name, "type inference failed: " + "; ".join(errors)))
+        plan, desired = plans[-1]
+        return plan, desired, (tuple(split.cur), tuple("float32" for _ in range(self.used[i]))), probe_node
 
+    def _reuses_casts(self, cat: Category, split: _Split) -> bool:
+        # every float32 input is already cast to the target dtype for another consumer
+        # (a residual add beside a conv, say): reuse those casts, as mx.contrib.amp does,
+        # rather than widening the low precision inputs
+        return (cat is Category.WIDEST and {split.cur[k] for k in split.acts} == {self.target, "float32"}
+                and all((split.ins[k], self.target) in self.cast_cache
+                        for k in split.acts if split.cur[k] != self.target))
+
+    def _attempt(self, i: int, probe_node: Node, split: _Split, desired: dict[int, str]):
+        probe_in = list(split.cur)
+        for k, d in desired.items():
+            probe_in[k] = d
+        for k in split.params:
+            probe_in[k] = None
+        result = self.op_types.infer(probe_node, probe_in, self.used[i])
+        # MXNet leaves a weight undecided when the op does not tie its dtype to the
+        # others' (slice_like's data input, say): it is then read as stored
+        stuck = [k for k in split.params if result[0][k] is None and split.cur[k] is not None]
+        if stuck:
+            for k in stuck:
+                probe_in[k] = split.cur[k]
+            result = self.op_types.infer(probe_node, probe_in, self.used[i])
+        return result
+
+    # --- rewiring ------------------------------------------------------------------------
+
+    def _rewire(self, node: Node, split: _Split, plan: Plan, desired: dict[int, str],
+                filled_in) -> list[Entry]:
+        """The node's new inputs: casts (or one multicast) where a dtype changes."""
+        ins, cur, acts = split.ins, split.cur, split.acts
         new_ins = list(ins)
-        if how == "widest" and len({desired[k] for k in acts} | act_dtypes) > 1 and len(acts) > 1:
-            mc = multicast(node.name, [ins[k] for k in acts], desired[acts[0]])
+        if (plan is Plan.WIDEST and len(acts) > 1
+                and len({desired[k] for k in acts} | {cur[k] for k in acts}) > 1):
+            mc = self._multicast(node.name, [ins[k] for k in acts], desired[acts[0]])
             for k, e in zip(acts, mc):
                 new_ins[k] = e
         else:
             for k in acts:
                 if desired[k] != cur[k]:
-                    new_ins[k] = cast(ins[k], desired[k])
-        for k in flexible_acts:
+                    new_ins[k] = self._cast(ins[k], desired[k])
+        for k in split.flexible:
             # the weight is stored as decided later; this consumer reads it in desired[k]
-            wants.setdefault(graph.nodes[node.inputs[k].node].name, set()).add(desired[k])
-        for k in params:
+            self._want(node, k, desired[k])
+        for k in split.params:
             want = filled_in[k]
             if cur[k] is None:
                 if want is not None:
-                    wants.setdefault(graph.nodes[node.inputs[k].node].name, set()).add(want)
+                    self._want(node, k, want)
             elif want is not None and want != cur[k]:
-                new_ins[k] = cast(ins[k], want)
+                new_ins[k] = self._cast(ins[k], want)
+        return new_ins
 
-        new_inputs = tuple(new_ins)
-        if new_inputs != node.inputs or subgraphs is not node.subgraphs:
-            node = Node(node.op, node.name, new_inputs, node.attrs, subgraphs, node.extra)
-        idx = builder.add(node)
-        entries = [Entry(idx, k) for k in range(used[i])]
-        for e, d in zip(entries, outs):
-            dtype_of[e] = d
-        env.append(entries)
-        node_dtypes[node.name] = next((d for d in outs if is_float(d)), None)
+    def _want(self, node: Node, k: int, dtype: str) -> None:
+        self.wants.setdefault(self.graph.nodes[node.inputs[k].node].name, set()).add(dtype)
 
-    heads = []
-    for e in graph.heads:
-        new = env[e.node][e.index]
-        if output_dtype is not None and dtype_of.get(new) in LOW_PRECISION:
-            new = cast(new, output_dtype)
-        heads.append(new)
-    return CastResult(builder.build(heads, graph.attrs), MappingProxyType(node_dtypes),
-                      MappingProxyType(categories),
-                      MappingProxyType({k: frozenset(v) for k, v in wants.items()}),
-                      tuple(fallbacks), frozenset(unlisted), op_types.probes,
-                      counts["casts"], counts["multicasts"])
+    def _cast(self, src: Entry, dtype: str) -> Entry:
+        """``src`` cast to ``dtype``: one amp_cast per (tensor, dtype), shared by consumers."""
+        hit = self.cast_cache.get((src, dtype))
+        if hit is None:
+            base = self.builder.nodes[src.node].name + (f"_out{src.index}" if src.index else "")
+            name = self.builder.fresh_name(f"{base}_amp_cast_{dtype}")
+            hit = self.cast_cache[(src, dtype)] = Entry(self.builder.add(cast_node(name, src, dtype)))
+            self.dtype_of[hit] = dtype
+            self.casts += 1
+        return hit
+
+    def _multicast(self, name: str, srcs: list[Entry], dtype: str) -> list[Entry]:
+        idx = self.builder.add(multicast_node(self.builder.fresh_name(f"{name}_amp_multicast"),
+                                              tuple(srcs)))
+        self.multicasts += 1
+        outs = [Entry(idx, k) for k in range(len(srcs))]
+        for e in outs:
+            self.dtype_of[e] = dtype
+        return outs
 
 
-def _plans(cat: Category, cur: list, acts: list[int], target: str, new_body: bool):
+def _plans(cat: Category, cur: list, acts: list[int], target: str,
+           new_body: bool) -> list[tuple[Plan, dict[int, str]]]:
     """The input dtypes to try for a node, in order: what its category asks, then the
-    widest of its float inputs, then float32 (lazily: the first one nearly always works)."""
+    widest of its float inputs, then float32."""
+    plans = []
     if cat is Category.TARGET:
-        yield "target", {k: target for k in acts}
+        plans.append((Plan.TARGET, {k: target for k in acts}))
     elif cat is Category.FOLLOW:
-        yield "follow", {k: cur[k] for k in acts}
+        plans.append((Plan.FOLLOW, {k: cur[k] for k in acts}))
     if cat is not Category.FP32 and acts:
         w = widest({cur[k] for k in acts})
-        yield "widest", {k: w for k in acts}
+        plans.append((Plan.WIDEST, {k: w for k in acts}))
     fp32 = {k: ("float32" if cur[k] in LOW_PRECISION else cur[k]) for k in acts}
-    yield "fp32", fp32
+    plans.append((Plan.FP32, fp32))
     if new_body:
-        yield "fp32-original-body", fp32
+        plans.append((Plan.FP32_ORIGINAL_BODY, fp32))
+    return plans
 
 
 def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded, op_types: OpTypes) -> Graph:
