@@ -178,7 +178,7 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
                       stacklevel=2)
     _check_tags(stored, {**arg_dtypes, **aux_dtypes})
     return Conversion(tagged, graph, result, policy, tuple(names),
-                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym, excluded)
+                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym, excluded=excluded)
 
 
 def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> None:
