@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from .dtypes import LOW_PRECISION, dtype_name, is_float
 from .errors import AlreadyConvertedError, GraphError, TypeInferenceError
 from .gcpause import gc_paused
-from .graph import Graph
+from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .optypes import OpTypes
 from .params import (array_dtype, check_param_shapes, check_params, default_data_names, param_dict,
@@ -155,8 +156,8 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
                 stored[name] = next(iter(want))
     if final:
         # round two would rebuild the same graph (tag_param_dtypes below writes the
-        # weights' __dtype__ attributes)
-        result = first
+        # weights' __dtype__ attributes); round one left the weights' own dtypes open
+        result = _with_weight_dtypes(first, stored)
     else:
         result = insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
                               excluded=excluded, output_dtype=output_dtype, op_types=op_types)
@@ -179,6 +180,15 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
     _check_tags(stored, {**arg_dtypes, **aux_dtypes})
     return Conversion(tagged, graph, result, policy, tuple(names),
                       dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym, excluded=excluded)
+
+
+def _with_weight_dtypes(result: CastResult, stored: Mapping[str, str]) -> CastResult:
+    """``result`` with each weight variable's tensor dtype set to its stored dtype."""
+    dtypes = dict(result.tensor_dtypes)
+    for i, node in enumerate(result.graph.nodes):
+        if node.is_variable and node.name in stored:
+            dtypes[Entry(i)] = stored[node.name]
+    return replace(result, tensor_dtypes=MappingProxyType(dtypes))
 
 
 def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> None:

@@ -115,5 +115,6 @@ def test_one_round_gives_what_two_rounds_give(model):
         again = _two_rounds(conv, conv.data_names)
         assert again.graph == conv.result.graph   # before the __dtype__ tags
         assert dict(again.node_dtypes) == dict(conv.result.node_dtypes)
+        assert dict(again.tensor_dtypes) == dict(conv.result.tensor_dtypes)
         assert (again.casts, again.multicasts, again.fallbacks) == \
             (conv.result.casts, conv.result.multicasts, conv.result.fallbacks)
