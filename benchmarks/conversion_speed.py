@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import time
 
@@ -120,6 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="JSON path (default benchmarks/results/conversion_speed.json)")
     opts = ap.parse_args(argv)
     cases = QUICK if opts.quick else FULL
+    load_start = os.getloadavg()   # the machine is shared: say how busy it was
     results = []
     profiles = []
     profiled = PROFILED_QUICK if opts.quick else PROFILED
@@ -140,7 +142,8 @@ def main(argv=None) -> int:
                   "node_ratio": b["nodes"] / a["nodes"],
                   "time_ratio": b["ours"]["median_s"] / a["ours"]["median_s"],
                   "per_node_us": {r["case"]: r["ours"]["per_node_us"] for r in synth}}
-    payload = {"benchmark": "conversion_speed", "environment": C.environment(),
+    env = {**C.environment(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
+    payload = {"benchmark": "conversion_speed", "environment": env,
                "results": results, "ours_growth": growth}
     if opts.profile:
         payload["profiles"] = profiles

@@ -67,7 +67,8 @@ def conversion_speed(data) -> list[str]:
                      _f(r.get("ratio_ours_over_contrib_cop")), _f(r.get("ratio_ours_fold_over_contrib")),
                      _f(o.get("per_node_us")), _f(c.get("per_node_us")),
                      _casts(o["casts"]) if o["ok"] else "–", _casts(c["casts"]) if c["ok"] else "–"])
-    lines = [_env(data), "", "`ours` and `contrib` with their defaults (ours stores weights in low "
+    lines = [_env(data) + _load_env(data["environment"]), "",
+             "`ours` and `contrib` with their defaults (ours stores weights in low "
              "precision, contrib does not); `contrib_cop` = contrib with `cast_optional_params=True`; "
              "`ours_fold` = ours with `fold_batchnorm=True` (zoo models).", ""]
     lines += _table(["case", "nodes", "runs", "ours s (median)", "contrib s (median)",

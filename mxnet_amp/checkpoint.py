@@ -126,7 +126,7 @@ def _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_sha
             data_names = default_data_names(arg_names, arg_params, where=params_file)
         check_params(arg_names, aux_names, arg_params, aux_params, data_names)
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
-                           shapes_from=shapes_from)
+                           shapes_from=shapes_from, input_names=arg_names + aux_names)
     except ParamError as err:
         where = (f"{params_file}: " if getattr(err, "input_shapes", False)
                  else f"{params_file} does not match {sym_file}: ")

@@ -294,7 +294,8 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
     if data_names is None:
         data_names = default_data_names(arg_names, arg_params)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names)
-    check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph, shapes_from=shapes_from)
+    check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph, shapes_from=shapes_from,
+                       input_names=arg_names + aux_names)
     folded = ()
     if fold_batchnorm:
         graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,

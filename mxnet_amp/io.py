@@ -85,7 +85,7 @@ def _graph_obj(graph: Graph) -> dict:
         raw: dict[str, Any] = {"op": node.op, "name": node.name}
         if node.attrs:
             raw["attrs"] = dict(node.attrs)
-        raw["inputs"] = [list(e) for e in node.inputs]
+        raw["inputs"] = node.inputs   # Entry tuples: json writes them as [node, index, version]
         if node.subgraphs:
             raw["subgraphs"] = [_graph_obj(g) for g in node.subgraphs]
         if node.extra:

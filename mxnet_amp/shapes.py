@@ -108,10 +108,17 @@ def _guess_input_shapes(graph: Graph, data: list[str], given: Mapping[str, tuple
     return guesses
 
 
-def _infer(sym, shapes: Mapping[str, tuple]) -> dict:
+def _input_names(sym) -> list[str]:
+    """``sym``'s arguments, then its aux states (each list costs a walk of the graph in MXNet:
+    callers keep it)."""
+    return sym.list_arguments() + sym.list_auxiliary_states()
+
+
+def _infer(sym, shapes: Mapping[str, tuple], names: list[str] | None = None) -> dict:
     """``{input name: shape}`` by MXNet's partial inference (unknown dims as reported);
-    raises MXNetError on a contradiction."""
-    names = sym.list_arguments() + sym.list_auxiliary_states()
+    raises MXNetError on a contradiction. ``names``: :func:`_input_names` of ``sym``."""
+    if names is None:
+        names = _input_names(sym)
     wanted = set(names)
     known = {k: v for k, v in shapes.items() if k in wanted}
     with warnings.catch_warnings():
@@ -170,17 +177,23 @@ def _cut(graph: Graph, name: str, given: Mapping[str, tuple], shapes: Mapping[st
 def _fresh_inputs(graph: Graph, readers: Mapping[int, str]) -> Graph:
     """``graph`` where node ``i`` of ``readers`` reads its first input from a new variable
     ``readers[i]`` (inserted just before it); what it read before becomes an output."""
-    new_index: list[int] = []
-    nodes: list[Node] = []
+    # nodes before the first reader keep their index and are shared (a cut near the
+    # output of a 100k-node graph then rebuilds only what follows it)
+    first = min(readers)
+    new_index: list[int] = list(range(first))
+    nodes: list[Node] = list(graph.nodes[:first])
     heads = []
-    for i, node in enumerate(graph.nodes):
-        inputs = tuple(e._replace(node=new_index[e.node]) for e in node.inputs)
+    for i in range(first, len(graph.nodes)):
+        node = graph.nodes[i]
+        inputs = node.inputs
+        if any(new_index[e.node] != e.node for e in inputs):
+            inputs = tuple(e._replace(node=new_index[e.node]) for e in inputs)
         if i in readers:
             heads.append(inputs[0])
             nodes.append(Node("null", readers[i], (), {}, (), {}))
             inputs = (Entry(len(nodes) - 1, 0, 0),) + inputs[1:]
         new_index.append(len(nodes))
-        nodes.append(node._replace(inputs=inputs))
+        nodes.append(node if inputs is node.inputs else node._replace(inputs=inputs))
     heads = [e._replace(node=new_index[e.node]) for e in graph.heads] + heads
     return Graph(tuple(nodes), tuple(heads), graph.attrs)
 
@@ -231,18 +244,28 @@ class _Checker:
     unknown dimension (see :func:`_cut`); the cuts are kept for later calls."""
 
     def __init__(self, graph: Graph, sym, given: Mapping[str, tuple], *, strict: bool = False,
-                 cut_shapes: Mapping[str, tuple] | None = None) -> None:
+                 cut_shapes: Mapping[str, tuple] | None = None,
+                 names: list[str] | None = None) -> None:
         # strict: the input shapes are all known, so every failure is a contradiction;
-        # sym: graph's symbol, None to build it when first needed
+        # sym: graph's symbol, None to build it when first needed; names: its input names
         self.graph, self._sym, self.given, self.strict = graph, sym, given, strict
         self.cut_shapes: dict = dict(cut_shapes or {})
+        self._names = names if sym is not None else None
 
     @property
     def sym(self):
         if self._sym is None:
             from .io import graph_to_symbol
             self._sym = graph_to_symbol(self.graph)
+            self._names = None
         return self._sym
+
+    @property
+    def names(self) -> list[str]:
+        """:func:`_input_names` of :attr:`sym`, listed once per symbol."""
+        if self._names is None:
+            self._names = _input_names(self.sym)
+        return self._names
 
     def infer(self, shapes: Mapping[str, tuple]) -> dict | None:
         """Inferred shapes; None when nothing can be told (a shape function failed in a
@@ -251,7 +274,7 @@ class _Checker:
         import mxnet as mx
         for _ in range(_MAX_CUTS):
             try:
-                return _infer(self.sym, {**self.cut_shapes, **shapes})
+                return _infer(self.sym, {**self.cut_shapes, **shapes}, self.names)
             except mx.base.MXNetError as err:
                 if self.strict:
                     raise
@@ -265,7 +288,7 @@ class _Checker:
                     return None
                 self.graph, more = cut
                 self.cut_shapes.update(more)
-                self._sym = None
+                self._sym = self._names = None
         return None
 
     def consistent(self, shapes: Mapping[str, tuple]) -> bool:
@@ -324,7 +347,8 @@ def _param_error(graph, name, have, want, context: str, blame: str = "") -> Para
 
 def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
                        data_shapes: Mapping[str, tuple] | None = None, *,
-                       graph: Graph | None = None, shapes_from: str = "data_shapes") -> None:
+                       graph: Graph | None = None, shapes_from: str = "data_shapes",
+                       input_names: list[str] | None = None) -> None:
     """Raise :class:`ParamError` when a param's shape contradicts the symbol.
 
     First the params are checked against each other (model inputs get the partial shapes
@@ -343,6 +367,9 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
         ``sym``'s graph when the caller has it already.
     shapes_from : str
         How errors call ``data_shapes`` (``'sample_inputs'``, a command line flag).
+    input_names : list of str, optional
+        ``sym.list_arguments() + sym.list_auxiliary_states()`` when the caller has them
+        (MXNet walks the whole graph for each list).
 
     Raises
     ------
@@ -353,28 +380,30 @@ def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
         ``data_shapes`` contradict the symbol whatever the params.
     """
     with gc_paused():
-        _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from)
+        _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from,
+                            input_names)
 
 
-def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from) -> None:
+def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from,
+                        input_names=None) -> None:
     import mxnet as mx
     if graph is None:
         from .io import graph_from_symbol
         graph = graph_from_symbol(sym)
-    inputs = sym.list_arguments() + sym.list_auxiliary_states()
+    inputs = list(input_names) if input_names is not None else _input_names(sym)
     names = set(inputs)
     given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in names}
     order = [k for k in inputs if k in given]
     data = [k for k in inputs if k not in given]
     known = {k: tuple(int(d) for d in v) for k, v in (data_shapes or {}).items()}
     if not known:
-        _check_params_alone(graph, sym, given, order, data)
+        _check_params_alone(graph, sym, given, order, data, inputs)
         return
     wrong = sorted(set(known) - set(data))
     if wrong:
         raise InputShapeError(f"{shapes_from} name {wrong}, which are not model inputs of the "
                               f"symbol (its inputs without params: {data[:20]})")
-    checker = _Checker(graph, sym, given, strict=True)
+    checker = _Checker(graph, sym, given, strict=True, names=inputs)
     try:
         checker.infer(known)
     except mx.base.MXNetError as err:
@@ -388,11 +417,12 @@ def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_
                        f"; either the param or {shapes_from} is wrong")
     except ParamError:
         # the params may contradict each other whatever the input: say so if they do
-        _check_params_alone(graph, sym, given, order, data)
+        _check_params_alone(graph, sym, given, order, data, inputs)
         raise
 
 
-def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], data: list[str]) -> None:
+def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], data: list[str],
+                        inputs: list[str]) -> None:
     """The params against each other, the model inputs given what their readers prove.
 
     First with a typical spatial size in place of the unknown one: one inference on the
@@ -403,22 +433,27 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
     """
     import mxnet as mx
     guesses = _guess_input_shapes(graph, data, given)
-    exact = _Checker(graph, sym, given)
+    exact = _Checker(graph, sym, given, names=inputs)
     if not guesses:
         _check_against(exact, graph, {}, order, given, "", "")
         return
     sized = {k: tuple(_TYPICAL_SIZE if d == _unknown() and i > 1 else d for i, d in enumerate(v))
              for k, v in guesses.items()}
     fast_graph, cut_shapes = _quick_graph(graph, given, pools=False)
-    fast = _Checker(fast_graph, sym if fast_graph is graph else None, given, strict=True,
-                    cut_shapes=cut_shapes)
-    try:
-        if _check_against(fast, graph, sized, order, given, "", ""):
-            return
-    except ParamError:
-        pass
+    # the typical size may contradict the graph whatever the params (a layer reads the real
+    # spatial size); the symbol as it is tells, without building the graph with cuts (they
+    # only free the input size of FullyConnected layers, whose weights are not given here)
+    if fast_graph is graph or _Checker(graph, sym, given, strict=True, names=inputs).consistent(sized):
+        fast = _Checker(fast_graph, sym if fast_graph is graph else None, given, strict=True,
+                        cut_shapes=cut_shapes, names=inputs)
+        try:
+            if _check_against(fast, graph, sized, order, given, "", ""):
+                return
+        except ParamError:
+            pass
     quick_graph, cut_shapes = _quick_graph(graph, given)
-    quick = _Checker(quick_graph, sym if quick_graph is graph else None, given, cut_shapes=cut_shapes)
+    quick = _Checker(quick_graph, sym if quick_graph is graph else None, given, cut_shapes=cut_shapes,
+                     names=inputs)
     try:
         _check_against(quick, graph, guesses, order, given, "", "")
     except ParamError:
