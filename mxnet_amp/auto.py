@@ -464,7 +464,8 @@ class _Runs:
             hit = convert_model_full(self.sym, self.arg_params, self.aux_params,
                                      target_dtype=self.target_dtype,
                                      excluded_sym_names=sorted(excluded), sequential_casts=True,
-                                     **self.convert_kwargs)
+                                     # checked once, with the sample inputs' shapes
+                                     check_shapes=False, **self.convert_kwargs)
             self.conversions = {excluded: hit}   # only the latest: conversions hold param copies
         return hit
 

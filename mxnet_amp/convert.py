@@ -274,10 +274,12 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                        cast_optional_params: bool = True, input_dtypes=None,
                        output_dtype: str | None = "float32", data_shapes=None,
                        shapes_from: str = "data_shapes", sequential_casts: bool = False,
-                       fold_batchnorm: bool = False):
+                       fold_batchnorm: bool = False, check_shapes: bool = True):
     """:func:`convert_model` that also returns the :class:`Conversion` record.
 
     ``shapes_from`` is what shape errors call ``data_shapes`` (the caller's own name).
+    ``check_shapes=False`` skips the params' shape check, for a caller that ran it already
+    on the same params (the automatic mode converts one model many times).
 
     ``sequential_casts``: finish each param's cast before the next starts. Casts read a
     copy of their param; queued all at once (the default) MXNet's asynchronous engine lets
@@ -288,14 +290,14 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    params = {**arg_params, **aux_params}
     if isinstance(data_names, str):
         data_names = [data_names]
     if data_names is None:
         data_names = default_data_names(arg_names, arg_params)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names)
-    check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph, shapes_from=shapes_from,
-                       input_names=arg_names + aux_names)
+    if check_shapes:
+        check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
+                           shapes_from=shapes_from, input_names=arg_names + aux_names)
     folded = ()
     if fold_batchnorm:
         graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
