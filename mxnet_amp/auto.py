@@ -25,7 +25,9 @@ precision breaks it. The work is driven by one instrumented float32 run:
    dtype's subnormal range, then topologically) a binary search finds the shortest prefix
    whose exclusion validates; its last node is a culprit. Repeating on the prefix before
    it finds each of ``k`` culprits in ``ceil(log2 N) + 1`` executions: ``O(k log N)``.
-   The search never returns a configuration it has not seen validate.
+   The search never returns a configuration it has not seen validate. In all, ``k``
+   accuracy culprits among ``N`` low precision nodes cost at most
+   ``3 + k * (ceil(log2 N) + 1)`` executions.
 
 Every model execution is counted in the report (:class:`AutoReport`).
 """
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -42,12 +44,18 @@ from .dtypes import LOW_PRECISION
 from .errors import GraphError, ParamError
 from .graph import CAST_OPS, Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
+from .options import ConvertOptions, make_options
 from .params import check_param_shapes, param_dict
 from .policy import Category, check_target_dtype
 
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet import Context
+    from mxnet.symbol import Symbol
+
 __all__ = ["auto_convert_model", "auto_convert_block", "AutoReport", "KeptNode", "SearchStep",
            "TensorRange", "OutputCheck", "DTYPE_LIMITS", "check_outputs",
-           "default_scale_tolerance", "default_tolerances"]
+           "default_scale_tolerance", "default_tolerances", "AutoSettings", "auto_settings",
+           "auto_convert"]
 
 
 @dataclass(frozen=True)
@@ -256,6 +264,22 @@ class AutoReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class AutoSettings:
+    """How the automatic mode judges a converted model and how far it searches.
+
+    Built by :func:`auto_settings` (values checked, defaults filled in); the fields are the
+    keywords of :func:`auto_convert_model` of the same names.
+    """
+
+    tolerance: float
+    rtol: float | None = None
+    atol: float | None = None
+    validate: Callable[[list, list], bool] | None = None
+    underflow_fraction: float = 0.1
+    max_executions: int | None = None
+
+
 # ---------------------------------------------------------------------------------------
 # measuring
 
@@ -439,14 +463,15 @@ def _low_holders(original: Graph, converted: Graph,
 class _Runs:
     """Executes configurations, counts executions, caches check results per exclusion set."""
 
-    def __init__(self, *, sym, arg_params, aux_params, inputs, ctx, target_dtype, execution,
-                 convert_kwargs, tolerance, rtol, atol, validate, max_executions, progress):
+    def __init__(self, *, sym: Symbol, arg_params: dict, aux_params: dict, inputs: dict,
+                 ctx: Context, options: ConvertOptions, data_names: Sequence[str],
+                 settings: AutoSettings, execution: str, progress) -> None:
         self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
         self.inputs, self.ctx = inputs, ctx
-        self.target_dtype, self.execution = target_dtype, execution
-        self.convert_kwargs = convert_kwargs
-        self.tolerance, self.rtol, self.atol, self.validate = tolerance, rtol, atol, validate
-        self.max_executions = max_executions
+        self.options, self.data_names = options, list(data_names)
+        self.target_dtype, self.execution = options.target_dtype, execution
+        self.tolerance, self.rtol, self.atol = settings.tolerance, settings.rtol, settings.atol
+        self.validate, self.max_executions = settings.validate, settings.max_executions
         self.progress = progress
         self.executions = 0
         self.steps: list[SearchStep] = []
@@ -458,14 +483,15 @@ class _Runs:
     def budget_left(self) -> bool:
         return self.max_executions is None or self.executions < self.max_executions
 
-    def convert(self, excluded: frozenset):
+    def convert(self, excluded: frozenset) -> tuple[Symbol, dict, dict, Conversion]:
+        """The model converted with ``excluded`` kept in float32 (the latest one cached)."""
         hit = self.conversions.get(excluded)
         if hit is None:
             hit = convert_model_full(self.sym, self.arg_params, self.aux_params,
-                                     target_dtype=self.target_dtype,
-                                     excluded_sym_names=sorted(excluded), sequential_casts=True,
+                                     self.options.excluding(excluded),
+                                     data_names=self.data_names, sequential_casts=True,
                                      # checked once, with the sample inputs' shapes
-                                     check_shapes=False, **self.convert_kwargs)
+                                     check_shapes=False)
             self.conversions = {excluded: hit}   # only the latest: conversions hold param copies
         return hit
 
@@ -709,9 +735,19 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
         lo, hi = 0, len(cands)
 
 
-def _checked_limits(target_dtype: str, rtol, atol, tolerance, max_executions,
-                    underflow_fraction) -> tuple[float | None, float | None, float]:
-    """``(rtol, atol, tolerance)`` with defaults filled in; ValueError for bad values."""
+def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | None = None,
+                  validate: Callable[[list, list], bool] | None = None,
+                  tolerance: float | None = None, underflow_fraction: float = 0.1,
+                  max_executions: int | None = None) -> AutoSettings:
+    """The :class:`AutoSettings` of :func:`auto_convert_model`'s keywords, defaults filled in.
+
+    Raises
+    ------
+    ValueError
+        A tolerance that is negative or not finite, ``max_executions`` below 2, or
+        ``underflow_fraction`` outside (0, 1].
+    """
+    target_dtype = check_target_dtype(target_dtype)
     if rtol is not None or atol is not None:
         d_rtol, d_atol = default_tolerances(target_dtype)
         rtol = d_rtol if rtol is None else float(rtol)
@@ -725,7 +761,7 @@ def _checked_limits(target_dtype: str, rtol, atol, tolerance, max_executions,
         raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
     if not 0 < underflow_fraction <= 1:
         raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
-    return rtol, atol, tolerance
+    return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions)
 
 
 def _reference_ranges(original: Graph, keys, outs, inputs, params, limits):
@@ -763,23 +799,21 @@ def _search(runs: _Runs, original: Graph, stats, limits, underflow_fraction: flo
     return excluded, tuple(kept_nodes)
 
 
-def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inputs,
+def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs,
                        target_dtype: str = "float16", rtol: float | None = None,
                        atol: float | None = None,
                        validate: Callable[[list, list], bool] | None = None, *,
-                       tolerance: float | None = None,
-                       ctx=None, execution: str = "auto",
-                       excluded_sym_names: Sequence[str] | None = None,
+                       tolerance: float | None = None, ctx: Context | None = None,
+                       execution: str = "auto", excluded_sym_names: Sequence[str] | None = None,
                        target_dtype_ops: Sequence[str] | None = None,
                        fp32_ops: Sequence[str] | None = None,
                        widest_dtype_ops: Sequence[str] | None = None,
-                       conditional_fp32_ops=None,
-                       data_names: Sequence[str] | None = None,
-                       cast_optional_params: bool = True,
-                       fold_batchnorm: bool = False,
-                       underflow_fraction: float = 0.1,
-                       max_executions: int | None = None,
-                       quiet: bool = False):
+                       conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
+                       data_names: Sequence[str] | None = None, cast_optional_params: bool = True,
+                       fold_batchnorm: bool = False, underflow_fraction: float = 0.1,
+                       max_executions: int | None = None, quiet: bool = False,
+                       follow_ops: Sequence[str] | None = None
+                       ) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
     Parameters
@@ -810,8 +844,8 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
         How the converted model runs for the checks. ``'auto'``: natively where the
         hardware executes ``target_dtype`` (float16 on a GPU, bfloat16 on an avx512 CPU),
         else through :mod:`mxnet_amp.emulation`. The report says which.
-    excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
-    data_names, cast_optional_params, fold_batchnorm
+    excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops,
+    conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm
         As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
         BatchNorm excluded, or after an excluded op, is not folded).
     underflow_fraction : float, default 0.1
@@ -833,84 +867,97 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
     ------
     GraphError, ParamError
         Bad sample inputs, or params that do not fit the symbol.
-
-    Notes
-    -----
-    A model that converts cleanly costs 2 executions (reference with per-node ranges, then
-    the converted check); one whose problems the ranges explain costs the same. ``k``
-    accuracy culprits among ``N`` low precision nodes cost at most
-    ``3 + k * (ceil(log2 N) + 1)``.
     """
+    settings = auto_settings(target_dtype, rtol, atol, validate, tolerance, underflow_fraction,
+                             max_executions)
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                           conditional_fp32_ops, follow_ops, excluded_sym_names,
+                           cast_optional_params, fold_batchnorm)
+    return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
+                        execution=execution, data_names=data_names, quiet=quiet)
+
+
+def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs,
+                 options: ConvertOptions, settings: AutoSettings, *,
+                 ctx: Context | None = None, execution: str = "auto",
+                 data_names: Sequence[str] | None = None,
+                 quiet: bool = False) -> tuple[Symbol, dict, dict, AutoReport]:
+    """:func:`auto_convert_model` under ``options`` (:func:`mxnet_amp.options.make_options`)
+    and ``settings`` (:func:`auto_settings`); the other parameters and the result as there."""
     from tqdm.auto import tqdm
-    target_dtype = check_target_dtype(target_dtype)
-    rtol, atol, tolerance = _checked_limits(target_dtype, rtol, atol, tolerance, max_executions,
-                                            underflow_fraction)
     ctx = _context(ctx)
-    mode, mode_note = _execution_mode(target_dtype, ctx, execution)
-    if data_names is None:
-        data_names = [n for n in sym.list_arguments() if n not in arg_params]
-    elif isinstance(data_names, str):
-        data_names = [data_names]
-    data_names = list(data_names)
+    mode, mode_note = _execution_mode(options.target_dtype, ctx, execution)
+    data_names = _input_names(sym, arg_params, data_names)
     inputs = _sample_inputs(sample_inputs, data_names, ctx)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     # the sample inputs' shapes reach every weight: a wrong one is named before any run
     check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
                        shapes_from="sample_inputs")
-    limits = DTYPE_LIMITS[target_dtype]
     original = graph_from_symbol(sym)
-    user_excluded = frozenset(excluded_sym_names or ())
-    unknown = sorted(user_excluded - {n.name for n in original.nodes})
+    unknown = sorted(options.excluded - {n.name for n in original.nodes})
     if unknown:
         raise GraphError(f"excluded_sym_names {unknown} name no node of the symbol")
-    convert_kwargs = dict(target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops,
-                          widest_dtype_ops=widest_dtype_ops,
-                          conditional_fp32_ops=conditional_fp32_ops, data_names=data_names,
-                          cast_optional_params=cast_optional_params,
-                          fold_batchnorm=fold_batchnorm)
     notes = [mode_note] if mode_note else []
-    progress = tqdm(desc=f"auto {target_dtype}", unit="run", disable=quiet, leave=False)
+    progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", disable=quiet, leave=False)
     try:
         runs = _Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
-                     ctx=ctx, target_dtype=target_dtype, execution=mode,
-                     convert_kwargs=convert_kwargs, tolerance=tolerance, rtol=rtol, atol=atol,
-                     validate=validate,
-                     max_executions=max_executions, progress=progress)
+                     ctx=ctx, options=options, data_names=data_names, settings=settings,
+                     execution=mode, progress=progress)
         # the first conversion checks params against the symbol (typed errors) before a run
-        runs.convert(user_excluded)
-
-        # 1. one float32 run with every op output: reference and per-tensor ranges
-        probe, keys = _instrumented(original)
-        outs = runs.run_reference(graph_to_symbol(probe))
-        runs.reference, stats = _reference_ranges(original, keys, outs, inputs,
-                                                  {**arg_params, **aux_params}, limits)
-        del outs
-        reference_finite = all(np.isfinite(r).all() for r in runs.reference)
-        if not reference_finite:
-            notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
-
-        excluded, kept = _search(runs, original, stats, limits, underflow_fraction,
-                                 user_excluded, notes)
-        result = runs.results.get(excluded) or OutputCheck(
-            "scale" if rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
-        new_sym, new_args, new_auxs, conversion = runs.convert(excluded)
+        runs.convert(options.excluded)
+        excluded, kept, reference_finite = _reference_and_search(runs, original, settings, notes)
+        model = runs.convert(excluded)
     finally:
         progress.close()
-    report = AutoReport(
-        target_dtype=target_dtype, execution=mode, context=str(ctx),
-        kept_fp32=kept, executions=runs.executions, validated=result.passed,
-        tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
-        rtol=rtol, atol=atol, op_nodes=sum(1 for n in original.nodes if not n.is_variable),
-        low_precision_nodes=len(_low_nodes(conversion)), criterion=result.criterion,
-        tolerance=tolerance if result.criterion == "scale" else None,
-        relative_error=result.relative_error, top1_flips=result.top1_flips,
-        top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
-        reference_finite=reference_finite, conversion=conversion)
+    report = _auto_report(runs, original, excluded, kept, model[3], notes, reference_finite)
     if not report.validated:
         import warnings
         warnings.warn("auto_convert_model: the returned model did not validate "
                       f"({report.criterion_text()}); see report.notes", stacklevel=2)
-    return new_sym, new_args, new_auxs, report
+    return model[0], model[1], model[2], report
+
+
+def _input_names(sym: Symbol, arg_params: Mapping, data_names: Sequence[str] | None) -> list[str]:
+    """The model inputs: ``data_names``, else the arguments without a param."""
+    if data_names is None:
+        return [n for n in sym.list_arguments() if n not in arg_params]
+    return [data_names] if isinstance(data_names, str) else list(data_names)
+
+
+def _reference_and_search(runs: _Runs, original: Graph, settings: AutoSettings,
+                          notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...], bool]:
+    """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite)``."""
+    limits = DTYPE_LIMITS[runs.target_dtype]
+    # 1. one float32 run with every op output: reference and per-tensor ranges
+    probe, keys = _instrumented(original)
+    outs = runs.run_reference(graph_to_symbol(probe))
+    runs.reference, stats = _reference_ranges(original, keys, outs, runs.inputs,
+                                              {**runs.arg_params, **runs.aux_params}, limits)
+    del outs
+    reference_finite = all(np.isfinite(r).all() for r in runs.reference)
+    if not reference_finite:
+        notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
+    excluded, kept = _search(runs, original, stats, limits, settings.underflow_fraction,
+                             runs.options.excluded, notes)
+    return excluded, kept, reference_finite
+
+
+def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[KeptNode, ...],
+                 conversion: Conversion, notes: list[str], reference_finite: bool) -> AutoReport:
+    """The :class:`AutoReport` of the returned model (``excluded`` kept in float32)."""
+    result = runs.results.get(excluded) or OutputCheck(
+        "scale" if runs.rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
+    return AutoReport(
+        target_dtype=runs.target_dtype, execution=runs.execution, context=str(runs.ctx),
+        kept_fp32=kept, executions=runs.executions, validated=result.passed,
+        tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
+        rtol=runs.rtol, atol=runs.atol,
+        op_nodes=sum(1 for n in original.nodes if not n.is_variable),
+        low_precision_nodes=len(_low_nodes(conversion)), criterion=result.criterion,
+        tolerance=runs.tolerance if result.criterion == "scale" else None,
+        relative_error=result.relative_error, top1_flips=result.top1_flips,
+        top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
+        reference_finite=reference_finite, conversion=conversion)
 
 
 def auto_convert_block(block, sample_inputs, target_dtype: str = "float16",

@@ -10,12 +10,17 @@ wants another dtype), so all buckets agree on the shared params.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from .convert import convert_graph, convert_model_full
 from .errors import ParamError
 from .io import graph_from_symbol
+from .options import ConvertOptions, make_options
 from .params import array_dtype
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.module import BucketingModule
 
 __all__ = ["convert_bucketing_module"]
 
@@ -32,8 +37,8 @@ def _node_names(sym) -> set[str]:
 
 
 def _converted_sym_gen(sym_gen: Callable, state_names: Sequence[str],
-                       param_dtypes: Mapping[str, str], options: Mapping,
-                       excluded: frozenset[str], first: tuple):
+                       param_dtypes: Mapping[str, str], options: ConvertOptions,
+                       first: tuple) -> Callable:
     """A sym_gen returning each bucket's converted symbol (memoised per key).
 
     ``first`` is ``(key, (symbol, data_names, label_names))`` of the bucket already
@@ -49,25 +54,31 @@ def _converted_sym_gen(sym_gen: Callable, state_names: Sequence[str],
         present = {n.name for n in graph.nodes}
         variables = {n.name for n in graph.variables()} - set(inputs)
         conversion = convert_graph(
-            graph, data_names=inputs,
-            # unrolled buckets differ in length: a node excluded in one may not exist here
-            excluded_sym_names=sorted(excluded & present),
+            graph, _bucket_options(options, present), data_names=inputs,
             param_dtypes={k: v for k, v in param_dtypes.items() if k in variables},
             # the shared params are already in the dtypes the default bucket decided
-            accept_low_precision_params=True, cast_optional_params=False, **options)
+            accept_low_precision_params=True)
         done[key] = (conversion.symbol, data_names, label_names)
         return done[key]
 
     return converted_sym_gen
 
 
-def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
+def _bucket_options(options: ConvertOptions, present: set[str]) -> ConvertOptions:
+    """``options`` for a bucket other than the default one: its params already stored as
+    the default bucket decided, and excluded only the names the bucket's graph has."""
+    # unrolled buckets differ in length: a node excluded in one may not exist here
+    return replace(options.excluding(options.excluded & present), cast_optional_params=False)
+
+
+def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str = "float16",
                              target_dtype_ops: Sequence[str] | None = None,
                              fp32_ops: Sequence[str] | None = None,
-                             conditional_fp32_ops=None,
+                             conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                              excluded_sym_names: Sequence[str] | None = None,
                              cast_optional_params: bool = True, *,
-                             widest_dtype_ops: Sequence[str] | None = None):
+                             widest_dtype_ops: Sequence[str] | None = None,
+                             follow_ops: Sequence[str] | None = None) -> BucketingModule:
     """Convert an fp32 ``BucketingModule`` to mixed precision for inference.
 
     Same positional parameters as ``mx.contrib.amp.convert_bucketing_module``.
@@ -77,7 +88,7 @@ def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
     bucketing_mod : mx.mod.BucketingModule
         The fp32 module, its params initialised (trained, ``init_params``/``set_params``
         called, or loaded with ``BucketingModule.load``). It is not modified.
-    target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops, widest_dtype_ops
+    target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops, widest_dtype_ops, follow_ops
         As in :func:`mxnet_amp.convert_model`.
     excluded_sym_names : list of str, optional
         Node names that run in float32; in each bucket, the names its symbol has (an
@@ -100,6 +111,9 @@ def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
         As for :func:`mxnet_amp.convert_model`.
     """
     import mxnet as mx
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                           conditional_fp32_ops, follow_ops, excluded_sym_names,
+                           cast_optional_params)
     if not isinstance(bucketing_mod, mx.mod.BucketingModule):
         raise TypeError(f"expected an mx.mod.BucketingModule, got {type(bucketing_mod).__name__}")
     if not bucketing_mod.params_initialized:
@@ -112,20 +126,15 @@ def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
     inputs = [*(data_names or ()), *(label_names or ()), *state_names]
     # params no op of the default bucket reads stay as they are
     used = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
-    options = dict(target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
-                   fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
-                   conditional_fp32_ops=conditional_fp32_ops)
-    excluded = frozenset(excluded_sym_names or ())
     new_sym, new_args, new_auxs, _ = convert_model_full(
         sym, {k: v for k, v in arg_params.items() if k in used},
-        {k: v for k, v in aux_params.items() if k in used}, data_names=inputs,
-        excluded_sym_names=sorted(excluded & _node_names(sym)),
-        cast_optional_params=cast_optional_params, **options)
+        {k: v for k, v in aux_params.items() if k in used},
+        options.excluding(options.excluded & _node_names(sym)), data_names=inputs)
     new_args.update({k: v for k, v in arg_params.items() if k not in used})
     new_auxs.update({k: v for k, v in aux_params.items() if k not in used})
     param_dtypes = {k: array_dtype(v) for k, v in {**new_args, **new_auxs}.items()}
     sym_gen = _converted_sym_gen(bucketing_mod._sym_gen, state_names, param_dtypes, options,
-                                 excluded, (key, (new_sym, data_names, label_names)))
+                                 (key, (new_sym, data_names, label_names)))
     return mx.mod.BucketingModule.load_dict(
         {key: new_sym}, sym_gen=sym_gen, default_bucket_key=key,
         arg_params=new_args, aux_params=new_auxs, logger=bucketing_mod.logger,

@@ -7,12 +7,12 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Mapping, Sequence
 
-from .convert import Conversion, convert_graph, fold_model
+from .convert import Conversion, convert_with_params
 from .errors import ParamError
 from .io import graph_from_symbol, load_checkpoint, save_checkpoint
+from .options import ConvertOptions, make_options
 from .params import (array_dtype, array_nbytes, cast_array, check_data_names, check_param_shapes,
                      check_params, default_data_names)
 from .paths import check_outputs, checkpoint_files
@@ -26,14 +26,16 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        target_dtype_ops: Sequence[str] | None = None,
                        fp32_ops: Sequence[str] | None = None,
                        widest_dtype_ops: Sequence[str] | None = None,
-                       conditional_fp32_ops=None,
+                       conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                        excluded_sym_names: Sequence[str] | None = None,
                        data_names: Sequence[str] | None = None,
                        cast_optional_params: bool = True,
                        fold_batchnorm: bool = False,
                        data_shapes: Mapping[str, Sequence[int]] | None = None,
                        write: bool = True, shapes_from: str = "data_shapes",
-                       progress: bool | None = False):
+                       progress: bool | None = False,
+                       follow_ops: Sequence[str] | None = None
+                       ) -> tuple[Conversion, dict, dict, dict[str, int]]:
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
     Parameters
@@ -71,6 +73,22 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     CheckpointError, GraphError, ParamError
         As :func:`mxnet_amp.load_checkpoint` and :func:`mxnet_amp.convert_model`.
     """
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                           conditional_fp32_ops, follow_ops, excluded_sym_names,
+                           cast_optional_params, fold_batchnorm)
+    return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
+                                 data_names=data_names, data_shapes=data_shapes, write=write,
+                                 shapes_from=shapes_from, progress=progress)
+
+
+def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
+                          out_epoch: int | None, options: ConvertOptions, *,
+                          data_names: Sequence[str] | None = None,
+                          data_shapes: Mapping[str, Sequence[int]] | None = None,
+                          write: bool = True, shapes_from: str = "data_shapes",
+                          progress: bool | None = False
+                          ) -> tuple[Conversion, dict, dict, dict[str, int]]:
+    """:func:`convert_checkpoint` under ``options`` (:func:`mxnet_amp.options.make_options`)."""
     out_prefix = out_prefix or prefix + "-amp"
     out_epoch = epoch if out_epoch is None else out_epoch
     sym_file, params_file = checkpoint_files(prefix, epoch)
@@ -81,18 +99,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     graph = graph_from_symbol(sym)
     data_names = _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
                                      shapes_from, sym_file, params_file)
-    folded = ()
-    if fold_batchnorm:
-        graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
-                                                           excluded_sym_names)
-    conversion: Conversion = convert_graph(
-        graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
-        fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
-        conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
-        data_names=data_names, cast_optional_params=cast_optional_params,
-        param_dtypes={k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()})
-    if folded:
-        conversion = dataclasses.replace(conversion, folded_batchnorms=folded)
+    conversion, arg_params, aux_params, _ = convert_with_params(
+        graph, arg_params, aux_params, options, data_names=data_names)
     del sym, graph
     sizes = _recast_in_place(arg_params, aux_params, conversion, progress)
     if write:

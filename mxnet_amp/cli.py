@@ -15,9 +15,14 @@ import re
 import sys
 import time
 import warnings
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .errors import AMPError, CLIError, error_text
+
+if TYPE_CHECKING:
+    from .convert import Conversion
+    from .options import ConvertOptions
+    from .report import ConversionReport
 
 __all__ = ["main", "build_parser", "CLIError", "parse_input_spec"]
 
@@ -54,6 +59,8 @@ def _conversion_options(p: argparse.ArgumentParser, dtype_required: bool) -> Non
                    help="ops to run in the target dtype (on top of the shipped lists)")
     p.add_argument("--widest-ops", nargs="+", default=None, metavar="OP",
                    help="ops whose float inputs are cast to the widest among them")
+    p.add_argument("--follow-ops", nargs="+", default=None, metavar="OP",
+                   help="ops that run in whatever dtype their inputs have (no casts)")
     p.add_argument("--exclude", nargs="+", default=None, metavar="NAME",
                    help="node names that stay in float32 whatever their op")
     p.add_argument("--data-names", nargs="+", default=None, metavar="NAME",
@@ -244,6 +251,7 @@ def _check_outputs(args) -> None:
 _FLAG_OF = {"out_prefix": "--out", "out_epoch": "--out-epoch", "data_names": "--data-names",
             "excluded_sym_names": "--exclude", "target_dtype_ops": "--target-ops",
             "fp32_ops": "--fp32-ops", "widest_dtype_ops": "--widest-ops",
+            "follow_ops": "--follow-ops",
             "max_executions": "--max-executions", "target_dtype": "--target-dtype",
             "cast_optional_params": "--cast-optional-params", "sample_inputs": "--input",
             "data_shapes": "--input-shape"}
@@ -295,21 +303,24 @@ def _finish(args, conversion, report, extra_lines=()) -> None:
         _say(f"{PROG}: wrote {path}")
 
 
-def _convert_args(args) -> dict:
-    return dict(target_dtype=args.target_dtype, target_dtype_ops=args.target_ops,
-                fp32_ops=args.fp32_ops, widest_dtype_ops=args.widest_ops,
-                excluded_sym_names=args.exclude, data_names=args.data_names,
-                cast_optional_params=args.cast_optional_params, fold_batchnorm=args.fold_bn)
+def _options(args: argparse.Namespace) -> ConvertOptions:
+    """The conversion options the flags ask for (the op lists read once)."""
+    from .options import make_options
+    return make_options(args.target_dtype, args.target_ops, args.fp32_ops, args.widest_ops,
+                        follow_ops=args.follow_ops, excluded_sym_names=args.exclude,
+                        cast_optional_params=args.cast_optional_params,
+                        fold_batchnorm=args.fold_bn)
 
 
-def _convert_prefix(args, write: bool):
-    from .checkpoint import convert_checkpoint
+def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, ConversionReport]:
+    from .checkpoint import checkpoint_conversion
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
     shapes = dict(_shape_spec(spec, "--input-shape") for spec in args.input_shapes)
-    conversion, new_args, new_aux, _ = convert_checkpoint(
+    conversion, new_args, new_aux, _ = checkpoint_conversion(
         args.prefix, args.epoch, getattr(args, "out", None), getattr(args, "out_epoch", None),
-        write=write, progress=None, data_shapes=shapes or None, **_convert_args(args))
+        _options(args), data_names=args.data_names, write=write, progress=None,
+        data_shapes=shapes or None)
     report = build_report(conversion, new_arg_params=new_args, new_aux_params=new_aux,
                           excluded=args.exclude or (), model=os.path.basename(args.prefix))
     return conversion, _with_hardware_note(report)
@@ -396,7 +407,7 @@ def _sample_inputs(args) -> dict:
 
 def _cmd_auto(args) -> int:
     try:
-        from .auto import auto_convert_model
+        from .auto import auto_convert, auto_settings
     except ImportError as err:
         raise CLIError(f"automatic mode is not available in this installation ({err})") from None
     from .io import load_checkpoint, save_checkpoint
@@ -410,12 +421,11 @@ def _cmd_auto(args) -> int:
         raise CLIError(f"--input names {unknown}, which are not inputs of {args.prefix}-symbol.json "
                        f"(its inputs without params: "
                        f"{[n for n in sym.list_arguments() if n not in arg_params]})")
-    options = _convert_args(args)
-    new_sym, new_args, new_aux, auto = auto_convert_model(
-        sym, arg_params, aux_params, inputs, rtol=args.rtol, atol=args.atol,
-        tolerance=args.tolerance,
-        execution=args.execution, max_executions=args.max_executions,
-        quiet=not sys.stderr.isatty(), **options)
+    settings = auto_settings(args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
+                             max_executions=args.max_executions)
+    new_sym, new_args, new_aux, auto = auto_convert(
+        sym, arg_params, aux_params, inputs, _options(args), settings, execution=args.execution,
+        data_names=args.data_names, quiet=not sys.stderr.isatty())
     if not auto.reference_finite:
         raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "
                        "(--input / --inputs-npz), so the converted model cannot be checked "
@@ -437,6 +447,7 @@ def _cmd_auto(args) -> int:
 def _cmd_demo(args) -> int:
     import numpy as np
     from .convert import convert_model_full
+    from .options import make_options
     from .report import build_report
     if args.size < 16 or args.batch < 1 or args.runs < 1:
         raise CLIError("demo needs --size >= 16, --batch >= 1 and --runs >= 1")
@@ -444,8 +455,8 @@ def _cmd_demo(args) -> int:
     sym, arg_params, aux_params, x = _demo_model(args.model, args.size, args.batch, args.seed)
     bar.update(1)
     new_sym, new_args, new_aux, conversion = convert_model_full(
-        sym, arg_params, aux_params, target_dtype=args.target_dtype,
-        cast_optional_params=args.cast_optional_params)
+        sym, arg_params, aux_params,
+        make_options(args.target_dtype, cast_optional_params=args.cast_optional_params))
     report = _with_hardware_note(build_report(conversion, arg_params, aux_params, new_args, new_aux,
                                               model=args.model))
     bar.update(1)

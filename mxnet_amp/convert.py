@@ -4,23 +4,28 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .dtypes import LOW_PRECISION, dtype_name, is_float
+from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code, is_float
 from .errors import AlreadyConvertedError, GraphError, TypeInferenceError
 from .gcpause import gc_paused
 from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
+from .options import ConvertOptions, make_options
 from .optypes import OpTypes
 from .params import (array_dtype, check_param_shapes, check_params, default_data_names, param_dict,
                      recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.insert_casts import CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
-from .policy import OpPolicy, load_policy, warn_unlisted
+from .policy import OpPolicy, warn_unlisted
 from .registry import InferenceFailed, infer_types
 
-__all__ = ["convert_symbol", "convert_model", "convert_graph", "fold_model", "Conversion"]
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.symbol import Symbol
+
+__all__ = ["convert_symbol", "convert_model", "convert_graph", "convert_model_full",
+           "convert_with_params", "fold_model", "Conversion"]
 
 
 @dataclass(frozen=True)
@@ -62,58 +67,51 @@ def _data_names(graph: Graph, data_names, param_names) -> list[str]:
     return [n.name for n in variables if "__dtype__" not in n.attrs]
 
 
-def convert_graph(graph: Graph, *, target_dtype: str = "float16",
-                  target_dtype_ops: Sequence[str] | None = None,
-                  fp32_ops: Sequence[str] | None = None,
-                  widest_dtype_ops: Sequence[str] | None = None,
-                  conditional_fp32_ops=None,
-                  excluded_sym_names: Sequence[str] | None = None,
+def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
                   data_names: Sequence[str] | None = None,
-                  cast_optional_params: bool = True,
                   param_dtypes: Mapping[str, str] | None = None,
                   input_dtypes: Mapping[str, str] | None = None,
                   output_dtype: str | None = "float32",
-                  policy: OpPolicy | None = None,
                   accept_low_precision_params: bool = False) -> Conversion:
-    """Convert a :class:`Graph`; see :func:`convert_symbol` for the parameters.
+    """Convert a :class:`Graph` under ``options`` (default: :func:`make_options`'s).
 
-    ``param_dtypes`` gives the stored dtype of each weight (default float32 for every
-    non-data input, or what its ``__dtype__`` attribute says); ``input_dtypes`` the dtype
-    of model inputs (default float32, or what a ``__dtype__`` attribute says).
-    ``accept_low_precision_params`` lets weights stored in float16/bfloat16 through (they
-    are read as stored, cast where a consumer wants another dtype); by default they raise
-    :class:`AlreadyConvertedError`, as they mark a model converted before.
+    ``data_names`` as in :func:`convert_symbol`. ``param_dtypes`` gives the stored dtype of
+    each weight (default float32 for every non-data input, or what its ``__dtype__``
+    attribute says); ``input_dtypes`` the dtype of model inputs (default float32, or what a
+    ``__dtype__`` attribute says). ``accept_low_precision_params`` lets weights stored in
+    float16/bfloat16 through (they are read as stored, cast where a consumer wants another
+    dtype); by default they raise :class:`AlreadyConvertedError`, as they mark a model
+    converted before.
     """
     if all(n.is_variable for n in graph.nodes):
         warnings.warn(f"the symbol has no operators, only the inputs {[n.name for n in graph.nodes][:10]}: "
                       "there is nothing to convert; the result is the same graph", stacklevel=2)
-    if policy is None:
-        policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                             conditional_fp32_ops)
+    options = make_options() if options is None else options
     names = _data_names(graph, data_names, None if param_dtypes is None else set(param_dtypes))
-    data_set = set(names)
-    excluded = frozenset(excluded_sym_names or ())
-    all_names = {n.name for n in graph.nodes}
-    missing = sorted(excluded - all_names)
+    missing = sorted(options.excluded - {n.name for n in graph.nodes})
     if missing:
         raise GraphError(f"excluded_sym_names {missing} name no node of the symbol")
-    from .dtypes import MX_NAME
-    data_dtypes = {}
-    stored = {}
+    data_dtypes, stored = _variable_dtypes(graph, set(names), param_dtypes, input_dtypes)
+    if not accept_low_precision_params:
+        refuse_converted(graph)   # its casts say more than its params' dtypes
+        _refuse_low_precision_params(stored)
+    with gc_paused():
+        return _convert(graph, options, names, data_dtypes, stored, output_dtype)
+
+
+def _variable_dtypes(graph: Graph, data_set: set[str], param_dtypes: Mapping[str, str] | None,
+                     input_dtypes: Mapping[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    """``(data dtypes, stored weight dtypes)``: as given, else the ``__dtype__`` attribute,
+    else float32."""
+    data_dtypes, stored = {}, {}
     for n in graph.variables():
-        attr = n.attrs.get("__dtype__")
-        attr_dtype = MX_NAME.get(int(attr)) if attr is not None and attr.lstrip("-").isdigit() else None
+        attr_dtype = dtype_of_code(n.attrs.get("__dtype__"))
         if n.name in data_set:
             dt = (input_dtypes or {}).get(n.name) or attr_dtype or "float32"
             data_dtypes[n.name] = dtype_name(dt)
         else:
             stored[n.name] = (param_dtypes or {}).get(n.name) or attr_dtype or "float32"
-    if not accept_low_precision_params:
-        refuse_converted(graph)   # its casts say more than its params' dtypes
-        _refuse_low_precision_params(stored)
-    with gc_paused():
-        return _convert(graph, policy, names, data_dtypes, stored, excluded,
-                        cast_optional_params, output_dtype)
+    return data_dtypes, stored
 
 
 def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
@@ -135,12 +133,14 @@ def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
             "default")
 
 
-def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_params,
-             output_dtype) -> Conversion:
+def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
+             data_dtypes: Mapping[str, str], stored: dict[str, str],
+             output_dtype: str | None) -> Conversion:
+    policy, excluded = options.policy, options.excluded
     op_types = OpTypes()
     input_param_dtypes = dict(stored)
     final = False
-    if cast_optional_params:
+    if options.cast_optional_params:
         # round one leaves float weights to their consumers; a weight every consumer wants
         # in the same dtype is stored in it, the others stay as stored and get casts
         first = insert_casts(graph, policy, data_dtypes=data_dtypes,
@@ -179,7 +179,8 @@ def _convert(graph, policy, names, data_dtypes, stored, excluded, cast_optional_
                       stacklevel=2)
     _check_tags(stored, {**arg_dtypes, **aux_dtypes})
     return Conversion(tagged, graph, result, policy, tuple(names),
-                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym, excluded=excluded)
+                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym,
+                      excluded=excluded)
 
 
 def _with_weight_dtypes(result: CastResult, stored: Mapping[str, str]) -> CastResult:
@@ -209,7 +210,8 @@ def convert_symbol(sym, target_dtype: str = "float16",
                    conditional_fp32_ops=None,
                    excluded_sym_names: Sequence[str] | None = None,
                    data_names: Sequence[str] | None = None,
-                   cast_optional_params: bool = True):
+                   cast_optional_params: bool = True, *,
+                   follow_ops: Sequence[str] | None = None) -> Symbol:
     """Convert an fp32 symbol to mixed precision.
 
     Parameters
@@ -218,8 +220,10 @@ def convert_symbol(sym, target_dtype: str = "float16",
         The fp32 model; it is not modified.
     target_dtype : {'float16', 'bfloat16'}, default 'float16'
         The low precision dtype.
-    target_dtype_ops, fp32_ops, widest_dtype_ops : list of str, optional
-        Ops to move into the target / float32 / widest category (on top of the shipped lists).
+    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops : list of str, optional
+        Ops to move into the target / float32 / widest / follow category (on top of the
+        shipped lists; see :func:`mxnet_amp.load_policy`). *Follow* ops run in whatever
+        dtype their inputs have.
     conditional_fp32_ops : list of (op, attr, values), optional
         Ops that run in float32 when ``attr`` takes one of ``values``.
     excluded_sym_names : list of str, optional
@@ -247,13 +251,10 @@ def convert_symbol(sym, target_dtype: str = "float16",
     AlreadyConvertedError
         The graph holds amp casts, or a weight's ``__dtype__`` says float16/bfloat16.
     """
-    graph = graph_from_symbol(sym)
-    conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
-                               fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
-                               conditional_fp32_ops=conditional_fp32_ops,
-                               excluded_sym_names=excluded_sym_names, data_names=data_names,
-                               cast_optional_params=cast_optional_params)
-    return conversion.symbol
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                           conditional_fp32_ops, follow_ops, excluded_sym_names,
+                           cast_optional_params)
+    return convert_graph(graph_from_symbol(sym), options, data_names=data_names).symbol
 
 
 def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
@@ -267,15 +268,16 @@ def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
     return result.graph, new_args, new_aux, result.folded
 
 
-def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
-                       target_dtype: str = "float16", target_dtype_ops=None, fp32_ops=None,
-                       widest_dtype_ops=None, conditional_fp32_ops=None,
-                       excluded_sym_names=None, data_names=None,
-                       cast_optional_params: bool = True, input_dtypes=None,
-                       output_dtype: str | None = "float32", data_shapes=None,
+def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
+                       options: ConvertOptions | None = None, *,
+                       data_names: Sequence[str] | None = None,
+                       input_dtypes: Mapping[str, str] | None = None,
+                       output_dtype: str | None = "float32",
+                       data_shapes: Mapping[str, Sequence[int]] | None = None,
                        shapes_from: str = "data_shapes", sequential_casts: bool = False,
-                       fold_batchnorm: bool = False, check_shapes: bool = True):
-    """:func:`convert_model` that also returns the :class:`Conversion` record.
+                       check_shapes: bool = True) -> tuple[Symbol, dict, dict, Conversion]:
+    """:func:`convert_model` under ``options`` (:func:`make_options`), also returning the
+    :class:`Conversion` record: ``(symbol, arg params, aux params, conversion)``.
 
     ``shapes_from`` is what shape errors call ``data_shapes`` (the caller's own name).
     ``check_shapes=False`` skips the params' shape check, for a caller that ran it already
@@ -287,6 +289,7 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
     its names to the result (each original goes once its cast has run); one that keeps the
     originals (the automatic mode) bounds its peak to originals + result + one copy with it.
     """
+    options = make_options() if options is None else options
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
@@ -298,24 +301,39 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
     if check_shapes:
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
                            shapes_from=shapes_from, input_names=arg_names + aux_names)
-    folded = ()
-    if fold_batchnorm:
-        graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
-                                                           excluded_sym_names)
-    params = {**arg_params, **aux_params}
-    param_dtypes = {k: array_dtype(v) for k, v in params.items()}
-    conversion = convert_graph(graph, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
-                               fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
-                               conditional_fp32_ops=conditional_fp32_ops,
-                               excluded_sym_names=excluded_sym_names, data_names=data_names,
-                               cast_optional_params=cast_optional_params,
-                               param_dtypes=param_dtypes, input_dtypes=input_dtypes,
-                               output_dtype=output_dtype)
-    if folded:
-        conversion = replace(conversion, folded_batchnorms=folded)
+    conversion, arg_params, aux_params, param_dtypes = convert_with_params(
+        graph, arg_params, aux_params, options, data_names=data_names,
+        input_dtypes=input_dtypes, output_dtype=output_dtype)
     new_args = recast_params(arg_params, conversion.arg_dtypes, param_dtypes, sequential_casts)
     new_aux = recast_params(aux_params, conversion.aux_dtypes, param_dtypes, sequential_casts)
     return conversion.symbol, new_args, new_aux, conversion
+
+
+def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
+                        options: ConvertOptions, *, data_names: Sequence[str],
+                        input_dtypes: Mapping[str, str] | None = None,
+                        output_dtype: str | None = "float32"
+                        ) -> tuple[Conversion, Mapping, Mapping, dict[str, str]]:
+    """Fold BatchNorms when ``options`` asks, then convert ``graph`` with its weights'
+    dtypes read from the params.
+
+    Returns
+    -------
+    (Conversion, dict, dict, dict)
+        The conversion (its ``folded_batchnorms`` filled in), the arg and aux params the
+        converted graph reads (new dicts when folded; the arrays are not recast) and each
+        of those params' dtype.
+    """
+    folded = ()
+    if options.fold_batchnorm:
+        graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
+                                                           options.excluded)
+    param_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    conversion = convert_graph(graph, options, data_names=data_names, param_dtypes=param_dtypes,
+                               input_dtypes=input_dtypes, output_dtype=output_dtype)
+    if folded:
+        conversion = replace(conversion, folded_batchnorms=folded)
+    return conversion, arg_params, aux_params, param_dtypes
 
 
 def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
@@ -328,7 +346,8 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
                   data_names: Sequence[str] | None = None,
                   cast_optional_params: bool = True,
                   data_shapes: Mapping[str, Sequence[int]] | None = None,
-                  fold_batchnorm: bool = False):
+                  fold_batchnorm: bool = False, *,
+                  follow_ops: Sequence[str] | None = None) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
 
     Parameters
@@ -337,7 +356,7 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
         The fp32 model; it is not modified.
     arg_params, aux_params : dict of str to NDArray
         The model's weights, as ``mx.model.load_checkpoint`` returns them (not modified).
-    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops
+    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops
         As in :func:`convert_symbol`.
     excluded_sym_names, cast_optional_params
         As in :func:`convert_symbol`.
@@ -372,10 +391,9 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
         A param is missing, extra, float64, or of a shape the symbol contradicts (the error
         names it, its shape and the expected one).
     """
-    sym, args, auxs, _ = convert_model_full(
-        sym, arg_params, aux_params, target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
-        fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
-        conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
-        data_names=data_names, cast_optional_params=cast_optional_params, data_shapes=data_shapes,
-        fold_batchnorm=fold_batchnorm)
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                           conditional_fp32_ops, follow_ops, excluded_sym_names,
+                           cast_optional_params, fold_batchnorm)
+    sym, args, auxs, _ = convert_model_full(sym, arg_params, aux_params, options,
+                                            data_names=data_names, data_shapes=data_shapes)
     return sym, args, auxs

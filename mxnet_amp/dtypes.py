@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["FLOAT_DTYPES", "LOW_PRECISION", "MX_CODE", "MX_NAME", "DTYPE_ALIASES", "dtype_name",
-           "is_float", "widest", "bfloat16_np"]
+           "is_float", "widest", "bfloat16_np", "dtype_of_code"]
 
 # mshadow type flags (include/mshadow/base.h)
 MX_CODE = {
@@ -54,6 +54,14 @@ def dtype_name(dtype: Any) -> str:
     if name not in MX_CODE:
         raise ValueError(f"dtype {name!r} has no MXNet type code")
     return name
+
+
+def dtype_of_code(code: str | None) -> str | None:
+    """The dtype name of a ``__dtype__`` attribute (MXNet's type code as text); None when
+    there is none or it is no known code."""
+    if code is None or not code.lstrip("-").isdigit():
+        return None
+    return MX_NAME.get(int(code))
 
 
 def np_dtype(name: str):

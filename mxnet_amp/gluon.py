@@ -14,12 +14,18 @@ keeps them, and :func:`export_block` writes any block with its casts, atomically
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .convert import convert_model_full
 from .errors import DeferredInitError, GraphError, ParamError
 from .graph import Graph
 from .io import graph_from_symbol, graph_to_symbol, save_checkpoint
+from .options import make_options
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet import Context
+
+    from .gluon_block import AMPSymbolBlock
 
 __all__ = ["convert_hybrid_block", "convert_block", "export_block", "emulate_block",
            "block_model"]
@@ -203,11 +209,13 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
                          target_dtype_ops: Sequence[str] | None = None,
                          fp32_ops: Sequence[str] | None = None,
                          widest_dtype_ops: Sequence[str] | None = None,
-                         conditional_fp32_ops=None,
+                         conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                          excluded_sym_names: Sequence[str] | None = None,
                          input_names: Sequence[str] | None = None,
-                         ctx=None, cast_optional_params: bool = True,
-                         fold_batchnorm: bool = False):
+                         ctx: Context | Sequence[Context] | None = None,
+                         cast_optional_params: bool = True,
+                         fold_batchnorm: bool = False, *,
+                         follow_ops: Sequence[str] | None = None) -> AMPSymbolBlock:
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
 
     Parameters
@@ -216,7 +224,7 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
         The fp32 model: hybridized or not, run or not, as long as its params are initialised.
         It is not modified and keeps working in fp32.
     target_dtype : {'float16', 'bfloat16'}, default 'float16'
-    target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, excluded_sym_names
+    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, excluded_sym_names
         As in :func:`mxnet_amp.convert_model`.
     input_names : list of str, optional
         Names of the block's inputs, one per positional input (several inputs need them
@@ -248,15 +256,14 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
     AlreadyConvertedError, GraphError, ParamError, TypeInferenceError
         As for :func:`mxnet_amp.convert_model`.
     """
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                           conditional_fp32_ops, follow_ops, excluded_sym_names,
+                           cast_optional_params, fold_batchnorm)
     names, sym, in_format, out_format = _block_graph(block, input_names)
     arg_params, aux_params = _model_params(block, sym, names)
     ctx_list = _contexts(block, ctx)
-    new_sym, new_args, new_auxs, _ = convert_model_full(
-        sym, arg_params, aux_params, target_dtype=target_dtype,
-        target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
-        conditional_fp32_ops=conditional_fp32_ops, excluded_sym_names=excluded_sym_names,
-        data_names=names, cast_optional_params=cast_optional_params,
-        fold_batchnorm=fold_batchnorm)
+    new_sym, new_args, new_auxs, _ = convert_model_full(sym, arg_params, aux_params, options,
+                                                        data_names=names)
     params = {f"arg:{k}": v for k, v in new_args.items()}
     params.update({f"aux:{k}": v for k, v in new_auxs.items()})
     return _symbol_block(new_sym, names, in_format, out_format, params, ctx_list)

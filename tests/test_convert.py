@@ -223,7 +223,8 @@ def test_follow_op_with_mixed_inputs_falls_back_to_widest(dtype):
     import dataclasses
     policy = dataclasses.replace(policy, widest=policy.widest - {"Concat"}, follow=policy.follow | {"Concat"})
     from mxnet_amp.convert import convert_graph
-    conv = convert_graph(graph_from_symbol(sym), policy=policy)
+    from mxnet_amp.options import ConvertOptions, make_options
+    conv = convert_graph(graph_from_symbol(sym), ConvertOptions(policy))
     assert [n.op for n in conv.graph.nodes].count("amp_multicast") == 1
     from mxnet_amp.io import graph_to_symbol
     type_checks(graph_to_symbol(conv.graph))
@@ -246,15 +247,16 @@ def test_excluded_node_runs_fp32(dtype):
 def test_each_node_carries_its_decision_and_the_conversion_its_exclusions():
     """The pass records each node's category and why; the Conversion, the exclusions."""
     from mxnet_amp.convert import convert_graph
+    from mxnet_amp.options import ConvertOptions, make_options
     from mxnet_amp.policy import Category
     x = mx.sym.var("data")
     a = mx.sym.FullyConnected(x, num_hidden=4, name="keep")
     b = mx.sym.FullyConnected(a, num_hidden=4, name="fc")
     c = mx.sym.Activation(b, act_type="softrelu", name="soft")
     d = mx.sym.Activation(c, act_type="relu", name="relu")
-    conv = convert_graph(graph_of(d), target_dtype="float16",
-                         conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])],
-                         excluded_sym_names=["keep"])
+    conv = convert_graph(graph_of(d), make_options(
+        "float16", conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])],
+        excluded_sym_names=["keep"]))
     decisions = conv.result.decisions
     assert conv.excluded == frozenset({"keep"})
     assert decisions["keep"] == (Category.FP32, "excluded by name (excluded_sym_names / --exclude)")

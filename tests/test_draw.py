@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_graph
+from mxnet_amp.options import make_options
 from mxnet_amp.draw import fp32_islands, collapse, graph_svg, node_dtypes
 from mxnet_amp.io import graph_from_symbol
 
@@ -36,7 +37,7 @@ def detection():
 
 
 def _convert(sym, target_dtype):
-    return convert_graph(graph_from_symbol(sym), target_dtype=target_dtype, data_names=["data"])
+    return convert_graph(graph_from_symbol(sym), make_options(target_dtype), data_names=["data"])
 
 
 # --- reading the SVG back -----------------------------------------------------------------
@@ -169,7 +170,7 @@ def test_resnet_edges_attach_to_their_own_boxes(detail):
     """resnet18's ``batchnorm2 -> plus0`` once ran under ``relu0`` and read as ``relu0 -> plus0``."""
     from mxnet.gluon.model_zoo import vision
     conv = convert_graph(graph_from_symbol(vision.resnet18_v1(pretrained=False)(mx.sym.var("data"))),
-                         target_dtype="bfloat16", data_names=["data"])
+                         make_options("bfloat16"), data_names=["data"])
     svg = graph_svg(conv, "resnet18_v1", detail_limit=None if detail else 80)
     assert geometry_problems(svg) == []
     if detail:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_model_full
+from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate, emulate_model, round_array
 from mxnet_amp.io import symbol_json
 from mxnet_amp.params import cast_array
@@ -33,7 +34,7 @@ def run(sym, args, auxs=None, **inputs):
 
 
 def emulated(sym, args, auxs=None, target_dtype="float16", **kw):
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, auxs or {}, target_dtype=target_dtype, **kw)
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, auxs or {}, make_options(target_dtype, **kw))
     return emulate_model(csym, cargs, cauxs)
 
 
@@ -154,8 +155,8 @@ def test_emulation_without_param_copies_gives_the_same_outputs(target_dtype, cas
     args = {"fc_weight": mx.nd.array(rng.randn(6, 8)), "fc_bias": mx.nd.array(rng.randn(6)),
             "fc2_weight": mx.nd.array(rng.randn(3, 6)), "fc2_bias": mx.nd.array(rng.randn(3))}
     x = rng.randn(4, 8)
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype=target_dtype,
-                                               cast_optional_params=cast_optional_params)
+    csym, cargs, cauxs, _ = convert_model_full(
+        sym, args, {}, make_options(target_dtype, cast_optional_params=cast_optional_params))
     esym, eargs, eauxs = emulate_model(csym, cargs, cauxs, copy_params=False)
     assert all(eargs[k] is cargs[k] for k in eargs)          # no copies
     assert set(eargs) == set(esym.list_arguments()) - {"data"}
@@ -203,7 +204,7 @@ def test_emulation_matches_native_bf16(native_bf16):
     sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=16, name="fc")
     args = {"fc_weight": mx.nd.array(rng.randn(16, 32)), "fc_bias": mx.nd.array(rng.randn(16))}
     x = rng.randn(8, 32)
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16"))
     native = run(csym, cargs, cauxs, data=x)[0]
     emu = run(*emulate_model(csym, cargs, cauxs), data=x)[0]
     ulp = np.abs(native) * 2.0 ** -7
@@ -234,7 +235,7 @@ def test_mxnet_cpu_rounding_truncates_outside_onednn_and_truncates_scalars():
     (which truncates), oneDNN ops through ``amp_cast`` (nearest even), and a scalar bf16
     cannot hold is the truncated value MXNet's kernel multiplies by."""
     sym, args, _ = _fc_then_elementwise()
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16"))
     nodes = _ops_by_name(emulate_model(csym, cargs, cauxs, rounding="mxnet-cpu")[0])
     assert nodes["scaled_round_bfloat16"]["op"] == "Cast"
     assert nodes["squared_round_bfloat16"]["op"] == "Cast"
@@ -248,14 +249,14 @@ def test_mxnet_cpu_rounding_truncates_outside_onednn_and_truncates_scalars():
 
 def test_mxnet_cpu_rounding_leaves_float16_alone():
     sym, args, _ = _fc_then_elementwise()
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="float16")
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("float16"))
     assert symbol_json(emulate_model(csym, cargs, cauxs, rounding="mxnet-cpu")[0]) == \
         symbol_json(emulate_model(csym, cargs, cauxs)[0])
 
 
 def test_unknown_rounding_is_refused():
     sym, args, _ = _fc_then_elementwise()
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16"))
     with pytest.raises(ValueError, match="rounding"):
         emulate_model(csym, cargs, cauxs, rounding="stochastic")
 
@@ -280,7 +281,7 @@ def test_mxnet_cpu_rounding_matches_native_bf16_bit_for_bit(native_bf16):
     if not native_bf16:
         pytest.skip("this CPU cannot execute bf16 FullyConnected (oneDNN needs avx512)")
     sym, args, x = _fc_then_elementwise()
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16"))
     native = _run_native(csym, cargs, x)
     trunc = run(*emulate_model(csym, cargs, cauxs, rounding="mxnet-cpu")[:2], data=x)
     nearest = run(*emulate_model(csym, cargs, cauxs)[:2], data=x)

@@ -12,6 +12,7 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.convert import convert_graph, convert_model_full
+from mxnet_amp.options import ConvertOptions, make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import (AlreadyConvertedError, AMPError, CheckpointError, GraphError,
                               ParamError, TargetDtypeError, TypeInferenceError, UnknownOpError)
@@ -101,7 +102,7 @@ def test_unregistered_op_names_node_and_op():
     graph = graph_from_json(json.dumps(obj))
     with pytest.raises(UnknownOpError) as info, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the pass first warns that no list names it
-        convert_graph(graph, target_dtype="bfloat16")
+        convert_graph(graph, make_options("bfloat16"))
     assert "NoSuchPluginOp" in str(info.value) and "'act'" in str(info.value)
 
 
@@ -205,7 +206,7 @@ def test_fp32_model_holding_an_amp_multicast_converts_without_cast_chains():
     a, b = mx.sym.var("data"), mx.sym.var("anchors")
     m = mx.sym.amp_multicast(a, b, num_outputs=2, cast_narrow=True, name="mc")
     out = mx.sym.FullyConnected(m[0], num_hidden=4, name="fa") + mx.sym.FullyConnected(m[1], num_hidden=4, name="fb")
-    conv = convert_graph(graph_from_symbol(out), target_dtype="bfloat16")
+    conv = convert_graph(graph_from_symbol(out), make_options("bfloat16"))
     g = conv.graph
     multis = [n for n in g.nodes if n.op == "amp_multicast"]
     assert [n.name for n in multis] == ["mc"]  # the model's own, kept, none added
@@ -254,7 +255,7 @@ def _custom_model():
 
 def test_custom_op_stays_fp32_and_runs():
     sym, args = _custom_model()
-    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, make_options("bfloat16"))
     assert conv.result.node_dtypes["scale"] == "float32"
     assert conv.result.node_dtypes["fc1"] == "bfloat16"
     g = conv.graph
@@ -279,7 +280,7 @@ def test_unlisted_op_stays_fp32_with_a_warning_naming_it():
     policy = replace(base, fp32=base.fp32 - {"Custom"})
     assert policy.category_of("Custom") is None
     with pytest.warns(UserWarning, match="Custom"):
-        conv = convert_graph(graph_from_symbol(sym), policy=policy,
+        conv = convert_graph(graph_from_symbol(sym), ConvertOptions(policy),
                              param_dtypes={k: "float32" for k in args})
     assert conv.result.node_dtypes["scale"] == "float32"
     assert "Custom" in conv.result.unlisted_ops
@@ -306,7 +307,7 @@ def _token_model():
 
 def test_int_token_ids_pass_through_uncast():
     sym, args = _token_model()
-    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, target_dtype="bfloat16",
+    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, make_options("bfloat16"),
                                                   input_dtypes={"ids": "int32"})
     g = conv.graph
     ids_index = g.index_of("ids")
@@ -325,7 +326,7 @@ def test_int_token_ids_pass_through_uncast():
 def test_int_input_where_a_float_is_required_is_a_typed_error():
     sym, args = _mlp()
     with pytest.raises(TypeInferenceError) as info:
-        convert_model_full(sym, args, {}, target_dtype="bfloat16", input_dtypes={"data": "int32"})
+        convert_model_full(sym, args, {}, make_options("bfloat16"), input_dtypes={"data": "int32"})
     assert isinstance(info.value, AMPError)
     assert "fc1" in str(info.value) and "int32" in str(info.value)
 
@@ -338,7 +339,7 @@ def test_errors_leave_inputs_alone(tmp_path):
     with pytest.raises(AMPError):
         amp.convert_model(sym, args, {}, target_dtype="int8")
     with pytest.raises(AMPError):
-        convert_model_full(sym, args, {}, target_dtype="bfloat16", input_dtypes={"data": "int32"})
+        convert_model_full(sym, args, {}, make_options("bfloat16"), input_dtypes={"data": "int32"})
     assert sym.tojson() == before
     assert sorted(args) == sorted(copies)
     for k, v in args.items():
@@ -407,6 +408,7 @@ import sys, warnings
 import numpy as np
 import mxnet as mx
 from mxnet_amp.convert import convert_model_full
+from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.registry import registry_op_names
 
@@ -427,7 +429,7 @@ def run(s, a, x):
 # unlisted: stays fp32 with a warning naming it, and the model runs
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, target_dtype="bfloat16")
+    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, make_options("bfloat16"))
 assert any(op in str(w.message) for w in caught), [str(w.message) for w in caught]
 assert conv.result.node_dtypes["plugin"] == "float32"
 assert conv.result.node_dtypes["fc1"] == "bfloat16"
@@ -440,11 +442,11 @@ np.testing.assert_allclose(got, ref, rtol=0.05, atol=0.05 * np.abs(ref).max())
 # listed as fp32: no warning
 with warnings.catch_warnings():
     warnings.simplefilter("error")
-    _, _, _, conv = convert_model_full(sym, args, {}, target_dtype="bfloat16", fp32_ops=[op])
+    _, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", fp32_ops=[op]))
 assert conv.result.node_dtypes["plugin"] == "float32"
 
 # listed as target although it only takes fp32: falls back to fp32 and says so
-_, _, _, conv = convert_model_full(sym, args, {}, target_dtype="bfloat16", target_dtype_ops=[op])
+_, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", target_dtype_ops=[op]))
 assert conv.result.node_dtypes["plugin"] == "float32"
 assert any(name == "plugin" for name, _ in conv.result.fallbacks)
 print("PLUGIN CHECKS OK")

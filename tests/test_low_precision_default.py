@@ -100,6 +100,7 @@ def test_one_round_gives_what_two_rounds_give(model):
     graph, node dtypes, casts and fallbacks are what the second round would give (the
     shared weight, wanted in two dtypes, is the case where round one is not final)."""
     from mxnet_amp.convert import convert_model_full
+    from mxnet_amp.options import make_options
     if model == "small":
         sym, args, auxs = small_model()
     elif model == "resnet18":
@@ -111,7 +112,7 @@ def test_one_round_gives_what_two_rounds_give(model):
         from helpers import init_params
         args, auxs = init_params(sym, {"data": (2, 8)})
     for dtype in ("float16", "bfloat16"):
-        _, _, _, conv = convert_model_full(sym, args, auxs, target_dtype=dtype)
+        _, _, _, conv = convert_model_full(sym, args, auxs, make_options(dtype))
         again = _two_rounds(conv, conv.data_names)
         assert again.graph == conv.result.graph   # before the __dtype__ tags
         assert dict(again.node_dtypes) == dict(conv.result.node_dtypes)

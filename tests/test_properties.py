@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mxnet_amp.convert import convert_model_full
+from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import AlreadyConvertedError
 from mxnet_amp.graph import Entry
@@ -194,7 +195,7 @@ def discrete_heads(graph):
 
 def check_structure(sym, args, target):
     before = sym.tojson(remove_amp_cast=False)
-    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, target_dtype=target,
+    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, make_options(target),
                                                   input_dtypes=input_dtypes(sym))
     assert sym.tojson(remove_amp_cast=False) == before, "the input symbol changed"
     g = graph_from_symbol(csym)
@@ -228,8 +229,7 @@ def check_structure(sym, args, target):
     for again in ("float16", "bfloat16"):
         if low:
             with pytest.raises(AlreadyConvertedError):
-                convert_model_full(csym, cargs, cauxs, target_dtype=again,
-                                   input_dtypes=input_dtypes(sym))
+                convert_model_full(csym, cargs, cauxs, make_options(again), input_dtypes=input_dtypes(sym))
     if not low:
         assert conv.result.casts == 0 and conv.result.multicasts == 0
     # the dtypes the pass recorded are the ones whole-graph inference gives
@@ -269,7 +269,7 @@ def test_random_dags_run_natively_in_bf16(native_bf16, spec, seed):
                     "the emulated test covers the numerics")
     sym, weights = build(spec)
     args = params_for(sym, weights, seed)
-    csym, cargs, _, _ = convert_model_full(sym, args, {}, target_dtype="bfloat16",
+    csym, cargs, _, _ = convert_model_full(sym, args, {}, make_options("bfloat16"),
                                            input_dtypes=input_dtypes(sym))
     feed = inputs_for(sym, seed)
     ref = forward(sym, args, feed)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_graph, convert_model_full
+from mxnet_amp.options import make_options
 from mxnet_amp.draw import (DTYPE_COLOURS, DrawError, collapse, graph_dot, graph_svg,
                             node_dtypes, write_graph)
 from mxnet_amp.io import graph_from_symbol, symbol_json
@@ -38,8 +39,7 @@ def _dtype_str(t):
 def converted():
     sym, args, auxs = small_model()
     new_sym, new_args, new_aux, conv = convert_model_full(
-        sym, args, auxs, target_dtype="float16", excluded_sym_names=["conv2"],
-        cast_optional_params=True)
+        sym, args, auxs, make_options("float16", excluded_sym_names=["conv2"], cast_optional_params=True))
     return sym, args, auxs, new_sym, new_args, new_aux, conv
 
 
@@ -119,7 +119,7 @@ def test_json_and_table(converted):
 @pytest.mark.filterwarnings("ignore:type inference leaves")
 def test_report_without_params_counts_dtypes_only():
     sym, args, auxs = small_model()
-    conv = convert_graph(graph_from_symbol(sym), target_dtype="bfloat16", data_names=["data"])
+    conv = convert_graph(graph_from_symbol(sym), make_options("bfloat16"), data_names=["data"])
     report = build_report(conv)
     assert report.params_before.bytes is None
     assert report.params_before.count == len(args) + len(auxs)
@@ -169,8 +169,8 @@ def resnet18():
     # gluon numbers its prefixes per process (resnetv10_, resnetv11_…): find the dense layer
     dense = next(n.name for n in graph.nodes if n.op == "FullyConnected")
     # weights cast in the graph (as mx.contrib.amp's default): the picture shows those casts
-    return convert_graph(graph, target_dtype="bfloat16", data_names=["data"],
-                         excluded_sym_names=[dense], cast_optional_params=False)
+    return convert_graph(graph, make_options("bfloat16", excluded_sym_names=[dense], cast_optional_params=False),
+                         data_names=["data"])
 
 
 def test_resnet_collapses_into_blocks(resnet18):
@@ -239,7 +239,7 @@ def test_png_without_a_renderer_is_a_clear_error(tmp_path, monkeypatch, converte
 @pytest.mark.filterwarnings("ignore:type inference leaves")
 def test_weight_casts_counted(converted):
     sym, args, auxs, new_sym, new_args, new_aux, conv = converted
-    plain = convert_model_full(sym, args, auxs, target_dtype="float16", cast_optional_params=False)
+    plain = convert_model_full(sym, args, auxs, make_options("float16", cast_optional_params=False))
     report = build_report(plain[3], args, auxs, plain[1], plain[2])
     nodes = json.loads(symbol_json(plain[0]))["nodes"]
     expected = sum(1 for n in nodes if n["op"] == "amp_cast"

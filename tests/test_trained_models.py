@@ -12,6 +12,7 @@ import pytest
 import trained_models as tm
 from mxnet_amp.auto import DTYPE_LIMITS, auto_convert_model
 from mxnet_amp.convert import convert_model_full
+from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.hardware import bf16_runs_natively
 
@@ -65,8 +66,7 @@ def test_conversion_keeps_accuracy(trained, name, dtype):
 
 def low_precision_nodes(model, dtype):
     """Op nodes the plain conversion computes in ``dtype``."""
-    conversion = convert_model_full(model.sym, model.arg_params, model.aux_params,
-                                    target_dtype=dtype)[3]
+    conversion = convert_model_full(model.sym, model.arg_params, model.aux_params, make_options(dtype))[3]
     return {n for n, d in conversion.result.node_dtypes.items() if d == dtype}
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.convert import convert_model_full
+from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.io import load_checkpoint, save_checkpoint, symbol_json
 from mxnet_amp.params import array_dtype
@@ -49,7 +50,7 @@ def test_zoo_converts_saves_binds_and_matches_fp32(model, dtype, cast_optional_p
         pytest.skip("cast_optional_params covered on two nets to keep CI short")
     before = symbol_json(sym)
     out_sym, new_args, new_aux, conv = convert_model_full(
-        sym, args, auxs, target_dtype=dtype, cast_optional_params=cast_optional_params)
+        sym, args, auxs, make_options(dtype, cast_optional_params=cast_optional_params))
     assert symbol_json(sym) == before
     assert conv.result.casts > 0 and not conv.result.fallbacks
     assert {array_dtype(v) for v in args.values()} == {"float32"}     # caller's params untouched

@@ -886,6 +886,7 @@ def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool
     import mxnet_amp
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.emulation import emulate_model
+    from mxnet_amp.options import make_options
     rec: dict[str, Any] = {}
     sym, args, auxs, data = model.sym, model.args, model.auxs, model.data
     t = time.time()
@@ -895,8 +896,8 @@ def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool
             # weights stay float32 (cast in the graph): the structure check below runs the
             # cast-stripped graph on them and must reproduce fp32 exactly; the low precision
             # numerics are the same as with weights stored converted
-            csym, cargs, cauxs, conv = convert_model_full(sym, args, auxs, target_dtype=dtype,
-                                                          cast_optional_params=False)
+            csym, cargs, cauxs, conv = convert_model_full(
+                sym, args, auxs, make_options(dtype, cast_optional_params=False))
         rec["warnings"] = sorted({str(w.message)[:200] for w in caught})
     except mxnet_amp.AMPError as err:
         return {**rec, "status": "fail", "reason": "convert: " + _first_line(err)}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from ..dtypes import LOW_PRECISION, is_float, widest
+from ..dtypes import LOW_PRECISION, dtype_of_code, is_float, widest
 from ..errors import AlreadyConvertedError
 from ..graph import Entry, Graph, GraphBuilder, Node, cast_node, multicast_node
 from ..optypes import InferenceFailed, OpTypes
@@ -361,17 +361,7 @@ def _plans(cat: Category, cur: list, acts: list[int], target: str,
 
 def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded, op_types: OpTypes) -> Graph:
     """A loop/cond body converted with a float32 interface, so the outer op's typing holds."""
-    data = {}
-    for n in graph.variables():
-        code = n.attrs.get("__dtype__")
-        data[n.name] = "float32" if code is None else _name_of_code(code)
+    data = {n.name: dtype_of_code(n.attrs.get("__dtype__")) or "float32"
+            for n in graph.variables()}
     return insert_casts(graph, policy, data_dtypes=data, param_dtypes={}, excluded=excluded,
                         output_dtype="float32", op_types=op_types).graph
-
-
-def _name_of_code(code: str) -> str:
-    from ..dtypes import MX_NAME
-    try:
-        return MX_NAME[int(code)]
-    except (ValueError, KeyError):
-        return "float32"

@@ -1,0 +1,88 @@
+"""What a conversion is asked to do, built once where a public converter is called.
+
+The public converters keep the ``mx.contrib.amp`` keywords (``target_dtype``,
+``target_dtype_ops``, ``fp32_ops``, ``conditional_fp32_ops``, ``excluded_sym_names``,
+``cast_optional_params``, ...). Each calls :func:`make_options` once and hands the
+:class:`ConvertOptions` it returns down; nothing below the public edge takes the keywords.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+from .policy import OpPolicy, load_policy
+
+__all__ = ["ConvertOptions", "make_options", "OPTION_KEYWORDS"]
+
+# the keywords make_options turns into a ConvertOptions (each public converter takes them
+# all, except that convert_symbol, having no params, takes no fold_batchnorm)
+OPTION_KEYWORDS = ("target_dtype", "target_dtype_ops", "fp32_ops", "widest_dtype_ops",
+                   "conditional_fp32_ops", "follow_ops", "excluded_sym_names",
+                   "cast_optional_params", "fold_batchnorm")
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """The op policy and the per-call choices of one conversion (immutable).
+
+    Attributes
+    ----------
+    policy : OpPolicy
+        The op categories, user overrides applied (:func:`mxnet_amp.load_policy`).
+    excluded : frozenset of str
+        Node names that compute in float32 whatever their op.
+    cast_optional_params : bool
+        Store weights whose every consumer runs in low precision in low precision.
+    fold_batchnorm : bool
+        Fold inference BatchNorms into the op before them first (models with params only).
+    """
+
+    policy: OpPolicy
+    excluded: frozenset[str] = frozenset()
+    cast_optional_params: bool = True
+    fold_batchnorm: bool = False
+
+    @property
+    def target_dtype(self) -> str:
+        """The low precision dtype, ``'float16'`` or ``'bfloat16'``."""
+        return self.policy.target_dtype
+
+    def excluding(self, names: Iterable[str]) -> ConvertOptions:
+        """These options with ``names`` (instead of :attr:`excluded`) kept in float32."""
+        return replace(self, excluded=frozenset(names))
+
+
+def make_options(target_dtype: str = "float16",
+                 target_dtype_ops: Sequence[str] | None = None,
+                 fp32_ops: Sequence[str] | None = None,
+                 widest_dtype_ops: Sequence[str] | None = None,
+                 conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
+                 follow_ops: Sequence[str] | None = None,
+                 excluded_sym_names: Sequence[str] | None = None,
+                 cast_optional_params: bool = True,
+                 fold_batchnorm: bool = False) -> ConvertOptions:
+    """The :class:`ConvertOptions` of the public converters' keywords (the lists read once).
+
+    Parameters
+    ----------
+    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops
+        As in :func:`mxnet_amp.load_policy`.
+    excluded_sym_names : list of str, optional
+        Node names that run in float32 whatever their op (checked against the graph when it
+        is converted).
+    cast_optional_params, fold_batchnorm : bool
+        As in :func:`mxnet_amp.convert_model`.
+
+    Returns
+    -------
+    ConvertOptions
+
+    Raises
+    ------
+    TargetDtypeError, UnknownOpError, ListError
+        As :func:`mxnet_amp.load_policy`.
+    """
+    policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                         conditional_fp32_ops, follow_ops)
+    return ConvertOptions(policy, frozenset(excluded_sym_names or ()), bool(cast_optional_params),
+                          bool(fold_batchnorm))
