@@ -1,0 +1,233 @@
+"""The automatic mode's entry points: :func:`auto_convert_model`, :func:`auto_convert_block`
+and :func:`auto_convert` (the same under built options)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from ..convert import Conversion
+from ..errors import GraphError
+from ..graph import Graph
+from ..io import graph_from_symbol
+from ..options import ConvertOptions, make_options
+from ..params import check_param_shapes, param_dict
+from ..policy import check_target_dtype
+from .measure import default_scale_tolerance, default_tolerances
+from .records import AutoReport, AutoSettings, KeptNode, OutputCheck
+from .runner import _context, _execution_mode, _input_names, _Runs, _sample_inputs
+from .search import _low_nodes, _reference_and_search
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet import Context
+    from mxnet.symbol import Symbol
+
+
+def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | None = None,
+                  validate: Callable[[list, list], bool] | None = None,
+                  tolerance: float | None = None, underflow_fraction: float = 0.1,
+                  max_executions: int | None = None) -> AutoSettings:
+    """The :class:`AutoSettings` of :func:`auto_convert_model`'s keywords, defaults filled in.
+
+    Raises
+    ------
+    ValueError
+        A tolerance that is negative or not finite, ``max_executions`` below 2, or
+        ``underflow_fraction`` outside (0, 1].
+    """
+    target_dtype = check_target_dtype(target_dtype)
+    if rtol is not None or atol is not None:
+        d_rtol, d_atol = default_tolerances(target_dtype)
+        rtol = d_rtol if rtol is None else float(rtol)
+        atol = d_atol if atol is None else float(atol)
+        if not (rtol >= 0 and atol >= 0 and math.isfinite(rtol) and math.isfinite(atol)):
+            raise ValueError(f"rtol and atol must be finite and >= 0, got rtol={rtol}, atol={atol}")
+    tolerance = default_scale_tolerance(target_dtype) if tolerance is None else float(tolerance)
+    if not (tolerance > 0 and math.isfinite(tolerance)):
+        raise ValueError(f"tolerance must be finite and positive, got {tolerance}")
+    if max_executions is not None and max_executions < 2:
+        raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
+    if not 0 < underflow_fraction <= 1:
+        raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
+    return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions)
+
+
+def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs,
+                       target_dtype: str = "float16", rtol: float | None = None,
+                       atol: float | None = None,
+                       validate: Callable[[list, list], bool] | None = None, *,
+                       tolerance: float | None = None, ctx: Context | None = None,
+                       execution: str = "auto", excluded_sym_names: Sequence[str] | None = None,
+                       target_dtype_ops: Sequence[str] | None = None,
+                       fp32_ops: Sequence[str] | None = None,
+                       widest_dtype_ops: Sequence[str] | None = None,
+                       conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
+                       data_names: Sequence[str] | None = None, cast_optional_params: bool = True,
+                       fold_batchnorm: bool = False, underflow_fraction: float = 0.1,
+                       max_executions: int | None = None, quiet: bool = False,
+                       follow_ops: Sequence[str] | None = None
+                       ) -> tuple[Symbol, dict, dict, AutoReport]:
+    """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
+
+    Parameters
+    ----------
+    sym : Symbol
+        The fp32 model (not modified).
+    arg_params, aux_params : dict of str to NDArray
+        Its params (not modified).
+    sample_inputs : NDArray, array, list of arrays, or dict of name to array
+        One batch of representative inputs: a dict by input name, a list in the order of
+        the model's inputs, or one array for a single-input model.
+    target_dtype : {'float16', 'bfloat16'}
+    rtol, atol : float, optional
+        Given (either), the check is elementwise ``allclose(converted, fp32, rtol, atol)``
+        instead of the default; the one left out is :func:`default_tolerances`'
+        ((1e-2, 1e-3) for float16, (5e-2, 1e-2) for bfloat16).
+    validate : callable, optional
+        ``validate(reference_outputs, converted_outputs) -> bool`` on lists of float32
+        numpy arrays (model output order), replacing the check: a task metric, say.
+    tolerance : float, optional
+        The default check's bound on each output's ``max|out - fp32| / max|fp32|``
+        (:func:`check_outputs`; it also asks that no ``(batch, classes)`` output changes a
+        top-1 prediction). Default :func:`default_scale_tolerance`: 1e-2 for float16,
+        5e-2 for bfloat16.
+    ctx : Context, optional
+        Where the model runs (default ``mx.cpu()``). With a GPU context float16 runs natively.
+    execution : {'auto', 'native', 'emulated'}
+        How the converted model runs for the checks. ``'auto'``: natively where the
+        hardware executes ``target_dtype`` (float16 on a GPU, bfloat16 on an avx512 CPU),
+        else through :mod:`mxnet_amp.emulation`. The report says which.
+    excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops,
+    conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm
+        As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
+        BatchNorm excluded, or after an excluded op, is not folded).
+    underflow_fraction : float, default 0.1
+        A tensor is an underflow culprit when at least this fraction of its nonzero float32
+        values flush to zero in ``target_dtype``.
+    max_executions : int, optional
+        Upper bound on model executions (at least 2). When the accuracy search hits it, the
+        undecided candidates stay float32 (the last configuration seen to pass).
+    quiet : bool, default False
+        No progress bar.
+
+    Returns
+    -------
+    (Symbol, dict, dict, AutoReport)
+        The converted model, as :func:`mxnet_amp.convert_model` returns it with the chosen
+        exclusions, and the report.
+
+    Raises
+    ------
+    GraphError, ParamError
+        Bad sample inputs, or params that do not fit the symbol.
+    """
+    settings = auto_settings(target_dtype, rtol, atol, validate, tolerance, underflow_fraction,
+                             max_executions)
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
+                           conditional_fp32_ops, follow_ops, excluded_sym_names,
+                           cast_optional_params, fold_batchnorm)
+    return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
+                        execution=execution, data_names=data_names, quiet=quiet)
+
+
+def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs,
+                 options: ConvertOptions, settings: AutoSettings, *,
+                 ctx: Context | None = None, execution: str = "auto",
+                 data_names: Sequence[str] | None = None,
+                 quiet: bool = False) -> tuple[Symbol, dict, dict, AutoReport]:
+    """:func:`auto_convert_model` under ``options`` (:func:`mxnet_amp.options.make_options`)
+    and ``settings`` (:func:`auto_settings`); the other parameters and the result as there."""
+    from tqdm.auto import tqdm
+    ctx = _context(ctx)
+    mode, mode_note = _execution_mode(options.target_dtype, ctx, execution)
+    data_names = _input_names(sym, arg_params, data_names)
+    inputs = _sample_inputs(sample_inputs, data_names, ctx)
+    arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
+    # the sample inputs' shapes reach every weight: a wrong one is named before any run
+    check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
+                       shapes_from="sample_inputs")
+    original = graph_from_symbol(sym)
+    unknown = sorted(options.excluded - {n.name for n in original.nodes})
+    if unknown:
+        raise GraphError(f"excluded_sym_names {unknown} name no node of the symbol")
+    notes = [mode_note] if mode_note else []
+    progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", disable=quiet, leave=False)
+    try:
+        runs = _Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
+                     ctx=ctx, options=options, data_names=data_names, settings=settings,
+                     execution=mode, progress=progress)
+        # the first conversion checks params against the symbol (typed errors) before a run
+        runs.convert(options.excluded)
+        excluded, kept, reference_finite = _reference_and_search(runs, original, settings, notes)
+        model = runs.convert(excluded)
+    finally:
+        progress.close()
+    report = _auto_report(runs, original, excluded, kept, model[3], notes, reference_finite)
+    if not report.validated:
+        import warnings
+        warnings.warn("auto_convert_model: the returned model did not validate "
+                      f"({report.criterion_text()}); see report.notes", stacklevel=2)
+    return model[0], model[1], model[2], report
+
+
+def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[KeptNode, ...],
+                 conversion: Conversion, notes: list[str], reference_finite: bool) -> AutoReport:
+    """The :class:`AutoReport` of the returned model (``excluded`` kept in float32)."""
+    result = runs.results.get(excluded) or OutputCheck(
+        "scale" if runs.rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
+    return AutoReport(
+        target_dtype=runs.target_dtype, execution=runs.execution, context=str(runs.ctx),
+        kept_fp32=kept, executions=runs.executions, validated=result.passed,
+        tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
+        rtol=runs.rtol, atol=runs.atol,
+        op_nodes=sum(1 for n in original.nodes if not n.is_variable),
+        low_precision_nodes=len(_low_nodes(conversion)), criterion=result.criterion,
+        tolerance=runs.tolerance if result.criterion == "scale" else None,
+        relative_error=result.relative_error, top1_flips=result.top1_flips,
+        top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
+        reference_finite=reference_finite, conversion=conversion)
+
+
+def auto_convert_block(block, sample_inputs, target_dtype: str = "float16",
+                       rtol: float | None = None, atol: float | None = None,
+                       validate: Callable[[list, list], bool] | None = None, *,
+                       input_names: Sequence[str] | None = None, ctx=None,
+                       **kwargs):
+    """:func:`auto_convert_model` for a Gluon block: returns ``(SymbolBlock, AutoReport)``.
+
+    Parameters
+    ----------
+    block : HybridBlock or SymbolBlock
+        The fp32 model, params initialised (not modified).
+    sample_inputs : NDArray, list of NDArray, or dict
+        One batch: an array per positional input of the block (or a dict by input name).
+    input_names : list of str, optional
+        As in :func:`mxnet_amp.gluon.convert_hybrid_block`.
+    ctx : Context, optional
+        Where the checks run and the converted block's params live (default: the block's).
+    **kwargs
+        Any other keyword of :func:`auto_convert_model`.
+
+    Returns
+    -------
+    (SymbolBlock, AutoReport)
+        The block :func:`mxnet_amp.gluon.convert_hybrid_block` would build with the chosen
+        ``excluded_sym_names`` (the model :func:`auto_convert_model` returned), and the report.
+    """
+    from ..gluon import block_model, converted_symbol_block
+    if "data_names" in kwargs:
+        raise TypeError("auto_convert_block takes no 'data_names'; use input_names")
+    sym, arg_params, aux_params, names = block_model(block, input_names)
+    run_ctx = ctx if ctx is not None else _block_context(block)
+    new_sym, new_args, new_auxs, report = auto_convert_model(
+        sym, arg_params, aux_params, sample_inputs, target_dtype, rtol, atol, validate,
+        ctx=run_ctx, data_names=names, **kwargs)
+    # the returned model itself, not a second conversion with the same exclusions
+    return converted_symbol_block(block, names, new_sym, new_args, new_auxs, ctx), report
+
+
+def _block_context(block):
+    import mxnet as mx
+    for param in block.collect_params().values():
+        if param._data is not None:
+            return param.list_ctx()[0]
+    return mx.cpu()

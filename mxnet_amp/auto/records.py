@@ -1,0 +1,237 @@
+"""The automatic mode's records: dtype limits, tensor ranges, kept nodes, search steps,
+output checks, settings and the :class:`AutoReport`."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from ..convert import Conversion
+
+
+@dataclass(frozen=True)
+class DtypeLimits:
+    """The range of a low precision dtype as rounding from float32 sees it."""
+
+    max: float          # largest finite value; beyond it values overflow to inf
+    zero_below: float   # |x| below it rounds to zero
+    min_normal: float   # below it (and from zero_below) values are subnormal: fewer digits
+
+
+DTYPE_LIMITS = {
+    # 2**-25 itself ties to even, i.e. to zero: the first value kept is the next float32
+    "float16": DtypeLimits(65504.0, float(np.nextafter(np.float32(2.0 ** -25), np.float32(1))),
+                           2.0 ** -14),
+    # MXNet's cast (as AVX512-BF16's) flushes what would be bfloat16 subnormals to zero
+    "bfloat16": DtypeLimits((2 - 2 ** -7) * 2.0 ** 127, 2.0 ** -126, 2.0 ** -126),
+}
+
+
+@dataclass(frozen=True)
+class TensorRange:
+    """What one float32 tensor holds, seen from a low precision dtype."""
+
+    max_abs: float      # largest |value| (inf/nan when the float32 run had them)
+    flushed: float      # fraction of its nonzero values the dtype rounds to zero
+    subnormal: float    # fraction of its nonzero values that become subnormal
+
+
+@dataclass(frozen=True)
+class KeptNode:
+    """A node the auto mode kept in float32, and why.
+
+    ``reason`` is ``'overflow'`` (``value``: the largest |value| of ``tensor`` in the float32
+    run), ``'underflow'`` (``value``: the fraction of its nonzero values flushed to zero),
+    ``'accuracy'`` (``value``: how much excluding it lowered the error, in units of the
+    tolerance: see :attr:`AutoReport.tolerance_ratio`), ``'budget'`` (a candidate the accuracy
+    search had not cleared when ``max_executions`` ran out; ``value`` None) or ``'user'``
+    (named in excluded_sym_names).
+    """
+
+    name: str
+    op: str
+    reason: str
+    value: float | None = None
+    tensor: str | None = None   # the offending tensor (a node output) for range reasons
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One model execution of the auto mode."""
+
+    kind: str                  # 'reference', 'check', 'all-fp32', 'bisect'
+    excluded: int              # nodes kept in float32 in the executed configuration
+    passed: bool | None        # None for the reference run
+    tolerance_ratio: float | None
+    max_abs_error: float | None
+    relative_error: float | None = None   # max|out - ref| / max|ref| (OutputCheck)
+    top1_flips: int | None = None
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AutoReport:
+    """What :func:`auto_convert_model` decided and measured.
+
+    Attributes
+    ----------
+    target_dtype : str
+    execution : {'native', 'emulated'}
+        How the converted model ran for the checks: on the hardware in ``target_dtype``, or
+        through :mod:`mxnet_amp.emulation` in float32 with low precision rounding.
+    context : str
+        The MXNet context the model ran on.
+    kept_fp32 : tuple of KeptNode
+        Every node excluded from low precision (what ``excluded_sym_names`` gets), in graph
+        order, with its reason. Nodes that *follow* an excluded node's float32 output (relu
+        after a float32 FullyConnected, say) compute in float32 too without being listed.
+    executions : int
+        Model executions (forward passes over the sample inputs), the reference included.
+    validated : bool
+        Whether the returned configuration passed the check.
+    tolerance_ratio : float
+        For the returned configuration, the error in units of the tolerance (``<= 1``
+        passes the error bound; inf where an output is non-finite and the reference is
+        not): ``max|out - ref| / max|ref|`` over ``tolerance`` for the ``'scale'`` criterion,
+        ``max |out - ref| / (atol + rtol * |ref|)`` for ``'allclose'``.
+    max_abs_error : float
+        ``max |out - ref|`` over all outputs (finite values only).
+    rtol, atol : float or None
+        The allclose tolerances, when the check is ``'allclose'``; else None.
+    op_nodes : int
+        Op nodes in the float32 graph.
+    low_precision_nodes : int
+        Op nodes computing in ``target_dtype`` in the returned model.
+    criterion : {'scale', 'allclose', 'validate'}
+        What decided ``validated`` (:class:`OutputCheck`; ``'validate'``: the caller's function).
+    tolerance : float or None
+        The bound on ``max|out - ref| / max|ref|`` of the ``'scale'`` criterion.
+    relative_error : float
+        ``max|out - ref| / max|ref|`` of the returned model, the largest over the outputs
+        (measured whatever the criterion).
+    top1_flips, top1_rows : int
+        Rows of ``(batch, classes)`` outputs whose top-1 class the returned model changed
+        (near-ties aside, see :func:`check_outputs`), out of ``top1_rows``.
+    steps : tuple of SearchStep
+        One entry per execution, in order.
+    notes : tuple of str
+        Anything the caller should know (emulation used, search budget ran out...).
+    reference_finite : bool
+        False when the float32 reference outputs hold inf or nan on the sample inputs: the
+        check then compared only the finite part, or nothing.
+    """
+
+    target_dtype: str
+    execution: str
+    context: str
+    kept_fp32: tuple[KeptNode, ...]
+    executions: int
+    validated: bool
+    tolerance_ratio: float
+    max_abs_error: float
+    rtol: float | None
+    atol: float | None
+    op_nodes: int
+    low_precision_nodes: int
+    criterion: str = "scale"
+    tolerance: float | None = None
+    relative_error: float = math.nan
+    top1_flips: int = 0
+    top1_rows: int = 0
+    steps: tuple[SearchStep, ...] = ()
+    notes: tuple[str, ...] = ()
+    reference_finite: bool = True
+    # the Conversion record of the returned model (what the pass decided, node by node)
+    conversion: Conversion | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def excluded_sym_names(self) -> list[str]:
+        """Names of every node kept in float32 (pass them to ``convert_model``)."""
+        return [k.name for k in self.kept_fp32]
+
+    def by_reason(self, reason: str) -> list[KeptNode]:
+        """The kept nodes with ``reason``."""
+        return [k for k in self.kept_fp32 if k.reason == reason]
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (plain types only), nested records included."""
+        d = asdict(replace(self, conversion=None))
+        del d["conversion"]
+        d["kept_fp32"] = [k.to_dict() for k in self.kept_fp32]
+        d["steps"] = [s.to_dict() for s in self.steps]
+        d["notes"] = list(self.notes)
+        return d
+
+    def criterion_text(self) -> str:
+        """The check and how the returned model measured against it, in words."""
+        flips = (f", top-1 changed on {self.top1_flips} of {self.top1_rows} rows"
+                 if self.top1_rows else "")
+        scale = f"max|out-ref|/max|ref| {self.relative_error:.3g}"
+        if self.criterion == "scale":
+            return f"{scale} (tolerance {self.tolerance:g}){flips}"
+        if self.criterion == "allclose":
+            return (f"allclose(rtol={self.rtol:g}, atol={self.atol:g}): error "
+                    f"{self.max_abs_error:.3g}, {self.tolerance_ratio:.3g} x tolerance; {scale}{flips}")
+        return f"validate(); {scale}{flips}"
+
+    def summary(self) -> str:
+        """A few human readable lines."""
+        lines = [f"auto {self.target_dtype} ({self.execution}, {self.context}): "
+                 f"{self.low_precision_nodes}/{self.op_nodes} op nodes in {self.target_dtype}, "
+                 f"{len(self.kept_fp32)} kept in float32, {self.executions} executions, "
+                 f"{'validated' if self.validated else 'NOT validated'} "
+                 f"({self.criterion_text()})"]
+        for k in self.kept_fp32:
+            val = "" if k.value is None else f" {k.value:.4g}"
+            on = f" on {k.tensor}" if k.tensor and k.tensor != k.name else ""
+            lines.append(f"  {k.name} ({k.op}): {k.reason}{val}{on}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class AutoSettings:
+    """How the automatic mode judges a converted model and how far it searches.
+
+    Built by :func:`auto_settings` (values checked, defaults filled in); the fields are the
+    keywords of :func:`auto_convert_model` of the same names.
+    """
+
+    tolerance: float
+    rtol: float | None = None
+    atol: float | None = None
+    validate: Callable[[list, list], bool] | None = None
+    underflow_fraction: float = 0.1
+    max_executions: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """Converted outputs against the float32 reference (:func:`check_outputs`).
+
+    ``passed`` is the criterion's verdict: ``'scale'`` (the default) passes when every
+    output's ``max|out - ref| / max|ref|`` is at most ``tolerance`` and no classifier-shaped
+    output changes a top-1 prediction; ``'allclose'`` when ``|out - ref| <= atol + rtol |ref|``
+    everywhere. Outputs non-finite where the reference is finite fail both.
+    """
+
+    criterion: str          # 'scale' or 'allclose'
+    passed: bool
+    tolerance_ratio: float  # the error in units of the tolerance (<= 1 passes)
+    max_abs_error: float    # max finite |out - ref| over all outputs
+    relative_error: float   # max over outputs of max|out - ref| / max|ref|
+    top1_flips: int         # rows of (batch, classes) outputs whose argmax changed, ties aside
+    top1_rows: int          # rows of (batch, classes) outputs checked
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields."""
+        return asdict(self)

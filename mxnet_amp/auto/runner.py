@@ -1,0 +1,192 @@
+"""Running: the instrumented float32 reference, converted candidates (natively or
+emulated), execution counting and the per-configuration cache."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import numpy as np
+
+from ..convert import Conversion, convert_model_full
+from ..errors import GraphError, ParamError
+from ..graph import Entry, Graph
+from ..options import ConvertOptions
+from .measure import check_outputs
+from .records import AutoSettings, OutputCheck, SearchStep
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet import Context
+    from mxnet.symbol import Symbol
+
+
+def _instrumented(graph: Graph) -> tuple[Graph, list[tuple[int, int]]]:
+    """``graph`` with every used op output (and every head) as an output, and their keys."""
+    used = graph.num_used_outputs()
+    keys: list[tuple[int, int]] = []
+    for i, node in enumerate(graph.nodes):
+        if not node.is_variable:
+            keys.extend((i, k) for k in range(used[i]))
+    seen = set(keys)
+    keys.extend((e.node, e.index) for e in graph.heads if (e.node, e.index) not in seen)
+    heads = tuple(Entry(i, k) for i, k in keys)
+    return Graph(graph.nodes, heads, graph.attrs), keys
+
+
+class _Runs:
+    """Executes configurations, counts executions, caches check results per exclusion set."""
+
+    def __init__(self, *, sym: Symbol, arg_params: dict, aux_params: dict, inputs: dict,
+                 ctx: Context, options: ConvertOptions, data_names: Sequence[str],
+                 settings: AutoSettings, execution: str, progress) -> None:
+        self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
+        self.inputs, self.ctx = inputs, ctx
+        self.options, self.data_names = options, list(data_names)
+        self.target_dtype, self.execution = options.target_dtype, execution
+        self.tolerance, self.rtol, self.atol = settings.tolerance, settings.rtol, settings.atol
+        self.validate, self.max_executions = settings.validate, settings.max_executions
+        self.progress = progress
+        self.executions = 0
+        self.steps: list[SearchStep] = []
+        self.results: dict[frozenset, OutputCheck] = {}
+        self.conversions: dict[frozenset, tuple] = {}
+        self.reference: list[np.ndarray] | None = None
+
+    @property
+    def budget_left(self) -> bool:
+        return self.max_executions is None or self.executions < self.max_executions
+
+    def convert(self, excluded: frozenset) -> tuple[Symbol, dict, dict, Conversion]:
+        """The model converted with ``excluded`` kept in float32 (the latest one cached)."""
+        hit = self.conversions.get(excluded)
+        if hit is None:
+            hit = convert_model_full(self.sym, self.arg_params, self.aux_params,
+                                     self.options.excluding(excluded),
+                                     data_names=self.data_names, sequential_casts=True,
+                                     # checked once, with the sample inputs' shapes
+                                     check_shapes=False)
+            self.conversions = {excluded: hit}   # only the latest: conversions hold param copies
+        return hit
+
+    def forward(self, sym, arg_params, aux_params) -> list[np.ndarray]:
+        """One model execution. Through a CachedOp, as Gluon runs models: ``Symbol.bind``
+        applies MXNet 1.9's MKLDNN subgraph fusion, which returns wrong values for a fused
+        FullyConnected+relu when both outputs are graph outputs (the instrumented run)."""
+        import mxnet as mx
+        values = {k: v.as_in_context(self.ctx) for k, v in {**arg_params, **aux_params}.items()}
+        values.update(self.inputs)
+        names = sym.list_inputs()
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ParamError(f"no value for the model inputs {missing[:10]}")
+        op = mx.nd.CachedOp(sym)
+        with mx.autograd.pause(train_mode=False):
+            outs = op(*[values[n] for n in names])
+        if isinstance(outs, mx.nd.NDArray):
+            outs = [outs]
+        result = [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy()
+                  for o in outs]
+        self._count()
+        return result
+
+    def _count(self) -> None:
+        self.executions += 1
+        self.progress.update(1)
+
+    def run_reference(self, instrumented_sym) -> list[np.ndarray]:
+        outs = self.forward(instrumented_sym, self.arg_params, self.aux_params)
+        self.steps.append(SearchStep("reference", 0, None, None, None))
+        return outs
+
+    def check(self, excluded: frozenset, kind: str) -> tuple[bool, float, float]:
+        """Run the converted model without ``excluded`` in low precision; cached."""
+        hit = self.results.get(excluded)
+        if hit is not None:
+            return hit.passed, hit.tolerance_ratio, hit.max_abs_error
+        sym, args, auxs, _ = self.convert(excluded)
+        if self.execution == "emulated":
+            from ..emulation import emulate_model
+            # no param copies: each check emulates once and runs once, so rounding weights
+            # in the graph costs what rounding them ahead would, without holding a copy
+            sym, args, auxs = emulate_model(sym, args, auxs, input_dtypes=self.input_dtypes(),
+                                            copy_params=False)
+        outs = self.forward(sym, args, auxs)
+        result = check_outputs(self.reference, outs, self.target_dtype, self.tolerance,
+                               self.rtol, self.atol)
+        if self.validate is not None:
+            result = replace(result, criterion="validate",
+                             passed=bool(self.validate([r.copy() for r in self.reference], outs)))
+        self.results[excluded] = result
+        self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
+                                     result.max_abs_error, result.relative_error,
+                                     result.top1_flips))
+        self.progress.set_postfix(kept_fp32=len(excluded), ok=result.passed, refresh=False)
+        return result.passed, result.tolerance_ratio, result.max_abs_error
+
+    def input_dtypes(self) -> dict[str, str]:
+        from ..dtypes import dtype_name
+        return {k: dtype_name(v.dtype) for k, v in self.inputs.items()}
+
+
+def _context(ctx):
+    import mxnet as mx
+    if ctx is None:
+        return mx.cpu()
+    if not isinstance(ctx, mx.Context):
+        raise TypeError(f"ctx must be an mx.Context (mx.cpu(), mx.gpu(0)), got {ctx!r}")
+    return ctx
+
+
+def _execution_mode(target_dtype: str, ctx, execution: str) -> tuple[str, str | None]:
+    """``('native'|'emulated', note)``; ``execution='auto'`` picks native where it runs."""
+    from ..hardware import bf16_runs_natively, fp16_runs_natively
+    if execution not in ("auto", "native", "emulated"):
+        raise ValueError(f"execution must be 'auto', 'native' or 'emulated', got {execution!r}")
+    if execution != "auto":
+        return execution, None
+    if target_dtype == "float16":
+        if ctx.device_type == "gpu" and fp16_runs_natively(ctx):
+            return "native", None
+        return "emulated", (f"float16 does not execute on {ctx} in MXNet; the checks ran the "
+                            "converted model through mxnet_amp.emulation")
+    if ctx.device_type == "cpu" and bf16_runs_natively():
+        return "native", None
+    return "emulated", (f"bfloat16 matrix ops do not execute on this {ctx} (oneDNN needs "
+                        "avx512); the checks ran the converted model through mxnet_amp.emulation")
+
+
+def _sample_inputs(sample_inputs, data_names: Sequence[str], ctx) -> dict:
+    import mxnet as mx
+    if isinstance(sample_inputs, Mapping):
+        given = dict(sample_inputs)
+    elif isinstance(sample_inputs, (list, tuple)):
+        if len(sample_inputs) != len(data_names):
+            raise GraphError(f"sample_inputs holds {len(sample_inputs)} arrays but the model "
+                             f"has {len(data_names)} inputs {list(data_names)}")
+        given = dict(zip(data_names, sample_inputs))
+    elif len(data_names) == 1:
+        given = {data_names[0]: sample_inputs}
+    else:
+        raise GraphError(f"the model has inputs {list(data_names)}: pass sample_inputs as a "
+                         "dict of name to array")
+    missing = [n for n in data_names if n not in given]
+    extra = sorted(set(given) - set(data_names))
+    if missing or extra:
+        raise GraphError(f"sample_inputs must give exactly the model inputs {list(data_names)}"
+                         + (f"; missing {missing}" if missing else "")
+                         + (f"; not inputs of the model: {extra}" if extra else ""))
+    out = {}
+    for name in data_names:
+        value = given[name]
+        if isinstance(value, mx.nd.NDArray):
+            out[name] = value.copyto(ctx)   # never bind the caller's array
+        else:
+            arr = np.asarray(value)
+            out[name] = mx.nd.array(arr, ctx=ctx, dtype=arr.dtype if arr.dtype.kind in "iuf" else np.float32)
+    return out
+
+
+def _input_names(sym: Symbol, arg_params: Mapping, data_names: Sequence[str] | None) -> list[str]:
+    """The model inputs: ``data_names``, else the arguments without a param."""
+    if data_names is None:
+        return [n for n in sym.list_arguments() if n not in arg_params]
+    return [data_names] if isinstance(data_names, str) else list(data_names)
