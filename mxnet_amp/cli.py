@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Sequence
 from .errors import AMPError, CLIError, error_text
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .convert import Conversion
     from .options import ConvertOptions
     from .report import ConversionReport
@@ -344,7 +346,7 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
-def parse_input_spec(spec: str, seed: int = 0):
+def parse_input_spec(spec: str, seed: int = 0) -> tuple[str, np.ndarray]:
     """``NAME:1x3x224x224`` -> (name, random normal float32 array); ``NAME:FILE.npy`` ->
     (name, the array in the file). Raises :class:`CLIError` naming the spec."""
     import numpy as np

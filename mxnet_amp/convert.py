@@ -203,11 +203,11 @@ def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> 
                                  f"__dtype__ tags (tag, inferred): {dict(list(wrong.items())[:10])}")
 
 
-def convert_symbol(sym, target_dtype: str = "float16",
+def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                    target_dtype_ops: Sequence[str] | None = None,
                    fp32_ops: Sequence[str] | None = None,
                    widest_dtype_ops: Sequence[str] | None = None,
-                   conditional_fp32_ops=None,
+                   conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                    excluded_sym_names: Sequence[str] | None = None,
                    data_names: Sequence[str] | None = None,
                    cast_optional_params: bool = True, *,
@@ -336,12 +336,12 @@ def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
     return conversion, arg_params, aux_params, param_dtypes
 
 
-def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
+def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   target_dtype: str = "float16",
                   target_dtype_ops: Sequence[str] | None = None,
                   fp32_ops: Sequence[str] | None = None,
                   widest_dtype_ops: Sequence[str] | None = None,
-                  conditional_fp32_ops=None,
+                  conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                   excluded_sym_names: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
                   cast_optional_params: bool = True,

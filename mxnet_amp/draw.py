@@ -25,11 +25,14 @@ import shutil
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .dtypes import is_float
 from .errors import DrawError
-from .graph import CAST_OPS, Entry
+from .graph import CAST_OPS, Entry, Graph
+
+if TYPE_CHECKING:   # only annotations name it
+    from .convert import Conversion
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
            "check_graph_path", "node_dtypes", "fp32_islands",
@@ -74,7 +77,7 @@ def _dtype_key(dtype: str | None) -> str:
     return dtype if is_float(dtype) else "non-float"
 
 
-def node_dtypes(conversion) -> list[str]:
+def node_dtypes(conversion: Conversion) -> list[str]:
     """The dtype each node of ``conversion.graph`` computes in (its first float output), as
     the pass decided it (``'non-float'`` for the others)."""
     result = conversion.result
@@ -140,7 +143,7 @@ def _make_box(graph, idx: Sequence[int], dtypes: list[str], title: str, repeat: 
     return Box(title, tuple(idx), dict(per), dict(ops), casts, repeat, kind, majority)
 
 
-def collapse(conversion, detail_limit: int | None = 80, max_boxes: int = 48, title: str = "") -> Picture:
+def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: int = 48, title: str = "") -> Picture:
     """The boxes and edges to draw for ``conversion`` (see the module doc).
 
     Graphs with at most ``detail_limit`` drawn nodes (op nodes, casts and model inputs) are
@@ -293,7 +296,7 @@ def _collapsed(graph, groups, dtypes, short, node_edges, title) -> Picture:
     return Picture(tuple(boxes), tuple(edges), True, title)
 
 
-def fp32_islands(graph, dtypes: list[str], target: str) -> set[int]:
+def fp32_islands(graph: Graph, dtypes: list[str], target: str) -> set[int]:
     """The float32 op nodes in low precision surroundings: those that read from or feed a
     ``target`` op node (directly or through casts). The picture names each of them.
 
@@ -647,7 +650,7 @@ def _prev_slot(edge, k: int, layer: list[int]):
     return ("lane", k, layer[v] - 1) if layer[v] - layer[u] > 1 else ("box", u)
 
 
-def graph_svg(conversion, title: str = "", detail_limit: int | None = 80, max_boxes: int = 48) -> str:
+def graph_svg(conversion: Conversion, title: str = "", detail_limit: int | None = 80, max_boxes: int = 48) -> str:
     """The picture of ``conversion`` as a standalone SVG document (text).
 
     Parameters
@@ -725,7 +728,7 @@ def _dot_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def graph_dot(conversion, title: str = "", detail_limit: int | None = 80, max_boxes: int = 48) -> str:
+def graph_dot(conversion: Conversion, title: str = "", detail_limit: int | None = 80, max_boxes: int = 48) -> str:
     """The same picture as graphviz DOT text (render with ``dot -Tsvg`` / ``-Tpng``)."""
     pic = collapse(conversion, detail_limit, max_boxes, title)
     target = conversion.policy.target_dtype
@@ -767,7 +770,7 @@ _NO_PNG = ("PNG output needs the cairosvg package (pip install cairosvg) or grap
            "program (apt-get install graphviz); write a .svg or .dot file instead")
 
 
-def write_graph(conversion, path: str | os.PathLike, title: str = "",
+def write_graph(conversion: Conversion, path: str | os.PathLike, title: str = "",
                 detail_limit: int | None = 80) -> str:
     """Write the picture to ``path``; the format follows the extension.
 

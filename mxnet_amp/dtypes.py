@@ -5,7 +5,7 @@ numpy has no bfloat16, so names rather than numpy dtypes are what the graph carr
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def dtype_of_code(code: str | None) -> str | None:
     return MX_NAME.get(int(code))
 
 
-def np_dtype(name: str):
+def np_dtype(name: str) -> np.dtype:
     """What MXNet's NDArray API takes for dtype ``name`` (its stand-in for bfloat16)."""
     return bfloat16_np if name == "bfloat16" else np.dtype(name)
 
@@ -74,6 +74,6 @@ def is_float(dtype: str | None) -> bool:
     return dtype in FLOAT_DTYPES
 
 
-def widest(dtypes) -> str:
+def widest(dtypes: Iterable[str]) -> str:
     """The widest float dtype among ``dtypes`` (names), as amp_multicast picks it."""
     return max(dtypes, key=lambda d: _WIDTH[d])

@@ -35,13 +35,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .dtypes import LOW_PRECISION, MX_CODE
 from .graph import Entry, Graph, GraphBuilder, Node
 from .io import graph_from_symbol, graph_to_symbol
 from .params import array_dtype, cast_array
 from .passes.infer_dtypes import infer_dtypes
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.ndarray import NDArray
+    from mxnet.symbol import Symbol
 
 __all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "ROUNDINGS"]
 
@@ -152,7 +156,7 @@ def _entry_dtype(dtypes, e: Entry) -> str | None:
     return out[e.index] if e.index < len(out) else None
 
 
-def round_array(array, dtype: str):
+def round_array(array: NDArray, dtype: str) -> NDArray:
     """``array`` rounded to ``dtype`` and returned as float32 (a new NDArray, same context).
 
     Bit for bit what ``amp_cast`` to ``dtype`` and back gives; a float32 array's bfloat16
@@ -236,9 +240,9 @@ def _prune(graph: Graph) -> Graph:
     return Graph(tuple(nodes), heads, graph.attrs)
 
 
-def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
+def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   input_dtypes: Mapping[str, str] | None = None, rounding: str = "nearest", *,
-                  copy_params: bool = True):
+                  copy_params: bool = True) -> tuple[Symbol, dict, dict]:
     """A float32 model that simulates the low precision model ``(sym, arg_params, aux_params)``.
 
     Parameters
@@ -288,7 +292,8 @@ def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
     return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)
 
 
-def emulate(sym, arg_params: Mapping, aux_params: Mapping,
-            input_dtypes: Mapping[str, str] | None = None, rounding: str = "nearest"):
+def emulate(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
+            input_dtypes: Mapping[str, str] | None = None,
+            rounding: str = "nearest") -> tuple[Symbol, dict, dict]:
     """Alias of :func:`emulate_model`."""
     return emulate_model(sym, arg_params, aux_params, input_dtypes, rounding)

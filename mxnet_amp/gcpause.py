@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from typing import Iterator
 
 __all__ = ["gc_paused"]
 
 
 @contextmanager
-def gc_paused():
+def gc_paused() -> Iterator[None]:
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -24,6 +24,8 @@ from .options import make_options
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
+    from mxnet.gluon import HybridBlock
+    from mxnet.symbol import Symbol
 
     from .gluon_block import AMPSymbolBlock
 
@@ -119,7 +121,8 @@ def _param_array(param):
     return param.data(param.list_ctx()[0])
 
 
-def block_model(block, input_names: Sequence[str] | None = None):
+def block_model(block: HybridBlock, input_names: Sequence[str] | None = None
+                ) -> tuple[Symbol, dict, dict, list[str]]:
     """The symbol and params of a Gluon block, as :func:`mxnet_amp.convert_model` takes them.
 
     Parameters
@@ -205,7 +208,7 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
     return net
 
 
-def convert_hybrid_block(block, target_dtype: str = "float16",
+def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                          target_dtype_ops: Sequence[str] | None = None,
                          fp32_ops: Sequence[str] | None = None,
                          widest_dtype_ops: Sequence[str] | None = None,
@@ -272,7 +275,7 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
 convert_block = convert_hybrid_block
 
 
-def export_block(block, path: str | os.PathLike, epoch: int = 0) -> tuple[str, str]:
+def export_block(block: HybridBlock, path: str | os.PathLike, epoch: int = 0) -> tuple[str, str]:
     """Write ``block`` as ``path-symbol.json`` and ``path-%04d.params``, amp casts kept.
 
     Unlike ``HybridBlock.export`` (1.9.1), the casts are kept, the params are written even
@@ -304,7 +307,8 @@ def export_block(block, path: str | os.PathLike, epoch: int = 0) -> tuple[str, s
     return f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
 
 
-def emulate_block(block, ctx=None):
+def emulate_block(block: HybridBlock,
+                  ctx: Context | Sequence[Context] | None = None) -> AMPSymbolBlock:
     """A float32 ``SymbolBlock`` simulating a converted block's low precision numerics.
 
     See :mod:`mxnet_amp.emulation`: every tensor the converted graph holds in low precision
@@ -333,8 +337,9 @@ def emulate_block(block, ctx=None):
     return _symbol_block(esym, names, in_format, out_format, params, _contexts(block, ctx))
 
 
-def converted_symbol_block(block, input_names: Sequence[str] | None, sym, arg_params: Mapping,
-                           aux_params: Mapping, ctx=None):
+def converted_symbol_block(block: HybridBlock, input_names: Sequence[str] | None, sym: Symbol,
+                           arg_params: Mapping, aux_params: Mapping,
+                           ctx: Context | Sequence[Context] | None = None) -> AMPSymbolBlock:
     """The ``AMPSymbolBlock`` running a converted model of ``block`` (``sym`` and its params,
     as :func:`mxnet_amp.convert_model` returns them), with ``block``'s inputs, output
     structure and contexts, as :func:`convert_hybrid_block` builds it."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterator, Mapping, NamedTuple
+from typing import Iterable, Iterator, Mapping, NamedTuple
 
 __all__ = ["Entry", "Node", "Graph", "GraphBuilder", "CAST_OPS", "cast_node", "multicast_node"]
 
@@ -45,7 +45,7 @@ class Node(NamedTuple):
     def is_variable(self) -> bool:
         return self.op == "null"
 
-    def replace(self, **changes) -> "Node":
+    def replace(self, **changes: object) -> Node:
         """A copy with ``changes`` applied (self when there are none)."""
         return self._replace(**changes) if changes else self
 
@@ -134,7 +134,7 @@ class GraphBuilder:
             name = f"{base}_{k}"
         return name
 
-    def build(self, heads, attrs: Mapping[str, object] = _EMPTY) -> Graph:
+    def build(self, heads: Iterable[Entry], attrs: Mapping[str, object] = _EMPTY) -> Graph:
         """The finished :class:`Graph` with output entries ``heads`` and graph ``attrs``."""
         return Graph(tuple(self.nodes), tuple(heads), attrs)
 

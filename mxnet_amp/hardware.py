@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet import Context
 
 __all__ = ["bf16_runs_natively", "fp16_runs_natively", "runs_natively", "native_note"]
 
@@ -25,7 +29,7 @@ def bf16_runs_natively() -> bool:
 
 
 @lru_cache(maxsize=None)
-def fp16_runs_natively(ctx=None) -> bool:
+def fp16_runs_natively(ctx: Context | None = None) -> bool:
     """True when a float16 FullyConnected runs on ``ctx`` (never on CPU in MXNet 1.9)."""
     import mxnet as mx
     ctx = ctx or mx.cpu()

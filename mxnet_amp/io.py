@@ -10,11 +10,14 @@ import json
 import os
 import tempfile
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import CheckpointError, GraphError, error_text
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.symbol import Symbol
 
 __all__ = ["graph_from_json", "graph_to_json", "graph_from_symbol", "graph_to_symbol",
            "symbol_json", "atomic_write", "atomic_writes", "save_checkpoint", "load_checkpoint"]
@@ -107,17 +110,17 @@ def graph_to_json(graph: Graph, indent: int | None = None) -> str:
         return json.dumps(_graph_obj(graph), indent=indent)
 
 
-def symbol_json(sym) -> str:
+def symbol_json(sym: Symbol) -> str:
     """JSON of an ``mx.sym.Symbol`` with its amp casts kept."""
     return sym.tojson(remove_amp_cast=False)
 
 
-def graph_from_symbol(sym) -> Graph:
+def graph_from_symbol(sym: Symbol) -> Graph:
     """The :class:`Graph` of an ``mx.sym.Symbol`` (the symbol is not modified)."""
     return graph_from_json(symbol_json(sym), where=f"symbol {sym.name!r}")
 
 
-def graph_to_symbol(graph: Graph):
+def graph_to_symbol(graph: Graph) -> Symbol:
     """A new ``mx.sym.Symbol`` for ``graph``.
 
     Raises :class:`~mxnet_amp.errors.UnknownOpError` naming the nodes whose op this MXNet
@@ -145,14 +148,14 @@ def graph_to_symbol(graph: Graph):
         raise GraphError(f"MXNet cannot build this graph: {error_text(err)}") from None
 
 
-def atomic_write(path: str | os.PathLike, write) -> None:
+def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> None:
     """Write a file under ``path`` all at once: ``write(tmp_path)`` fills a temporary file
     beside it, which is renamed over ``path`` only when complete, so an interrupted write
     never leaves a truncated file under the final name."""
     atomic_writes([(path, write)])
 
 
-def atomic_writes(files) -> None:
+def atomic_writes(files: Sequence[tuple[str | os.PathLike, Callable[[str], object]]]) -> None:
     """:func:`atomic_write` for several ``(path, write)`` pairs: every file is written to
     its temporary name first and the renames follow back to back, so an interruption
     leaves either none of the new files or (only inside that last instant) some of them,
@@ -189,7 +192,7 @@ def _text_writer(text: str):
     return write
 
 
-def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_params: Mapping, *,
+def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, aux_params: Mapping, *,
                     progress: bool | None = False) -> None:
     """Like ``mx.model.save_checkpoint`` but keeps amp casts and writes both files atomically.
 
@@ -225,7 +228,8 @@ def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_param
     atomic_writes([(params_file, write_params), (sym_file, _text_writer(symbol_json(sym)))])
 
 
-def load_checkpoint(prefix: str, epoch: int = 0, *, progress: bool | None = False):
+def load_checkpoint(prefix: str, epoch: int = 0, *,
+                    progress: bool | None = False) -> tuple[Symbol, dict, dict]:
     """Load ``(sym, arg_params, aux_params)`` like ``mx.model.load_checkpoint``, with errors
     that name the file.
 

@@ -42,7 +42,8 @@ class OpTypes:
         self._cache = cache
         self.probes = 0  # how many times MXNet was actually asked by this instance
 
-    def infer(self, node: Node, input_dtypes: Sequence[str | None], num_outputs: int):
+    def infer(self, node: Node, input_dtypes: Sequence[str | None],
+              num_outputs: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
         """Input and output dtypes MXNet infers for ``node`` given ``input_dtypes``.
 
         ``None`` in ``input_dtypes`` leaves an input for MXNet to decide (a weight, say).

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .dtypes import dtype_name
 from .errors import ParamError
 from .shapes import check_param_shapes
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.ndarray import NDArray
 
 __all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params",
            "default_data_names", "check_param_shapes", "check_data_names", "param_dict"]
@@ -16,7 +19,7 @@ __all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_
 _NAME_OF_ARRAY_DTYPE: dict = {}
 
 
-def array_dtype(array) -> str:
+def array_dtype(array: NDArray) -> str:
     """dtype name of an NDArray (bfloat16 included)."""
     dtype = array.dtype
     name = _NAME_OF_ARRAY_DTYPE.get(dtype)
@@ -25,14 +28,14 @@ def array_dtype(array) -> str:
     return name
 
 
-def array_nbytes(array) -> int:
+def array_nbytes(array: NDArray) -> int:
     """Bytes of an NDArray's data (bfloat16 counted as 2 bytes)."""
     import numpy as np
     from .dtypes import np_dtype
     return int(np.prod(array.shape, dtype=np.int64)) * np_dtype(array_dtype(array)).itemsize
 
 
-def cast_array(array, dtype: str):
+def cast_array(array: NDArray, dtype: str) -> NDArray:
     """A new NDArray holding ``array`` in ``dtype``, rounded to nearest even.
 
     ``NDArray.astype('bfloat16')`` truncates in MXNet 1.9.1 (twice the error of rounding);
@@ -63,7 +66,7 @@ _WEIGHT_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_running_mean", "_ru
                     "_moving_mean", "_moving_var")
 
 
-def default_data_names(arg_names, arg_params: Mapping, where: str = "arg_params") -> list[str]:
+def default_data_names(arg_names: Sequence[str], arg_params: Mapping, where: str = "arg_params") -> list[str]:
     """The model inputs when the caller names none: the arguments without a param.
 
     Raises
@@ -80,8 +83,8 @@ def default_data_names(arg_names, arg_params: Mapping, where: str = "arg_params"
     return inputs
 
 
-def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
-                 data_names) -> None:
+def check_params(arg_names: Sequence[str], aux_names: Sequence[str], arg_params: Mapping,
+                 aux_params: Mapping, data_names: Sequence[str]) -> None:
     """Raise :class:`ParamError` when params and symbol disagree.
 
     Every non-data argument and every aux state needs a value; a param the symbol does not
@@ -110,7 +113,8 @@ def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
                          "(e.g. {k: v.astype('float32') for k, v in params.items()})")
 
 
-def check_data_names(arg_names, arg_params: Mapping, data_names) -> None:
+def check_data_names(arg_names: Sequence[str], arg_params: Mapping,
+                     data_names: Sequence[str]) -> None:
     """:class:`ParamError` naming the ``data_names`` that are not arguments of the symbol."""
     unknown = [n for n in data_names if n not in arg_names]
     if unknown:
@@ -122,7 +126,7 @@ def check_data_names(arg_names, arg_params: Mapping, data_names) -> None:
 _WIDE_FLOATS = frozenset({"float64"})
 
 
-def param_dict(params, what: str) -> dict:
+def param_dict(params: Mapping | None, what: str) -> dict:
     """``params`` as a dict (None is an empty one); :class:`ParamError` for anything but a
     mapping of names to arrays."""
     if params is None:

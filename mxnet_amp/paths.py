@@ -20,7 +20,7 @@ __all__ = ["checkpoint_files", "check_epoch", "refuse_overwrite", "check_writabl
 Labelled = Tuple[str, "str | os.PathLike"]
 
 
-def check_epoch(epoch, what: str = "epoch") -> int:
+def check_epoch(epoch: object, what: str = "epoch") -> int:
     """``epoch`` as an int; :class:`CheckpointError` when it is not a non-negative integer
     (a negative one would name a ``-001.params`` file)."""
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:

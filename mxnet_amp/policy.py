@@ -41,7 +41,7 @@ class Decision(NamedTuple):
     reason: str
 
 
-def check_target_dtype(target_dtype) -> str:
+def check_target_dtype(target_dtype: object) -> str:
     """Normalise and check ``target_dtype``: ``'float16'`` (or ``'fp16'``, ``'half'``) or
     ``'bfloat16'`` (or ``'bf16'``), any case; returns the full name.
 

@@ -11,13 +11,17 @@ import contextlib
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["byte_bar", "preread", "watch_growth"]
 
 _CHUNK = 8 << 20
 
 
-def byte_bar(desc: str, total: int, enabled: bool | None):
+def byte_bar(desc: str, total: int, enabled: bool | None) -> tqdm:
     """A tqdm bar counting bytes on stderr.
 
     Parameters
@@ -37,7 +41,7 @@ def byte_bar(desc: str, total: int, enabled: bool | None):
                 file=sys.stderr, disable=None if enabled is None else not enabled, leave=False)
 
 
-def preread(path: str, bar) -> None:
+def preread(path: str, bar: tqdm) -> None:
     """Read ``path`` once in chunks (into the page cache), advancing ``bar`` by bytes read."""
     with open(path, "rb", buffering=0) as f:
         while True:
@@ -48,7 +52,7 @@ def preread(path: str, bar) -> None:
 
 
 @contextlib.contextmanager
-def watch_growth(path: str, bar, interval: float = 0.2):
+def watch_growth(path: str, bar: tqdm, interval: float = 0.2) -> Iterator[None]:
     """While the block runs, advance ``bar`` to the size of the file ``path`` grows to."""
     stop = threading.Event()
 

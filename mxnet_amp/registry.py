@@ -9,10 +9,13 @@ import ctypes
 from array import array
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 from .dtypes import MX_CODE, MX_NAME
 from .errors import InferenceFailed, error_text
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.symbol import Symbol
 
 __all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names", "infer_types", "InferenceFailed"]
 
@@ -84,7 +87,8 @@ def op_input_names(op: str) -> tuple[str, ...]:
     return () if sig.variadic else sig.inputs
 
 
-def infer_types(sym, known: Mapping[str, str]):
+def infer_types(sym: Symbol, known: Mapping[str, str]
+                ) -> tuple[list[str | None], list[str | None], list[str | None]]:
     """Partial type inference on ``sym`` given dtype names for some inputs.
 
     Returns ``(arg_dtypes, out_dtypes, aux_dtypes)``: lists of dtype names, ``None`` where

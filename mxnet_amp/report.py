@@ -10,13 +10,16 @@ import html
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
 
 from .dtypes import dtype_name
 from .graph import Graph
 from .policy import Category, Decision
+
+if TYPE_CHECKING:   # only annotations name it
+    from .convert import Conversion
 
 __all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "report_html", "report_notes",
            "summary_rows", "result_rows", "NON_FLOAT"]
@@ -262,9 +265,9 @@ def _params_before_after(conversion, arg_params, aux_params, new_arg_params,
     return before, _param_stats(after_arrays, after_dtypes)
 
 
-def build_report(conversion, arg_params: Mapping | None = None, aux_params: Mapping | None = None,
+def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_params: Mapping | None = None,
                  new_arg_params: Mapping | None = None, new_aux_params: Mapping | None = None, *,
-                 excluded=None, model: str | None = None,
+                 excluded: Iterable[str] | None = None, model: str | None = None,
                  reasons: Mapping[str, str] | None = None) -> ConversionReport:
     """The :class:`ConversionReport` of ``conversion``.
 

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .errors import InputShapeError, ParamError, error_text
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.symbol import Symbol
 
 __all__ = ["check_param_shapes"]
 
@@ -345,7 +348,7 @@ def _param_error(graph, name, have, want, context: str, blame: str = "") -> Para
     return err
 
 
-def check_param_shapes(sym, arg_params: Mapping, aux_params: Mapping,
+def check_param_shapes(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                        data_shapes: Mapping[str, tuple] | None = None, *,
                        graph: Graph | None = None, shapes_from: str = "data_shapes",
                        input_names: list[str] | None = None) -> None:

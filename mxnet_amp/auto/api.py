@@ -3,7 +3,7 @@ and :func:`auto_convert` (the same under built options)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..convert import Conversion
 from ..errors import GraphError
@@ -19,7 +19,10 @@ from .search import _low_nodes, _reference_and_search
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
+    from mxnet.gluon import HybridBlock
     from mxnet.symbol import Symbol
+
+    from ..gluon_block import AMPSymbolBlock
 
 
 def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | None = None,
@@ -51,7 +54,7 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
     return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions)
 
 
-def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs,
+def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
                        target_dtype: str = "float16", rtol: float | None = None,
                        atol: float | None = None,
                        validate: Callable[[list, list], bool] | None = None, *,
@@ -129,7 +132,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                         execution=execution, data_names=data_names, quiet=quiet)
 
 
-def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs,
+def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
                  options: ConvertOptions, settings: AutoSettings, *,
                  ctx: Context | None = None, execution: str = "auto",
                  data_names: Sequence[str] | None = None,
@@ -187,11 +190,11 @@ def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[
         reference_finite=reference_finite, conversion=conversion)
 
 
-def auto_convert_block(block, sample_inputs, target_dtype: str = "float16",
+def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str = "float16",
                        rtol: float | None = None, atol: float | None = None,
                        validate: Callable[[list, list], bool] | None = None, *,
-                       input_names: Sequence[str] | None = None, ctx=None,
-                       **kwargs):
+                       input_names: Sequence[str] | None = None, ctx: Context | None = None,
+                       **kwargs: Any) -> tuple[AMPSymbolBlock, AutoReport]:
     """:func:`auto_convert_model` for a Gluon block: returns ``(SymbolBlock, AutoReport)``.
 
     Parameters
