@@ -11,15 +11,18 @@ MAX_LINES = 80
 
 
 def _functions():
-    """``(path, node, public)`` for every function and method of the package."""
+    """``(path, node, public, method)`` for every function of the package, nested ones
+    included; ``public``: a module-level function or a method of a class, named without a
+    leading underscore at every level."""
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         stack = [(tree, True)]
         while stack:
             parent, public = stack.pop()
+            nested = isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
             for node in ast.iter_child_nodes(parent):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    inner = public and not node.name.startswith("_")
+                    inner = public and not nested and not node.name.startswith("_")
                     if not isinstance(node, ast.ClassDef):
                         yield path, node, inner, isinstance(parent, ast.ClassDef)
                     stack.append((node, inner))
