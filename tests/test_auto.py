@@ -363,6 +363,32 @@ def test_check_fails_non_finite_outputs_and_accepts_zero_outputs():
     assert check_outputs([ref], [ref.copy()], rtol=0, atol=0).criterion == "allclose"
 
 
+def test_allclose_flags_nan_and_inf_where_fp32_is_finite_even_with_atol_zero():
+    # relu-like outputs hold exact zeros: with atol=0 their 0/0 must not hide the other elements
+    ref = np.array([[0.0, 1.0, 2.0]], dtype=np.float32)
+    for bad in (np.nan, np.inf):
+        out = np.array([[0.0, bad, 2.0]], dtype=np.float32)
+        for rtol, atol in ((1e-2, 0.0), (0.0, 0.0), (1e-2, 1e-3)):
+            check = check_outputs([ref], [out], rtol=rtol, atol=atol)
+            assert not check.passed and check.tolerance_ratio == math.inf, (bad, rtol, atol)
+    assert not check_outputs([ref], [ref + [[0.0, 0.5, 0.0]]], rtol=1e-2, atol=0).passed
+    same = check_outputs([ref], [ref.copy()], rtol=0, atol=0)
+    assert same.passed and same.tolerance_ratio == 0
+
+
+def test_auto_with_atol_zero_keeps_in_float32_what_breaks_the_check():
+    rng = np.random.RandomState(0)
+    sym = mx.sym.Activation(fc(mx.sym.var("data"), "fc", 8), act_type="relu", name="relu")
+    args = nd({"fc_weight": rng.uniform(-1, 1, (8, 16)), "fc_bias": np.zeros(8)})
+    x = rng.uniform(-1, 1, (4, 16)).astype(np.float32)
+    assert (run(sym, args, {}, x) == 0).any()     # the zeros that hid the error
+    # float16's rounding (~5e-4 relative) is far beyond rtol=1e-6: fc cannot stay float16
+    *_, report = auto_convert_model(sym, args, {}, x, "float16", rtol=1e-6, atol=0.0,
+                                    execution="emulated", quiet=True)
+    assert report.steps[1].kind == "check" and not report.steps[1].passed
+    assert "fc" in report.excluded_sym_names and report.validated
+
+
 def test_rtol_or_atol_switch_auto_to_allclose_and_the_report_says_so():
     sym, args, x = clean_model()
     *_, report = auto_convert_model(sym, args, {}, x, rtol=1e-2, quiet=True)

@@ -68,6 +68,15 @@ def _top1_flips(r: np.ndarray, o: np.ndarray, tie: float) -> tuple[int, int]:
     return int(np.count_nonzero(changed & decided)), int(r.shape[0])
 
 
+def _close_ratio(diff: np.ndarray, ref_abs: np.ndarray, rtol: float, atol: float) -> float:
+    """``max(diff / (atol + rtol * |ref|))``: an element that agrees counts 0 even where the
+    bound is 0 (0/0 would be nan, and one nan would hide every other element: a relu
+    output's zeros with ``atol=0``); one that differs where the bound is 0 counts inf."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / (atol + rtol * ref_abs))
+    return float(ratio.max())
+
+
 def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
                   target_dtype: str = "float16", tolerance: float | None = None,
                   rtol: float | None = None, atol: float | None = None) -> OutputCheck:
@@ -109,8 +118,7 @@ def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
         rel = float(diff.max()) / scale
         rel_max = max(rel_max, rel)
         scale_ratio = max(scale_ratio, rel / tol)
-        with np.errstate(invalid="ignore"):
-            close_ratio = max(close_ratio, float(np.max(diff / (atol + rtol * ref_abs))))
+        close_ratio = max(close_ratio, _close_ratio(diff, ref_abs, rtol, atol))
         if r.ndim == 2 and r.shape[1] > 1:
             f, n = _top1_flips(r, o, tol * scale)
             flips, rows = flips + f, rows + n
@@ -127,7 +135,9 @@ def _offending(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits
     found = []
     for key in sorted(stats):
         r = stats[key]
-        if r.max_abs > limits.max:       # inf and nan from the float32 run count too
+        # inf from the float32 run counts too; nan compares false: a tensor nan in float32
+        # is nan in any dtype (the output check fails nan only where float32 is finite)
+        if r.max_abs > limits.max:
             found.append((key, "overflow", r.max_abs))
         elif r.flushed > 0 and r.flushed >= underflow_fraction:
             found.append((key, "underflow", r.flushed))
