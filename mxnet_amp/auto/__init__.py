@@ -8,11 +8,11 @@ precision breaks it. The work is driven by one instrumented float32 run:
    output as a graph output, which gives the reference outputs and, for each tensor, the
    largest magnitude and the share of nonzero values the target dtype would flush to zero.
 2. **Range culprits** (no execution). A tensor whose float32 values exceed the target
-   dtype's range (65504 for float16) becomes inf wherever the converted graph holds it in
-   low precision; one whose values mostly flush to zero loses them. For every such tensor
-   the nodes *holding* it in low precision are kept in float32: its producer when it
-   computes in low precision, and each consumer that reads it through a cast to low
-   precision (a target op). Converting is cheap, so this repeats on the converted graph
+   dtype's range (65504 for float16), or hold inf/nan, becomes inf wherever the converted
+   graph holds it in low precision; one whose values mostly flush to zero loses them. For
+   every such tensor the nodes *holding* it in low precision are kept in float32: its
+   producer when it computes in low precision, and each consumer that reads it through a
+   cast to low precision (a target op). Converting is cheap, so this repeats on the converted graph
    until no flagged tensor is held in low precision anywhere.
 3. **Converted check** (one execution). The converted model runs on the same inputs (natively
    where this machine can, else through :mod:`mxnet_amp.emulation`) and is compared with the

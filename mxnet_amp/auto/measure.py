@@ -135,9 +135,9 @@ def _offending(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits
     found = []
     for key in sorted(stats):
         r = stats[key]
-        # inf from the float32 run counts too; nan compares false: a tensor nan in float32
-        # is nan in any dtype (the output check fails nan only where float32 is finite)
-        if r.max_abs > limits.max:
+        # inf and nan from the float32 run count too (tensor_range's max_abs is nan when
+        # the tensor holds one, which would hide its overflow: nan > max is False)
+        if not r.max_abs <= limits.max:
             found.append((key, "overflow", r.max_abs))
         elif r.flushed > 0 and r.flushed >= underflow_fraction:
             found.append((key, "underflow", r.flushed))
