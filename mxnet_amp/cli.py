@@ -317,7 +317,7 @@ def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, 
         _options(args), data_names=args.data_names, write=write, progress=None,
         data_shapes=shapes or None)
     report = build_report(conversion, new_arg_params=new_args, new_aux_params=new_aux,
-                          excluded=args.exclude or (), model=os.path.basename(args.prefix))
+                          model=os.path.basename(args.prefix))
     return conversion, _with_hardware_note(report)
 
 

@@ -136,9 +136,25 @@ def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
 def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
              data_dtypes: Mapping[str, str], stored: dict[str, str],
              output_dtype: str | None) -> Conversion:
+    input_param_dtypes = dict(stored)
+    result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype)
+    if result.unlisted_ops:
+        warn_unlisted(result.unlisted_ops, options.target_dtype)
+    # every weight says what it holds, so the symbol binds without a type_dict
+    tagged = tag_param_dtypes(result.graph, stored)
+    sym = graph_to_symbol(tagged)
+    arg_dtypes, aux_dtypes = _inferred_param_dtypes(sym, stored, data_dtypes)
+    return Conversion(tagged, graph, result, options.policy, tuple(names),
+                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym,
+                      excluded=options.excluded)
+
+
+def _cast_rounds(graph: Graph, options: ConvertOptions, data_dtypes: Mapping[str, str],
+                 stored: dict[str, str], output_dtype: str | None) -> CastResult:
+    """The cast pass, twice with ``cast_optional_params``; ``stored`` is updated to the
+    dtype each weight is stored in."""
     policy, excluded = options.policy, options.excluded
     op_types = OpTypes()
-    input_param_dtypes = dict(stored)
     final = False
     if options.cast_optional_params:
         # round one leaves float weights to their consumers; a weight every consumer wants
@@ -157,15 +173,15 @@ def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
     if final:
         # round two would rebuild the same graph (tag_param_dtypes below writes the
         # weights' __dtype__ attributes); round one left the weights' own dtypes open
-        result = _with_weight_dtypes(first, stored)
-    else:
-        result = insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
-                              excluded=excluded, output_dtype=output_dtype, op_types=op_types)
-    if result.unlisted_ops:
-        warn_unlisted(result.unlisted_ops, policy.target_dtype)
-    # every weight says what it holds, so the symbol binds without a type_dict
-    tagged = tag_param_dtypes(result.graph, stored)
-    sym = graph_to_symbol(tagged)
+        return _with_weight_dtypes(first, stored)
+    return insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
+                        excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+
+
+def _inferred_param_dtypes(sym: Symbol, stored: Mapping[str, str], data_dtypes: Mapping[str, str]
+                           ) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """``(arg dtypes, aux dtypes)`` of the converted symbol by MXNet's type inference, which
+    must agree with the weights' tags."""
     try:
         # weights pass as stored: one read only by amp_cast is otherwise left undecided
         args, _, auxs = infer_types(sym, {**stored, **data_dtypes})
@@ -178,9 +194,7 @@ def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
         warnings.warn(f"type inference leaves {undecided[:10]} undecided; they stay as stored",
                       stacklevel=2)
     _check_tags(stored, {**arg_dtypes, **aux_dtypes})
-    return Conversion(tagged, graph, result, policy, tuple(names),
-                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym,
-                      excluded=excluded)
+    return arg_dtypes, aux_dtypes
 
 
 def _with_weight_dtypes(result: CastResult, stored: Mapping[str, str]) -> CastResult:

@@ -12,13 +12,7 @@ from typing import Iterable, Sequence
 
 from .policy import OpPolicy, load_policy
 
-__all__ = ["ConvertOptions", "make_options", "OPTION_KEYWORDS"]
-
-# the keywords make_options turns into a ConvertOptions (each public converter takes them
-# all, except that convert_symbol, having no params, takes no fold_batchnorm)
-OPTION_KEYWORDS = ("target_dtype", "target_dtype_ops", "fp32_ops", "widest_dtype_ops",
-                   "conditional_fp32_ops", "follow_ops", "excluded_sym_names",
-                   "cast_optional_params", "fold_batchnorm")
+__all__ = ["ConvertOptions", "make_options"]
 
 
 @dataclass(frozen=True)
