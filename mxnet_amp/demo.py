@@ -5,16 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from .cli import _finish, _native_log_silenced, _with_extra, _with_hardware_note, _with_note
 from .errors import CLIError, error_text
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from .convert import Conversion
+    from .report import ConversionReport
 
 __all__ = ["run_demo"]
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """Run ``mxnet-amp demo`` with its parsed ``args``; returns the exit code."""
-    import numpy as np
     from .convert import convert_model_full
     from .options import make_options
     from .report import build_report
@@ -34,23 +42,43 @@ def run_demo(args: argparse.Namespace) -> int:
     ref, fp32_times = _timed_runs(sym, arg_params, aux_params, x, args.runs if native else 1, bar)
     shape = f"{args.batch}x3x{args.size}x{args.size}"
     lines = ["", f"Demo: {args.model}, random weights, input {shape}"]
-    if native:
-        low, low_times = _timed_runs(new_sym, new_args, new_aux, x, args.runs, bar)
-        how = f"native {args.target_dtype}"
-    else:
-        from .emulation import emulate_model
-        em_sym, em_args, em_aux = emulate_model(new_sym, new_args, new_aux)
-        low, _ = _timed_runs(em_sym, em_args, em_aux, x, 1, bar)
-        bar.update(2 * args.runs - 2)
-        low_times = None
-        how = f"{args.target_dtype} emulated in float32"
-        why = ("no avx512: oneDNN has no bf16 matrix kernels here" if args.target_dtype == "bfloat16"
-               else "MXNet has no float16 kernels for CPU")
-        lines.append(f"Native {args.target_dtype} is unavailable on this CPU ({why}); the "
-                     f"{args.target_dtype} model was checked by emulation (every low precision "
-                     "tensor rounded), so no speed ratio was measured.")
+    low, low_times, how = _low_precision_runs(args, (new_sym, new_args, new_aux), x, native, bar,
+                                              lines)
+    if not native:
         report = _with_note(report, lines[-1])
     bar.close()
+    report, rel, agree = _accuracy_lines(ref, low, how, conversion, lines, report)
+    if low_times is not None:
+        report = _speed_line(args, fp32_times, low_times, lines, report)
+    report = _with_extra(report, {"native": native, "execution": how, "input": shape,
+                                  "relative_max_error": rel, "top1_agreement": agree})
+    _finish(args, conversion, report, lines)
+    return 0
+
+
+def _low_precision_runs(args: argparse.Namespace, model: tuple, x: np.ndarray, native: bool,
+                        bar: tqdm, lines: list[str]) -> tuple[list, list | None, str]:
+    """``(outputs, run times or None, how it ran)`` of the converted model: timed where it
+    runs natively, else once through emulation (a line in ``lines`` says so)."""
+    if native:
+        low, low_times = _timed_runs(*model, x, args.runs, bar)
+        return low, low_times, f"native {args.target_dtype}"
+    from .emulation import emulate_model
+    em_sym, em_args, em_aux = emulate_model(*model)
+    low, _ = _timed_runs(em_sym, em_args, em_aux, x, 1, bar)
+    bar.update(2 * args.runs - 2)
+    why = ("no avx512: oneDNN has no bf16 matrix kernels here" if args.target_dtype == "bfloat16"
+           else "MXNet has no float16 kernels for CPU")
+    lines.append(f"Native {args.target_dtype} is unavailable on this CPU ({why}); the "
+                 f"{args.target_dtype} model was checked by emulation (every low precision "
+                 "tensor rounded), so no speed ratio was measured.")
+    return low, None, f"{args.target_dtype} emulated in float32"
+
+
+def _accuracy_lines(ref: list, low: list, how: str, conversion: Conversion, lines: list[str],
+                    report: ConversionReport) -> tuple[ConversionReport, float, float | None]:
+    """Add the accuracy line (and notes where it says little) to ``lines`` and ``report``;
+    returns the report, the relative error and the top-1 agreement."""
     rel = max(float(np.abs(lo - r).max() / max(float(np.abs(r).max()), 1e-30)) for lo, r in zip(low, ref))
     # top-1 agreement reads class scores: a first output of shape (batch, classes)
     agree = (float(np.mean(low[0].argmax(axis=1) == ref[0].argmax(axis=1)))
@@ -68,22 +96,22 @@ def run_demo(args: argparse.Namespace) -> int:
                      "scores nearly tie, so any rounding selects other boxes or classes there and "
                      "the error above says little (the zoo sweep compares the tensors before them).")
         report = _with_note(report, lines[-1][len("Note: "):])
-    if low_times is not None:
-        t32, t16 = float(np.median(fp32_times)), float(np.median(low_times))
-        lines.append(f"Speed (median of {args.runs} runs, same process): float32 {t32 * 1e3:.1f} ms, "
-                     f"{args.target_dtype} {t16 * 1e3:.1f} ms, speed-up x{t32 / t16:.2f}")
-        report = _with_extra(report, {"speedup": t32 / t16, "fp32_ms": t32 * 1e3, "low_ms": t16 * 1e3,
-                                      "runs": args.runs})
-    report = _with_extra(report, {"native": native, "execution": how, "input": shape,
-                                  "relative_max_error": rel, "top1_agreement": agree})
-    _finish(args, conversion, report, lines)
-    return 0
+    return report, rel, agree
+
+
+def _speed_line(args: argparse.Namespace, fp32_times: list[float], low_times: list[float],
+                lines: list[str], report: ConversionReport) -> ConversionReport:
+    """Add the measured speed-up to ``lines`` and ``report``."""
+    t32, t16 = float(np.median(fp32_times)), float(np.median(low_times))
+    lines.append(f"Speed (median of {args.runs} runs, same process): float32 {t32 * 1e3:.1f} ms, "
+                 f"{args.target_dtype} {t16 * 1e3:.1f} ms, speed-up x{t32 / t16:.2f}")
+    return _with_extra(report, {"speedup": t32 / t16, "fp32_ms": t32 * 1e3, "low_ms": t16 * 1e3,
+                                "runs": args.runs})
 
 
 def _demo_model(name: str, size: int, batch: int, seed: int):
     """A model zoo network with random weights, as (sym, arg_params, aux_params, input)."""
     import mxnet as mx
-    import numpy as np
     mx.random.seed(seed)
     net = _zoo_model(name)
     # He initialisation (fan-in) keeps activations of order one through a deep random
