@@ -1,0 +1,80 @@
+"""Command line of the zoo sweep (``python tools/zoo_sweep.py --help``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Sequence
+
+from . import __doc__ as _PACKAGE_DOC
+from .common import DTYPES, TOLERANCE
+from .render import summarize, write_markdown
+from .runner import _worker, run_sweep
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=_PACKAGE_DOC.split("\n")[0])
+    p.add_argument("--models", nargs="*", help="model names (default: the whole zoo)")
+    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    p.add_argument("--bn", choices=("calibrated", "identity"), default="calibrated",
+                   help="BatchNorm statistics: calibrated layer by layer on sample inputs "
+                        "(default), or random-init identity")
+    p.add_argument("--tol", type=float, default=TOLERANCE)
+    p.add_argument("--auto-dtypes", nargs="*", default=None, choices=list(DTYPES),
+                   help="dtypes whose failures auto_convert_model tries to fix (default: all; "
+                        "none: give the flag alone)")
+    p.add_argument("--timeout", type=float, default=300, help="per-model seconds")
+    p.add_argument("--budget", type=float, default=None, help="total wall-clock seconds")
+    p.add_argument("--nice", type=int, default=0, help="niceness of the workers")
+    p.add_argument("--jobs", type=int, default=1, help="models run at once (worker processes)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="OMP threads per worker (default: cores / jobs)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the records already in --json; run only the models missing there")
+    p.add_argument("--json", default=None, help="write the records here")
+    p.add_argument("--md", default=None, help="write the markdown report here")
+    p.add_argument("--report-from", default=None, metavar="JSON",
+                   help="only rewrite --md from a sweep's JSON (its models only)")
+    p.add_argument("--wall", type=float, default=0.0, help="with --report-from: the run's seconds")
+    p.add_argument("--command", default=None, help="with --report-from: the command that ran")
+    p.add_argument("--note", action="append", default=[],
+                   help="with --report-from: a line for the report's preamble")
+    p.add_argument("--worker", metavar="MODEL", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        _worker(a.worker, a.dtypes, a.tol, a.bn, a.dtypes if a.auto_dtypes is None else a.auto_dtypes)
+        return 0
+    if a.report_from:
+        with open(a.report_from) as f:
+            saved = json.load(f)
+        write_markdown(a.md, saved["records"], dtypes=saved["dtypes"], tol=saved["tolerance"],
+                       command=a.command or "python tools/zoo_sweep.py", wall_s=a.wall,
+                       timeout=saved.get("timeout_s", a.timeout), bn=saved.get("bn", "calibrated"),
+                       preamble=a.note)
+        print(json.dumps([summarize(saved["records"], d, saved["tolerance"]) for d in saved["dtypes"]], indent=1))
+        return 0
+    if a.models:
+        models = list(a.models)
+    else:
+        from gluoncv import model_zoo
+        models = list(model_zoo.get_model_list())
+    done = None
+    if a.resume and a.json and os.path.exists(a.json):
+        with open(a.json) as f:
+            done = {r["model"]: r for r in json.load(f)["records"]
+                    if r.get(a.dtypes[0], {}).get("status") not in ("skipped", None)}
+        # a resumed run keeps the earlier models the JSON holds beyond this run's list
+        models = [m for m in done if m not in models] + models
+    t = time.time()
+    records = run_sweep(models, dtypes=a.dtypes, tol=a.tol, timeout=a.timeout, budget=a.budget,
+                        nice=a.nice, jobs=a.jobs, json_path=a.json, done=done, bn=a.bn,
+                        threads=a.threads, auto_dtypes=a.auto_dtypes)
+    wall = time.time() - t
+    if a.md:
+        command = "python tools/zoo_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_markdown(a.md, records, dtypes=a.dtypes, tol=a.tol, command=command, wall_s=wall,
+                       timeout=a.timeout, bn=a.bn)
+    print(json.dumps([summarize(records, d, a.tol) for d in a.dtypes], indent=1))
+    return 0
