@@ -1,10 +1,12 @@
 """Running graphs and judging outputs: comparisons, degenerate outputs, the structure check's
-cast stripping, the tensors the sweep checks."""
+cast stripping, the tensors the sweep checks (and their names across a conversion)."""
 from __future__ import annotations
 
 import contextlib
 import os
 from typing import Iterable, Sequence
+
+from mxnet_amp.graph import ANY_CAST_OPS
 
 
 @contextlib.contextmanager
@@ -43,18 +45,6 @@ def _copies(params: dict) -> dict:
     return {k: v.copy() for k, v in params.items()}
 
 
-def round_np(values, dtype: str):
-    """``values`` (float32 numpy) rounded to ``dtype`` as ``amp_cast`` does it on this
-    machine (:mod:`mxnet_amp.emulation`'s rounding), returned as float32."""
-    import numpy as np
-
-    from mxnet_amp.emulation import _bf16_round_np
-    values = np.ascontiguousarray(values, dtype=np.float32)
-    if dtype == "float16":
-        return values.astype(np.float16).astype(np.float32)
-    return _bf16_round_np(values)
-
-
 def _widened(params: dict) -> dict:
     """``params`` with low precision arrays cast to float32."""
     from mxnet_amp.dtypes import LOW_PRECISION
@@ -64,27 +54,12 @@ def _widened(params: dict) -> dict:
 
 
 def strip_casts(sym):
-    """``sym`` without its ``amp_cast`` / ``amp_multicast`` nodes: each consumer and output
-    reads the cast's input (output ``k`` of a multicast: its input ``k``). That is the
-    converted graph computing entirely in float32; it must reproduce the float32 model to
-    float32 roundoff, whatever the model's sensitivity, or the pass lost, rewired or
-    changed an op. (MXNet's own ``tojson(remove_amp_cast=True)`` keeps the casts that are
-    graph outputs.)"""
-    from mxnet_amp.graph import Entry, GraphBuilder
+    """``sym`` without its ``amp_cast`` / ``amp_multicast`` nodes
+    (:func:`mxnet_amp.passes.strip_casts.strip_casts`): the converted graph computing
+    entirely in float32, which must reproduce the float32 model to float32 roundoff."""
     from mxnet_amp.io import graph_from_symbol, graph_to_symbol
-    g = graph_from_symbol(sym)
-    builder = GraphBuilder()
-    new_index: list[int | tuple[Entry, ...]] = []  # a node's new index, or a cast's inputs
-
-    def moved(e: Entry) -> Entry:
-        where = new_index[e.node]
-        return where[e.index] if isinstance(where, tuple) else Entry(where, e.index)
-
-    for node in g.nodes:
-        inputs = tuple(moved(e) for e in node.inputs)
-        new_index.append(inputs if node.op in ("amp_cast", "amp_multicast")
-                         else builder.add(node.replace(inputs=inputs)))
-    return graph_to_symbol(builder.build([moved(h) for h in g.heads], g.attrs))
+    from mxnet_amp.passes.strip_casts import strip_casts as strip
+    return graph_to_symbol(strip(graph_from_symbol(sym)))
 
 
 # ops whose output order or selection changes discretely under any rounding
@@ -139,9 +114,6 @@ def checked_entries(graph):
     return dense, after, extra
 
 
-_CASTS = ("amp_cast", "amp_multicast", "Cast", "cast")
-
-
 def _named(graph, skip_casts: bool = True) -> dict[tuple[str, int], int]:
     """``(name, occurrence) -> node index``: gluon repeats names when a block runs twice
     (an FPN's shared head), so a name alone does not find a node; casts a conversion or an
@@ -149,7 +121,7 @@ def _named(graph, skip_casts: bool = True) -> dict[tuple[str, int], int]:
     seen: dict[str, int] = {}
     found = {}
     for i, n in enumerate(graph.nodes):
-        if skip_casts and n.op in _CASTS:
+        if skip_casts and n.op in ANY_CAST_OPS:
             continue
         k = seen.get(n.name, 0)
         seen[n.name] = k + 1
@@ -169,7 +141,7 @@ def _with_heads(sym, entries):
     for j, n in enumerate(g.nodes):
         if n.op == "amp_cast" and n.attrs.get("dtype") == "float32":
             inner = g.nodes[n.inputs[0].node]
-            if inner.op in _CASTS and inner.attrs.get("dtype") != "float32":
+            if inner.op in ANY_CAST_OPS and inner.attrs.get("dtype") != "float32":
                 rounded[(inner.inputs[0].node, inner.inputs[0].index)] = j
     heads = list(g.heads)
     for name, occurrence, k in entries:

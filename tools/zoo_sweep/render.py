@@ -69,7 +69,7 @@ def write_markdown(path: str, records: Sequence[dict], *, dtypes: Sequence[str],
           "natively where the CPU can (recorded, with the emulation's fidelity).",
         *preamble,
         "",
-        "Method (`tools/zoo_sweep.py`, whose module docstring defines every check): each model "
+        "Method (`tools/zoo_sweep/`, whose package docstring defines every check): each model "
         "is built offline, random He-normal weights, BatchNorm "
         + ("statistics calibrated layer by layer on a batch of 4 random inputs (one forward "
            "pass; each layer's mean and variance from the activations that reach it once the "
@@ -152,7 +152,7 @@ def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: flo
         f"- tested (built offline, converted, ran, not degenerate): **{s['tested']}**; "
         f"**within the strict tolerance {tol}: {c.get('pass', 0)} = {100 * s['pass_rate']:.1f}%** "
         f"(target >= 98%); fail {c.get('fail', 0)}",
-        f"- failures by cause: " + (", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "none")
+        "- failures by cause: " + (", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "none")
         + f" (*sensitivity*: error <= {SENSITIVITY_FACTOR:g}x what rounding only input and weights "
         f"to {dtype} gives, and mx.contrib.amp no better than {1 / CONTRIB_BETTER:g}x ours: the random "
         "net's own sensitivity; *conversion*: anything else above the tolerance)",

@@ -7,8 +7,10 @@ import time
 import warnings
 from typing import Any, Sequence
 
+from mxnet_amp.emulation import round_numpy
+
 from .checks import (_bind_forward, _copies, _named, _widened, _with_heads, checked_entries, compare,
-                     degenerate, round_np, strip_casts)
+                     degenerate, strip_casts)
 from .common import AUTO_MAX_EXECUTIONS, DTYPES, STRUCTURE_TOL, TOLERANCE, _first_line
 from .models import (_batchnorms_in, _calibrate_batchnorm_train_mode, _fp32_forward, calibrate_batchnorm,
                      calibrate_graph_batchnorm, family_of)
@@ -172,8 +174,6 @@ def _for_all(dtypes: Sequence[str], rec: dict, **per_dtype) -> dict:
 
 def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool) -> dict:
     """Convert ``model`` to ``dtype``, run it emulated (and natively), judge it."""
-    import mxnet as mx
-
     import mxnet_amp
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.emulation import emulate_model
@@ -324,8 +324,8 @@ def _sensitivity(model: _Model, dtype: str, rec: dict) -> float | None:
     outputs: the perturbation any deployment in that dtype starts from."""
     import mxnet as mx
     try:
-        rargs = {k: mx.nd.array(round_np(v.asnumpy(), dtype)) for k, v in model.args.items()}
-        rdata = {"data": mx.nd.array(round_np(model.x.asnumpy(), dtype))}
+        rargs = {k: mx.nd.array(round_numpy(v.asnumpy(), dtype)) for k, v in model.args.items()}
+        rdata = {"data": mx.nd.array(round_numpy(model.x.asnumpy(), dtype))}
         pref = _bind_forward(model.probe(model.sym), rargs, model.auxs, rdata)
         rec["sensitivity_err"] = model.errors(pref)["max_rel_err"]
     except Exception as err:  # noqa: BLE001
