@@ -310,6 +310,30 @@ def test_summary_and_report_per_dtype(tmp_path):
     assert "| c | degenerate |" in bf16_part
 
 
+def test_report_from_merges_sweep_files(tmp_path, capsys):
+    """``--report-from`` over several sweep files: one record per model, the last file that
+    ran it wins, a budget-skipped record replaces nothing; files swept otherwise are refused."""
+    write_json = zoo_sweep.runner.write_json
+    first, second, merged, md = (str(tmp_path / n) for n in ("1.json", "2.json", "all.json", "all.md"))
+    a, b_old = _record("a", "pose", ("pass", 0.01), ("pass", 0.02)), _record("b", "pose", ("pass", 0.01), ("fail", 0.3))
+    b_new, c = _record("b", "pose", ("pass", 0.01), ("pass", 0.04)), _record("c", "depth", ("pass", 0.0), ("pass", 0.1))
+    a_skipped = {"model": "a", "family": "pose", **{d: {"status": "skipped", "reason": "budget"}
+                                                    for d in zoo_sweep.DTYPES}}
+    write_json(first, [a, b_old], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
+    write_json(second, [a_skipped, b_new, c], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
+    assert zoo_sweep.main(["--report-from", first, second, "--json", merged, "--md", md]) == 0
+    saved = json.loads(open(merged).read())
+    assert saved["records"] == [a, b_new, c] and saved["dtypes"] == list(zoo_sweep.DTYPES)
+    text = open(md).read()
+    assert "3 models run" in text and "| b | pose |" in text
+    assert zoo_sweep.summarize(saved["records"], "bfloat16")["pass_rate"] == 1.0
+    write_json(second, [c], ("float16",), 0.1, 400, "identity")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        zoo_sweep.main(["--report-from", first, second])
+    assert "2.json" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("rec, cause", [
     ({"max_rel_err": 0.3, "nonfinite_outputs": [2]}, "non-finite"),
     ({"max_rel_err": 0.3, "structure_err": 0.5}, "graph changed"),

@@ -11,10 +11,10 @@ from typing import Sequence
 from . import __doc__ as _PACKAGE_DOC
 from .common import DTYPES, TOLERANCE
 from .render import summarize, write_markdown
-from .runner import _worker, run_sweep
+from .runner import _worker, read_sweeps, run_sweep, write_json
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=_PACKAGE_DOC.split("\n")[0])
     p.add_argument("--models", nargs="*", help="model names (default: the whole zoo)")
     p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
@@ -33,27 +33,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="OMP threads per worker (default: cores / jobs)")
     p.add_argument("--resume", action="store_true",
                    help="keep the records already in --json; run only the models missing there")
-    p.add_argument("--json", default=None, help="write the records here")
+    p.add_argument("--json", default=None,
+                   help="write the records here (with --report-from: the merged records)")
     p.add_argument("--md", default=None, help="write the markdown report here")
-    p.add_argument("--report-from", default=None, metavar="JSON",
-                   help="only rewrite --md from a sweep's JSON (its models only)")
+    p.add_argument("--report-from", nargs="+", default=None, metavar="JSON",
+                   help="run nothing: report on the records of these sweep JSON files (their "
+                        "models only; a model in several files: the last file that ran it)")
     p.add_argument("--wall", type=float, default=0.0, help="with --report-from: the run's seconds")
     p.add_argument("--command", default=None, help="with --report-from: the command that ran")
     p.add_argument("--note", action="append", default=[],
                    help="with --report-from: a line for the report's preamble")
     p.add_argument("--worker", metavar="MODEL", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (see ``--help``); returns the exit status."""
+    p = _parser()
     a = p.parse_args(argv)
     if a.worker:
         _worker(a.worker, a.dtypes, a.tol, a.bn, a.dtypes if a.auto_dtypes is None else a.auto_dtypes)
         return 0
     if a.report_from:
-        with open(a.report_from) as f:
-            saved = json.load(f)
-        write_markdown(a.md, saved["records"], dtypes=saved["dtypes"], tol=saved["tolerance"],
-                       command=a.command or "python tools/zoo_sweep.py", wall_s=a.wall,
-                       timeout=saved.get("timeout_s", a.timeout), bn=saved.get("bn", "calibrated"),
-                       preamble=a.note)
-        print(json.dumps([summarize(saved["records"], d, saved["tolerance"]) for d in saved["dtypes"]], indent=1))
+        try:
+            records, saved = read_sweeps(a.report_from)
+        except (OSError, ValueError) as err:
+            p.error(f"--report-from: {err}")
+        _report(a, records, saved)
         return 0
     if a.models:
         models = list(a.models)
@@ -78,3 +84,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                        timeout=a.timeout, bn=a.bn)
     print(json.dumps([summarize(records, d, a.tol) for d in a.dtypes], indent=1))
     return 0
+
+
+def _report(a: argparse.Namespace, records: list[dict], saved: dict) -> None:
+    """``--report-from``: the merged records to ``--json``, the report to ``--md``, the
+    summaries to stdout."""
+    dtypes, tol = saved["dtypes"], saved["tolerance"]
+    if a.json:
+        write_json(a.json, records, dtypes, tol, saved.get("timeout_s") or a.timeout, saved["bn"])
+    if a.md:
+        write_markdown(a.md, records, dtypes=dtypes, tol=tol,
+                       command=a.command or "python tools/zoo_sweep.py", wall_s=a.wall,
+                       timeout=saved.get("timeout_s") or a.timeout, bn=saved.get("bn") or "calibrated",
+                       preamble=a.note)
+    print(json.dumps([summarize(records, d, tol) for d in dtypes], indent=1))

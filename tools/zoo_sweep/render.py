@@ -43,6 +43,22 @@ def _fmt(value, spec: str = ".2g") -> str:
     return "" if value is None else format(value, spec)
 
 
+def _run_line(records: Sequence[dict], dtypes: Sequence[str], command: str, wall_s: float) -> str:
+    """When and how long the records' models ran (from their ``finished``, ``wall_s`` and
+    ``load_avg``), how many of the records ran, and the command."""
+    ran = [r for r in records if r.get(dtypes[0], {}).get("status") != "skipped"]
+    finished = sorted(r["finished"] for r in ran if r.get("finished"))
+    when = (f"models finished {finished[0][:16].replace('T', ' ')} to {finished[-1][:16].replace('T', ' ')} UTC"
+            if finished else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    worker = sum(r.get("wall_s") or 0 for r in ran)
+    loads = sorted(r["load_avg"] for r in ran if r.get("load_avg") is not None)
+    return (f"Run: {when}, " + (f"{wall_s / 60:.0f} min wall clock, " if wall_s else "")
+            + f"{worker / 60:.0f} min of worker time (sum of per-model wall clock), {len(ran)} models run"
+            + (f" of the {len(records)} listed" if len(ran) < len(records) else "") + f", `{command}`."
+            + (f" Load average while it ran (1 min, at each model's end; 2 cores shared with other "
+               f"work): median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f}." if loads else ""))
+
+
 def write_markdown(path: str, records: Sequence[dict], *, dtypes: Sequence[str], tol: float,
                    command: str, wall_s: float, timeout: float, bn: str,
                    preamble: Sequence[str] = ()) -> None:
@@ -52,15 +68,10 @@ def write_markdown(path: str, records: Sequence[dict], *, dtypes: Sequence[str],
 
     from mxnet_amp.hardware import bf16_runs_natively
     from mxnet_amp.io import atomic_write
-    loads = [r["load_avg"] for r in records if r.get("load_avg") is not None]
-    ran = [r for r in records if r.get(dtypes[0], {}).get("status") != "skipped"]
     lines = [
         f"# gluoncv model zoo sweep: {' and '.join(dtypes)} conversion",
         "",
-        f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {wall_s / 60:.0f} min wall clock, "
-        f"{len(ran)} models, `{command}`."
-        + (f" Load average while it ran (1 min, at each model's end; 2 cores shared with other "
-           f"work): median {sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f}." if loads else ""),
+        _run_line(records, dtypes, command, wall_s),
         f"MXNet {mx.__version__}, gluoncv {_gluoncv_version()}. Native bf16 on this CPU: "
         + ("yes (avx512_bf16)" if bf16_runs_natively() else "no (AVX2 only)")
         + ". MXNet runs no float16 on a CPU: float16 is judged through the emulation "

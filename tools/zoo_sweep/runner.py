@@ -101,7 +101,7 @@ def run_sweep(models: Sequence[str], *, dtypes: Sequence[str] = DTYPES, tol: flo
                   f"{next((rec[d].get('reason', '') for d in dtypes if rec.get(d, {}).get('reason')), '')[:80]}",
                   flush=True)
         if json_path:
-            _write_json(json_path, [records[m] for m in models if m in records], dtypes, tol, timeout, bn)
+            write_json(json_path, [records[m] for m in models if m in records], dtypes, tol, timeout, bn)
 
     while queue or workers:
         left = None if budget is None else budget - (time.time() - start)
@@ -135,8 +135,10 @@ def run_sweep(models: Sequence[str], *, dtypes: Sequence[str] = DTYPES, tol: flo
     return [records[m] for m in models]
 
 
-def _write_json(path: str, records: list[dict], dtypes: Sequence[str], tol: float,
+def write_json(path: str, records: list[dict], dtypes: Sequence[str], tol: float,
                 timeout: float, bn: str) -> None:
+    """Write the sweep's ``records`` and settings to ``path`` as JSON (atomically: a reader
+    never sees half a file, and an interrupted write leaves the old one)."""
     from mxnet_amp.io import atomic_write
     body = json.dumps({"dtypes": list(dtypes), "tolerance": tol, "timeout_s": timeout, "bn": bn,
                        "records": records}, indent=1)
@@ -145,3 +147,31 @@ def _write_json(path: str, records: list[dict], dtypes: Sequence[str], tol: floa
         with open(tmp, "w") as f:
             f.write(body)
     atomic_write(path, write)
+
+
+def read_sweeps(paths: Sequence[str]) -> tuple[list[dict], dict]:
+    """The records of the sweep JSON files ``paths``, one per model, and their shared
+    settings (``dtypes``, ``tolerance``, ``timeout_s``, ``bn``).
+
+    A model in several files keeps the record of the last file that ran it (a ``skipped``
+    record never replaces one that ran); the order is the first file's, then each new model
+    in its file's order. Files swept with other dtypes, tolerance or BatchNorm setting cannot
+    be merged: ``ValueError`` naming the file."""
+    records: dict[str, dict] = {}
+    settings: dict | None = None
+    for path in paths:
+        with open(path) as f:
+            saved = json.load(f)
+        mine = {k: saved.get(k) for k in ("dtypes", "tolerance", "bn")}
+        if settings is not None and {k: settings[k] for k in mine} != mine:
+            raise ValueError(f"{path}: swept with {mine}, not as the files before it "
+                             f"({ {k: settings[k] for k in mine} }): records not comparable")
+        if settings is None:
+            settings = {**mine, "timeout_s": saved.get("timeout_s")}
+        for rec in saved["records"]:
+            old = records.get(rec["model"])
+            if old is None or rec.get(mine["dtypes"][0], {}).get("status") != "skipped":
+                records[rec["model"]] = rec
+    if settings is None:
+        raise ValueError("no sweep JSON given")
+    return list(records.values()), settings
