@@ -320,12 +320,14 @@ def test_report_from_merges_sweep_files(tmp_path, capsys):
     a_skipped = {"model": "a", "family": "pose", **{d: {"status": "skipped", "reason": "budget"}
                                                     for d in zoo_sweep.DTYPES}}
     write_json(first, [a, b_old], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
-    write_json(second, [a_skipped, b_new, c], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
+    d_skipped = {**a_skipped, "model": "d"}
+    write_json(second, [a_skipped, b_new, c, d_skipped], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
     assert zoo_sweep.main(["--report-from", first, second, "--json", merged, "--md", md]) == 0
     saved = json.loads(open(merged).read())
-    assert saved["records"] == [a, b_new, c] and saved["dtypes"] == list(zoo_sweep.DTYPES)
+    assert saved["records"] == [a, b_new, c, d_skipped] and saved["dtypes"] == list(zoo_sweep.DTYPES)
     text = open(md).read()
-    assert "3 models run" in text and "| b | pose |" in text
+    assert "3 models run of the 4 listed" in text and "| b | pose |" in text
+    assert "**Not run: 1 of the 4 listed models** (budget): d." in text
     assert zoo_sweep.summarize(saved["records"], "bfloat16")["pass_rate"] == 1.0
     write_json(second, [c], ("float16",), 0.1, 400, "identity")
     capsys.readouterr()

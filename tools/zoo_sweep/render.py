@@ -59,6 +59,16 @@ def _run_line(records: Sequence[dict], dtypes: Sequence[str], command: str, wall
                f"work): median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f}." if loads else ""))
 
 
+def _not_run_lines(records: Sequence[dict], dtypes: Sequence[str]) -> list[str]:
+    """The listed models that did not run (``skipped``), by name, with the reasons."""
+    skipped = [r for r in records if r.get(dtypes[0], {}).get("status") == "skipped"]
+    if not skipped:
+        return []
+    reasons = sorted({r[dtypes[0]].get("reason", "?") for r in skipped})
+    return ["", f"**Not run: {len(skipped)} of the {len(records)} listed models** ({'; '.join(reasons)}): "
+            + ", ".join(r["model"] for r in skipped) + "."]
+
+
 def write_markdown(path: str, records: Sequence[dict], *, dtypes: Sequence[str], tol: float,
                    command: str, wall_s: float, timeout: float, bn: str,
                    preamble: Sequence[str] = ()) -> None:
@@ -72,6 +82,7 @@ def write_markdown(path: str, records: Sequence[dict], *, dtypes: Sequence[str],
         f"# gluoncv model zoo sweep: {' and '.join(dtypes)} conversion",
         "",
         _run_line(records, dtypes, command, wall_s),
+        *_not_run_lines(records, dtypes),
         f"MXNet {mx.__version__}, gluoncv {_gluoncv_version()}. Native bf16 on this CPU: "
         + ("yes (avx512_bf16)" if bf16_runs_natively() else "no (AVX2 only)")
         + ". MXNet runs no float16 on a CPU: float16 is judged through the emulation "
@@ -144,22 +155,27 @@ def cause_of(rec: dict) -> str:
 
 
 def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: float) -> list[str]:
+    """The report's section on ``dtype``: summary, families, failures, untested models."""
+    flat = per_dtype(records, dtype)
+    return ([f"## {dtype}", ""] + _summary_lines(records, flat, dtype, tol, timeout) + [""]
+            + _family_table(flat) + _failure_table(flat, dtype) + _untested_tables(flat, dtype) + [""])
+
+
+def _summary_lines(records: Sequence[dict], flat: Sequence[dict], dtype: str, tol: float,
+                   timeout: float) -> list[str]:
     s = summarize(records, dtype, tol)
     c = s["counts"]
-    flat = per_dtype(records, dtype)
     pct = s["err_percentiles"]
     both = [r for r in flat if r["status"] in ("pass", "fail") and r.get("contrib_max_rel_err") is not None]
     contrib_within = sum(1 for r in both if r["contrib_max_rel_err"] <= tol
                          and not r.get("contrib_nonfinite_outputs"))
     contrib_nonfinite = [r["model"] for r in both if r.get("contrib_nonfinite_outputs")]
     converted = [r for r in flat if "contrib_amp" in r]
-    partial = [r for r in flat if r["status"] in ("pass", "fail") and r.get("degenerate_outputs")]
     causes: dict[str, int] = {}
     for r in flat:
         if r["status"] == "fail":
             causes[cause_of(r)] = causes.get(cause_of(r), 0) + 1
-    lines = [
-        f"## {dtype}", "",
+    return [
         f"- tested (built offline, converted, ran, not degenerate): **{s['tested']}**; "
         f"**within the strict tolerance {tol}: {c.get('pass', 0)} = {100 * s['pass_rate']:.1f}%** "
         f"(target >= 98%); fail {c.get('fail', 0)}",
@@ -180,14 +196,21 @@ def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: flo
         + (f"; non-finite: {len(contrib_nonfinite)} ({', '.join(contrib_nonfinite)})" if contrib_nonfinite else
            "; non-finite: 0"),
         f"- degenerate (not counted): {c.get('degenerate', 0)}; models judged on their other outputs "
-        f"because some outputs are degenerate: {len(partial)}; inconclusive (chaotic): "
+        f"because some outputs are degenerate: {len(_partly_degenerate(flat))}; inconclusive (chaotic): "
         f"{c.get('inconclusive', 0)}",
         f"- not built: {c.get('not_buildable', 0)}; fp32 itself non-finite: {c.get('fp32_nonfinite', 0)}; "
         f"over the per-model timeout ({timeout:g} s): {c.get('timeout', 0)}; not run: {c.get('skipped', 0)}",
-        "",
-        "| family | models | pass | fail | degenerate / inconclusive | not buildable / fp32 non-finite | timeout / not run | worst err | worst contrib err |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
+
+
+def _partly_degenerate(flat: Sequence[dict]) -> list[dict]:
+    return [r for r in flat if r["status"] in ("pass", "fail") and r.get("degenerate_outputs")]
+
+
+def _family_table(flat: Sequence[dict]) -> list[str]:
+    lines = ["| family | models | pass | fail | degenerate / inconclusive | not buildable / fp32 non-finite | "
+             "timeout / not run | worst err | worst contrib err |",
+             "|---|---|---|---|---|---|---|---|---|"]
     fams: dict[str, list[dict]] = {}
     for r in flat:
         fams.setdefault(r.get("family", "?"), []).append(r)
@@ -201,37 +224,51 @@ def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: flo
         lines.append(f"| {fam} | {len(rs)} | {n('pass')} | {n('fail')} | {n('degenerate', 'inconclusive')} | "
                      f"{n('not_buildable', 'fp32_nonfinite')} | {n('timeout', 'skipped')} | "
                      f"{_fmt(max(errs) if errs else None)} | {_fmt(max(cerrs) if cerrs else None)} |")
+    return lines
+
+
+def _failure_table(flat: Sequence[dict], dtype: str) -> list[str]:
     fails = [r for r in flat if r["status"] == "fail"]
-    lines += ["", f"### {dtype}: failures, with their cause", ""]
-    if fails:
-        lines += ["| model | cause | detail | rounding only input + weights | mx.contrib.amp's error | "
-                  "auto_convert_model (same criterion) |",
-                  "|---|---|---|---|---|---|"]
-        for r in fails:
-            spent = r.get("auto_executions", 0) >= AUTO_MAX_EXECUTIONS
-            auto = (f"{'fixed' if r['auto_validated'] else 'not fixed'}: {r['auto_executions']} executions"
-                    f"{' (the budget: undecided nodes stay fp32)' if spent else ''}, "
-                    f"{r['auto_kept_count']} nodes kept in fp32 ({', '.join(r['auto_kept_fp32'][:4])}"
-                    f"{', ...' if r['auto_kept_count'] > 4 else ''}), {r['auto_low_precision_nodes']}/"
-                    f"{r.get('op_nodes', '?')} in {dtype}"
-                    if "auto_executions" in r else r.get("auto", "not run (--auto-dtypes)"))
-            contrib = _contrib_cell(r)
-            lines.append(f"| {r['model']} | {cause_of(r)} | {_cell(r.get('reason', ''))} | "
-                         f"{_fmt(r.get('sensitivity_err'), '.3g')} | {contrib} | {_cell(auto)} |")
-    else:
-        lines.append("None.")
+    lines = ["", f"### {dtype}: failures, with their cause", ""]
+    if not fails:
+        return lines + ["None."]
+    lines += ["| model | cause | detail | rounding only input + weights | mx.contrib.amp's error | "
+              "auto_convert_model (same criterion) |",
+              "|---|---|---|---|---|---|"]
+    for r in fails:
+        lines.append(f"| {r['model']} | {cause_of(r)} | {_cell(r.get('reason', ''))} | "
+                     f"{_fmt(r.get('sensitivity_err'), '.3g')} | {_contrib_cell(r)} | "
+                     f"{_cell(_auto_cell(r, dtype))} |")
+    return lines
+
+
+def _auto_cell(r: dict, dtype: str) -> str:
+    """What auto mode did on a failed record, or why it did not run."""
+    if "auto_executions" not in r:
+        return r.get("auto", "not run (--auto-dtypes)")
+    spent = r["auto_executions"] >= AUTO_MAX_EXECUTIONS
+    return (f"{'fixed' if r['auto_validated'] else 'not fixed'}: {r['auto_executions']} executions"
+            f"{' (the budget: undecided nodes stay fp32)' if spent else ''}, "
+            f"{r['auto_kept_count']} nodes kept in fp32 ({', '.join(r['auto_kept_fp32'][:4])}"
+            f"{', ...' if r['auto_kept_count'] > 4 else ''}), {r['auto_low_precision_nodes']}/"
+            f"{r.get('op_nodes', '?')} in {dtype}")
+
+
+def _untested_tables(flat: Sequence[dict], dtype: str) -> list[str]:
+    lines = []
     odd = [r for r in flat if r["status"] in ("degenerate", "inconclusive", "not_buildable",
                                               "fp32_nonfinite", "timeout")]
     if odd:
         lines += ["", f"### {dtype}: not tested (degenerate, inconclusive, not built, timeout)", "",
                   "| model | status | reason |", "|---|---|---|"]
         lines += [f"| {r['model']} | {r['status']} | {_cell(r.get('reason', ''))} |" for r in odd]
+    partial = _partly_degenerate(flat)
     if partial:
         lines += ["", f"### {dtype}: degenerate outputs left out of the comparison", "",
                   "| model | outputs left out (index: why) | judged on |", "|---|---|---|"]
         lines += [f"| {r['model']} | {_cell('; '.join(f'{k}: {w}' for k, w in r['degenerate_outputs'].items()))} | "
                   f"{r.get('checked_outputs', '?')} other outputs |" for r in partial]
-    return lines + [""]
+    return lines
 
 
 def _fidelity_section(flat: Sequence[dict]) -> list[str]:
