@@ -217,7 +217,14 @@ def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool
     _contrib(model, dtype, rec)
     if native and model.dense:
         _native_runs(model, (csym, cargs, cauxs), got, rec)
-    err = cmp["max_rel_err"]
+    return _judge(model, dtype, tol, auto, rec)
+
+
+def _judge(model: _Model, dtype: str, tol: float, auto: bool, rec: dict) -> dict:
+    """``rec`` (a converted model's measurements) with its status and reason: the structure
+    check, degenerate outputs, the strict tolerance; a failure's sensitivity, and auto mode
+    on it where asked."""
+    err = rec["max_rel_err"]
     if rec["structure_err"] > STRUCTURE_TOL:
         rec.update(status="fail", reason=f"the converted graph without its casts differs from fp32 by "
                    f"{rec['structure_err']:.3g} (> {STRUCTURE_TOL}): the pass changed the computation")
@@ -226,15 +233,15 @@ def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool
         rec.update(status="degenerate", reason="every checked fp32 output is degenerate: "
                    + "; ".join(sorted(set(model.degenerate.values()))))
         return rec
-    if not cmp["nonfinite_outputs"] and err <= tol:
+    if not rec["nonfinite_outputs"] and err <= tol:
         if err == 0.0 and rec["low_precision_nodes"] > 0:
             rec.update(status="degenerate", reason="saturated: outputs identical to fp32 although "
                        "it computes in low precision")
         else:
             rec["status"] = "pass"
         return rec
-    if cmp["nonfinite_outputs"]:
-        rec["reason"] = f"non-finite outputs {cmp['nonfinite_outputs']} where fp32 is finite"
+    if rec["nonfinite_outputs"]:
+        rec["reason"] = f"non-finite outputs {rec['nonfinite_outputs']} where fp32 is finite"
     else:
         sens = _sensitivity(model, dtype, rec)
         if sens is not None and sens >= 0.5:
