@@ -74,6 +74,13 @@ Usage::
     python tools/zoo_sweep.py --dtypes float16 --bn identity --models resnet101_v1
     python tools/zoo_sweep.py --json docs/zoo_sweep.json --resume   # only models not in the JSON
     python tools/zoo_sweep.py --report-from docs/zoo_sweep.json --md docs/zoo_sweep.md
+    python tools/zoo_sweep.py --report-from a.json b.json --json all.json --md all.md  # merge sweeps
+
+Modules: :mod:`.models` builds the zoo models offline and calibrates their BatchNorm,
+:mod:`.checks` runs graphs and judges outputs, :mod:`.sweep` takes one model through every
+dtype, :mod:`.runner` runs one worker process per model (timeouts, budget, resume, the
+JSON), :mod:`.render` writes the report, :mod:`.cli` parses the flags; ``tools/zoo_sweep.py``
+is the command line entry.
 """
 from __future__ import annotations
 
