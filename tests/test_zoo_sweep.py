@@ -364,6 +364,14 @@ def test_parallel_sweep_keeps_order_and_times_out(tmp_path):
     assert rec["float16"]["status"] == "timeout" and "timeout" in rec["float16"]["reason"]
 
 
+def test_models_left_by_the_budget_are_written_to_the_json(tmp_path):
+    path = tmp_path / "sweep.json"
+    records = zoo_sweep.run_sweep(["cifar_resnet20_v1", "no_such_model"], dtypes=("float16",), budget=0,
+                                  progress=False, json_path=str(path))
+    assert [r["float16"]["status"] for r in records] == ["skipped", "skipped"]
+    assert json.loads(path.read_text())["records"] == records
+
+
 def test_unbuildable_model_is_recorded_not_raised():
     rec = zoo_sweep.sweep_one("siamrpn_alexnet_v2_otb15")  # takes two inputs
     for dtype in zoo_sweep.DTYPES:

@@ -132,6 +132,8 @@ def run_sweep(models: Sequence[str], *, dtypes: Sequence[str] = DTYPES, tol: flo
             worker.kill()
             workers.remove(worker)
             finish(worker, rec)
+    if json_path:  # the models the budget left unrun are recorded too
+        write_json(json_path, [records[m] for m in models if m in records], dtypes, tol, timeout, bn)
     return [records[m] for m in models]
 
 
