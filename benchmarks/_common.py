@@ -62,12 +62,13 @@ def zoo_checkpoint(name: str, image_size: int | None = None, calibrate: bool = F
 
 
 def load_tool(name: str):
-    """The module ``tools/<name>.py``."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, os.path.join(_ROOT, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The tool ``tools/<name>.py`` or package ``tools/<name>/``: loaded as the tests load it
+    (tests/helpers.py, beside the shared trainers benchmarks also use)."""
+    tests = os.path.join(_ROOT, "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from helpers import load_tool as load
+    return load(name)
 
 
 def zoo_input_size(name: str) -> int:

@@ -38,7 +38,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
 from .dtypes import LOW_PRECISION, MX_CODE
-from .graph import Entry, Graph, GraphBuilder, Node
+from .errors import TargetDtypeError
+from .graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
 from .io import graph_from_symbol, graph_to_symbol
 from .params import array_dtype, cast_array
 from .passes.infer_dtypes import infer_dtypes
@@ -47,7 +48,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
     from mxnet.symbol import Symbol
 
-__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "ROUNDINGS"]
+__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "round_numpy", "ROUNDINGS"]
 
 # how each low precision op output is rounded (module doc): the dtype's own rounding, or
 # MXNet 1.9.1's CPU kernels (bfloat16 ops outside oneDNN truncate)
@@ -64,10 +65,6 @@ _SCALAR_OPS = frozenset({
     "_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar", "_div_scalar",
     "_rdiv_scalar", "_maximum_scalar", "_minimum_scalar", "_power_scalar", "_rpower_scalar",
     "_mod_scalar", "_rmod_scalar", "_hypot_scalar"})
-
-
-def _cast(name: str, src: Entry, dtype: str) -> Node:
-    return Node("amp_cast", name, (src,), MappingProxyType({"dtype": dtype}))
 
 
 def _check_rounding(rounding: str) -> None:
@@ -113,17 +110,18 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
                                                             "__dtype__": str(MX_CODE["float32"])}))
             e = Entry(builder.add(node))
             if low and keep_low_variables:
-                e = Entry(builder.add(_cast(builder.fresh_name(node.name + "_as_float32"), e,
+                e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
                                             "float32")))
             env.append([e])
             continue
         inputs = tuple(env[e.node][e.index] for e in node.inputs)
-        if node.op in ("amp_cast", "Cast", "cast") and node.attrs.get("dtype") in LOW_PRECISION:
+        # a single cast (a multicast has no dtype attr) to low precision: round there
+        if node.op in ANY_CAST_OPS and node.attrs.get("dtype") in LOW_PRECISION:
             low = node.attrs["dtype"]
             # keep the node's name on the float32 result so names stay stable
-            first = builder.add(_cast(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
+            first = builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
                 op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
-            env.append([Entry(builder.add(_cast(node.name, Entry(first), "float32")))])
+            env.append([Entry(builder.add(cast_node(node.name, Entry(first), "float32")))])
             continue
         if node.subgraphs:
             # loop / cond bodies were converted with a float32 interface: emulate inside
@@ -141,9 +139,9 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
             if low in LOW_PRECISION:
                 base = node.name + (f"_out{k}" if k else "")
                 # MXNet's Cast truncates to bfloat16 where amp_cast rounds
-                to_low = builder.add(_cast(builder.fresh_name(f"{base}_round_{low}"), e, low)._replace(
+                to_low = builder.add(cast_node(builder.fresh_name(f"{base}_round_{low}"), e, low)._replace(
                     op="Cast" if _truncates(node, low, rounding) else "amp_cast"))
-                e = Entry(builder.add(_cast(builder.fresh_name(f"{base}_round_float32"),
+                e = Entry(builder.add(cast_node(builder.fresh_name(f"{base}_round_float32"),
                                             Entry(to_low), "float32")))
             outs.append(e)
         env.append(outs)
@@ -165,6 +163,21 @@ def round_array(array: NDArray, dtype: str) -> NDArray:
         import mxnet as mx
         return mx.nd.array(_bf16_round_np(array.asnumpy()), ctx=array.context, dtype="float32")
     return cast_array(cast_array(array, dtype), "float32")
+
+
+def round_numpy(values, dtype: str):
+    """``values`` (a numpy array or anything ``np.asarray`` takes) as float32, rounded to
+    ``dtype`` (``'float16'`` or ``'bfloat16'``) and returned as a new float32 numpy array:
+    what :func:`round_array` gives, without an NDArray (to nearest even; float16 overflows
+    to ±inf; bfloat16 flushes float32 subnormals to zero as ``amp_cast`` does here)."""
+    import numpy as np
+    if dtype not in LOW_PRECISION:
+        raise TargetDtypeError(f"round_numpy: dtype must be 'float16' or 'bfloat16', got {dtype!r}")
+    values = np.array(values, dtype=np.float32)  # a copy: the caller's array is not touched
+    if dtype == "float16":
+        with np.errstate(over="ignore"):  # beyond 65504 is inf, as amp_cast gives
+            return values.astype(np.float16).astype(np.float32)
+    return _bf16_round_np(values)
 
 
 def _bf16_round_np(x):

@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping, NamedTuple
 
-__all__ = ["Entry", "Node", "Graph", "GraphBuilder", "CAST_OPS", "cast_node", "multicast_node"]
+__all__ = ["Entry", "Node", "Graph", "GraphBuilder", "CAST_OPS", "ANY_CAST_OPS", "cast_node", "multicast_node"]
 
 # the cast ops a converted graph holds
 CAST_OPS = frozenset({"amp_cast", "amp_multicast"})
+# every op that only changes dtypes: those and MXNet's own Cast (``cast`` is its alias), which
+# a model may hold and the emulation inserts where MXNet's kernels truncate
+ANY_CAST_OPS = CAST_OPS | frozenset({"Cast", "cast"})
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 

@@ -93,11 +93,22 @@ def saved_small_model(folder, name: str, epoch: int = 0) -> str:
 
 
 def load_tool(name: str):
-    """The module ``tools/<name>.py`` (tools/ is not a package)."""
+    """The tool ``tools/<name>.py`` or, where ``tools/<name>/`` is a package, that package
+    (registered in ``sys.modules`` under ``name``, so its relative imports resolve; tools/
+    itself is not a package)."""
     import importlib.util
     import os
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
+    import sys
+    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    package = os.path.join(tools, name, "__init__.py")
+    if os.path.exists(package):
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, package,
+                                                          submodule_search_locations=[os.path.dirname(package)])
+            sys.modules[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(sys.modules[name])
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(tools, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

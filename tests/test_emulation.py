@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_model_full
+from mxnet_amp.errors import TargetDtypeError
+from mxnet_amp.emulation import emulate, emulate_model, round_array, round_numpy
 from mxnet_amp.options import make_options
-from mxnet_amp.emulation import emulate, emulate_model, round_array
 from mxnet_amp.io import symbol_json
 from mxnet_amp.params import cast_array
 
@@ -132,6 +133,22 @@ def test_round_array_matches_amp_cast_and_numpy():
         np.testing.assert_array_equal(got.asnumpy().view(np.uint32), ref.view(np.uint32))
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(round_array(x, "float16").asnumpy(), r16(x.asnumpy()))
+
+
+def test_round_numpy_is_round_array_without_ndarrays():
+    rng = np.random.RandomState(4)
+    bits = rng.randint(0, 2 ** 32, 20000, dtype=np.uint64).astype(np.uint32).view(F32)
+    special = np.array([0, -0.0, np.inf, -np.inf, np.nan, 65519, 65520, 1e-45, -1e-40], dtype=F32)
+    values = np.concatenate([bits, special])
+    before = values.copy()
+    for dtype in ("float16", "bfloat16"):
+        got = round_numpy(values, dtype)
+        assert got.dtype == F32 and got is not values
+        want = round_array(mx.nd.array(values), dtype).asnumpy()
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(values.view(np.uint32), before.view(np.uint32))  # not rounded in place
+    with pytest.raises(TargetDtypeError, match="float32"):
+        round_numpy(values, "float32")
 
 
 def test_weights_stored_in_low_precision_emulate_the_same():

@@ -2,32 +2,23 @@
 
 Each model is built offline with random weights and BatchNorm calibrated layer by layer,
 exported, converted to float16 and to bfloat16 with ``mxnet_amp.convert_model`` and run with
-the low precision numerics emulated (tools/zoo_sweep.py); the latest sweep is recorded in
+the low precision numerics emulated (the package tools/zoo_sweep/); the latest sweep is recorded in
 docs/zoo_sweep.md.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import mxnet as mx
 import numpy as np
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import load_tool
 
 pytest.importorskip("gluoncv")
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("zoo_sweep", os.path.join(REPO, "tools", "zoo_sweep.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-zoo_sweep = _load_tool()
+zoo_sweep = load_tool("zoo_sweep")
 
 # one per family, small inputs, both dtypes; some 15 s of CPU. BatchNorm calibrated as in the
 # sweep, except for the detector and the segmenter: calibrated, those random nets are chaotic
@@ -65,7 +56,7 @@ def test_subset_model_converts_and_stays_close(subset_records, model, dtype):
     # it rounded somewhere, and within the strict tolerance
     assert 0 < d["max_rel_err"] <= zoo_sweep.TOLERANCE
     # without its casts the converted graph is the fp32 model, op for op
-    assert d["structure_err"] <= zoo_sweep.STRUCTURE_TOL
+    assert d["structure_err"] <= zoo_sweep.common.STRUCTURE_TOL
     # mx.contrib.amp's model of the same net was run beside ours
     assert d["contrib_amp"] != "ok" or d.get("contrib_max_rel_err") is not None or "contrib_emulated" in d
 
@@ -112,7 +103,7 @@ def test_checked_entries_compares_the_dense_inputs_of_ordering_ops():
     top = mx.sym.topk(scores, k=3, ret_typ="value", name="top")
     dense = mx.sym.relu(scores, name="dense")
     g = graph_from_symbol(mx.sym.Group([top, dense]))
-    heads, after, extra = zoo_sweep.checked_entries(g)
+    heads, after, extra = zoo_sweep.checks.checked_entries(g)
     assert heads == [1] and after == [0]
     assert [g.nodes[e.node].name for e in extra] == ["scores"]
 
@@ -129,30 +120,20 @@ def test_extra_outputs_are_found_when_names_repeat():
                                    num_hidden=3, name="fc")                      # the same name
     sym = mx.sym.Group([mx.sym.topk(first, k=2, ret_typ="value"), mx.sym.topk(second, k=2, ret_typ="value")])
     g = graph_from_symbol(sym)
-    _, _, extra = zoo_sweep.checked_entries(g)
-    where = {i: key for key, i in zoo_sweep._named(g).items()}
+    _, _, extra = zoo_sweep.checks.checked_entries(g)
+    where = {i: key for key, i in zoo_sweep.checks._named(g).items()}
     entries = [(*where[e.node], e.index) for e in extra]
     assert entries == [("fc", 0, 0), ("fc", 1, 0)]
     rng = np.random.RandomState(0)
     args = {"w1": mx.nd.array(rng.randn(4, 8)), "b1": mx.nd.zeros(4),
             "w2": mx.nd.array(rng.randn(3, 4)), "b2": mx.nd.zeros(3)}
     data = {"data": mx.nd.array(rng.randn(2, 8))}
-    ref = zoo_sweep._bind_forward(zoo_sweep._with_heads(sym, entries), args, {}, data)
+    ref = zoo_sweep.checks._bind_forward(zoo_sweep.checks._with_heads(sym, entries), args, {}, data)
     csym, cargs, cauxs = mxnet_amp.convert_model(sym, args, {}, target_dtype="float16")
-    got = zoo_sweep._bind_forward(zoo_sweep._with_heads(emulate_model(csym, cargs, cauxs)[0], entries),
-                                  *emulate_model(csym, cargs, cauxs)[1:], data)
+    esym, eargs, eauxs = emulate_model(csym, cargs, cauxs)
+    got = zoo_sweep.checks._bind_forward(zoo_sweep.checks._with_heads(esym, entries), eargs, eauxs, data)
     assert [r.shape for r in ref[2:]] == [g.shape for g in got[2:]] == [(2, 4), (2, 3)]
     assert zoo_sweep.compare(ref[2:], got[2:])["max_rel_err"] < 1e-2
-
-
-def test_numpy_rounding_matches_amp_cast():
-    from mxnet_amp.params import cast_array
-    rng = np.random.RandomState(0)
-    values = np.concatenate([rng.randn(5000).astype(np.float32) * 10 ** rng.uniform(-6, 6, 5000).astype(np.float32),
-                             np.array([65504, 65520, 1e-8, 3.0e38, -0.0], np.float32)])
-    for dtype in ("bfloat16", "float16"):
-        want = cast_array(cast_array(mx.nd.array(values), dtype), "float32").asnumpy()
-        np.testing.assert_array_equal(zoo_sweep.round_np(values, dtype), want)
 
 
 def test_stripped_graph_check_catches_a_changed_op():
@@ -168,16 +149,16 @@ def test_stripped_graph_check_catches_a_changed_op():
     csym, cargs, _ = mxnet_amp.convert_model(sym, args, {}, target_dtype="bfloat16",
                                              cast_optional_params=False)
     assert "amp_cast" in csym.tojson(remove_amp_cast=False)
-    stripped = zoo_sweep.strip_casts(csym)
+    stripped = zoo_sweep.checks.strip_casts(csym)
     assert "amp_cast" not in stripped.tojson(remove_amp_cast=False)
-    ref = zoo_sweep._bind_forward(sym, args, {}, data)
-    assert zoo_sweep.compare(ref, zoo_sweep._bind_forward(stripped, cargs, {}, data))["max_rel_err"] \
-        <= zoo_sweep.STRUCTURE_TOL
+    ref = zoo_sweep.checks._bind_forward(sym, args, {}, data)
+    assert zoo_sweep.compare(ref, zoo_sweep.checks._bind_forward(stripped, cargs, {}, data))["max_rel_err"] \
+        <= zoo_sweep.common.STRUCTURE_TOL
     low = mx.sym.amp_cast(x, dtype="float16")
     broken = mx.sym.amp_cast(mx.sym.sigmoid(mx.sym.FullyConnected(
         low, mx.sym.amp_cast(w, dtype="float16"), num_hidden=8, no_bias=True, name="fc")), dtype="float32")
-    got = zoo_sweep._bind_forward(zoo_sweep.strip_casts(broken), args, {}, data)
-    assert zoo_sweep.compare(ref, got)["max_rel_err"] > 10 * zoo_sweep.STRUCTURE_TOL
+    got = zoo_sweep.checks._bind_forward(zoo_sweep.checks.strip_casts(broken), args, {}, data)
+    assert zoo_sweep.compare(ref, got)["max_rel_err"] > 10 * zoo_sweep.common.STRUCTURE_TOL
 
 
 @pytest.mark.parametrize("name, shape", [
@@ -189,7 +170,7 @@ def test_stripped_graph_check_catches_a_changed_op():
 ])
 def test_models_gluoncv_cannot_build_offline_are_built(name, shape):
     # no network here: a download would raise
-    net = zoo_sweep._get_model(name, shape)
+    net = zoo_sweep.models._get_model(name, shape)
     assert len(list(net.collect_params().keys())) > 10
     if shape is not None:  # a segmentation net upsamples to the crop size it was built for
         assert net._up_kwargs == {"height": shape[2], "width": shape[3]}
@@ -214,14 +195,14 @@ def test_calibrate_batchnorm_normalises_every_layer_in_order():
     it are calibrated: on new inputs the first and the last BatchNorm output are
     normalised; with the statistics of an uncalibrated upstream the last one would not be."""
     mx.random.seed(0)
-    net, shape, x = zoo_sweep._fp32_forward("cifar_resnet20_v1")
+    net, shape, x = zoo_sweep.models._fp32_forward("cifar_resnet20_v1")
     conv, bn = net.features[0], net.features[1]
     conv.weight.set_data(conv.weight.data() * 10)  # activations far from unit scale
-    bns = zoo_sweep._batchnorms(net)
+    bns = zoo_sweep.models._batchnorms(net)
     last = max(bns, key=lambda b: b.name)  # gluon names count up in build order
     assert zoo_sweep.calibrate_batchnorm(net, shape) == len(bns) > 10
     assert bn._kwargs["momentum"] == 0.9 and not bn._kwargs["use_global_stats"]  # untouched
-    fresh = zoo_sweep.sample_input((8,) + shape[1:])
+    fresh = zoo_sweep.models.sample_input((8,) + shape[1:])
     pre = conv(fresh).asnumpy()
     assert pre.std(axis=(0, 2, 3)).mean() > 3                  # not normalised before the BN ...
     for layer in (bn, last):
@@ -236,9 +217,9 @@ def test_train_mode_fallback_calibrates_and_restores_the_layers():
     """The fallback for nets that do not run imperatively: batch statistics written by one
     train-mode pass, every layer's own settings back afterwards."""
     mx.random.seed(0)
-    net, shape, _ = zoo_sweep._fp32_forward("cifar_resnet20_v1")
-    bns = zoo_sweep._batchnorms(net)
-    assert zoo_sweep._calibrate_batchnorm_train_mode(net, shape) == len(bns)
+    net, shape, _ = zoo_sweep.models._fp32_forward("cifar_resnet20_v1")
+    bns = zoo_sweep.models._batchnorms(net)
+    assert zoo_sweep.models._calibrate_batchnorm_train_mode(net, shape) == len(bns)
     assert all(b._kwargs["momentum"] == 0.9 for b in bns)
     assert not any((b.running_var.data().asnumpy() == 1).all() for b in bns)
 
@@ -267,21 +248,21 @@ def test_calibrate_graph_batchnorm_sets_identity_layers_in_order():
     assert n == 2
     assert all((auxs[k].asnumpy() == v).all() for k, v in before.items())   # not mutated
     assert (new["bn3_moving_var"].asnumpy() == 2.0).all()                    # not at identity
-    fresh = {"data": zoo_sweep.sample_input((8, 3, 64, 64))}
+    fresh = {"data": zoo_sweep.models.sample_input((8, 3, 64, 64))}
     internals = out.get_internals()
     probe = mx.sym.Group([internals["bn1_output"], internals["bn2_output"]])
-    for y in zoo_sweep._bind_forward(probe, args, new, fresh):
+    for y in zoo_sweep.checks._bind_forward(probe, args, new, fresh):
         assert abs(y.mean(axis=(0, 2, 3))).mean() < 0.3
         assert abs(y.std(axis=(0, 2, 3)) - 1).mean() < 0.3
     assert zoo_sweep.calibrate_graph_batchnorm(out, args, new, (1, 3, 64, 64)) == (new, 0)
 
 
 def test_sample_input_is_smooth_and_image_sized():
-    x = zoo_sweep.sample_input((2, 3, 64, 64)).asnumpy()
+    x = zoo_sweep.models.sample_input((2, 3, 64, 64)).asnumpy()
     assert x.shape == (2, 3, 64, 64) and np.abs(x).max() < 1.2
     # neighbouring pixels agree far more than i.i.d. noise would (correlation ~0)
     assert np.corrcoef(x[..., :-1].ravel(), x[..., 1:].ravel())[0, 1] > 0.8
-    assert zoo_sweep.sample_input((1, 3, 8, 32, 32)).shape == (1, 3, 8, 32, 32)
+    assert zoo_sweep.models.sample_input((1, 3, 8, 32, 32)).shape == (1, 3, 8, 32, 32)
 
 
 @pytest.mark.parametrize("values, why", [
@@ -329,6 +310,32 @@ def test_summary_and_report_per_dtype(tmp_path):
     assert "| c | degenerate |" in bf16_part
 
 
+def test_report_from_merges_sweep_files(tmp_path, capsys):
+    """``--report-from`` over several sweep files: one record per model, the last file that
+    ran it wins, a budget-skipped record replaces nothing; files swept otherwise are refused."""
+    write_json = zoo_sweep.runner.write_json
+    first, second, merged, md = (str(tmp_path / n) for n in ("1.json", "2.json", "all.json", "all.md"))
+    a, b_old = _record("a", "pose", ("pass", 0.01), ("pass", 0.02)), _record("b", "pose", ("pass", 0.01), ("fail", 0.3))
+    b_new, c = _record("b", "pose", ("pass", 0.01), ("pass", 0.04)), _record("c", "depth", ("pass", 0.0), ("pass", 0.1))
+    a_skipped = {"model": "a", "family": "pose", **{d: {"status": "skipped", "reason": "budget"}
+                                                    for d in zoo_sweep.DTYPES}}
+    write_json(first, [a, b_old], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
+    d_skipped = {**a_skipped, "model": "d"}
+    write_json(second, [a_skipped, b_new, c, d_skipped], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
+    assert zoo_sweep.main(["--report-from", first, second, "--json", merged, "--md", md]) == 0
+    saved = json.loads(open(merged).read())
+    assert saved["records"] == [a, b_new, c, d_skipped] and saved["dtypes"] == list(zoo_sweep.DTYPES)
+    text = open(md).read()
+    assert "3 models run of the 4 listed" in text and "| b | pose |" in text
+    assert "**Not run: 1 of the 4 listed models** (budget): d." in text
+    assert zoo_sweep.summarize(saved["records"], "bfloat16")["pass_rate"] == 1.0
+    write_json(second, [c], ("float16",), 0.1, 400, "identity")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        zoo_sweep.main(["--report-from", first, second])
+    assert "2.json" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("rec, cause", [
     ({"max_rel_err": 0.3, "nonfinite_outputs": [2]}, "non-finite"),
     ({"max_rel_err": 0.3, "structure_err": 0.5}, "graph changed"),
@@ -355,6 +362,14 @@ def test_parallel_sweep_keeps_order_and_times_out(tmp_path):
     # a worker needs seconds to import mxnet: under a 0.2 s limit the model times out
     (rec,) = zoo_sweep.run_sweep(["cifar_resnet20_v1"], dtypes=("float16",), timeout=0.2, progress=False)
     assert rec["float16"]["status"] == "timeout" and "timeout" in rec["float16"]["reason"]
+
+
+def test_models_left_by_the_budget_are_written_to_the_json(tmp_path):
+    path = tmp_path / "sweep.json"
+    records = zoo_sweep.run_sweep(["cifar_resnet20_v1", "no_such_model"], dtypes=("float16",), budget=0,
+                                  progress=False, json_path=str(path))
+    assert [r["float16"]["status"] for r in records] == ["skipped", "skipped"]
+    assert json.loads(path.read_text())["records"] == records
 
 
 def test_unbuildable_model_is_recorded_not_raised():
