@@ -205,12 +205,15 @@ def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> 
 def convert_symbol(sym, target_dtype: str = "float16",
                    target_dtype_ops: Sequence[str] | None = None,
                    fp32_ops: Sequence[str] | None = None,
-                   widest_dtype_ops: Sequence[str] | None = None,
                    conditional_fp32_ops=None,
                    excluded_sym_names: Sequence[str] | None = None,
                    data_names: Sequence[str] | None = None,
-                   cast_optional_params: bool = True):
+                   cast_optional_params: bool = True, *,
+                   widest_dtype_ops: Sequence[str] | None = None):
     """Convert an fp32 symbol to mixed precision.
+
+    The positional parameters are those of ``mx.contrib.amp.convert_symbol``, in its order
+    (a call written for it keeps its meaning); ``widest_dtype_ops`` is keyword-only.
 
     Parameters
     ----------
@@ -322,14 +325,17 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
                   target_dtype: str = "float16",
                   target_dtype_ops: Sequence[str] | None = None,
                   fp32_ops: Sequence[str] | None = None,
-                  widest_dtype_ops: Sequence[str] | None = None,
                   conditional_fp32_ops=None,
                   excluded_sym_names: Sequence[str] | None = None,
+                  cast_optional_params: bool = True, *,
+                  widest_dtype_ops: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
-                  cast_optional_params: bool = True,
                   data_shapes: Mapping[str, Sequence[int]] | None = None,
                   fold_batchnorm: bool = False):
     """Convert an fp32 model (symbol and params) to mixed precision.
+
+    The positional parameters are those of ``mx.contrib.amp.convert_model``, in its order
+    (a call written for it keeps its meaning); the options it lacks are keyword-only.
 
     Parameters
     ----------

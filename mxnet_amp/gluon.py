@@ -202,13 +202,16 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
 def convert_hybrid_block(block, target_dtype: str = "float16",
                          target_dtype_ops: Sequence[str] | None = None,
                          fp32_ops: Sequence[str] | None = None,
-                         widest_dtype_ops: Sequence[str] | None = None,
                          conditional_fp32_ops=None,
                          excluded_sym_names: Sequence[str] | None = None,
+                         ctx=None, cast_optional_params: bool = True, *,
+                         widest_dtype_ops: Sequence[str] | None = None,
                          input_names: Sequence[str] | None = None,
-                         ctx=None, cast_optional_params: bool = True,
                          fold_batchnorm: bool = False):
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
+
+    The positional parameters are those of ``mx.contrib.amp.convert_hybrid_block``, in its
+    order (a call written for it keeps its meaning); the options it lacks are keyword-only.
 
     Parameters
     ----------

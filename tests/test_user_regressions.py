@@ -1,0 +1,67 @@
+"""Regressions from trying mxnet-amp as a demanding new MXNet user would: calls written for
+``mx.contrib.amp``, odd arguments and paths, blocks that cannot be traced.
+
+Each test failed before the fix it guards.
+"""
+from __future__ import annotations
+
+import inspect
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet.gluon import nn
+
+import mxnet_amp as amp
+from mxnet_amp.params import array_dtype
+
+from helpers import graph_of, init_params
+
+
+def _small_model():
+    """data -> FullyConnected fc1 -> relu -> FullyConnected fc2, with random params."""
+    data = mx.sym.var("data")
+    fc1 = mx.sym.FullyConnected(data, num_hidden=8, name="fc1")
+    out = mx.sym.FullyConnected(mx.sym.relu(fc1, name="relu1"), num_hidden=3, name="fc2")
+    args, auxs = init_params(out, {"data": (2, 4)})
+    return out, args, auxs
+
+
+def _positional(fn) -> list[str]:
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+
+
+@pytest.mark.parametrize("name", ["convert_symbol", "convert_model", "convert_hybrid_block",
+                                  "convert_bucketing_module"])
+def test_positional_parameters_are_those_of_contrib(name):
+    """A call written for ``mx.contrib.amp`` passes arguments by position: each must land in
+    the parameter of the same meaning (our own extra options are keyword-only)."""
+    from mxnet.contrib.amp import amp as contrib
+    ours, theirs = _positional(getattr(amp, name)), _positional(getattr(contrib, name))
+    assert ours == theirs
+
+
+def test_contrib_style_positional_call_keeps_its_meaning():
+    """``convert_model(sym, args, auxs, dtype, None, None, None, ['fc1'], False)`` excludes
+    fc1 and keeps every weight float32, as in contrib (it used to raise TypeError: the
+    exclusion list landed in conditional_fp32_ops and False in excluded_sym_names)."""
+    sym, args, auxs = _small_model()
+    new_sym, new_args, _ = amp.convert_model(sym, args, auxs, "float16", None, None, None,
+                                             ["fc1"], False)
+    assert {array_dtype(v) for v in new_args.values()} == {"float32"}
+    fcs = {n.name: n for n in graph_of(new_sym).nodes if n.op == "FullyConnected"}
+    graph = graph_of(new_sym)
+    fed = {name: {graph.nodes[e.node].attrs.get("dtype", "-") for e in node.inputs}
+           for name, node in fcs.items()}
+    assert "float16" not in fed["fc1"] and "float16" in fed["fc2"]
+
+
+def test_contrib_style_positional_block_call_takes_ctx():
+    """``convert_hybrid_block(net, dtype, None, None, None, None, ctx, cast_optional_params)``
+    as contrib spells it: ctx is the seventh argument."""
+    net = nn.Dense(3, in_units=4)
+    net.initialize()
+    net16 = amp.convert_hybrid_block(net, "bfloat16", None, None, None, None, mx.cpu(), False)
+    assert {p.list_ctx()[0] for p in net16.collect_params().values()} == {mx.cpu()}
+    assert {array_dtype(p.data()) for p in net16.collect_params().values()} == {"float32"}
