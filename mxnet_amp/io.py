@@ -156,7 +156,12 @@ def atomic_writes(files) -> None:
     """:func:`atomic_write` for several ``(path, write)`` pairs: every file is written to
     its temporary name first and the renames follow back to back, so an interruption
     leaves either none of the new files or (only inside that last instant) some of them,
-    never a truncated one."""
+    never a truncated one. A path whose folder is missing or not writable, or that is a
+    folder, raises :class:`~mxnet_amp.errors.OutputPathError` naming it before anything
+    is written."""
+    from .paths import check_writable
+    files = list(files)
+    check_writable([("output file", path) for path, _ in files])
     umask = os.umask(0)
     os.umask(umask)
     done: list[tuple[str, str]] = []

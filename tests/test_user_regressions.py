@@ -65,3 +65,36 @@ def test_contrib_style_positional_block_call_takes_ctx():
     net16 = amp.convert_hybrid_block(net, "bfloat16", None, None, None, None, mx.cpu(), False)
     assert {p.list_ctx()[0] for p in net16.collect_params().values()} == {mx.cpu()}
     assert {array_dtype(p.data()) for p in net16.collect_params().values()} == {"float32"}
+
+
+def _converted_block():
+    net = nn.Dense(3, in_units=4)
+    net.initialize()
+    return amp.convert_hybrid_block(net, target_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("how", ["export", "export_block", "save_checkpoint"])
+def test_saving_into_a_missing_folder_is_an_output_path_error(tmp_path, how):
+    """``net16.export('no/such/dir/m')`` raised a bare FileNotFoundError naming a hidden
+    temporary file (``.m-0000.params.x1y2.tmp``) the user never asked for."""
+    net16 = _converted_block()
+    prefix = str(tmp_path / "missing" / "m")
+    with pytest.raises(amp.errors.OutputPathError, match=r"m-0000\.params.*does not exist"):
+        if how == "export":
+            net16.export(prefix)
+        elif how == "export_block":
+            amp.export_block(net16, prefix)
+        else:
+            from mxnet_amp.gluon import block_model
+            sym, args, auxs, _ = block_model(net16)
+            amp.save_checkpoint(prefix, 0, sym, args, auxs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_saving_onto_a_folder_is_an_output_path_error(tmp_path):
+    """A params path that is a folder: refused before anything is written, naming it."""
+    net16 = _converted_block()
+    (tmp_path / "m-0000.params").mkdir()
+    with pytest.raises(amp.errors.OutputPathError, match="is a folder"):
+        net16.export(str(tmp_path / "m"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m-0000.params"]
