@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 from .convert import Conversion, convert_graph, fold_model
 from .errors import ParamError
-from .io import graph_from_symbol, load_checkpoint, save_checkpoint
+from .io import existing_checkpoint_files, graph_from_symbol, load_checkpoint, save_checkpoint
 from .params import (array_dtype, array_nbytes, cast_array, check_data_names, check_param_shapes,
                      check_params, default_data_names)
 from .paths import check_outputs, checkpoint_files
@@ -73,7 +73,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     """
     out_prefix = out_prefix or prefix + "-amp"
     out_epoch = epoch if out_epoch is None else out_epoch
-    sym_file, params_file = checkpoint_files(prefix, epoch)
+    # a wrong input prefix is named as such, not as the missing folder of the output beside it
+    sym_file, params_file = existing_checkpoint_files(prefix, epoch)
     if write:
         check_outputs(checkpoint_inputs(prefix, epoch),
                       checkpoint_outputs(out_prefix, out_epoch, what="out_epoch"))

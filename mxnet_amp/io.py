@@ -17,7 +17,8 @@ from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
 
 __all__ = ["graph_from_json", "graph_to_json", "graph_from_symbol", "graph_to_symbol",
-           "symbol_json", "atomic_write", "atomic_writes", "save_checkpoint", "load_checkpoint"]
+           "symbol_json", "atomic_write", "atomic_writes", "save_checkpoint", "load_checkpoint",
+           "existing_checkpoint_files"]
 
 _NODE_KEYS = frozenset({"op", "name", "inputs", "attrs", "attr", "param", "subgraphs"})
 _EMPTY = MappingProxyType({})
@@ -230,6 +231,17 @@ def save_checkpoint(prefix: str, epoch: int, sym, arg_params: Mapping, aux_param
     atomic_writes([(params_file, write_params), (sym_file, _text_writer(symbol_json(sym)))])
 
 
+def existing_checkpoint_files(prefix: str | os.PathLike, epoch: int) -> tuple[str, str]:
+    """``(prefix-symbol.json, prefix-NNNN.params)``; :class:`CheckpointError` naming the
+    first that is not a file."""
+    from .paths import checkpoint_files
+    files = checkpoint_files(prefix, epoch)
+    for path in files:
+        if not os.path.isfile(path):
+            raise CheckpointError(f"checkpoint file not found: {path}")
+    return files
+
+
 def load_checkpoint(prefix: str, epoch: int = 0, *, progress: bool | None = False):
     """Load ``(sym, arg_params, aux_params)`` like ``mx.model.load_checkpoint``, with errors
     that name the file.
@@ -255,11 +267,7 @@ def load_checkpoint(prefix: str, epoch: int = 0, *, progress: bool | None = Fals
         The symbol file is not a symbol MXNet can load.
     """
     import mxnet as mx
-    from .paths import checkpoint_files
-    sym_path, params_path = checkpoint_files(prefix, epoch)
-    for p in (sym_path, params_path):
-        if not os.path.isfile(p):
-            raise CheckpointError(f"checkpoint file not found: {p}")
+    sym_path, params_path = existing_checkpoint_files(prefix, epoch)
     with open(sym_path) as f:
         text = f.read()
     graph_from_json(text, where=sym_path)  # typed error for malformed JSON

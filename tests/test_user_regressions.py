@@ -98,3 +98,13 @@ def test_saving_onto_a_folder_is_an_output_path_error(tmp_path):
     with pytest.raises(amp.errors.OutputPathError, match="is a folder"):
         net16.export(str(tmp_path / "m"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m-0000.params"]
+
+
+def test_convert_checkpoint_of_a_missing_input_names_the_input(tmp_path):
+    """``convert_checkpoint('wrong/dir/m', 0)`` said the *output* folder did not exist (the
+    default output sits beside the input) instead of naming the missing input file."""
+    prefix = str(tmp_path / "wrong" / "m")
+    with pytest.raises(amp.errors.CheckpointError) as info:
+        amp.convert_checkpoint(prefix, 0, target_dtype="bfloat16")
+    assert not isinstance(info.value, amp.errors.OutputPathError)
+    assert f"not found: {prefix}-symbol.json" in str(info.value)
