@@ -42,7 +42,7 @@ from .dtypes import LOW_PRECISION
 from .errors import GraphError, ParamError
 from .graph import CAST_OPS, Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
-from .params import check_param_shapes, param_dict
+from .params import check_param_shapes, name_list, param_dict
 from .policy import Category, check_target_dtype
 
 __all__ = ["auto_convert_model", "auto_convert_block", "AutoReport", "KeptNode", "SearchStep",
@@ -849,9 +849,7 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
     mode, mode_note = _execution_mode(target_dtype, ctx, execution)
     if data_names is None:
         data_names = [n for n in sym.list_arguments() if n not in arg_params]
-    elif isinstance(data_names, str):
-        data_names = [data_names]
-    data_names = list(data_names)
+    data_names, excluded_sym_names = name_list(data_names), name_list(excluded_sym_names)
     inputs = _sample_inputs(sample_inputs, data_names, ctx)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     # the sample inputs' shapes reach every weight: a wrong one is named before any run

@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 from .convert import convert_graph, convert_model_full
 from .errors import ParamError
 from .io import graph_from_symbol
-from .params import array_dtype
+from .params import array_dtype, name_list
 
 __all__ = ["convert_bucketing_module"]
 
@@ -115,7 +115,7 @@ def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
     options = dict(target_dtype=target_dtype, target_dtype_ops=target_dtype_ops,
                    fp32_ops=fp32_ops, widest_dtype_ops=widest_dtype_ops,
                    conditional_fp32_ops=conditional_fp32_ops)
-    excluded = frozenset(excluded_sym_names or ())
+    excluded = frozenset(name_list(excluded_sym_names) or ())
     new_sym, new_args, new_auxs, _ = convert_model_full(
         sym, {k: v for k, v in arg_params.items() if k in used},
         {k: v for k, v in aux_params.items() if k in used}, data_names=inputs,

@@ -14,7 +14,7 @@ from .convert import Conversion, convert_graph, fold_model
 from .errors import ParamError
 from .io import existing_checkpoint_files, graph_from_symbol, load_checkpoint, save_checkpoint
 from .params import (array_dtype, array_nbytes, cast_array, check_data_names, check_param_shapes,
-                     check_params, default_data_names)
+                     check_params, default_data_names, name_list)
 from .paths import check_outputs, checkpoint_files
 from .progress import byte_bar
 
@@ -71,6 +71,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     CheckpointError, GraphError, ParamError
         As :func:`mxnet_amp.load_checkpoint` and :func:`mxnet_amp.convert_model`.
     """
+    excluded_sym_names = name_list(excluded_sym_names)
     out_prefix = out_prefix or prefix + "-amp"
     out_epoch = epoch if out_epoch is None else out_epoch
     # a wrong input prefix is named as such, not as the missing folder of the output beside it
@@ -118,8 +119,7 @@ def _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_sha
                         shapes_from, sym_file, params_file) -> list[str]:
     """The model inputs, after checking the params fit the symbol (errors name the files)."""
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    if isinstance(data_names, str):
-        data_names = [data_names]
+    data_names = name_list(data_names)
     if data_names is not None:   # the caller's mistake, not the files': said without them
         check_data_names(arg_names, arg_params, data_names)
     try:

@@ -12,8 +12,8 @@ from .gcpause import gc_paused
 from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .optypes import OpTypes
-from .params import (array_dtype, check_param_shapes, check_params, default_data_names, param_dict,
-                     recast_params)
+from .params import (array_dtype, check_param_shapes, check_params, default_data_names, name_list,
+                     param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.insert_casts import CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
@@ -48,8 +48,7 @@ class Conversion:
 def _data_names(graph: Graph, data_names, param_names) -> list[str]:
     variables = [n for n in graph.variables()]
     if data_names is not None:
-        if isinstance(data_names, str):
-            data_names = [data_names]
+        data_names = name_list(data_names)
         names = {n.name for n in variables}
         unknown = [d for d in data_names if d not in names]
         if unknown:
@@ -92,7 +91,7 @@ def convert_graph(graph: Graph, *, target_dtype: str = "float16",
                              conditional_fp32_ops)
     names = _data_names(graph, data_names, None if param_dtypes is None else set(param_dtypes))
     data_set = set(names)
-    excluded = frozenset(excluded_sym_names or ())
+    excluded = frozenset(name_list(excluded_sym_names) or ())
     all_names = {n.name for n in graph.nodes}
     missing = sorted(excluded - all_names)
     if missing:
@@ -226,9 +225,9 @@ def convert_symbol(sym, target_dtype: str = "float16",
     conditional_fp32_ops : list of (op, attr, values), optional
         Ops that run in float32 when ``attr`` takes one of ``values``.
     excluded_sym_names : list of str, optional
-        Node names that run in float32 whatever their op.
+        Node names that run in float32 whatever their op (a string is one name).
     data_names : list of str, optional
-        Model inputs. By default, as in ``mx.contrib.amp``, every input without a
+        Model inputs (a string is one name). By default, as in ``mx.contrib.amp``, every input without a
         ``__dtype__`` attribute; the others are weights.
     cast_optional_params : bool, default True
         Store weights whose every consumer runs in low precision in low precision (the
@@ -293,8 +292,7 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    if isinstance(data_names, str):
-        data_names = [data_names]
+    data_names, excluded_sym_names = name_list(data_names), name_list(excluded_sym_names)
     if data_names is None:
         data_names = default_data_names(arg_names, arg_params)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names)

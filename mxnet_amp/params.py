@@ -9,7 +9,7 @@ from .errors import ParamError
 from .shapes import check_param_shapes
 
 __all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params",
-           "default_data_names", "check_param_shapes", "check_data_names", "param_dict"]
+           "default_data_names", "name_list", "check_param_shapes", "check_data_names", "param_dict"]
 
 
 # NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
@@ -61,6 +61,14 @@ def _amp_cast_handle() -> int:
 # names Gluon and the symbol API give weights; an input called so is a weight gone missing
 _WEIGHT_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_running_mean", "_running_var",
                     "_moving_mean", "_moving_var")
+
+
+def name_list(names) -> list[str] | None:
+    """``names`` as a list of names; a string is one name, not a list of its letters (as
+    users pass ``data_names='data'`` or ``excluded_sym_names='fc1'``). None stays None."""
+    if names is None:
+        return None
+    return [names] if isinstance(names, str) else list(names)
 
 
 def default_data_names(arg_names, arg_params: Mapping, where: str = "arg_params") -> list[str]:

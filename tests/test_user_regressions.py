@@ -108,3 +108,29 @@ def test_convert_checkpoint_of_a_missing_input_names_the_input(tmp_path):
         amp.convert_checkpoint(prefix, 0, target_dtype="bfloat16")
     assert not isinstance(info.value, amp.errors.OutputPathError)
     assert f"not found: {prefix}-symbol.json" in str(info.value)
+
+
+def _symbol_json(sym) -> str:
+    return sym.tojson(remove_amp_cast=False)
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_excluded_sym_names_as_one_string_is_one_name(fold):
+    """``excluded_sym_names='fc1'`` was read letter by letter ("excluded_sym_names ['1',
+    'c', 'f'] name no node"); like ``data_names``, a string is one name."""
+    sym, args, auxs = _small_model()
+    listed = amp.convert_model(sym, args, auxs, excluded_sym_names=["fc1"], fold_batchnorm=fold)
+    single = amp.convert_model(sym, args, auxs, excluded_sym_names="fc1", fold_batchnorm=fold)
+    assert _symbol_json(single[0]) == _symbol_json(listed[0])
+    assert _symbol_json(amp.convert_symbol(sym, excluded_sym_names="fc1")) == \
+        _symbol_json(amp.convert_symbol(sym, excluded_sym_names=["fc1"]))
+
+
+def test_auto_excluded_sym_names_as_one_string_is_one_name():
+    sym, args, auxs = _small_model()
+    x = np.random.RandomState(0).randn(2, 4).astype("float32")
+    new_sym, *_ = amp.auto_convert_model(sym, args, auxs, {"data": x}, excluded_sym_names="fc1",
+                                         quiet=True)
+    graph = graph_of(new_sym)
+    fc1 = graph.nodes[graph.index_of("fc1")]
+    assert all(graph.nodes[e.node].attrs.get("dtype") != "float16" for e in fc1.inputs)
