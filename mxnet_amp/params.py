@@ -83,9 +83,28 @@ def default_data_names(arg_names, arg_params: Mapping, where: str = "arg_params"
     inputs = [n for n in arg_names if n not in arg_params]
     weights = [n for n in inputs if n.endswith(_WEIGHT_SUFFIXES)]
     if weights:
-        raise ParamError(f"{where} lack {', '.join(weights)}, which the symbol reads; if these "
-                         "are really model inputs, name every input in data_names")
+        raise ParamError(f"{where} lack {', '.join(weights)}, which the symbol reads"
+                         + (_where_they_are(weights, arg_params) or "; if these are really model "
+                            "inputs, name every input in data_names"))
     return inputs
+
+
+def _where_they_are(missing, arg_params: Mapping, aux_params: Mapping | None = None) -> str:
+    """Where params the symbol misses are after all ('' if nowhere): under the ``arg:`` /
+    ``aux:`` keys of a raw params file, or in the other of the two dicts."""
+    missing = set(missing)
+    given = {**arg_params, **(aux_params or {})}
+    prefixed = [k for k in given if k[:4] in ("arg:", "aux:") and k[4:] in missing]
+    if prefixed:
+        return (f"; the params hold {', '.join(map(repr, sorted(prefixed)[:3]))}: keys with the "
+                "'arg:'/'aux:' prefix of a params file (mx.nd.load), which "
+                "mx.model.load_checkpoint strips; strip it")
+    for name, here, there in (("arg_params", arg_params, "aux_params"),
+                              ("aux_params", aux_params or {}, "arg_params")):
+        misplaced = sorted(missing & set(here))
+        if misplaced:
+            return f"; {', '.join(misplaced[:10])} are in {name}: pass them in {there}"
+    return ""
 
 
 def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
@@ -101,9 +120,11 @@ def check_params(arg_names, aux_names, arg_params: Mapping, aux_params: Mapping,
     missing_arg = [n for n in arg_names if n not in data_names and n not in arg_params]
     missing_aux = [n for n in aux_names if n not in aux_params]
     if missing_arg or missing_aux:
+        hint = _where_they_are(missing_arg + missing_aux, arg_params, aux_params)
         raise ParamError("params missing for the symbol's inputs: "
                          + ", ".join(missing_arg + missing_aux)
-                         + (" (if some are model inputs, pass them in data_names)" if missing_arg else ""))
+                         + (hint or (" (if some are model inputs, pass them in data_names)"
+                                     if missing_arg else "")))
     extra_arg = sorted(set(arg_params) - set(arg_names))
     extra_aux = sorted(set(aux_params) - set(aux_names))
     if extra_arg or extra_aux:
@@ -138,6 +159,12 @@ def param_dict(params, what: str) -> dict:
     if not isinstance(params, Mapping):
         raise ParamError(f"{what} must be a dict of param name to NDArray (or None), got "
                          f"{type(params).__name__}")
+    from mxnet.ndarray import NDArray
+    for name, value in params.items():
+        if not isinstance(value, NDArray):
+            kind = type(value)
+            raise ParamError(f"{what}[{name!r}] is a {kind.__module__}.{kind.__qualname__}, not an "
+                             "MXNet NDArray; pass mx.nd.array(value, dtype=value.dtype)")
     return dict(params)
 
 

@@ -134,3 +134,30 @@ def test_auto_excluded_sym_names_as_one_string_is_one_name():
     graph = graph_of(new_sym)
     fc1 = graph.nodes[graph.index_of("fc1")]
     assert all(graph.nodes[e.node].attrs.get("dtype") != "float16" for e in fc1.inputs)
+
+
+def test_numpy_param_values_are_a_param_error_naming_the_param():
+    """numpy arrays as params raised ``AttributeError: 'numpy.ndarray' object has no
+    attribute 'handle'`` from deep inside MXNet."""
+    sym, args, auxs = _small_model()
+    given = {**args, "fc1_weight": args["fc1_weight"].asnumpy()}
+    with pytest.raises(amp.errors.ParamError, match=r"fc1_weight.*numpy\.ndarray.*mx\.nd\.array"):
+        amp.convert_model(sym, given, auxs)
+
+
+def test_params_keyed_as_in_a_params_file_say_so():
+    """``mx.nd.load('m-0000.params')`` keys are ``arg:NAME`` / ``aux:NAME``; passed as they
+    are, the error said the params lack every weight without saying why."""
+    sym, args, auxs = _small_model()
+    raw = {f"arg:{k}": v for k, v in args.items()}
+    with pytest.raises(amp.errors.ParamError, match=r"'arg:fc1_weight'.*prefix"):
+        amp.convert_model(sym, raw, auxs)
+
+
+def test_aux_states_passed_in_arg_params_say_so():
+    """BatchNorm moving stats in arg_params: the error names where they are."""
+    data = mx.sym.var("data")
+    sym = mx.sym.BatchNorm(mx.sym.FullyConnected(data, num_hidden=4, name="fc"), name="bn")
+    args, auxs = init_params(sym, {"data": (2, 3)})
+    with pytest.raises(amp.errors.ParamError, match=r"bn_moving_mean.*in arg_params.*aux_params"):
+        amp.convert_model(sym, {**args, **auxs}, {})
