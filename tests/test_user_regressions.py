@@ -161,3 +161,29 @@ def test_aux_states_passed_in_arg_params_say_so():
     args, auxs = init_params(sym, {"data": (2, 3)})
     with pytest.raises(amp.errors.ParamError, match=r"bn_moving_mean.*in arg_params.*aux_params"):
         amp.convert_model(sym, {**args, **auxs}, {})
+
+
+@pytest.mark.parametrize("cond, named", [
+    (("Activation", "act", ["softrelu"]), r"Activation.*no attribute 'act'.*act_type"),
+    (("Activation", "act_type", ["soft_relu"]), r"'soft_relu'.*softrelu"),
+    (("Pooling", "pool_type", ["Sum"]), r"'Sum'.*'sum'"),
+])
+def test_conditional_fp32_op_that_can_never_hold_is_named(cond, named):
+    """A typo in a condition's attribute or value was accepted: the condition never held,
+    and since the override replaces the op's shipped condition, the op silently lost its
+    float32 protection."""
+    with pytest.raises(amp.errors.ListError, match=named):
+        amp.load_policy("float16", conditional_fp32_ops=[cond])
+
+
+def test_conditional_fp32_op_without_values_is_named():
+    """``('Activation', 'act_type', None)`` raised "'NoneType' object is not iterable"."""
+    with pytest.raises(TypeError, match=r"conditional_fp32_ops.*\('Activation', 'act_type', None\)"):
+        amp.load_policy("float16", conditional_fp32_ops=[("Activation", "act_type", None)])
+
+
+def test_valid_conditional_fp32_ops_still_apply():
+    p = amp.load_policy("float16", conditional_fp32_ops=[("Activation", "act_type", ["tanh"]),
+                                                         ("Pooling", "global_pool", ["True"])])
+    assert ("Activation", "act_type", ("tanh",)) in p.conditional
+    assert ("Pooling", "global_pool", ("True",)) in p.conditional
