@@ -17,7 +17,7 @@ import os
 from typing import Mapping, Sequence
 
 from .convert import convert_model_full
-from .errors import DeferredInitError, GraphError, ParamError
+from .errors import DeferredInitError, GraphError, ParamError, error_text
 from .graph import Graph
 from .io import graph_from_symbol, graph_to_symbol, save_checkpoint
 
@@ -48,6 +48,12 @@ def _traced_graph(block, input_names: Sequence[str]):
             f"tracing {type(block).__name__} with inputs {list(input_names)} failed ({err}); "
             "pass input_names with one name per positional input of its forward, or "
             "hybridize it and run one forward pass first") from None
+    except (AttributeError, mx.base.MXNetError) as err:
+        # what hybridize() would hit too: the block reads x.shape, calls asnumpy(), ...
+        raise GraphError(
+            f"{type(block).__name__} cannot be traced symbolically: {error_text(err)}; only "
+            "blocks whose forward runs on symbols (blocks that can hybridize) have a graph "
+            "to convert") from None
     flat, out_format = _flatten(out, "output")
     if not flat or not all(isinstance(s, mx.sym.Symbol) for s in flat):
         raise GraphError(f"{type(block).__name__} returned {type(out).__name__} when called "

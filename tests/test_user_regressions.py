@@ -187,3 +187,36 @@ def test_valid_conditional_fp32_ops_still_apply():
                                                          ("Pooling", "global_pool", ["True"])])
     assert ("Activation", "act_type", ("tanh",)) in p.conditional
     assert ("Pooling", "global_pool", ("True",)) in p.conditional
+
+
+class _ShapeUser(nn.HybridBlock):
+    """Reads ``x.shape``: runs imperatively, cannot hybridize."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(3, in_units=4)
+
+    def hybrid_forward(self, F, x):
+        return self.fc(x.reshape((x.shape[0], -1)))
+
+
+class _NumpyUser(nn.HybridBlock):
+    """Calls ``asnumpy()``: runs imperatively, cannot hybridize."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(3, in_units=4)
+
+    def hybrid_forward(self, F, x):
+        return self.fc(x) * float(x.asnumpy().mean())
+
+
+@pytest.mark.parametrize("cls", [_ShapeUser, _NumpyUser])
+def test_block_that_cannot_be_traced_is_a_graph_error(cls):
+    """Such a block raised a bare AttributeError ("'Symbol' object has no attribute
+    'shape'") or MXNet's NotImplementedForSymbol from inside its own code."""
+    net = cls()
+    net.initialize()
+    net(mx.nd.ones((2, 4)))   # runs fine imperatively
+    with pytest.raises(amp.errors.GraphError, match=f"{cls.__name__}.*cannot be traced.*hybridiz"):
+        amp.convert_hybrid_block(net, target_dtype="bfloat16")
