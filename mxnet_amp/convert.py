@@ -348,7 +348,8 @@ def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
     data_names : list of str, optional
         Model inputs; default the arguments that have no entry in ``arg_params``.
     data_shapes : dict of str to tuple of int, optional
-        Shapes of the model inputs (batch included). Every param's shape is checked against
+        Shapes of the model inputs (batch included); the ``[(name, shape), ...]`` or
+        ``DataDesc`` list that ``Module.bind`` takes works too. Every param's shape is checked against
         the symbol before anything is converted; with these the check reaches layers whose
         weight shape depends on the input size (a ``FullyConnected`` after convolutions).
     fold_batchnorm : bool, default False

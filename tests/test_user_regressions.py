@@ -220,3 +220,36 @@ def test_block_that_cannot_be_traced_is_a_graph_error(cls):
     net(mx.nd.ones((2, 4)))   # runs fine imperatively
     with pytest.raises(amp.errors.GraphError, match=f"{cls.__name__}.*cannot be traced.*hybridiz"):
         amp.convert_hybrid_block(net, target_dtype="bfloat16")
+
+
+def _conv_model():
+    """A conv net whose classifier's weight shape depends on the input size."""
+    data = mx.sym.var("data")
+    conv = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), name="conv")
+    out = mx.sym.FullyConnected(mx.sym.relu(conv), num_hidden=3, name="fc")
+    args, auxs = init_params(out, {"data": (1, 3, 8, 8)})
+    return out, args, auxs
+
+
+@pytest.mark.parametrize("shapes", [
+    [("data", (1, 3, 8, 8))],                      # Module.bind's data_shapes
+    [mx.io.DataDesc("data", (1, 3, 8, 8))],        # mod.data_shapes / DataIter.provide_data
+])
+def test_data_shapes_in_module_form_are_taken(shapes):
+    """``data_shapes`` as ``Module.bind`` takes them raised AttributeError ('list' object has
+    no attribute 'items'); they now check the params as the dict form does."""
+    sym, args, auxs = _conv_model()
+    as_dict = amp.convert_model(sym, args, auxs, data_shapes={"data": (1, 3, 8, 8)})
+    as_list = amp.convert_model(sym, args, auxs, data_shapes=shapes)
+    assert _symbol_json(as_list[0]) == _symbol_json(as_dict[0])
+    with pytest.raises(amp.errors.ParamError, match="fc_weight"):
+        amp.convert_model(sym, args, auxs, data_shapes=[("data", (1, 3, 10, 10))])
+
+
+@pytest.mark.parametrize("shapes", [{"data": "1x3x8x8"}, {"data": 8}, {"data": (1, 3, -8, 8)},
+                                    [("data",)]])
+def test_malformed_data_shapes_are_an_input_shape_error(shapes):
+    """A shape that is not a tuple of positive ints raised a bare ValueError / TypeError."""
+    sym, args, auxs = _conv_model()
+    with pytest.raises(amp.errors.InputShapeError, match="data_shapes"):
+        amp.convert_model(sym, args, auxs, data_shapes=shapes)
