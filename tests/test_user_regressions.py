@@ -253,3 +253,14 @@ def test_malformed_data_shapes_are_an_input_shape_error(shapes):
     sym, args, auxs = _conv_model()
     with pytest.raises(amp.errors.InputShapeError, match="data_shapes"):
         amp.convert_model(sym, args, auxs, data_shapes=shapes)
+
+
+@pytest.mark.parametrize("name", ["init", "init_trainer", "scale_loss", "unscale"])
+def test_contrib_training_api_says_it_is_not_provided(name):
+    """Code ported from contrib calling ``amp.init()`` got a bare "module has no attribute";
+    it now says why, and where training AMP is."""
+    assert not hasattr(amp, name)
+    with pytest.raises(AttributeError, match=f"'{name}'.*inference.*mx.contrib.amp"):
+        getattr(amp, name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        amp.nope
