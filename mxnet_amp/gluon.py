@@ -188,14 +188,10 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
     outputs = _regroup(outputs, out_format) if out_format is not None else outputs
     # export() of this subclass keeps the amp casts that SymbolBlock.export() would drop
     net = AMPSymbolBlock(outputs, inputs)
-    if mx.util.is_np_array():
-        # mx.np cannot allocate a bfloat16 gradient ("unknown type void16"): a weight stored
-        # in bfloat16 is for inference, it gets none
-        from .params import array_dtype
-        for name, param in net.collect_params().items():
-            value = params.get(f"arg:{name}", params.get(f"aux:{name}"))
-            if value is not None and array_dtype(value) == "bfloat16":
-                param.grad_req = "null"
+    # an inference block: no gradient array beside each weight (as much memory again as the
+    # params; mx.np cannot even allocate a bfloat16 one, "unknown type void16"). Fine-tuning
+    # turns them on: net.collect_params().setattr('grad_req', 'write')
+    net.collect_params().setattr("grad_req", "null")
     # dtype_source='saved': each param takes its array's dtype (SymbolBlock would make it
     # float32); the arrays are copied onto ``ctx``, never shared with the source block
     net.collect_params().load_dict(dict(params), ctx=ctx, cast_dtype=True, dtype_source="saved")
@@ -248,7 +244,10 @@ def convert_hybrid_block(block, target_dtype: str = "float16",
         A ``SymbolBlock`` taking float32 inputs and returning float32 outputs in the block's
         output structure; its params carry the converted dtypes and the block's param names.
         Its ``export(prefix)`` keeps the amp casts (``SymbolBlock.export`` drops them), as
-        :func:`export_block` does; the files re-import with ``SymbolBlock.imports``.
+        :func:`export_block` does; the files re-import with ``SymbolBlock.imports``. Its
+        params have ``grad_req='null'``: no gradient arrays, as much memory again as the
+        params, are allocated for inference (``collect_params().setattr('grad_req',
+        'write')`` turns them on).
 
     Raises
     ------

@@ -264,3 +264,16 @@ def test_contrib_training_api_says_it_is_not_provided(name):
         getattr(amp, name)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         amp.nope
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_converted_block_holds_no_gradient_buffers(dtype):
+    """The inference block allocated a gradient array beside every weight (grad_req
+    'write'): as much memory again as its params. A user who fine-tunes turns them on."""
+    net = nn.Dense(64, in_units=32)
+    net.initialize()
+    net16 = amp.convert_hybrid_block(net, target_dtype=dtype)
+    params = list(net16.collect_params().values())
+    assert all(p.grad_req == "null" and p._grad is None for p in params)
+    net16.collect_params().setattr("grad_req", "write")
+    assert all(p.grad().shape == p.data().shape for p in params)
