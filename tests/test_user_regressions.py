@@ -277,3 +277,17 @@ def test_converted_block_holds_no_gradient_buffers(dtype):
     assert all(p.grad_req == "null" and p._grad is None for p in params)
     net16.collect_params().setattr("grad_req", "write")
     assert all(p.grad().shape == p.data().shape for p in params)
+
+
+def test_numpy_integer_epochs_are_epochs(tmp_path):
+    """``export(prefix, np.int64(5))`` (an epoch from a numpy loop or array) was refused as
+    "epoch must be a non-negative integer, got 5"; MXNet's own savers take it."""
+    net16 = _converted_block()
+    files = net16.export(str(tmp_path / "m"), np.int64(5))
+    assert files[1].endswith("m-0005.params")
+    _, args, _ = amp.load_checkpoint(str(tmp_path / "m"), np.int32(5))
+    assert sorted(args) == sorted(net16.collect_params())
+    with pytest.raises(amp.errors.CheckpointError, match="non-negative integer"):
+        net16.export(str(tmp_path / "m"), np.int64(-1))
+    with pytest.raises(amp.errors.CheckpointError, match="non-negative integer"):
+        net16.export(str(tmp_path / "m"), 1.0)
