@@ -31,8 +31,13 @@ def check_epoch(epoch, what: str = "epoch") -> int:
 
 
 def checkpoint_files(prefix: str | os.PathLike, epoch: int, what: str = "epoch") -> tuple[str, str]:
-    """``(prefix-symbol.json, prefix-NNNN.params)`` for a checkpoint."""
+    """``(prefix-symbol.json, prefix-NNNN.params)`` for a checkpoint; :class:`CheckpointError`
+    for a prefix that names a folder (``out/`` would mean files ``out/-symbol.json``)."""
     prefix = os.fspath(prefix)
+    if not os.path.basename(prefix):
+        raise CheckpointError(f"checkpoint prefix {prefix!r} names a folder: the files are "
+                              "PREFIX-symbol.json and PREFIX-NNNN.params, so give a name in it "
+                              f"(e.g. {os.path.join(prefix, 'model')!r})")
     epoch = check_epoch(epoch, what)
     return f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
 

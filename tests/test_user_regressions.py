@@ -291,3 +291,23 @@ def test_numpy_integer_epochs_are_epochs(tmp_path):
         net16.export(str(tmp_path / "m"), np.int64(-1))
     with pytest.raises(amp.errors.CheckpointError, match="non-negative integer"):
         net16.export(str(tmp_path / "m"), 1.0)
+
+
+def test_output_prefix_naming_a_folder_is_refused(tmp_path):
+    """``mxnet-amp convert m --out out/`` (or ``export('out/')``) wrote ``out/-symbol.json``
+    and ``out/-0000.params``: files named after nothing, that shell commands read as flags."""
+    from mxnet_amp.cli import main
+    net = nn.Dense(3, in_units=4)
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.ones((1, 4)))
+    net.export(str(tmp_path / "m"))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(amp.errors.CheckpointError, match="folder"):
+        amp.convert_checkpoint(str(tmp_path / "m"), 0, str(out) + "/", target_dtype="bfloat16")
+    with pytest.raises(amp.errors.CheckpointError, match="folder"):
+        _converted_block().export(str(out) + "/")
+    assert main(["convert", str(tmp_path / "m"), "--target-dtype", "bf16", "--out", f"{out}/",
+                 "-q"]) == 2
+    assert list(out.iterdir()) == []
