@@ -23,6 +23,19 @@ class AMPSymbolBlock(gluon.SymbolBlock):
     ``SymbolBlock``) or :func:`mxnet_amp.load_checkpoint`.
     """
 
+    def forward(self, x, *args):
+        """Run the block on arrays in its source block's input structure.
+
+        ``SymbolBlock.forward`` insists on an array first; a block converted from one whose
+        first input is nested (``net([a, b], y)``) keeps that structure, so a nested first
+        input goes to the cached op as it is."""
+        if isinstance(x, (list, tuple)):
+            from mxnet.gluon.block import _flatten
+            first = _flatten(x, "input")[0][0]
+            with first.ctx:
+                return self._call_cached_op(x, *args)
+        return super().forward(x, *args)
+
     def export(self, path: str | os.PathLike, epoch: int = 0,
                remove_amp_cast: bool = False) -> tuple[str, str] | None:
         """Write ``path-symbol.json`` and ``path-%04d.params``, amp casts kept.

@@ -311,3 +311,34 @@ def test_output_prefix_naming_a_folder_is_refused(tmp_path):
     assert main(["convert", str(tmp_path / "m"), "--target-dtype", "bf16", "--out", f"{out}/",
                  "-q"]) == 2
     assert list(out.iterdir()) == []
+
+
+class _PairInput(nn.HybridBlock):
+    """``forward([a, b], y)``: a nested first input, as Gluon's hybridized call accepts."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(3, in_units=4)
+
+    def hybrid_forward(self, F, pair, y):
+        a, b = pair
+        return self.fc(a + b), [y * 2, self.fc(y)]
+
+
+def test_block_with_a_nested_first_input_is_callable_as_the_original():
+    """The converted block kept the nested input structure but SymbolBlock.forward insists on
+    an array first: called nested it raised AssertionError, called flat "argument structure
+    does not match". Neither way ran."""
+    net = _PairInput()
+    net.initialize()
+    net.hybridize()
+    a, b, y = (mx.nd.array(np.random.RandomState(k).randn(2, 4)) for k in range(3))
+    ref = net([a, b], y)
+    emulated = amp.emulate_block(amp.convert_hybrid_block(net, target_dtype="float16"))
+    for hybridized in (False, True):
+        if hybridized:
+            emulated.hybridize()
+        out = emulated([a, b], y)
+        assert len(out) == 2 and isinstance(out[1], list) and len(out[1]) == 2
+        np.testing.assert_allclose(out[0].asnumpy(), ref[0].asnumpy(), rtol=1e-2, atol=1e-2)
+        np.testing.assert_allclose(out[1][0].asnumpy(), ref[1][0].asnumpy())
