@@ -114,7 +114,15 @@ def symbol_json(sym) -> str:
 
 
 def graph_from_symbol(sym) -> Graph:
-    """The :class:`Graph` of an ``mx.sym.Symbol`` (the symbol is not modified)."""
+    """The :class:`Graph` of an ``mx.sym.Symbol`` (the symbol is not modified);
+    :class:`GraphError` saying what to pass for anything else (a path, a Gluon block)."""
+    import mxnet as mx
+    if not isinstance(sym, mx.sym.Symbol):
+        hint = ("for a Gluon block use convert_hybrid_block / emulate_block"
+                if isinstance(sym, mx.gluon.Block) else
+                "load a checkpoint with mxnet_amp.load_checkpoint(prefix, epoch) or a symbol file "
+                "with mx.sym.load(path), or convert files with convert_checkpoint")
+        raise GraphError(f"expected an mx.sym.Symbol, got {type(sym).__name__}: {hint}")
     return graph_from_json(symbol_json(sym), where=f"symbol {sym.name!r}")
 
 

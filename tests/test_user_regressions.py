@@ -342,3 +342,14 @@ def test_block_with_a_nested_first_input_is_callable_as_the_original():
         assert len(out) == 2 and isinstance(out[1], list) and len(out[1]) == 2
         np.testing.assert_allclose(out[0].asnumpy(), ref[0].asnumpy(), rtol=1e-2, atol=1e-2)
         np.testing.assert_allclose(out[1][0].asnumpy(), ref[1][0].asnumpy())
+
+
+@pytest.mark.parametrize("given, hint", [("model-symbol.json", "load_checkpoint"),
+                                         (nn.Dense(3, in_units=4), "convert_hybrid_block")])
+def test_symbol_argument_that_is_not_a_symbol_says_what_to_pass(given, hint):
+    """A path or a Gluon block given as ``sym`` raised "'str' object has no attribute
+    'tojson'"."""
+    for call in (lambda: amp.convert_symbol(given), lambda: amp.convert_model(given, {}, {}),
+                 lambda: amp.emulate_model(given, {}, {})):
+        with pytest.raises(amp.errors.GraphError, match=f"Symbol.*{hint}"):
+            call()
