@@ -76,3 +76,18 @@ def list_conditional_fp32_ops(target_dtype: str = "float16") -> list[tuple[str, 
         One triple per conditional entry of the list.
     """
     return [(op, attr, list(values)) for op, attr, values in load_policy(target_dtype).conditional]
+
+
+# mx.contrib.amp's training API (and the lists only it reads): not provided, see README "Scope"
+_TRAINING_API = frozenset({"init", "init_trainer", "scale_loss", "unscale",
+                           "list_loss_output_functions", "list_lp16_use_fp32_params"})
+
+
+def __getattr__(name: str):
+    """Say why ``amp.init()`` and the rest of contrib's training API are missing."""
+    if name in _TRAINING_API:
+        raise AttributeError(
+            f"mxnet_amp has no {name!r}: it converts trained float32 models for inference; "
+            "mx.contrib.amp's training API (init, init_trainer, scale_loss, unscale) is not "
+            "provided. Train with mx.contrib.amp (or in float32), then convert the model")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

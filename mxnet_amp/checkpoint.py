@@ -11,10 +11,10 @@ from typing import Mapping, Sequence
 
 from .convert import Conversion, convert_with_params
 from .errors import ParamError
-from .io import graph_from_symbol, load_checkpoint, save_checkpoint
+from .io import existing_checkpoint_files, graph_from_symbol, load_checkpoint, save_checkpoint
 from .options import ConvertOptions, make_options
 from .params import (array_dtype, array_nbytes, cast_array, check_data_names, check_param_shapes,
-                     check_params, default_data_names)
+                     check_params, default_data_names, name_list)
 from .paths import check_outputs, checkpoint_files
 from .progress import byte_bar
 
@@ -91,7 +91,8 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     """:func:`convert_checkpoint` under ``options`` (:func:`mxnet_amp.options.make_options`)."""
     out_prefix = out_prefix or prefix + "-amp"
     out_epoch = epoch if out_epoch is None else out_epoch
-    sym_file, params_file = checkpoint_files(prefix, epoch)
+    # a wrong input prefix is named as such, not as the missing folder of the output beside it
+    sym_file, params_file = existing_checkpoint_files(prefix, epoch)
     if write:
         check_outputs(checkpoint_inputs(prefix, epoch),
                       checkpoint_outputs(out_prefix, out_epoch, what="out_epoch"))
@@ -125,8 +126,7 @@ def _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_sha
                         shapes_from, sym_file, params_file) -> list[str]:
     """The model inputs, after checking the params fit the symbol (errors name the files)."""
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    if isinstance(data_names, str):
-        data_names = [data_names]
+    data_names = name_list(data_names)
     if data_names is not None:   # the caller's mistake, not the files': said without them
         check_data_names(arg_names, arg_params, data_names)
     try:

@@ -13,8 +13,8 @@ from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .options import ConvertOptions, make_options
 from .optypes import OpTypes
-from .params import (array_dtype, check_param_shapes, check_params, default_data_names, param_dict,
-                     recast_params)
+from .params import (array_dtype, check_param_shapes, check_params, default_data_names, name_list,
+                     param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.insert_casts import CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
@@ -53,8 +53,7 @@ class Conversion:
 def _data_names(graph: Graph, data_names, param_names) -> list[str]:
     variables = [n for n in graph.variables()]
     if data_names is not None:
-        if isinstance(data_names, str):
-            data_names = [data_names]
+        data_names = name_list(data_names)
         names = {n.name for n in variables}
         unknown = [d for d in data_names if d not in names]
         if unknown:
@@ -220,13 +219,16 @@ def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> 
 def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                    target_dtype_ops: Sequence[str] | None = None,
                    fp32_ops: Sequence[str] | None = None,
-                   widest_dtype_ops: Sequence[str] | None = None,
                    conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                    excluded_sym_names: Sequence[str] | None = None,
                    data_names: Sequence[str] | None = None,
                    cast_optional_params: bool = True, *,
+                   widest_dtype_ops: Sequence[str] | None = None,
                    follow_ops: Sequence[str] | None = None) -> Symbol:
     """Convert an fp32 symbol to mixed precision.
+
+    The positional parameters are those of ``mx.contrib.amp.convert_symbol``, in its order
+    (a call written for it keeps its meaning); ``widest_dtype_ops`` is keyword-only.
 
     Parameters
     ----------
@@ -241,9 +243,9 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
     conditional_fp32_ops : list of (op, attr, values), optional
         Ops that run in float32 when ``attr`` takes one of ``values``.
     excluded_sym_names : list of str, optional
-        Node names that run in float32 whatever their op.
+        Node names that run in float32 whatever their op (a string is one name).
     data_names : list of str, optional
-        Model inputs. By default, as in ``mx.contrib.amp``, every input without a
+        Model inputs (a string is one name). By default, as in ``mx.contrib.amp``, every input without a
         ``__dtype__`` attribute; the others are weights.
     cast_optional_params : bool, default True
         Store weights whose every consumer runs in low precision in low precision (the
@@ -307,8 +309,7 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    if isinstance(data_names, str):
-        data_names = [data_names]
+    data_names = name_list(data_names)
     if data_names is None:
         data_names = default_data_names(arg_names, arg_params)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names)
@@ -354,15 +355,18 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   target_dtype: str = "float16",
                   target_dtype_ops: Sequence[str] | None = None,
                   fp32_ops: Sequence[str] | None = None,
-                  widest_dtype_ops: Sequence[str] | None = None,
                   conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                   excluded_sym_names: Sequence[str] | None = None,
+                  cast_optional_params: bool = True, *,
+                  widest_dtype_ops: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
-                  cast_optional_params: bool = True,
                   data_shapes: Mapping[str, Sequence[int]] | None = None,
-                  fold_batchnorm: bool = False, *,
+                  fold_batchnorm: bool = False,
                   follow_ops: Sequence[str] | None = None) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
+
+    The positional parameters are those of ``mx.contrib.amp.convert_model``, in its order
+    (a call written for it keeps its meaning); the options it lacks are keyword-only.
 
     Parameters
     ----------
@@ -377,7 +381,8 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     data_names : list of str, optional
         Model inputs; default the arguments that have no entry in ``arg_params``.
     data_shapes : dict of str to tuple of int, optional
-        Shapes of the model inputs (batch included). Every param's shape is checked against
+        Shapes of the model inputs (batch included); the ``[(name, shape), ...]`` or
+        ``DataDesc`` list that ``Module.bind`` takes works too. Every param's shape is checked against
         the symbol before anything is converted; with these the check reaches layers whose
         weight shape depends on the input size (a ``FullyConnected`` after convolutions).
     fold_batchnorm : bool, default False

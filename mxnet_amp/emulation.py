@@ -45,6 +45,7 @@ from .params import array_dtype, cast_array
 from .passes.infer_dtypes import infer_dtypes
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    import numpy as np
     from mxnet.ndarray import NDArray
     from mxnet.symbol import Symbol
 
@@ -165,7 +166,7 @@ def round_array(array: NDArray, dtype: str) -> NDArray:
     return cast_array(cast_array(array, dtype), "float32")
 
 
-def round_numpy(values, dtype: str):
+def round_numpy(values: np.typing.ArrayLike, dtype: str) -> np.ndarray:
     """``values`` (a numpy array or anything ``np.asarray`` takes) as float32, rounded to
     ``dtype`` (``'float16'`` or ``'bfloat16'``) and returned as a new float32 numpy array:
     what :func:`round_array` gives, without an NDArray (to nearest even; float16 overflows

@@ -17,7 +17,7 @@ import os
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .convert import convert_model_full
-from .errors import DeferredInitError, GraphError, ParamError
+from .errors import DeferredInitError, GraphError, ParamError, error_text
 from .graph import Graph
 from .io import graph_from_symbol, graph_to_symbol, save_checkpoint
 from .options import make_options
@@ -56,6 +56,12 @@ def _traced_graph(block, input_names: Sequence[str]):
             f"tracing {type(block).__name__} with inputs {list(input_names)} failed ({err}); "
             "pass input_names with one name per positional input of its forward, or "
             "hybridize it and run one forward pass first") from None
+    except (AttributeError, mx.base.MXNetError) as err:
+        # what hybridize() would hit too: the block reads x.shape, calls asnumpy(), ...
+        raise GraphError(
+            f"{type(block).__name__} cannot be traced symbolically: {error_text(err)}; only "
+            "blocks whose forward runs on symbols (blocks that can hybridize) have a graph "
+            "to convert") from None
     flat, out_format = _flatten(out, "output")
     if not flat or not all(isinstance(s, mx.sym.Symbol) for s in flat):
         raise GraphError(f"{type(block).__name__} returned {type(out).__name__} when called "
@@ -191,14 +197,10 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
     outputs = _regroup(outputs, out_format) if out_format is not None else outputs
     # export() of this subclass keeps the amp casts that SymbolBlock.export() would drop
     net = AMPSymbolBlock(outputs, inputs)
-    if mx.util.is_np_array():
-        # mx.np cannot allocate a bfloat16 gradient ("unknown type void16"): a weight stored
-        # in bfloat16 is for inference, it gets none
-        from .params import array_dtype
-        for name, param in net.collect_params().items():
-            value = params.get(f"arg:{name}", params.get(f"aux:{name}"))
-            if value is not None and array_dtype(value) == "bfloat16":
-                param.grad_req = "null"
+    # an inference block: no gradient array beside each weight (as much memory again as the
+    # params; mx.np cannot even allocate a bfloat16 one, "unknown type void16"). Fine-tuning
+    # turns them on: net.collect_params().setattr('grad_req', 'write')
+    net.collect_params().setattr("grad_req", "null")
     # dtype_source='saved': each param takes its array's dtype (SymbolBlock would make it
     # float32); the arrays are copied onto ``ctx``, never shared with the source block
     net.collect_params().load_dict(dict(params), ctx=ctx, cast_dtype=True, dtype_source="saved")
@@ -211,15 +213,18 @@ def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapp
 def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                          target_dtype_ops: Sequence[str] | None = None,
                          fp32_ops: Sequence[str] | None = None,
-                         widest_dtype_ops: Sequence[str] | None = None,
                          conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                          excluded_sym_names: Sequence[str] | None = None,
-                         input_names: Sequence[str] | None = None,
                          ctx: Context | Sequence[Context] | None = None,
-                         cast_optional_params: bool = True,
-                         fold_batchnorm: bool = False, *,
+                         cast_optional_params: bool = True, *,
+                         widest_dtype_ops: Sequence[str] | None = None,
+                         input_names: Sequence[str] | None = None,
+                         fold_batchnorm: bool = False,
                          follow_ops: Sequence[str] | None = None) -> AMPSymbolBlock:
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
+
+    The positional parameters are those of ``mx.contrib.amp.convert_hybrid_block``, in its
+    order (a call written for it keeps its meaning); the options it lacks are keyword-only.
 
     Parameters
     ----------
@@ -250,7 +255,10 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
         A ``SymbolBlock`` taking float32 inputs and returning float32 outputs in the block's
         output structure; its params carry the converted dtypes and the block's param names.
         Its ``export(prefix)`` keeps the amp casts (``SymbolBlock.export`` drops them), as
-        :func:`export_block` does; the files re-import with ``SymbolBlock.imports``.
+        :func:`export_block` does; the files re-import with ``SymbolBlock.imports``. Its
+        params have ``grad_req='null'``: no gradient arrays, as much memory again as the
+        params, are allocated for inference (``collect_params().setattr('grad_req',
+        'write')`` turns them on).
 
     Raises
     ------

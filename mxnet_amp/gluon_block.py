@@ -9,8 +9,12 @@ built (``import mxnet_amp`` does not import mxnet).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from mxnet import gluon
+
+if TYPE_CHECKING:
+    from mxnet.ndarray import NDArray
 
 __all__ = ["AMPSymbolBlock"]
 
@@ -22,6 +26,19 @@ class AMPSymbolBlock(gluon.SymbolBlock):
     ``SymbolBlock.imports(json, input_names, params)`` (which returns a plain
     ``SymbolBlock``) or :func:`mxnet_amp.load_checkpoint`.
     """
+
+    def forward(self, x: NDArray | list | tuple, *args: NDArray) -> NDArray | list:
+        """Run the block on arrays in its source block's input structure.
+
+        ``SymbolBlock.forward`` insists on an array first; a block converted from one whose
+        first input is nested (``net([a, b], y)``) keeps that structure, so a nested first
+        input goes to the cached op as it is."""
+        if isinstance(x, (list, tuple)):
+            from mxnet.gluon.block import _flatten
+            first = _flatten(x, "input")[0][0]
+            with first.ctx:
+                return self._call_cached_op(x, *args)
+        return super().forward(x, *args)
 
     def export(self, path: str | os.PathLike, epoch: int = 0,
                remove_amp_cast: bool = False) -> tuple[str, str] | None:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
 __all__ = ["graph_from_json", "graph_to_json", "graph_from_symbol", "graph_to_symbol",
-           "symbol_json", "atomic_write", "atomic_writes", "save_checkpoint", "load_checkpoint"]
+           "symbol_json", "atomic_write", "atomic_writes", "save_checkpoint", "load_checkpoint",
+           "existing_checkpoint_files"]
 
 _NODE_KEYS = frozenset({"op", "name", "inputs", "attrs", "attr", "param", "subgraphs"})
 _EMPTY = MappingProxyType({})
@@ -116,7 +117,15 @@ def symbol_json(sym: Symbol) -> str:
 
 
 def graph_from_symbol(sym: Symbol) -> Graph:
-    """The :class:`Graph` of an ``mx.sym.Symbol`` (the symbol is not modified)."""
+    """The :class:`Graph` of an ``mx.sym.Symbol`` (the symbol is not modified);
+    :class:`GraphError` saying what to pass for anything else (a path, a Gluon block)."""
+    import mxnet as mx
+    if not isinstance(sym, mx.sym.Symbol):
+        hint = ("for a Gluon block use convert_hybrid_block / emulate_block"
+                if isinstance(sym, mx.gluon.Block) else
+                "load a checkpoint with mxnet_amp.load_checkpoint(prefix, epoch) or a symbol file "
+                "with mx.sym.load(path), or convert files with convert_checkpoint")
+        raise GraphError(f"expected an mx.sym.Symbol, got {type(sym).__name__}: {hint}")
     return graph_from_json(symbol_json(sym), where=f"symbol {sym.name!r}")
 
 
@@ -159,7 +168,12 @@ def atomic_writes(files: Sequence[tuple[str | os.PathLike, Callable[[str], objec
     """:func:`atomic_write` for several ``(path, write)`` pairs: every file is written to
     its temporary name first and the renames follow back to back, so an interruption
     leaves either none of the new files or (only inside that last instant) some of them,
-    never a truncated one."""
+    never a truncated one. A path whose folder is missing or not writable, or that is a
+    folder, raises :class:`~mxnet_amp.errors.OutputPathError` naming it before anything
+    is written."""
+    from .paths import check_writable
+    files = list(files)
+    check_writable([("output file", path) for path, _ in files])
     umask = os.umask(0)
     os.umask(umask)
     done: list[tuple[str, str]] = []
@@ -228,6 +242,17 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
     atomic_writes([(params_file, write_params), (sym_file, _text_writer(symbol_json(sym)))])
 
 
+def existing_checkpoint_files(prefix: str | os.PathLike, epoch: int) -> tuple[str, str]:
+    """``(prefix-symbol.json, prefix-NNNN.params)``; :class:`CheckpointError` naming the
+    first that is not a file."""
+    from .paths import checkpoint_files
+    files = checkpoint_files(prefix, epoch)
+    for path in files:
+        if not os.path.isfile(path):
+            raise CheckpointError(f"checkpoint file not found: {path}")
+    return files
+
+
 def load_checkpoint(prefix: str, epoch: int = 0, *,
                     progress: bool | None = False) -> tuple[Symbol, dict, dict]:
     """Load ``(sym, arg_params, aux_params)`` like ``mx.model.load_checkpoint``, with errors
@@ -254,11 +279,7 @@ def load_checkpoint(prefix: str, epoch: int = 0, *,
         The symbol file is not a symbol MXNet can load.
     """
     import mxnet as mx
-    from .paths import checkpoint_files
-    sym_path, params_path = checkpoint_files(prefix, epoch)
-    for p in (sym_path, params_path):
-        if not os.path.isfile(p):
-            raise CheckpointError(f"checkpoint file not found: {p}")
+    sym_path, params_path = existing_checkpoint_files(prefix, epoch)
     with open(sym_path) as f:
         text = f.read()
     graph_from_json(text, where=sym_path)  # typed error for malformed JSON

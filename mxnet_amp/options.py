@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
+from .params import name_list
 from .policy import OpPolicy, load_policy
 
 __all__ = ["ConvertOptions", "make_options"]
@@ -78,5 +79,5 @@ def make_options(target_dtype: str = "float16",
     """
     policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                          conditional_fp32_ops, follow_ops)
-    return ConvertOptions(policy, frozenset(excluded_sym_names or ()), bool(cast_optional_params),
+    return ConvertOptions(policy, frozenset(name_list(excluded_sym_names) or ()), bool(cast_optional_params),
                           bool(fold_batchnorm))

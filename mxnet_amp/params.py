@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .dtypes import dtype_name
 from .errors import ParamError
@@ -12,7 +12,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
 
 __all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params",
-           "default_data_names", "check_param_shapes", "check_data_names", "param_dict"]
+           "default_data_names", "name_list", "check_param_shapes", "check_data_names", "param_dict"]
 
 
 # NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
@@ -66,6 +66,14 @@ _WEIGHT_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_running_mean", "_ru
                     "_moving_mean", "_moving_var")
 
 
+def name_list(names: str | Iterable[str] | None) -> list[str] | None:
+    """``names`` as a list of names; a string is one name, not a list of its letters (as
+    users pass ``data_names='data'`` or ``excluded_sym_names='fc1'``). None stays None."""
+    if names is None:
+        return None
+    return [names] if isinstance(names, str) else list(names)
+
+
 def default_data_names(arg_names: Sequence[str], arg_params: Mapping, where: str = "arg_params") -> list[str]:
     """The model inputs when the caller names none: the arguments without a param.
 
@@ -78,9 +86,28 @@ def default_data_names(arg_names: Sequence[str], arg_params: Mapping, where: str
     inputs = [n for n in arg_names if n not in arg_params]
     weights = [n for n in inputs if n.endswith(_WEIGHT_SUFFIXES)]
     if weights:
-        raise ParamError(f"{where} lack {', '.join(weights)}, which the symbol reads; if these "
-                         "are really model inputs, name every input in data_names")
+        raise ParamError(f"{where} lack {', '.join(weights)}, which the symbol reads"
+                         + (_where_they_are(weights, arg_params) or "; if these are really model "
+                            "inputs, name every input in data_names"))
     return inputs
+
+
+def _where_they_are(missing, arg_params: Mapping, aux_params: Mapping | None = None) -> str:
+    """Where params the symbol misses are after all ('' if nowhere): under the ``arg:`` /
+    ``aux:`` keys of a raw params file, or in the other of the two dicts."""
+    missing = set(missing)
+    given = {**arg_params, **(aux_params or {})}
+    prefixed = [k for k in given if k[:4] in ("arg:", "aux:") and k[4:] in missing]
+    if prefixed:
+        return (f"; the params hold {', '.join(map(repr, sorted(prefixed)[:3]))}: keys with the "
+                "'arg:'/'aux:' prefix of a params file (mx.nd.load), which "
+                "mx.model.load_checkpoint strips; strip it")
+    for name, here, there in (("arg_params", arg_params, "aux_params"),
+                              ("aux_params", aux_params or {}, "arg_params")):
+        misplaced = sorted(missing & set(here))
+        if misplaced:
+            return f"; {', '.join(misplaced[:10])} are in {name}: pass them in {there}"
+    return ""
 
 
 def check_params(arg_names: Sequence[str], aux_names: Sequence[str], arg_params: Mapping,
@@ -96,9 +123,11 @@ def check_params(arg_names: Sequence[str], aux_names: Sequence[str], arg_params:
     missing_arg = [n for n in arg_names if n not in data_names and n not in arg_params]
     missing_aux = [n for n in aux_names if n not in aux_params]
     if missing_arg or missing_aux:
+        hint = _where_they_are(missing_arg + missing_aux, arg_params, aux_params)
         raise ParamError("params missing for the symbol's inputs: "
                          + ", ".join(missing_arg + missing_aux)
-                         + (" (if some are model inputs, pass them in data_names)" if missing_arg else ""))
+                         + (hint or (" (if some are model inputs, pass them in data_names)"
+                                     if missing_arg else "")))
     extra_arg = sorted(set(arg_params) - set(arg_names))
     extra_aux = sorted(set(aux_params) - set(aux_names))
     if extra_arg or extra_aux:
@@ -134,6 +163,12 @@ def param_dict(params: Mapping | None, what: str) -> dict:
     if not isinstance(params, Mapping):
         raise ParamError(f"{what} must be a dict of param name to NDArray (or None), got "
                          f"{type(params).__name__}")
+    from mxnet.ndarray import NDArray
+    for name, value in params.items():
+        if not isinstance(value, NDArray):
+            kind = type(value)
+            raise ParamError(f"{what}[{name!r}] is a {kind.__module__}.{kind.__qualname__}, not an "
+                             "MXNet NDArray; pass mx.nd.array(value, dtype=value.dtype)")
     return dict(params)
 
 

@@ -8,6 +8,7 @@ of its files or none of them.
 """
 from __future__ import annotations
 
+import numbers
 import os
 from typing import Iterable, Sequence, Tuple
 
@@ -22,16 +23,21 @@ Labelled = Tuple[str, "str | os.PathLike"]
 
 def check_epoch(epoch: object, what: str = "epoch") -> int:
     """``epoch`` as an int; :class:`CheckpointError` when it is not a non-negative integer
-    (a negative one would name a ``-001.params`` file)."""
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+    (a negative one would name a ``-001.params`` file). numpy integers are integers."""
+    if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
         raise CheckpointError(f"{what} must be a non-negative integer (it numbers the "
                               f"PREFIX-NNNN.params file), got {epoch!r}")
-    return epoch
+    return int(epoch)
 
 
 def checkpoint_files(prefix: str | os.PathLike, epoch: int, what: str = "epoch") -> tuple[str, str]:
-    """``(prefix-symbol.json, prefix-NNNN.params)`` for a checkpoint."""
+    """``(prefix-symbol.json, prefix-NNNN.params)`` for a checkpoint; :class:`CheckpointError`
+    for a prefix that names a folder (``out/`` would mean files ``out/-symbol.json``)."""
     prefix = os.fspath(prefix)
+    if not os.path.basename(prefix):
+        raise CheckpointError(f"checkpoint prefix {prefix!r} names a folder: the files are "
+                              "PREFIX-symbol.json and PREFIX-NNNN.params, so give a name in it "
+                              f"(e.g. {os.path.join(prefix, 'model')!r})")
     epoch = check_epoch(epoch, what)
     return f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
 

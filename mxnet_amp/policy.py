@@ -246,7 +246,8 @@ def load_policy(target_dtype: str = "float16",
     UnknownOpError
         An override names ops the MXNet registry does not know (all of them are listed).
     ListError
-        One op is named in two overrides.
+        One op is named in two overrides, or a condition names an attribute its op does
+        not have or a value outside the attribute's choices.
     """
     target_dtype = check_target_dtype(target_dtype)
     base = _base_policy(target_dtype, str(lists_dir()))
@@ -263,6 +264,9 @@ def load_policy(target_dtype: str = "float16",
                             f"got {item!r}") from None
         if isinstance(values, str):
             values = [values]
+        if not isinstance(values, Iterable):
+            raise TypeError("conditional_fp32_ops entries must be (op, attr, values) tuples with "
+                            f"a list of values, got {tuple(item)!r}")
         conds.append((str(op), str(attr), tuple(str(v) for v in values)))
     if not any(moves.values()) and not conds:
         return base
@@ -277,6 +281,7 @@ def load_policy(target_dtype: str = "float16",
             raise ListError(f"op {op!r} is named in two overrides ({named[op]} and conditional_fp32_ops)")
         named[op] = "conditional"
     _check_ops(named, "user overrides")
+    _check_conditions(conds)
     sets = {Category.TARGET: set(base.target), Category.FP32: set(base.fp32),
             Category.WIDEST: set(base.widest), Category.FOLLOW: set(base.follow)}
     for s in sets.values():
@@ -286,6 +291,36 @@ def load_policy(target_dtype: str = "float16",
     conditional = tuple(c for c in base.conditional if c[0] not in named) + tuple(conds)
     return OpPolicy(target_dtype, *(frozenset(sets[c]) for c in sets), conditional,
                     base.patterns, base.index_inputs, base.reasons)
+
+
+def _attr_choices(kind: str) -> frozenset[str] | None:
+    """The values an enum attribute takes, from its registry type string
+    (``"{'relu', 'tanh'}, required"``); None for any other type."""
+    if not kind.startswith("{"):
+        return None
+    return frozenset(v.strip().strip("'\"") for v in kind[1:kind.index("}")].split(","))
+
+
+def _check_conditions(conds: Iterable[tuple[str, str, tuple[str, ...]]]) -> None:
+    """:class:`ListError` for a user condition that can never hold: an attribute its op does
+    not have, or a value outside the attribute's choices. Such a condition would silently
+    replace the op's shipped one. Ops whose registry entry lists no attributes (``Custom``
+    and the like take any) are not checked."""
+    from .registry import op_signature
+    for op, attr, values in conds:
+        params = op_signature(op).params
+        if not params or op_signature(op).name == "Custom":
+            continue
+        if attr not in params:
+            raise ListError(f"conditional_fp32_ops ({op!r}, {attr!r}, ...): {op} has no "
+                            f"attribute {attr!r}, so the condition never holds (its attributes: "
+                            f"{', '.join(sorted(params))})")
+        choices = _attr_choices(params[attr])
+        wrong = [v for v in values if choices is not None and v not in choices]
+        if wrong:
+            raise ListError(f"conditional_fp32_ops ({op!r}, {attr!r}, ...): {attr} never takes "
+                            f"{', '.join(map(repr, wrong))} (its values: "
+                            f"{', '.join(map(repr, sorted(choices)))})")
 
 
 def warn_unlisted(ops: Iterable[str], target_dtype: str) -> None:

@@ -17,9 +17,10 @@ one or two inference calls.
 """
 from __future__ import annotations
 
+import numbers
 import re
 import warnings
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .errors import InputShapeError, ParamError, error_text
 from .gcpause import gc_paused
@@ -348,6 +349,29 @@ def _param_error(graph, name, have, want, context: str, blame: str = "") -> Para
     return err
 
 
+def input_shapes(data_shapes: Mapping | Sequence | None, shapes_from: str = "data_shapes") -> dict[str, tuple[int, ...]]:
+    """``data_shapes`` as ``{name: shape}``: a mapping, or the ``[(name, shape), ...]`` /
+    ``DataDesc`` list ``Module.bind`` takes; :class:`InputShapeError` naming ``shapes_from``
+    and the input for anything else, or a shape that is not positive integers."""
+    if not data_shapes:
+        return {}
+    items = data_shapes.items() if isinstance(data_shapes, Mapping) else data_shapes
+    known = {}
+    for item in items:
+        try:
+            name, shape = item[0], item[1]   # a DataDesc is a (name, shape, ...) tuple
+            shape = tuple(shape)
+        except (TypeError, IndexError, KeyError):
+            raise InputShapeError(f"{shapes_from}: expected {{name: shape}} or [(name, shape), "
+                                  f"...] as Module.bind takes, got {item!r}") from None
+        if not shape or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
+                                and d > 0 for d in shape):
+            raise InputShapeError(f"{shapes_from}: the shape of {name!r} must be a tuple of "
+                                  f"positive integers, got {item[1]!r}")
+        known[str(name)] = tuple(int(d) for d in shape)
+    return known
+
+
 def check_param_shapes(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                        data_shapes: Mapping[str, tuple] | None = None, *,
                        graph: Graph | None = None, shapes_from: str = "data_shapes",
@@ -398,7 +422,7 @@ def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_
     given = {k: tuple(v.shape) for k, v in {**arg_params, **aux_params}.items() if k in names}
     order = [k for k in inputs if k in given]
     data = [k for k in inputs if k not in given]
-    known = {k: tuple(int(d) for d in v) for k, v in (data_shapes or {}).items()}
+    known = input_shapes(data_shapes, shapes_from)
     if not known:
         _check_params_alone(graph, sym, given, order, data, inputs)
         return

@@ -11,6 +11,7 @@ from ..convert import Conversion, convert_model_full
 from ..errors import GraphError, ParamError
 from ..graph import Entry, Graph
 from ..options import ConvertOptions
+from ..params import name_list
 from .measure import check_outputs
 from .records import AutoSettings, OutputCheck, SearchStep
 
@@ -189,4 +190,4 @@ def _input_names(sym: Symbol, arg_params: Mapping, data_names: Sequence[str] | N
     """The model inputs: ``data_names``, else the arguments without a param."""
     if data_names is None:
         return [n for n in sym.list_arguments() if n not in arg_params]
-    return [data_names] if isinstance(data_names, str) else list(data_names)
+    return name_list(data_names)
