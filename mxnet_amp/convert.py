@@ -202,6 +202,7 @@ def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> 
                                  f"__dtype__ tags (tag, inferred): {dict(list(wrong.items())[:10])}")
 
 
+@gc_paused()
 def convert_symbol(sym, target_dtype: str = "float16",
                    target_dtype_ops: Sequence[str] | None = None,
                    fp32_ops: Sequence[str] | None = None,
@@ -267,6 +268,9 @@ def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
     return result.graph, new_args, new_aux, result.folded
 
 
+# the collector paused for the whole conversion: its millions of small acyclic objects
+# would otherwise be walked by every collection that allocating them triggers
+@gc_paused()
 def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                        target_dtype: str = "float16", target_dtype_ops=None, fp32_ops=None,
                        widest_dtype_ops=None, conditional_fp32_ops=None,
@@ -318,6 +322,8 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
     return conversion.symbol, new_args, new_aux, conversion
 
 
+# (paused here too, so the conversion record is freed before the collector restarts)
+@gc_paused()
 def convert_model(sym, arg_params: Mapping, aux_params: Mapping,
                   target_dtype: str = "float16",
                   target_dtype_ops: Sequence[str] | None = None,

@@ -321,10 +321,10 @@ def _show(shape) -> str:
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _fits(want: tuple | None, have: tuple) -> bool:
-    if not want:
-        return True   # unknown rank: nothing to compare
-    unknown = _unknown()
+def _fits(want: tuple | None, have: tuple, unknown: int) -> bool:
+    """Whether ``have`` is a shape ``want`` allows (``unknown``: :func:`_unknown`)."""
+    if not want or want == have:
+        return True   # unknown rank (nothing to compare) or the very shape
     return len(want) == len(have) and all(w == unknown or w < 0 or w == h for w, h in zip(want, have))
 
 
@@ -495,9 +495,10 @@ def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[s
         raise _param_error(graph, name, given[name], expected.get(name), context, blame + why) from None
     # MXNet takes some given shapes as they come (aux states; BatchNorm's gamma is
     # overwritten): compare what it inferred around them
+    unknown = _unknown()
     for name in order:
         want = (inferred or {}).get(name)
-        if not _fits(want, given[name]):
+        if not _fits(want, given[name], unknown):
             raise _param_error(graph, name, given[name], want, context, blame)
     return inferred is not None
 
