@@ -426,10 +426,12 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
     """The params against each other, the model inputs given what their readers prove.
 
     First with a typical spatial size in place of the unknown one: one inference on the
-    symbol as it is (poolings work), which finds nothing wrong in a healthy model. Any
-    doubt (a contradiction, or a shape function that cannot take that size) is settled
-    with the spatial size unknown, where only the channels and ranks the params prove
-    are compared, and a contradiction must hold on the exact graph too.
+    symbol as it is, with the params (poolings work), which finds nothing wrong in a healthy
+    model. Where the typical size contradicts the symbol and MXNet's message names one other
+    spatial size, that size is tried the same way. Any doubt (a contradiction, or a shape
+    function that cannot take the size) is settled with the spatial size unknown, where only
+    the channels and ranks the params prove are compared, and a contradiction must hold on
+    the exact graph too.
     """
     import mxnet as mx
     guesses = _guess_input_shapes(graph, data, given)
@@ -437,15 +439,24 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
     if not guesses:
         _check_against(exact, graph, {}, order, given, "", "")
         return
-    sized = {k: tuple(_TYPICAL_SIZE if d == _unknown() and i > 1 else d for i, d in enumerate(v))
-             for k, v in guesses.items()}
+    sized = _sized(guesses, _TYPICAL_SIZE)
+    whole = _Checker(graph, sym, given, strict=True, names=inputs)
+    doubt = _doubt_at(whole, sized, given, order)
+    if doubt is None:
+        return
     fast_graph, cut_shapes = _quick_graph(graph, given, pools=False)
     # the typical size may contradict the graph whatever the params (a layer reads the real
-    # spatial size); the symbol as it is tells, without building the graph with cuts (they
-    # only free the input size of FullyConnected layers, whose weights are not given here)
-    if fast_graph is graph or _Checker(graph, sym, given, strict=True, names=inputs).consistent(sized):
-        fast = _Checker(fast_graph, sym if fast_graph is graph else None, given, strict=True,
-                        cut_shapes=cut_shapes, names=inputs)
+    # spatial size); the symbol as it is tells, and its message may name the size it wants
+    size_doubt = doubt
+    if fast_graph is not graph or _CONTRADICTION.search(doubt):
+        size_doubt = _doubt_at(whole, sized, {}, [])
+    hint = _size_hint(size_doubt or doubt, _TYPICAL_SIZE)
+    if hint is not None and _doubt_at(whole, _sized(guesses, hint), given, order) is None:
+        return
+    # at a size the graph takes, the graph with cuts checks the params without their
+    # FullyConnected layers' input sizes (those depend on the real size)
+    if fast_graph is not graph and size_doubt is None:
+        fast = _Checker(fast_graph, None, given, strict=True, cut_shapes=cut_shapes, names=inputs)
         try:
             if _check_against(fast, graph, sized, order, given, "", ""):
                 return
@@ -464,6 +475,43 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
         except mx.base.MXNetError:
             return
         _check_against(exact, graph, guesses, order, given, "", "")
+
+
+def _sized(guesses: Mapping[str, tuple], size: int) -> dict:
+    """``guesses`` with ``size`` for each unknown spatial dimension."""
+    unknown = _unknown()
+    return {k: tuple(size if d == unknown and i > 1 else d for i, d in enumerate(v))
+            for k, v in guesses.items()}
+
+
+def _doubt_at(checker: _Checker, sized: Mapping, given: Mapping, order: list[str]) -> str | None:
+    """None when the params fit the whole symbol with the model inputs ``sized`` (one
+    inference: nothing is wrong, whatever the real input size); else why not (MXNet's
+    message, or a param's shape it does not fit), which blames nothing by itself: the size
+    is only a guess."""
+    import mxnet as mx
+    try:
+        inferred = checker.infer({**sized, **given})
+    except mx.base.MXNetError as err:
+        return error_text(err)
+    unknown = _unknown()
+    for name in order:
+        if not _fits(inferred.get(name), given[name], unknown):
+            return f"param {name!r} does not fit"
+    return None
+
+
+# a shape in MXNet's messages: "expected [-1,16,224,224], got [-1,16,224,8]"
+_SHAPE_IN_TEXT = re.compile(r"[\[(](-?\d+(?:,\s*-?\d+){2,})[\])]")
+
+
+def _size_hint(text: str, tried: int) -> int | None:
+    """The one spatial size other than ``tried`` that the shapes in an MXNet message name
+    (after the batch and channel dimensions), or None: where a layer pins the input size,
+    its contradiction says which size it wants."""
+    sizes = {d for m in _SHAPE_IN_TEXT.finditer(text) for d in _ints(m.group(1))[2:]
+             if d > 0 and d != tried}
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[str],
