@@ -46,6 +46,7 @@ _MAX_CUTS = 8
 # the spatial size tried first where the params leave it unknown (any size that a model's
 # strides and kernels take would do; an ImageNet one is the likeliest)
 _TYPICAL_SIZE = 224
+_UNTRIED = object()
 
 
 def _unknown() -> int:
@@ -444,24 +445,28 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
     doubt = _doubt_at(whole, sized, given, order)
     if doubt is None:
         return
-    fast_graph, cut_shapes = _quick_graph(graph, given, pools=False)
-    # the typical size may contradict the graph whatever the params (a layer reads the real
-    # spatial size); the symbol as it is tells, and its message may name the size it wants
-    size_doubt = doubt
-    if fast_graph is not graph or _CONTRADICTION.search(doubt):
-        size_doubt = _doubt_at(whole, sized, {}, [])
-    hint = _size_hint(size_doubt or doubt, _TYPICAL_SIZE)
+    # where a layer pins the input size, the contradiction names the size it wants
+    hint = _size_hint(doubt, _TYPICAL_SIZE)
+    size_doubt = _UNTRIED
+    if hint is None and _CONTRADICTION.search(doubt):
+        size_doubt = _doubt_at(whole, sized, {}, [])   # the size alone: its message may name one
+        hint = _size_hint(size_doubt or "", _TYPICAL_SIZE)
     if hint is not None and _doubt_at(whole, _sized(guesses, hint), given, order) is None:
         return
-    # at a size the graph takes, the graph with cuts checks the params without their
-    # FullyConnected layers' input sizes (those depend on the real size)
-    if fast_graph is not graph and size_doubt is None:
-        fast = _Checker(fast_graph, None, given, strict=True, cut_shapes=cut_shapes, names=inputs)
-        try:
-            if _check_against(fast, graph, sized, order, given, "", ""):
-                return
-        except ParamError:
-            pass
+    fast_graph, cut_shapes = _quick_graph(graph, given, pools=False)
+    if fast_graph is not graph:
+        # the typical size may contradict the graph whatever the params (a layer reads the
+        # real spatial size); if not, the graph with cuts checks the params without their
+        # FullyConnected layers' input sizes (those depend on the real size)
+        if size_doubt is _UNTRIED:
+            size_doubt = _doubt_at(whole, sized, {}, [])
+        if size_doubt is None:
+            fast = _Checker(fast_graph, None, given, strict=True, cut_shapes=cut_shapes, names=inputs)
+            try:
+                if _check_against(fast, graph, sized, order, given, "", ""):
+                    return
+            except ParamError:
+                pass
     quick_graph, cut_shapes = _quick_graph(graph, given)
     quick = _Checker(quick_graph, sym if quick_graph is graph else None, given, cut_shapes=cut_shapes,
                      names=inputs)
@@ -501,16 +506,20 @@ def _doubt_at(checker: _Checker, sized: Mapping, given: Mapping, order: list[str
     return None
 
 
-# a shape in MXNet's messages: "expected [-1,16,224,224], got [-1,16,224,8]"
-_SHAPE_IN_TEXT = re.compile(r"[\[(](-?\d+(?:,\s*-?\d+){2,})[\])]")
+# a shape in MXNet's messages: "expected [-1,16,224,224], got [-1,16,224,8]",
+# "Provided = [8,8], inferred shape=(8,224)"
+_SHAPE_IN_TEXT = re.compile(r"[\[(](-?\d+(?:,\s*-?\d+)+)[\])]")
 
 
 def _size_hint(text: str, tried: int) -> int | None:
-    """The one spatial size other than ``tried`` that the shapes in an MXNet message name
-    (after the batch and channel dimensions), or None: where a layer pins the input size,
-    its contradiction says which size it wants."""
-    sizes = {d for m in _SHAPE_IN_TEXT.finditer(text) for d in _ints(m.group(1))[2:]
-             if d > 0 and d != tried}
+    """The one size other than ``tried`` that the shapes in an MXNet message name (a map's
+    from its third dimension on, a weight matrix's all), or None: where a layer pins the
+    input size, its contradiction says which size it wants."""
+    sizes = set()
+    for m in _SHAPE_IN_TEXT.finditer(text):
+        dims = _ints(m.group(1))
+        sizes.update(dims[2:] if len(dims) > 2 else dims)
+    sizes = {d for d in sizes if d > 0 and d != tried}
     return sizes.pop() if len(sizes) == 1 else None
 
 
