@@ -186,7 +186,7 @@ def _with_weight_dtypes(result: CastResult, stored: Mapping[str, str]) -> CastRe
     """``result`` with each weight variable's tensor dtype set to its stored dtype."""
     dtypes = dict(result.tensor_dtypes)
     for i, node in enumerate(result.graph.nodes):
-        if node.is_variable and node.name in stored:
+        if node.op == "null" and node.name in stored:
             dtypes[Entry(i)] = stored[node.name]
     return replace(result, tensor_dtypes=MappingProxyType(dtypes))
 
