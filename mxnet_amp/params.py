@@ -197,7 +197,7 @@ def _batch_key(array, have: str, want: str) -> tuple:
     shape = array.shape
     if not 0 < math.prod(shape) <= _BATCH_MAX_SIZE or not shape or array.stype != "default":
         return (None, id(array), want)
-    return (shape, array.context, have, want)
+    return (shape, array.ctx, have, want)
 
 
 def _chunks(names: list[str], key: tuple):
