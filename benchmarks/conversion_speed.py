@@ -178,8 +178,11 @@ def main(argv=None) -> int:
                     help="also time mxnet_amp at git revision REV, loaded beside this one, and "
                          "check that it gives the same symbol and params (same_output_as_base)")
     ap.add_argument("--cases", nargs="+", metavar="CASE", help="run only these cases")
+    ap.add_argument("--repeats", type=int, help="timed rounds of every case (default: per case)")
     opts = ap.parse_args(argv)
     cases = QUICK if opts.quick else FULL
+    if opts.repeats:
+        cases = [(label, how, opts.repeats) for label, how, _ in cases]
     if opts.cases:
         unknown = set(opts.cases) - {c[0] for c in cases}
         if unknown:
