@@ -69,7 +69,7 @@ def _invoke(op: str, arrays: list, attrs: tuple) -> list:
             for i in range(num_outputs.value)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)
 def _op_call(op: str, attrs: tuple):
     """``(op handle, attribute names, attribute values)`` as the C API takes them, built once."""
     import ctypes
@@ -201,8 +201,10 @@ def _batch_key(array, have: str, want: str) -> tuple:
 
 
 def _chunks(names: list[str], key: tuple):
+    """``names`` (of one :func:`_batch_key`) in groups of at most ``_BATCH_MAX_BYTES``; one
+    by one for a key of an array cast alone."""
     if key[0] is None:
-        yield names
+        yield from ([n] for n in names)
         return
     step = max(1, _BATCH_MAX_BYTES // (4 * max(1, math.prod(key[0]))))
     for i in range(0, len(names), step):

@@ -46,7 +46,7 @@ _MAX_CUTS = 8
 # the spatial size tried first where the params leave it unknown (any size that a model's
 # strides and kernels take would do; an ImageNet one is the likeliest)
 _TYPICAL_SIZE = 224
-_UNTRIED = object()
+_UNTRIED = object()   # a check not run yet (None: run, nothing wrong)
 
 
 def _unknown() -> int:
