@@ -15,13 +15,22 @@ ours with ``fold_batchnorm=True``.
     python benchmarks/conversion_speed.py --quick    # seconds: resnet18_v1, synthetic 300 / 1k
     python benchmarks/conversion_speed.py --profile  # also cProfile ours (resnet50_v1, synthetic_10k;
                                                      # --quick: synthetic_1k)
+    python benchmarks/conversion_speed.py --base REV # also time mxnet_amp as of git revision REV
+                                                     # (loaded beside this one) and check that
+                                                     # both give the same symbol and params
+    python benchmarks/conversion_speed.py --cases synthetic_100k   # only the cases named
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
 import os
 import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 
 import _common as C
@@ -59,16 +68,52 @@ VARIANTS = {"ours": ("ours", {}), "contrib": ("contrib", {}),
             "ours_fold": ("ours", {"fold_batchnorm": True})}
 
 
-def time_case(sym, args, auxs, repeats: int, target_dtype: str, fold: bool = False) -> dict:
+def load_base(rev: str, workdir: str):
+    """``mxnet_amp`` as of git revision ``rev``, imported as ``mxnet_amp_base`` from a copy
+    under ``workdir`` (with its lists), so both versions run in this one process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    archive = subprocess.run(["git", "-C", root, "archive", rev, "mxnet_amp", "lists"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", workdir], input=archive, check=True)
+    shutil.move(os.path.join(workdir, "mxnet_amp"), os.path.join(workdir, "mxnet_amp_base"))
+    sys.path.insert(0, workdir)
+    return importlib.import_module("mxnet_amp_base")
+
+
+def same_output(a: dict, b: dict) -> bool:
+    """Whether two conversions gave the same symbol JSON (casts kept) and the same params
+    (names, dtypes, shapes and bytes)."""
+    if a["sym"].tojson(remove_amp_cast=False) != b["sym"].tojson(remove_amp_cast=False):
+        return False
+    for pa, pb in ((a["args"], b["args"]), (a["auxs"], b["auxs"])):
+        if pa.keys() != pb.keys():
+            return False
+        for k, va in pa.items():
+            vb = pb[k]
+            if (va.dtype != vb.dtype or va.shape != vb.shape
+                    or va.asnumpy().tobytes() != vb.asnumpy().tobytes()):
+                return False
+    return True
+
+
+def time_case(sym, args, auxs, repeats: int, target_dtype: str, fold: bool = False,
+              base=None) -> dict:
+    converters = dict(C.CONVERTERS)
     variants = {k: (w, {"target_dtype": target_dtype, **kw}) for k, (w, kw) in VARIANTS.items()
                 if fold or k != "ours_fold"}
-    outcome = {k: C.try_convert(w, sym, args, auxs, **kw) for k, (w, kw) in variants.items()}
+    if base is not None:
+        converters["base"] = base.convert_model
+        variants["base"] = ("base", {"target_dtype": target_dtype})
+    outcome = {k: _try(converters[w], sym, args, auxs, **kw) for k, (w, kw) in variants.items()}
     row: dict = {"nodes": C.num_nodes(sym), "repeats": repeats}
     for w, res in outcome.items():
         row[w] = ({"ok": True, "casts": C.cast_counts(res["sym"])} if res["ok"]
                   else {"ok": False, "error": res["error"]})
-    working = {k: (lambda w=w, kw=kw: C.CONVERTERS[w](sym, args, auxs, **kw))
+    if base is not None and outcome["ours"]["ok"] and outcome["base"]["ok"]:
+        row["same_output_as_base"] = same_output(outcome["ours"], outcome["base"])
+    working = {k: (lambda w=w, kw=kw: converters[w](sym, args, auxs, **kw))
                for k, (w, kw) in variants.items() if outcome[k]["ok"]}
+    del outcome
     cpu: dict[str, list[float]] = {w: [] for w in working}
 
     def timed(w):
@@ -85,10 +130,20 @@ def time_case(sym, args, auxs, repeats: int, target_dtype: str, fold: bool = Fal
     if "ours" in wall and "contrib" in wall:
         row["ratio_ours_over_contrib"] = C.paired_ratio(wall["ours"], wall["contrib"])
         row["cpu_ratio_ours_over_contrib"] = C.median(cpu["ours"]) / C.median(cpu["contrib"])
-    for other, base in (("ours", "contrib_cop"), ("ours_fold", "contrib")):
-        if other in wall and base in wall:
-            row[f"ratio_{other}_over_{base}"] = C.paired_ratio(wall[other], wall[base])
+    for other, ref in (("ours", "contrib_cop"), ("ours_fold", "contrib"), ("ours", "base"),
+                       ("base", "contrib")):
+        if other in wall and ref in wall:
+            row[f"ratio_{other}_over_{ref}"] = C.paired_ratio(wall[other], wall[ref])
     return row
+
+
+def _try(convert, sym, args, auxs, **kw) -> dict:
+    """:func:`_common.try_convert` for any converter function."""
+    try:
+        s, a, x = convert(sym, args, auxs, **kw)
+    except Exception as err:  # noqa: BLE001 - a failure is a result
+        return {"ok": False, "error": C.error_text(err)}
+    return {"ok": True, "sym": s, "args": a, "auxs": x}
 
 
 def profile_ours(sym, args, auxs, target_dtype: str) -> dict:
@@ -119,8 +174,22 @@ def main(argv=None) -> int:
                     help="cProfile ours on resnet50_v1 and synthetic_10k (--quick: synthetic_1k)")
     ap.add_argument("--target-dtype", default="float16", choices=("float16", "bfloat16"))
     ap.add_argument("--out", help="JSON path (default benchmarks/results/conversion_speed.json)")
+    ap.add_argument("--base", metavar="REV",
+                    help="also time mxnet_amp at git revision REV, loaded beside this one, and "
+                         "check that it gives the same symbol and params (same_output_as_base)")
+    ap.add_argument("--cases", nargs="+", metavar="CASE", help="run only these cases")
+    ap.add_argument("--repeats", type=int, help="timed rounds of every case (default: per case)")
     opts = ap.parse_args(argv)
     cases = QUICK if opts.quick else FULL
+    if opts.repeats:
+        cases = [(label, how, opts.repeats) for label, how, _ in cases]
+    if opts.cases:
+        unknown = set(opts.cases) - {c[0] for c in cases}
+        if unknown:
+            ap.error(f"unknown cases {sorted(unknown)}; choose from {[c[0] for c in cases]}")
+        cases = [c for c in cases if c[0] in opts.cases]
+    workdir = tempfile.mkdtemp(prefix="amp_base_") if opts.base else None
+    base = load_base(opts.base, workdir) if opts.base else None
     load_start = os.getloadavg()   # the machine is shared: say how busy it was
     results = []
     profiles = []
@@ -128,7 +197,8 @@ def main(argv=None) -> int:
     for label, how, repeats in cases:
         sym, args, auxs = build(label, how)
         row = {"case": label, "target_dtype": opts.target_dtype,
-               **time_case(sym, args, auxs, repeats, opts.target_dtype, fold=how == "zoo")}
+               **time_case(sym, args, auxs, repeats, opts.target_dtype, fold=how == "zoo",
+                           base=base)}
         results.append(row)
         _print([row])
         if opts.profile and label in profiled:
@@ -145,6 +215,9 @@ def main(argv=None) -> int:
     env = {**C.environment(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
     payload = {"benchmark": "conversion_speed", "environment": env,
                "results": results, "ours_growth": growth}
+    if base is not None:
+        payload["base"] = opts.base
+        shutil.rmtree(workdir, ignore_errors=True)
     if opts.profile:
         payload["profiles"] = profiles
     print()
@@ -159,18 +232,24 @@ def main(argv=None) -> int:
 
 def _print(rows) -> None:
     table = []
+    has_base = any("base" in r for r in rows)
     for r in rows:
         o, c = r["ours"], r["contrib"]
-        table.append([r["case"], r["nodes"], r["repeats"],
-                      o.get("median_s") if o["ok"] else "FAILED",
-                      c.get("median_s") if c["ok"] else "FAILED: " + c["error"][:60],
-                      r.get("ratio_ours_over_contrib"), r.get("ratio_ours_over_contrib_cop"),
-                      r.get("ratio_ours_fold_over_contrib"), o.get("per_node_us"),
-                      o["casts"]["amp_cast"] + o["casts"]["amp_multicast"] if o["ok"] else None,
-                      c["casts"]["amp_cast"] + c["casts"]["amp_multicast"] if c["ok"] else None])
+        line = [r["case"], r["nodes"], r["repeats"],
+                o.get("median_s") if o["ok"] else "FAILED",
+                c.get("median_s") if c["ok"] else "FAILED: " + c["error"][:60],
+                r.get("ratio_ours_over_contrib"), r.get("ratio_ours_over_contrib_cop"),
+                r.get("ratio_ours_fold_over_contrib"), o.get("per_node_us"),
+                o["casts"]["amp_cast"] + o["casts"]["amp_multicast"] if o["ok"] else None,
+                c["casts"]["amp_cast"] + c["casts"]["amp_multicast"] if c["ok"] else None]
+        if has_base:
+            b = r.get("base", {})
+            line += [b.get("median_s"), r.get("ratio_ours_over_base"), r.get("same_output_as_base")]
+        table.append(line)
     C.print_table(["case", "nodes", "runs", "ours s", "contrib s", "ours/contrib",
                    "ours/contrib_cop", "ours_fold/contrib", "ours us/node", "ours casts",
-                   "contrib casts"], table)
+                   "contrib casts"] + (["base s", "ours/base", "same output"] if has_base else []),
+                  table)
 
 
 if __name__ == "__main__":

@@ -67,14 +67,24 @@ def conversion_speed(data) -> list[str]:
                      _f(r.get("ratio_ours_over_contrib_cop")), _f(r.get("ratio_ours_fold_over_contrib")),
                      _f(o.get("per_node_us")), _f(c.get("per_node_us")),
                      _casts(o["casts"]) if o["ok"] else "–", _casts(c["casts"]) if c["ok"] else "–"])
+        if data.get("base"):
+            b = r.get("base", {})
+            rows[-1] += [_f(b.get("median_s")) if b.get("ok") else "failed",
+                         _f(r.get("ratio_ours_over_base")), _f(r.get("ratio_base_over_contrib")),
+                         {True: "yes", False: "**no**"}.get(r.get("same_output_as_base"), "–")]
     lines = [_env(data) + _load_env(data["environment"]), "",
              "`ours` and `contrib` with their defaults (ours stores weights in low "
              "precision, contrib does not); `contrib_cop` = contrib with `cast_optional_params=True`; "
-             "`ours_fold` = ours with `fold_batchnorm=True` (zoo models).", ""]
+             "`ours_fold` = ours with `fold_batchnorm=True` (zoo models)."
+             + (f" `base` = mxnet_amp as of `{data['base']}` loaded beside this one in the same "
+                "process (before/after); same output = identical symbol JSON and params "
+                "(names, dtypes, bytes)." if data.get("base") else ""), ""]
+    base_cols = ["base s (median)", "ours/base wall", "base/contrib wall",
+                 "same output as base"] if data.get("base") else []
     lines += _table(["case", "nodes", "runs", "ours s (median)", "contrib s (median)",
                      "ours/contrib wall (median of per-round ratios)", "ours/contrib CPU time",
                      "ours/contrib_cop wall", "ours_fold/contrib wall",
-                     "ours µs/node", "contrib µs/node", "ours casts", "contrib casts"], rows)
+                     "ours µs/node", "contrib µs/node", "ours casts", "contrib casts"] + base_cols, rows)
     g = data.get("ours_growth")
     if g:
         per = ", ".join(f"{k}: {v:.1f} µs" for k, v in g["per_node_us"].items())

@@ -200,7 +200,7 @@ def _with_weight_dtypes(result: CastResult, stored: Mapping[str, str]) -> CastRe
     """``result`` with each weight variable's tensor dtype set to its stored dtype."""
     dtypes = dict(result.tensor_dtypes)
     for i, node in enumerate(result.graph.nodes):
-        if node.is_variable and node.name in stored:
+        if node.op == "null" and node.name in stored:
             dtypes[Entry(i)] = stored[node.name]
     return replace(result, tensor_dtypes=MappingProxyType(dtypes))
 
@@ -216,6 +216,7 @@ def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> 
                                  f"__dtype__ tags (tag, inferred): {dict(list(wrong.items())[:10])}")
 
 
+@gc_paused()
 def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                    target_dtype_ops: Sequence[str] | None = None,
                    fp32_ops: Sequence[str] | None = None,
@@ -284,6 +285,9 @@ def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
     return result.graph, new_args, new_aux, result.folded
 
 
+# the collector paused for the whole conversion: its millions of small acyclic objects
+# would otherwise be walked by every collection that allocating them triggers
+@gc_paused()
 def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                        options: ConvertOptions | None = None, *,
                        data_names: Sequence[str] | None = None,
@@ -351,6 +355,8 @@ def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
     return conversion, arg_params, aux_params, param_dtypes
 
 
+# (paused here too, so the conversion record is freed before the collector restarts)
+@gc_paused()
 def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   target_dtype: str = "float16",
                   target_dtype_ops: Sequence[str] | None = None,

@@ -106,9 +106,13 @@ def _graph_obj(graph: Graph) -> dict:
 
 
 def graph_to_json(graph: Graph, indent: int | None = None) -> str:
-    """MXNet symbol JSON for ``graph``, casts included."""
+    """MXNet symbol JSON for ``graph``, casts included.
+
+    Names are written as they are, not as ``\\u`` escapes, which MXNet's JSON reader does
+    not know; without ``indent`` the text is compact (quicker to write and to load)."""
     with gc_paused():
-        return json.dumps(_graph_obj(graph), indent=indent)
+        return json.dumps(_graph_obj(graph), indent=indent, ensure_ascii=False,
+                          separators=(",", ":") if indent is None else None)
 
 
 def symbol_json(sym: Symbol) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .dtypes import dtype_name
@@ -46,19 +47,40 @@ def cast_array(array: NDArray, dtype: str) -> NDArray:
     plain. oneDNN runs no float16 kernels on a CPU, so a float16 weight skips the copy (one
     op per weight instead of two: a conversion's param casts are its largest cost).
     """
-    from mxnet._ctypes.ndarray import _imperative_invoke
-    source = array.copy() if dtype == "bfloat16" else array
-    return _imperative_invoke(_amp_cast_handle(), [source], ["dtype"], [dtype], None, False, False)
+    source = _invoke("_copy", [array], ())[0] if dtype == "bfloat16" else array
+    return _invoke("amp_cast", [source], (("dtype", dtype),))[0]
 
 
-@functools.lru_cache(maxsize=None)
-def _amp_cast_handle() -> int:
+def _invoke(op: str, arrays: list, attrs: tuple) -> list:
+    """``op(*arrays, **attrs)`` as one MXNet imperative call; its outputs, new NDArrays.
+
+    What ``mx.nd.<op>`` does, less its per-call Python (building the argument arrays,
+    formatting values), which costs as much as the op itself on a small weight."""
     import ctypes
 
-    from mxnet.base import _LIB, check_call
+    from mxnet.base import _LIB, NDArrayHandle, check_call
+    from mxnet.ndarray import _ndarray_cls
+    handle, keys, vals = _op_call(op, attrs)
+    outputs = ctypes.POINTER(NDArrayHandle)()
+    num_outputs = ctypes.c_int(0)
+    stypes = ctypes.POINTER(ctypes.c_int)()
+    check_call(_LIB.MXImperativeInvokeEx(
+        handle, len(arrays), (NDArrayHandle * len(arrays))(*[a.handle for a in arrays]),
+        ctypes.byref(num_outputs), ctypes.byref(outputs), len(attrs), keys, vals,
+        ctypes.byref(stypes)))
+    return [_ndarray_cls(ctypes.cast(outputs[i], NDArrayHandle), stype=stypes[i])
+            for i in range(num_outputs.value)]
+
+
+@functools.lru_cache(maxsize=256)
+def _op_call(op: str, attrs: tuple):
+    """``(op handle, attribute names, attribute values)`` as the C API takes them, built once."""
+    import ctypes
+
+    from mxnet.base import _LIB, c_str_array, check_call
     handle = ctypes.c_void_p()
-    check_call(_LIB.NNGetOpHandle(b"amp_cast", ctypes.byref(handle)))
-    return handle.value
+    check_call(_LIB.NNGetOpHandle(op.encode(), ctypes.byref(handle)))
+    return handle, c_str_array([k for k, _ in attrs]), c_str_array([v for _, v in attrs])
 
 
 # names Gluon and the symbol API give weights; an input called so is a weight gone missing
@@ -133,8 +155,8 @@ def check_params(arg_names: Sequence[str], aux_names: Sequence[str], arg_params:
     if extra_arg or extra_aux:
         raise ParamError("params the symbol does not use: " + ", ".join(extra_arg + extra_aux)
                          + "; are these params from another model?")
-    wide = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()
-            if array_dtype(v) in _WIDE_FLOATS}
+    dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    wide = {k: v for k, v in dtypes.items() if v in _WIDE_FLOATS}
     if wide:
         names = ", ".join(f"{k!r} ({v})" for k, v in sorted(wide.items())[:10])
         raise ParamError(f"params {names} are not float32: mixed precision conversion starts "
@@ -178,15 +200,63 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str],
 
     ``current`` may give each array's dtype name when the caller knows it already. The
     input dict and its arrays are never modified. ``sequential``: finish each cast before
-    starting the next (see :func:`mxnet_amp.convert.convert_model_full`)."""
+    starting the next (see :func:`mxnet_amp.convert.convert_model_full`); otherwise small
+    arrays of one shape are cast together (:func:`_cast_together`)."""
     out = {}
+    todo: dict[tuple, list[str]] = {}
     for name, value in params.items():
         want = dtypes.get(name)
         have = current[name] if current is not None else array_dtype(value)
         if want is None or have == want:
             out[name] = value
-        else:
+        elif sequential:
             out[name] = cast_array(value, want)
-            if sequential:
-                out[name].wait_to_read()
+            out[name].wait_to_read()
+        else:
+            out[name] = None   # keeps the order of ``params``
+            todo.setdefault(_batch_key(value, have, want), []).append(name)
+    for key, names in todo.items():
+        for chunk in _chunks(names, key):
+            arrays = [params[n] for n in chunk]
+            cast = (_cast_together(arrays, key[-1]) if len(chunk) > 1
+                    else [cast_array(arrays[0], key[-1])])
+            out.update(zip(chunk, cast))
     return out
+
+
+# arrays cast together: at most this many elements each (bigger ones gain nothing from it,
+# and the stacked copy would add to the peak memory) and this many bytes per group
+_BATCH_MAX_SIZE = 1 << 16
+_BATCH_MAX_BYTES = 16 << 20
+
+
+def _batch_key(array, have: str, want: str) -> tuple:
+    """Arrays with one key can be cast by one :func:`_cast_together` call; a key of its own
+    (``None`` first) for an array cast alone."""
+    shape = array.shape
+    if not 0 < math.prod(shape) <= _BATCH_MAX_SIZE or not shape or array.stype != "default":
+        return (None, id(array), want)
+    return (shape, array.ctx, have, want)
+
+
+def _chunks(names: list[str], key: tuple):
+    """``names`` (of one :func:`_batch_key`) in groups of at most ``_BATCH_MAX_BYTES``; one
+    by one for a key of an array cast alone."""
+    if key[0] is None:
+        yield from ([n] for n in names)
+        return
+    step = max(1, _BATCH_MAX_BYTES // (4 * max(1, math.prod(key[0]))))
+    for i in range(0, len(names), step):
+        yield names[i:i + step]
+
+
+def _cast_together(arrays: list, dtype: str) -> list:
+    """:func:`cast_array` of same-shaped arrays in three MXNet calls instead of one or two
+    per array: ``stack``, one ``amp_cast``, ``split`` (the same elementwise cast, so the
+    same bits; each result is an array of its own). A 100k-node graph casts ~25k small
+    weights, and each MXNet call costs tens of microseconds whatever the array's size.
+    The stacked copy is plain, so bfloat16 needs no extra copy (see :func:`cast_array`)."""
+    n = str(len(arrays))
+    stacked = _invoke("stack", arrays, (("axis", "0"), ("num_args", n)))[0]
+    cast = _invoke("amp_cast", [stacked], (("dtype", dtype),))[0]
+    return _invoke("split", [cast], (("num_outputs", n), ("axis", "0"), ("squeeze_axis", "1")))

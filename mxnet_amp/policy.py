@@ -126,8 +126,22 @@ class OpPolicy:
             return Category.FOLLOW
         return cat
 
+    @cached_property
+    def _explained(self) -> dict[str, Decision | None]:
+        # explain()'s answer for each op whose answer does not depend on its attributes
+        return {}
+
     def explain(self, op: str, attrs: Mapping[str, str]) -> Decision | None:
         """:meth:`decide`'s answer with the list rule behind it; None when ``op`` is unlisted."""
+        hit = self._explained.get(op, _MISSING)
+        if hit is not _MISSING:
+            return hit
+        decision = self._explain(op, attrs)
+        if self._categories.get(op) is not Category.CONDITIONAL:
+            self._explained[op] = decision
+        return decision
+
+    def _explain(self, op: str, attrs: Mapping[str, str]) -> Decision | None:
         cat = self.decide(op, attrs)
         if cat is None:
             return None

@@ -50,6 +50,7 @@ _MAX_CUTS = 8
 # the spatial size tried first where the params leave it unknown (any size that a model's
 # strides and kernels take would do; an ImageNet one is the likeliest)
 _TYPICAL_SIZE = 224
+_UNTRIED = object()   # a check not run yet (None: run, nothing wrong)
 
 
 def _unknown() -> int:
@@ -325,10 +326,10 @@ def _show(shape) -> str:
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _fits(want: tuple | None, have: tuple) -> bool:
-    if not want:
-        return True   # unknown rank: nothing to compare
-    unknown = _unknown()
+def _fits(want: tuple | None, have: tuple, unknown: int) -> bool:
+    """Whether ``have`` is a shape ``want`` allows (``unknown``: :func:`_unknown`)."""
+    if not want or want == have:
+        return True   # unknown rank (nothing to compare) or the very shape
     return len(want) == len(have) and all(w == unknown or w < 0 or w == h for w, h in zip(want, have))
 
 
@@ -453,10 +454,12 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
     """The params against each other, the model inputs given what their readers prove.
 
     First with a typical spatial size in place of the unknown one: one inference on the
-    symbol as it is (poolings work), which finds nothing wrong in a healthy model. Any
-    doubt (a contradiction, or a shape function that cannot take that size) is settled
-    with the spatial size unknown, where only the channels and ranks the params prove
-    are compared, and a contradiction must hold on the exact graph too.
+    symbol as it is, with the params (poolings work), which finds nothing wrong in a healthy
+    model. Where the typical size contradicts the symbol and MXNet's message names one other
+    spatial size, that size is tried the same way. Any doubt (a contradiction, or a shape
+    function that cannot take the size) is settled with the spatial size unknown, where only
+    the channels and ranks the params prove are compared, and a contradiction must hold on
+    the exact graph too.
     """
     import mxnet as mx
     guesses = _guess_input_shapes(graph, data, given)
@@ -464,20 +467,33 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
     if not guesses:
         _check_against(exact, graph, {}, order, given, "", "")
         return
-    sized = {k: tuple(_TYPICAL_SIZE if d == _unknown() and i > 1 else d for i, d in enumerate(v))
-             for k, v in guesses.items()}
+    sized = _sized(guesses, _TYPICAL_SIZE)
+    whole = _Checker(graph, sym, given, strict=True, names=inputs)
+    doubt = _doubt_at(whole, sized, given, order)
+    if doubt is None:
+        return
+    # where a layer pins the input size, the contradiction names the size it wants
+    hint = _size_hint(doubt, _TYPICAL_SIZE)
+    size_doubt = _UNTRIED
+    if hint is None and _CONTRADICTION.search(doubt):
+        size_doubt = _doubt_at(whole, sized, {}, [])   # the size alone: its message may name one
+        hint = _size_hint(size_doubt or "", _TYPICAL_SIZE)
+    if hint is not None and _doubt_at(whole, _sized(guesses, hint), given, order) is None:
+        return
     fast_graph, cut_shapes = _quick_graph(graph, given, pools=False)
-    # the typical size may contradict the graph whatever the params (a layer reads the real
-    # spatial size); the symbol as it is tells, without building the graph with cuts (they
-    # only free the input size of FullyConnected layers, whose weights are not given here)
-    if fast_graph is graph or _Checker(graph, sym, given, strict=True, names=inputs).consistent(sized):
-        fast = _Checker(fast_graph, sym if fast_graph is graph else None, given, strict=True,
-                        cut_shapes=cut_shapes, names=inputs)
-        try:
-            if _check_against(fast, graph, sized, order, given, "", ""):
-                return
-        except ParamError:
-            pass
+    if fast_graph is not graph:
+        # the typical size may contradict the graph whatever the params (a layer reads the
+        # real spatial size); if not, the graph with cuts checks the params without their
+        # FullyConnected layers' input sizes (those depend on the real size)
+        if size_doubt is _UNTRIED:
+            size_doubt = _doubt_at(whole, sized, {}, [])
+        if size_doubt is None:
+            fast = _Checker(fast_graph, None, given, strict=True, cut_shapes=cut_shapes, names=inputs)
+            try:
+                if _check_against(fast, graph, sized, order, given, "", ""):
+                    return
+            except ParamError:
+                pass
     quick_graph, cut_shapes = _quick_graph(graph, given)
     quick = _Checker(quick_graph, sym if quick_graph is graph else None, given, cut_shapes=cut_shapes,
                      names=inputs)
@@ -491,6 +507,47 @@ def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], dat
         except mx.base.MXNetError:
             return
         _check_against(exact, graph, guesses, order, given, "", "")
+
+
+def _sized(guesses: Mapping[str, tuple], size: int) -> dict:
+    """``guesses`` with ``size`` for each unknown spatial dimension."""
+    unknown = _unknown()
+    return {k: tuple(size if d == unknown and i > 1 else d for i, d in enumerate(v))
+            for k, v in guesses.items()}
+
+
+def _doubt_at(checker: _Checker, sized: Mapping, given: Mapping, order: list[str]) -> str | None:
+    """None when the params fit the whole symbol with the model inputs ``sized`` (one
+    inference: nothing is wrong, whatever the real input size); else why not (MXNet's
+    message, or a param's shape it does not fit), which blames nothing by itself: the size
+    is only a guess."""
+    import mxnet as mx
+    try:
+        inferred = checker.infer({**sized, **given})
+    except mx.base.MXNetError as err:
+        return error_text(err)
+    unknown = _unknown()
+    for name in order:
+        if not _fits(inferred.get(name), given[name], unknown):
+            return f"param {name!r} does not fit"
+    return None
+
+
+# a shape in MXNet's messages: "expected [-1,16,224,224], got [-1,16,224,8]",
+# "Provided = [8,8], inferred shape=(8,224)"
+_SHAPE_IN_TEXT = re.compile(r"[\[(](-?\d+(?:,\s*-?\d+)+)[\])]")
+
+
+def _size_hint(text: str, tried: int) -> int | None:
+    """The one size other than ``tried`` that the shapes in an MXNet message name (a map's
+    from its third dimension on, a weight matrix's all), or None: where a layer pins the
+    input size, its contradiction says which size it wants."""
+    sizes = set()
+    for m in _SHAPE_IN_TEXT.finditer(text):
+        dims = _ints(m.group(1))
+        sizes.update(dims[2:] if len(dims) > 2 else dims)
+    sizes = {d for d in sizes if d > 0 and d != tried}
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[str],
@@ -522,9 +579,10 @@ def _check_against(checker: _Checker, graph: Graph, base: Mapping, order: list[s
         raise _param_error(graph, name, given[name], expected.get(name), context, blame + why) from None
     # MXNet takes some given shapes as they come (aux states; BatchNorm's gamma is
     # overwritten): compare what it inferred around them
+    unknown = _unknown()
     for name in order:
         want = (inferred or {}).get(name)
-        if not _fits(want, given[name]):
+        if not _fits(want, given[name], unknown):
             raise _param_error(graph, name, given[name], want, context, blame)
     return inferred is not None
 

@@ -419,3 +419,15 @@ def test_cond_and_while_loop_bodies_type_check(dtype):
     want = run(sym, {}, {}, inputs)
     for a, b in zip(got, want):
         assert rel_error(a, b) < 3e-2
+
+
+def test_non_ascii_names_convert():
+    """MXNet's JSON reader knows no \\u escapes: names are written as they are."""
+    data = mx.sym.var("données")
+    sym = mx.sym.FullyConnected(data, num_hidden=3, name="couche_é")
+    args = {"couche_é_weight": mx.nd.ones((3, 4)), "couche_é_bias": mx.nd.zeros((3,))}
+    csym, cargs, _ = amp.convert_model(sym, args, {}, target_dtype="bfloat16")
+    assert "couche_é" in [n.name for n in graph_from_symbol(csym).nodes]
+    assert sorted(cargs) == sorted(args)
+    out = run(csym, cargs, {}, {"données": np.ones((2, 4), "float32")})
+    assert np.allclose(out[0], 4.0)

@@ -286,6 +286,41 @@ def test_right_shapes_pass_with_and_without_data_shapes():
         assert sorted(cargs) == sorted(args)
 
 
+def _size_pinned():
+    """A conv net that only takes an 8-wide input: a gate (FullyConnected over the last
+    axis, flatten=False) multiplied back onto the map, then a pooling, a 1x1 conv and a
+    flattening classifier."""
+    data = mx.sym.var("data")
+    c = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), pad=(1, 1), name="c1")
+    gate = mx.sym.softmax(mx.sym.FullyConnected(c, num_hidden=8, flatten=False, name="gate"), axis=-1)
+    h = mx.sym.Pooling(c * gate, kernel=(3, 3), pad=(1, 1), pool_type="max", name="pool")
+    out = mx.sym.FullyConnected(mx.sym.Convolution(h, num_filter=6, kernel=(1, 1), name="c2"),
+                                num_hidden=2, name="fc")
+    shapes = {"c1_weight": (4, 3, 3, 3), "c1_bias": (4,), "gate_weight": (8, 8), "gate_bias": (8,),
+              "c2_weight": (6, 4, 1, 1), "c2_bias": (6,), "fc_weight": (2, 6 * 8 * 8), "fc_bias": (2,)}
+    return out, shapes
+
+
+def test_size_pinned_by_a_layer_checked_at_that_size(monkeypatch):
+    """The typical 224 contradicts the gate; MXNet's message names 8, the params are checked
+    at 8 on the symbol as it is (no graph rebuilt), and a wrong weight is still named."""
+    sym, shapes = _size_pinned()
+    args, auxs = _params(sym, shapes)
+    built = []
+    real_load_json = mx.sym.load_json
+    monkeypatch.setattr(mx.sym, "load_json", lambda text: built.append(1) or real_load_json(text))
+    check_param_shapes(sym, args, auxs)
+    assert built == []
+    monkeypatch.undo()
+    for name, bad, want in (("c2_weight", (6, 5, 1, 1), "(6, 4, 1, 1)"), ("gate_bias", (9,), "(8,)")):
+        wrong = dict(shapes, **{name: bad})
+        args, auxs = _params(sym, wrong)
+        with pytest.raises(ParamError) as info:
+            check_param_shapes(sym, args, auxs)
+        msg = str(info.value)
+        assert repr(name) in msg and str(bad) in msg and want in msg, msg
+
+
 def test_zoo_models_with_right_shapes_pass_and_a_bad_weight_is_named():
     """Partial shapes the readers prove carry the check through pooling, concatenation
     and a flattening classifier of real networks, with no false alarm."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from ..dtypes import LOW_PRECISION, dtype_of_code, is_float, widest
+from ..dtypes import FLOAT_DTYPES, LOW_PRECISION, dtype_of_code, is_float, widest
 from ..errors import AlreadyConvertedError
 from ..graph import Entry, Graph, GraphBuilder, Node, cast_node, multicast_node
 from ..optypes import InferenceFailed, OpTypes
@@ -145,6 +145,7 @@ class _CastInserter:
         self.decisions: dict[str, Decision] = {}
         self.fallbacks: list[tuple[str, str]] = []
         self.unlisted: set[str] = set()
+        self.index_pos: dict[str, frozenset[int]] = {}
         self.casts = self.multicasts = 0
 
     def run(self) -> CastResult:
@@ -202,16 +203,20 @@ class _CastInserter:
         self.node_dtypes[node.name] = next((d for d in outs if is_float(d)), None)
 
     def _split(self, node: Node) -> _Split:
-        ins = [self.env[e.node][e.index] for e in node.inputs]
-        cur = [self.dtype_of.get(e) for e in ins]
-        index_inputs = self.policy.index_inputs
-        names = op_input_names(node.op) if node.op in index_inputs else ()
-        index_names = set(index_inputs.get(node.op, ()))
-        index_pos = {k for k, n in enumerate(names) if n in index_names}
-        is_param = [e.node in self.param_node for e in node.inputs]
-        free = [k for k in range(len(ins)) if k not in index_pos]
-        acts = [k for k in free if not is_param[k] and is_float(cur[k])]
-        params = [k for k in free if is_param[k] and (cur[k] is None or is_float(cur[k]))]
+        env, dtype_of, param_node = self.env, self.dtype_of, self.param_node
+        ins = [env[e.node][e.index] for e in node.inputs]
+        cur = [dtype_of.get(e) for e in ins]
+        index_pos = self._index_positions(node.op)
+        acts, params = [], []
+        for k, e in enumerate(node.inputs):
+            if k in index_pos:
+                continue
+            d = cur[k]
+            if e.node in param_node:
+                if d is None or d in FLOAT_DTYPES:
+                    params.append(k)
+            elif d in FLOAT_DTYPES:
+                acts.append(k)
         flexible = []
         if not acts and params:
             # an op reading weights only (tied embeddings, say): the weights are its data
@@ -220,6 +225,16 @@ class _CastInserter:
                 cur[k] = "float32"
             acts, params = params, []
         return _Split(ins, cur, acts, params, flexible)
+
+    def _index_positions(self, op: str) -> frozenset[int]:
+        """Positions of ``op``'s inputs the lists name as indices (never cast)."""
+        hit = self.index_pos.get(op)
+        if hit is None:
+            index_inputs = self.policy.index_inputs
+            names = op_input_names(op) if op in index_inputs else ()
+            wanted = set(index_inputs.get(op, ()))
+            hit = self.index_pos[op] = frozenset(k for k, n in enumerate(names) if n in wanted)
+        return hit
 
     def _decide(self, node: Node) -> tuple[Decision, tuple[Graph, ...]]:
         """The node's category and why, and its loop/cond bodies (converted when it has some)."""
