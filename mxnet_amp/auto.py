@@ -42,7 +42,7 @@ from .dtypes import LOW_PRECISION
 from .errors import GraphError, ParamError
 from .graph import CAST_OPS, Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
-from .params import check_param_shapes, param_dict
+from .params import check_param_shapes, param_dict, recast_params
 from .policy import Category, check_target_dtype
 
 __all__ = ["auto_convert_model", "auto_convert_block", "AutoReport", "KeptNode", "SearchStep",
@@ -260,16 +260,13 @@ class AutoReport:
 # measuring
 
 def tensor_range(x: np.ndarray, limits: DtypeLimits, chunk: int = 1 << 20) -> TensorRange:
-    """The :class:`TensorRange` of array ``x`` against ``limits``.
+    """The :class:`TensorRange` of array ``x`` (numpy or NDArray) against ``limits``.
 
     Worked through ``chunk`` values at a time: the temporaries stay small however large
-    ``x`` is (a weight of a large model, say)."""
-    a = np.asarray(x, dtype=np.float32).ravel()
-    if a.size == 0:
-        return TensorRange(0.0, 0.0, 0.0)
+    ``x`` is (a weight of a large model, say); an NDArray is copied out a chunk at a time."""
     max_abs, nonzero, flushed, subnormal = 0.0, 0, 0, 0
-    for start in range(0, a.size, chunk):
-        part = np.abs(a[start:start + chunk])
+    for part in _float32_chunks(x, chunk):
+        part = np.abs(part)
         max_abs = max(max_abs, float(np.max(part)), key=lambda v: (math.isnan(v), v))  # nan wins
         part = part[part > 0]
         nonzero += part.size
@@ -278,6 +275,20 @@ def tensor_range(x: np.ndarray, limits: DtypeLimits, chunk: int = 1 << 20) -> Te
     if nonzero == 0:
         return TensorRange(max_abs, 0.0, 0.0)
     return TensorRange(max_abs, flushed / nonzero, subnormal / nonzero)
+
+
+def _float32_chunks(x, chunk: int):
+    """``x`` (numpy array or NDArray) flattened, as float32 numpy pieces of ``chunk`` values;
+    an NDArray is never copied out whole (``asnumpy`` of a large weight is a transient copy
+    of it beside the model: 0.1x the params of a 10-layer model, measured in auto mode)."""
+    if isinstance(x, np.ndarray) or not hasattr(x, "asnumpy"):
+        flat = np.asarray(x, dtype=np.float32).ravel()
+        for start in range(0, flat.size, chunk):
+            yield flat[start:start + chunk]
+        return
+    flat = x.reshape((-1,))   # a view: first-axis slices of it are views too
+    for start in range(0, flat.size, chunk):
+        yield flat[start:start + chunk].asnumpy().astype(np.float32, copy=False)
 
 
 @dataclass(frozen=True)
@@ -459,15 +470,29 @@ class _Runs:
         return self.max_executions is None or self.executions < self.max_executions
 
     def convert(self, excluded: frozenset):
+        """The conversion keeping ``excluded`` in float32. Emulated checks get its params
+        uncast (float32, rounded in the graph: no low precision copy beside the caller's
+        originals while a check runs); :meth:`final` casts them."""
         hit = self.conversions.get(excluded)
         if hit is None:
             hit = convert_model_full(self.sym, self.arg_params, self.aux_params,
                                      target_dtype=self.target_dtype,
                                      excluded_sym_names=sorted(excluded), sequential_casts=True,
                                      # checked once, with the sample inputs' shapes
-                                     check_shapes=False, **self.convert_kwargs)
+                                     check_shapes=False, cast_params=self.execution == "native",
+                                     **self.convert_kwargs)
             self.conversions = {excluded: hit}   # only the latest: conversions hold param copies
         return hit
+
+    def final(self, excluded: frozenset):
+        """The returned model: :meth:`convert`'s, its params cast now, after the last check
+        (so the low precision copies never coexist with a check's temporaries)."""
+        sym, args, auxs, conversion = self.convert(excluded)
+        self.conversions = {}
+        if self.execution == "emulated":
+            args = recast_params(args, conversion.arg_dtypes, sequential=True)
+            auxs = recast_params(auxs, conversion.aux_dtypes, sequential=True)
+        return sym, args, auxs, conversion
 
     def forward(self, sym, arg_params, aux_params) -> list[np.ndarray]:
         """One model execution. Through a CachedOp, as Gluon runs models: ``Symbol.bind``
@@ -504,13 +529,14 @@ class _Runs:
         hit = self.results.get(excluded)
         if hit is not None:
             return hit.passed, hit.tolerance_ratio, hit.max_abs_error
-        sym, args, auxs, _ = self.convert(excluded)
+        sym, args, auxs, conversion = self.convert(excluded)
         if self.execution == "emulated":
             from .emulation import emulate_model
             # no param copies: each check emulates once and runs once, so rounding weights
             # in the graph costs what rounding them ahead would, without holding a copy
             sym, args, auxs = emulate_model(sym, args, auxs, input_dtypes=self.input_dtypes(),
-                                            copy_params=False)
+                                            stored_dtypes={**conversion.arg_dtypes,
+                                                           **conversion.aux_dtypes})
         outs = self.forward(sym, args, auxs)
         result = check_outputs(self.reference, outs, self.target_dtype, self.tolerance,
                                self.rtol, self.atol)
@@ -741,7 +767,7 @@ def _reference_ranges(original: Graph, keys, outs, inputs, params, limits):
         if node.is_variable:
             value = inputs[node.name] if node.name in inputs else params.get(node.name)
             if value is not None and np.dtype(value.dtype).kind == "f":
-                stats[(i, 0)] = tensor_range(value.asnumpy(), limits)
+                stats[(i, 0)] = tensor_range(value, limits)
     return reference, stats
 
 
@@ -893,7 +919,7 @@ def auto_convert_model(sym, arg_params: Mapping, aux_params: Mapping, sample_inp
                                  user_excluded, notes)
         result = runs.results.get(excluded) or OutputCheck(
             "scale" if rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
-        new_sym, new_args, new_auxs, conversion = runs.convert(excluded)
+        new_sym, new_args, new_auxs, conversion = runs.final(excluded)
     finally:
         progress.close()
     report = AutoReport(

@@ -274,7 +274,8 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                        cast_optional_params: bool = True, input_dtypes=None,
                        output_dtype: str | None = "float32", data_shapes=None,
                        shapes_from: str = "data_shapes", sequential_casts: bool = False,
-                       fold_batchnorm: bool = False, check_shapes: bool = True):
+                       fold_batchnorm: bool = False, check_shapes: bool = True,
+                       cast_params: bool = True):
     """:func:`convert_model` that also returns the :class:`Conversion` record.
 
     ``shapes_from`` is what shape errors call ``data_shapes`` (the caller's own name).
@@ -286,6 +287,10 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
     those copies pile up while the originals live. The default suits a caller that rebinds
     its names to the result (each original goes once its cast has run); one that keeps the
     originals (the automatic mode) bounds its peak to originals + result + one copy with it.
+
+    ``cast_params=False``: the params come back as given (folded where ``fold_batchnorm``),
+    float32, not cast; the record's ``arg_dtypes`` / ``aux_dtypes`` say what they would be
+    stored in (the automatic mode's emulated checks round them in the graph instead).
     """
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
@@ -313,6 +318,8 @@ def convert_model_full(sym, arg_params: Mapping, aux_params: Mapping, *,
                                output_dtype=output_dtype)
     if folded:
         conversion = replace(conversion, folded_batchnorms=folded)
+    if not cast_params:
+        return conversion.symbol, arg_params, aux_params, conversion
     new_args = recast_params(arg_params, conversion.arg_dtypes, param_dtypes, sequential_casts)
     new_aux = recast_params(aux_params, conversion.aux_dtypes, param_dtypes, sequential_casts)
     return conversion.symbol, new_args, new_aux, conversion

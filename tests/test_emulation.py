@@ -165,6 +165,28 @@ def test_emulation_without_param_copies_gives_the_same_outputs(target_dtype, cas
     np.testing.assert_array_equal(lean, run(*emulate_model(csym, cargs, cauxs), data=x)[0])
 
 
+@pytest.mark.parametrize("target_dtype", ["float16", "bfloat16"])
+def test_emulation_from_float32_originals_gives_the_same_outputs(target_dtype):
+    """stored_dtypes (the automatic mode's): the caller's float32 weights, rounded in the
+    graph as the conversion would store them; no copies, bit for bit the same outputs."""
+    rng = np.random.RandomState(6)
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=6, name="fc")
+    sym = mx.sym.FullyConnected(mx.sym.Activation(sym, act_type="relu"), num_hidden=3, name="fc2")
+    args = {"fc_weight": mx.nd.array(rng.randn(6, 8)), "fc_bias": mx.nd.array(rng.randn(6)),
+            "fc2_weight": mx.nd.array(rng.randn(3, 6)), "fc2_bias": mx.nd.array(rng.randn(3))}
+    x = rng.randn(4, 8)
+    csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, target_dtype=target_dtype)
+    usym, uargs, uauxs, _ = convert_model_full(sym, args, {}, target_dtype=target_dtype,
+                                               cast_params=False)
+    assert all(uargs[k] is args[k] for k in args)            # float32, uncast
+    esym, eargs, eauxs = emulate_model(usym, uargs, uauxs, stored_dtypes=conv.arg_dtypes)
+    assert all(eargs[k] is args[k] for k in eargs)          # no copies
+    got = run(esym, eargs, eauxs, data=x)[0]
+    np.testing.assert_array_equal(got, run(*emulate_model(csym, cargs, cauxs), data=x)[0])
+    with pytest.raises(ValueError, match="float32 originals"):
+        emulate_model(csym, cargs, cauxs, stored_dtypes=conv.arg_dtypes)
+
+
 def test_emulate_model_leaves_inputs_alone_and_returns_exactly_the_params_it_reads():
     sym, args = identity_fc()
     csym, cargs, cauxs, _ = convert_model_full(sym, args, {})
