@@ -211,7 +211,10 @@ def memory(data) -> list[str]:
             "`cast_optional_params=True` (`ours_auto_fp32_weights`: False). `ours_auto*`: "
             "`auto_convert_model` on one sample row (float16 checks emulated), the caller's "
             "fp32 dicts alive throughout, so fp32 + the returned fp16 params is its floor. "
-            "Target: peak ≤ 1.6x the param bytes.", ""] + _table(
+            "Target: peak ≤ 1.6x the param bytes."
+            + (f" Rows marked *(before)*: the same method with the `mxnet_amp` of "
+               f"{data['before_src_label']} (`--before-src`), run just before it on the same "
+               "checkpoint." if data.get("before_src_label") else ""), ""] + _table(
         ["method", "peak RSS GB (VmHWM)", "peak / param bytes", "(peak − import baseline) / param bytes",
          "ru_maxrss / param bytes", "seconds", "output file / input file", "error"], rows)
 

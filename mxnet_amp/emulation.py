@@ -257,8 +257,7 @@ def emulate_model(sym, arg_params: Mapping, aux_params: Mapping,
     input_dtypes : dict, optional
         Dtypes of the model inputs (default float32).
     copy_params : bool, default True
-        False: no param copies (what the automatic mode uses on large models): the
-        returned params are the given arrays, low precision ones included, which the graph
+        False: no param copies: the returned params are the given arrays, low precision ones included, which the graph
         widens to float32 as it reads them, and weights the graph casts to low precision are
         rounded at every run instead of once. Same outputs; less memory, slower runs.
     stored_dtypes : dict of str to str, optional

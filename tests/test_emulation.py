@@ -143,17 +143,22 @@ def test_weights_stored_in_low_precision_emulate_the_same():
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("target_dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("cast_optional_params", [False, True])
-def test_emulation_without_param_copies_gives_the_same_outputs(target_dtype, cast_optional_params):
-    """copy_params=False (the automatic mode's) returns the given arrays, low precision ones
-    too, and rounds / widens weights in the graph: bit for bit the same outputs."""
-    rng = np.random.RandomState(5)
+def _two_fc(seed: int):
+    """FullyConnected -> relu -> FullyConnected with random weights, and an input batch."""
+    rng = np.random.RandomState(seed)
     sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=6, name="fc")
     sym = mx.sym.FullyConnected(mx.sym.Activation(sym, act_type="relu"), num_hidden=3, name="fc2")
     args = {"fc_weight": mx.nd.array(rng.randn(6, 8)), "fc_bias": mx.nd.array(rng.randn(6)),
             "fc2_weight": mx.nd.array(rng.randn(3, 6)), "fc2_bias": mx.nd.array(rng.randn(3))}
-    x = rng.randn(4, 8)
+    return sym, args, rng.randn(4, 8)
+
+
+@pytest.mark.parametrize("target_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cast_optional_params", [False, True])
+def test_emulation_without_param_copies_gives_the_same_outputs(target_dtype, cast_optional_params):
+    """copy_params=False returns the given arrays, low precision ones
+    too, and rounds / widens weights in the graph: bit for bit the same outputs."""
+    sym, args, x = _two_fc(seed=5)
     csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, target_dtype=target_dtype,
                                                cast_optional_params=cast_optional_params)
     esym, eargs, eauxs = emulate_model(csym, cargs, cauxs, copy_params=False)
@@ -169,12 +174,7 @@ def test_emulation_without_param_copies_gives_the_same_outputs(target_dtype, cas
 def test_emulation_from_float32_originals_gives_the_same_outputs(target_dtype):
     """stored_dtypes (the automatic mode's): the caller's float32 weights, rounded in the
     graph as the conversion would store them; no copies, bit for bit the same outputs."""
-    rng = np.random.RandomState(6)
-    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=6, name="fc")
-    sym = mx.sym.FullyConnected(mx.sym.Activation(sym, act_type="relu"), num_hidden=3, name="fc2")
-    args = {"fc_weight": mx.nd.array(rng.randn(6, 8)), "fc_bias": mx.nd.array(rng.randn(6)),
-            "fc2_weight": mx.nd.array(rng.randn(3, 6)), "fc2_bias": mx.nd.array(rng.randn(3))}
-    x = rng.randn(4, 8)
+    sym, args, x = _two_fc(seed=6)
     csym, cargs, cauxs, conv = convert_model_full(sym, args, {}, target_dtype=target_dtype)
     usym, uargs, uauxs, _ = convert_model_full(sym, args, {}, target_dtype=target_dtype,
                                                cast_params=False)
