@@ -18,6 +18,7 @@ bfloat16 Convolution / FullyConnected need an AVX-512 CPU in MXNet 1.9.1 (oneDNN
 file says so and records what can be measured (conversion time, checkpoint bytes, casts).
 
     python benchmarks/cpu_inference.py           # resnet50_v1 bs1/bs8, mobilenetv2_1.0 bs8,
+                                                 # mobilenetv3_large/small bs8 (hard-swish),
                                                  # a BERT-base-style encoder bs8 (minutes)
     python benchmarks/cpu_inference.py --quick   # seconds: resnet18_v1 at 64x64, a tiny encoder
 """
@@ -47,6 +48,8 @@ BERT_BASE = dict(num_layers=12, units=768, heads=12, seq_len=128, vocab=8000)
 FULL = [("resnet50_v1_bs1", ("zoo", "resnet50_v1", 224), 1, 7, 4),
         ("resnet50_v1_bs8", ("zoo", "resnet50_v1", 224), 8, 7, 1),
         ("mobilenetv2_1.0_bs8", ("zoo", "mobilenetv2_1.0", 224), 8, 7, 2),
+        ("mobilenetv3_large_bs8", ("zoo", "mobilenetv3_large", 224), 8, 7, 2),
+        ("mobilenetv3_small_bs8", ("zoo", "mobilenetv3_small", 224), 8, 7, 2),
         ("bert_base_12x768_seq128_bs8", ("bert", BERT_BASE), 8, 5, 1)]
 QUICK = [("resnet18_v1_64px_bs1", ("zoo", "resnet18_v1", 64), 1, 2, 1),
          ("bert_encoder_1x32_seq8_bs2", ("bert", dict(num_layers=1, units=32, heads=2, seq_len=8, vocab=100)), 2, 2, 1)]

@@ -30,6 +30,10 @@ Methods:
 
     python benchmarks/memory.py            # 2.68 GB of fp32 params (needs ~4 GB RAM, ~7 GB /tmp)
     python benchmarks/memory.py --quick    # 4 x 512^2, seconds
+
+``--before-src DIR`` (a source tree of another commit, e.g. ``git archive <commit> | tar -x
+-C DIR``) also runs the named ``--before-methods`` with that tree's ``mxnet_amp``, right after
+the same method with this one, on the same checkpoint: before/after rows from one run.
 """
 from __future__ import annotations
 
@@ -132,16 +136,18 @@ def child_convert(method: str, prefix: str, out_prefix: str) -> dict:
         raise SystemExit(f"unknown method {method!r}")
     mx.nd.waitall()
     return {"vmhwm_bytes": _vm("VmHWM"), "baseline_rss_bytes": baseline,
-            "seconds": time.perf_counter() - t0, **extra}
+            "seconds": time.perf_counter() - t0, "mxnet_amp_file": mxnet_amp.__file__, **extra}
 
 
 # ---------------------------------------------------------------------------- parent
 
-def spawn(args: list[str]) -> tuple[dict | None, int, int, str]:
-    """Run ``memory.py --child ...``; returns (its JSON report, exit code, ru_maxrss bytes, stderr tail)."""
+def spawn(args: list[str], src: str | None = None) -> tuple[dict | None, int, int, str]:
+    """Run ``memory.py --child ...`` with ``mxnet_amp`` from ``src`` (default this checkout);
+    returns (its JSON report, exit code, ru_maxrss bytes, stderr tail)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [os.path.dirname(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+            [src or os.path.dirname(HERE)]
+            + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", *args],
                                 stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -161,6 +167,11 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
     ap.add_argument("--workdir", default="/tmp", help="where the temporary checkpoint folder goes")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/memory.json)")
+    ap.add_argument("--before-src", help="a source tree of another commit: also run --before-methods "
+                    "with its mxnet_amp (rows named '<method> (before)')")
+    ap.add_argument("--before-label", help="how the docs name the --before-src tree (e.g. 'commit a450558')")
+    ap.add_argument("--before-methods", nargs="*", default=["ours_auto", "ours_auto_fp32_weights"],
+                    choices=METHODS)
     ap.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     if opts.child is not None:
@@ -183,10 +194,16 @@ def main(argv=None) -> int:
         in_file = os.path.getsize(f"{prefix}-0000.params")
         print(f"checkpoint: {layers} x FullyConnected {width}x{width}, "
               f"{param_bytes / 1e9:.3f} GB of fp32 params in {folder}")
-        for method in opts.methods:
+        runs = [(m, None) for m in opts.methods]
+        if opts.before_src:
+            runs = [r for m in opts.methods for r in
+                    ([(m, opts.before_src)] if m in opts.before_methods else []) + [(m, None)]]
+        for method, src in runs:
             out_prefix = os.path.join(folder, method)
-            report, rc, maxrss, err = spawn([method, prefix, out_prefix])
-            row = {"method": method, "exit_code": rc}
+            report, rc, maxrss, err = spawn([method, prefix, out_prefix], src)
+            row = {"method": method + (" (before)" if src else ""), "exit_code": rc}
+            if src:
+                row["mxnet_amp_source"] = os.path.abspath(src)
             if rc == 0 and report is not None:
                 out_file = os.path.getsize(f"{out_prefix}-0000.params")
                 with open(f"{out_prefix}-symbol.json") as f:
@@ -211,6 +228,8 @@ def main(argv=None) -> int:
                "layers": layers, "width": width, "param_bytes": param_bytes,
                "input_params_file_bytes": in_file, "environment": C.environment(),
                "target_peak_over_param_bytes": 1.6, "results": results}
+    if opts.before_src:
+        payload["before_src_label"] = opts.before_label or os.path.abspath(opts.before_src)
     print()
     _print(results)
     out = opts.out or C.default_out("memory", opts.quick)

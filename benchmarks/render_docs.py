@@ -221,9 +221,24 @@ def memory(data) -> list[str]:
             "`cast_optional_params=True` (`ours_auto_fp32_weights`: False). `ours_auto*`: "
             "`auto_convert_model` on one sample row (float16 checks emulated), the caller's "
             "fp32 dicts alive throughout, so fp32 + the returned fp16 params is its floor. "
-            "Target: peak ≤ 1.6x the param bytes.", ""] + _table(
+            "Target: peak ≤ 1.6x the param bytes."
+            + (f" Rows marked *(before)*: the same method with the `mxnet_amp` of "
+               f"{data['before_src_label']} (`--before-src`), run just before it on the same "
+               "checkpoint." if data.get("before_src_label") else ""), ""] + _table(
         ["method", "peak RSS GB (VmHWM)", "peak / param bytes", "(peak − import baseline) / param bytes",
          "ru_maxrss / param bytes", "seconds", "output file / input file", "error"], rows)
+
+
+def bf16_kernels(data) -> list[str]:
+    rows = [[r["op"], r["bfloat16_category"], _f(r.get("float32_ms")), _f(r.get("bfloat16_ms")),
+             _f(r.get("bf16_over_fp32")), r.get("bfloat16_error", r.get("float32_error", ""))]
+            for r in data["results"]]
+    shape = "x".join(str(d) for d in data["shape"])
+    return [_env(data), "",
+            f"One op on a {shape} float32 / bfloat16 tensor (a second one, or a per-channel one for "
+            "the broadcast forms), interleaved rounds; ms per call (median), bf16 / fp32 the median "
+            "of per-round ratios; *bf16 list*: the op's category in `lists/bfloat16.toml`.", ""] + _table(
+        ["op", "bf16 list", "fp32 ms", "bf16 ms", "bf16 / fp32", "error"], rows)
 
 
 def gpu_inference(data) -> list[str]:
@@ -241,6 +256,7 @@ SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
             ("CPU inference, bfloat16, Gluon with oneDNN fusion (`hybridize(backend='MKLDNN')`)",
              "cpu_inference_gluon_mkldnn", cpu_inference),
             ("Cast counts and low precision params across the zoo", "zoo_casts", zoo_casts),
+            ("bfloat16 CPU kernels, one op at a time", "bf16_kernels", bf16_kernels),
             ("Memory: converting a 2.68 GB checkpoint", "memory", memory),
             ("GPU inference", "gpu_inference", gpu_inference)]
 

@@ -295,7 +295,8 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                        output_dtype: str | None = "float32",
                        data_shapes: Mapping[str, Sequence[int]] | None = None,
                        shapes_from: str = "data_shapes", sequential_casts: bool = False,
-                       check_shapes: bool = True) -> tuple[Symbol, dict, dict, Conversion]:
+                       check_shapes: bool = True,
+                       cast_params: bool = True) -> tuple[Symbol, dict, dict, Conversion]:
     """:func:`convert_model` under ``options`` (:func:`make_options`), also returning the
     :class:`Conversion` record: ``(symbol, arg params, aux params, conversion)``.
 
@@ -308,6 +309,10 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     those copies pile up while the originals live. The default suits a caller that rebinds
     its names to the result (each original goes once its cast has run); one that keeps the
     originals (the automatic mode) bounds its peak to originals + result + one copy with it.
+
+    ``cast_params=False``: the params come back as given (folded where ``fold_batchnorm``),
+    float32, not cast; the record's ``arg_dtypes`` / ``aux_dtypes`` say what they would be
+    stored in (the automatic mode's emulated checks round them in the graph instead).
     """
     options = make_options() if options is None else options
     graph = graph_from_symbol(sym)
@@ -323,6 +328,8 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     conversion, arg_params, aux_params, param_dtypes = convert_with_params(
         graph, arg_params, aux_params, options, data_names=data_names,
         input_dtypes=input_dtypes, output_dtype=output_dtype)
+    if not cast_params:
+        return conversion.symbol, arg_params, aux_params, conversion
     new_args = recast_params(arg_params, conversion.arg_dtypes, param_dtypes, sequential_casts)
     new_aux = recast_params(aux_params, conversion.aux_dtypes, param_dtypes, sequential_casts)
     return conversion.symbol, new_args, new_aux, conversion

@@ -87,13 +87,15 @@ def _truncated_scalar(node: Node) -> Node:
 
 
 def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "nearest",
-                  keep_low_variables: bool = False) -> Graph:
+                  keep_low_variables: bool = False, round_low_variables: bool = False) -> Graph:
     """The float32 graph that simulates ``graph``'s low precision tensors (see module doc).
 
     ``var_dtypes``: the dtype each variable has in the converted model (model inputs and
     stored weights); low precision weights become float32 variables holding rounded values,
     or, with ``keep_low_variables``, stay low precision variables read through a cast to
-    float32 (exact), so their arrays need no float32 copy.
+    float32 (exact), so their arrays need no float32 copy, or, with
+    ``round_low_variables``, float32 variables holding the unrounded originals, which the
+    graph rounds as it reads them (no copy of any kind).
     ``rounding``: ``'nearest'`` (the dtype's rounding) or ``'mxnet-cpu'`` (bfloat16 outputs
     of ops outside oneDNN truncated, as MXNet 1.9.1's CPU kernels do; module doc).
     """
@@ -105,14 +107,18 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
     env: list[list[Entry]] = []
     for i, node in enumerate(graph.nodes):
         if node.is_variable:
-            low = var_dtypes.get(node.name) in LOW_PRECISION
+            low = var_dtypes.get(node.name)
+            low = low if low in LOW_PRECISION else None
             if low and not keep_low_variables and "__dtype__" in node.attrs:
                 node = node.replace(attrs=MappingProxyType({**node.attrs,
                                                             "__dtype__": str(MX_CODE["float32"])}))
             e = Entry(builder.add(node))
-            if low and keep_low_variables:
+            if low and round_low_variables:
+                # the rounding the conversion would do to the stored weight (amp_cast: nearest)
+                e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), e, low)))
+            if low and (keep_low_variables or round_low_variables):
                 e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
-                                            "float32")))
+                                                "float32")))
             env.append([e])
             continue
         inputs = tuple(env[e.node][e.index] for e in node.inputs)
@@ -256,7 +262,8 @@ def _prune(graph: Graph) -> Graph:
 
 def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   input_dtypes: Mapping[str, str] | None = None, rounding: str = "nearest", *,
-                  copy_params: bool = True) -> tuple[Symbol, dict, dict]:
+                  copy_params: bool = True, stored_dtypes: Mapping[str, str] | None = None
+                  ) -> tuple[Symbol, dict, dict]:
     """A float32 model that simulates the low precision model ``(sym, arg_params, aux_params)``.
 
     Parameters
@@ -269,10 +276,16 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     input_dtypes : dict, optional
         Dtypes of the model inputs (default float32).
     copy_params : bool, default True
-        False: no param copies (what the automatic mode uses on large models): the
-        returned params are the given arrays, low precision ones included, which the graph
+        False: no param copies: the returned params are the given arrays, low precision ones included, which the graph
         widens to float32 as it reads them, and weights the graph casts to low precision are
         rounded at every run instead of once. Same outputs; less memory, slower runs.
+    stored_dtypes : dict of str to str, optional
+        The dtype each param is stored in by the converted model, where ``arg_params`` and
+        ``aux_params`` hold the float32 originals it was converted from
+        (``convert_model_full(..., cast_params=False)``): the graph rounds each low
+        precision one as it reads it, the way the conversion's cast would, so neither a low
+        precision nor a rounded copy exists (what the automatic mode uses: its peak memory is
+        the originals and one layer's rounding). Same outputs; ``copy_params`` is ignored.
     rounding : {'nearest', 'mxnet-cpu'}
         ``'nearest'``: every low precision op output rounded to nearest even, the dtype's
         own arithmetic (what GPU kernels and oneDNN do). ``'mxnet-cpu'``: as MXNet 1.9.1 runs
@@ -290,9 +303,17 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     """
     graph = graph_from_symbol(sym)
     var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    if stored_dtypes is not None:
+        given_low = sorted(k for k in stored_dtypes if var_dtypes.get(k, "float32") != "float32")
+        if given_low:
+            raise ValueError(f"stored_dtypes: the params must be the float32 originals; "
+                             f"{given_low[:5]} are {var_dtypes[given_low[0]]}")
+        var_dtypes.update((k, d) for k, d in stored_dtypes.items() if k in var_dtypes and d)
+        copy_params = False
     for n in graph.variables():
         var_dtypes.setdefault(n.name, (input_dtypes or {}).get(n.name, "float32"))
-    emulated = emulate_graph(graph, var_dtypes, rounding, keep_low_variables=not copy_params)
+    emulated = emulate_graph(graph, var_dtypes, rounding, keep_low_variables=not copy_params
+                             and stored_dtypes is None, round_low_variables=stored_dtypes is not None)
     rounded = {}
     if copy_params:
         emulated, rounded = _fold_param_casts(emulated, arg_params)

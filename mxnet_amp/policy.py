@@ -94,6 +94,9 @@ class OpPolicy:
     patterns: tuple[tuple[str, Category], ...] = ()
     index_inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
+    # widest ops that may read a low precision cast made for another consumer instead of
+    # widening: joins that copy values, never arithmetic (the lists' [reuse_casts] table)
+    reuse_casts: frozenset[str] = frozenset()
 
     def category_of(self, op: str) -> Category | None:
         """The category ``op`` is listed in (or matched by a pattern); None when unlisted."""
@@ -219,9 +222,18 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
         conditional.append((op, attr, values))
     patterns = tuple((p["prefix"], Category(p["category"])) for p in data.get("pattern", ()))
     index_inputs = {op: tuple(names) for op, names in data.get("index_inputs", {}).items()}
-    _check_ops(set(seen) | set(index_inputs), str(path))
+    reuse = _reuse_casts(data, path)
+    _check_ops(set(seen) | set(index_inputs) | reuse, str(path))
     return OpPolicy(target_dtype, *(frozenset(cats[c]) for c in cats), tuple(conditional),
-                    patterns, MappingProxyType(index_inputs), MappingProxyType(reasons))
+                    patterns, MappingProxyType(index_inputs), MappingProxyType(reasons), reuse)
+
+
+def _reuse_casts(data: dict, path: Path) -> frozenset[str]:
+    """The ``[reuse_casts]`` table's ops (empty when the file has none)."""
+    table = data.get("reuse_casts", {})
+    if table and (not table.get("reason") or not isinstance(table.get("ops"), list)):
+        raise ListError(f"{path}: [reuse_casts] needs a non-empty reason and a list of ops")
+    return frozenset(table.get("ops", ()))
 
 
 def _names(value, what: str) -> list[str]:
@@ -304,7 +316,7 @@ def load_policy(target_dtype: str = "float16",
         sets[cat].update(ops)
     conditional = tuple(c for c in base.conditional if c[0] not in named) + tuple(conds)
     return OpPolicy(target_dtype, *(frozenset(sets[c]) for c in sets), conditional,
-                    base.patterns, base.index_inputs, base.reasons)
+                    base.patterns, base.index_inputs, base.reasons, base.reuse_casts)
 
 
 def _attr_choices(kind: str) -> frozenset[str] | None:

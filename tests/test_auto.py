@@ -290,6 +290,34 @@ def test_range_check_flags_tensors_holding_nan_or_inf():
         ((0, 0), "overflow"), ((1, 0), "overflow"), ((2, 0), "overflow"), ((3, 0), "overflow")]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_tensor_range_of_an_ndarray_matches_numpy(dtype):
+    """Weights' ranges are read from the NDArray a chunk at a time (no whole copy of a large
+    weight beside the model): the same figures as from the numpy array."""
+    lim = DTYPE_LIMITS["float16"]
+    x = np.random.RandomState(1).standard_normal((37, 29)).astype(np.float32) * 1e-5
+    x[4, 5], x[30, 1] = 6e4, 0
+    nd = mx.nd.array(x, dtype=dtype)
+    assert tensor_range(nd, lim, chunk=100) == tensor_range(nd.asnumpy(), lim)
+
+
+def test_returned_model_is_plain_conversion_with_the_kept_nodes():
+    """Emulated checks read the caller's float32 weights rounded in the graph; the returned
+    params are cast only at the end, and are exactly what convert_model gives with the
+    same exclusions (same symbol, same bits, low precision dtypes)."""
+    sym, args, x = overflow_model()
+    csym, cargs, cauxs, report = auto_convert_model(sym, args, {}, {"data": mx.nd.array(x)},
+                                                    quiet=True)
+    assert report.execution == "emulated" and report.excluded_sym_names
+    psym, pargs, pauxs = convert_model(sym, args, {}, excluded_sym_names=report.excluded_sym_names)
+    assert symbol_json(csym) == symbol_json(psym)
+    assert cargs.keys() == pargs.keys() and cauxs.keys() == pauxs.keys()
+    for k in cargs:
+        assert cargs[k].dtype == pargs[k].dtype, k
+        np.testing.assert_array_equal(cargs[k].asnumpy(), pargs[k].asnumpy())
+    assert any(v.dtype == np.float16 for v in cargs.values())
+
+
 def test_resnet18_is_clean_in_two_executions():
     sym, args, auxs, x = gluoncv_resnet18()
     *_, report = auto_convert_model(sym, args, auxs, x, quiet=True)

@@ -121,6 +121,30 @@ def test_memory_quick(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.startswith("mxamp_membench_")]
 
 
+def test_bf16_kernels_quick(tmp_path):
+    proc, out = run_script("bf16_kernels", tmp_path)
+    data = load(out)
+    rows = {r["op"]: r for r in data["results"]}
+    assert {"_plus_scalar", "elemwise_mul", "broadcast_mul", "elemwise_add", "clip"} <= set(rows)
+    # each row names the op's category in the shipped bfloat16 list
+    assert rows["_plus_scalar"]["bfloat16_category"] == "fp32"
+    assert rows["elemwise_add"]["bfloat16_category"] == "widest"
+    for r in rows.values():
+        # the generic kernels run in bf16 on any CPU; oneDNN's need avx512 (an error row)
+        assert ("bf16_over_fp32" in r and r["bfloat16_ms"] > 0) or "bfloat16_error" in r, r
+    assert "bf16_over_fp32" in rows["_plus_scalar"]
+
+
+def test_memory_before_src_rows(tmp_path):
+    """--before-src runs the auto method with another tree's mxnet_amp first, same checkpoint."""
+    _, out = run_script("memory", tmp_path, "--methods", "ours_auto", "--workdir", str(tmp_path),
+                        "--before-src", ROOT, "--before-label", "this tree")
+    data = load(out)
+    assert [r["method"] for r in data["results"]] == ["ours_auto (before)", "ours_auto"]
+    assert data["results"][0]["mxnet_amp_source"] == ROOT
+    assert data["before_src_label"] == "this tree"
+
+
 def test_gpu_inference_refuses_without_gpu(tmp_path):
     import mxnet as mx
     if mx.runtime.Features().is_enabled("CUDA") and mx.context.num_gpus() > 0:

@@ -295,7 +295,7 @@ def test_no_cast_chains_and_no_duplicate_casts_on_a_zoo_net(dtype):
     net = vision.mobilenet_v2_0_25()
     net.initialize()
     sym = net(mx.sym.var("data"))
-    out = amp.convert_symbol(sym, target_dtype=dtype, data_names=["data"])
+    out = amp.convert_symbol(sym, target_dtype=dtype)
     g = graph_of(out)
     seen = set()
     for n in g.nodes:
@@ -431,3 +431,76 @@ def test_non_ascii_names_convert():
     assert sorted(cargs) == sorted(args)
     out = run(csym, cargs, {}, {"données": np.ones((2, 4), "float32")})
     assert np.allclose(out[0], 4.0)
+
+
+def _post_ln_residual_stack(layers: int = 4, units: int = 64):
+    """A BERT-style post-LayerNorm residual stack: x = LN(x + FC(GELU(FC(x)))) per layer."""
+    x = mx.sym.LayerNorm(mx.sym.var("data"), axis=-1, name="ln_in")
+    for i in range(layers):
+        h = mx.sym.FullyConnected(x, num_hidden=2 * units, flatten=False, name=f"ffn{i}a")
+        h = mx.sym.LeakyReLU(h, act_type="gelu", name=f"gelu{i}")
+        h = mx.sym.FullyConnected(h, num_hidden=units, flatten=False, name=f"ffn{i}b")
+        x = mx.sym.LayerNorm(mx.sym.elemwise_add(h, x, name=f"res{i}"), axis=-1, name=f"ln{i}")
+    return x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_residual_add_widens_instead_of_reusing_the_fc_cast(dtype):
+    """A residual add of a low precision FC output and the float32 LayerNorm output that the
+    next FC reads through a low precision cast computes in float32 (one multicast): reusing
+    that cast would round the residual stream at every layer (lists' [reuse_casts]: only
+    joins reuse)."""
+    sym = _post_ln_residual_stack(layers=1)
+    out = amp.convert_symbol(sym, target_dtype=dtype)
+    g = graph_of(out)
+    res = node(g, "res0")
+    assert casts_into(g, "res0") == ["multicast", "multicast"]
+    ln_in_cast = producer(g, node(g, "ffn0a"))
+    assert ln_in_cast.op == "amp_cast" and ln_in_cast.attrs["dtype"] == dtype
+    assert all(g.nodes[e.node].op == "amp_multicast" for e in res.inputs)
+    mc = producer(g, res)
+    assert [g.nodes[e.node].name for e in mc.inputs] == ["ffn0b", "ln_in"]
+    type_checks(out)
+
+
+def test_bf16_residual_stack_error_no_worse_than_contrib():
+    """bfloat16 numerics of a post-LN residual stack (emulated, so on any CPU): within 10% of
+    mx.contrib.amp's model, which adds in float32. Reusing the FC's bfloat16 cast of the
+    residual stream measured 2.5x contrib's error on a BERT-style encoder."""
+    sym = _post_ln_residual_stack(layers=4)
+    shape = (4, 16, 64)
+    args, auxs = init_params(sym, {"data": shape}, seed=3, scale=1.0)
+    x = np.random.RandomState(0).randn(*shape).astype("float32")
+    ref = run(sym, args, auxs, {"data": x})[0]
+    from mxnet.contrib import amp as contrib_amp
+
+    def err(converted):
+        es, ea, ex = amp.emulate_model(*converted)
+        return rel_error(run(es, ea, ex, {"data": x})[0], ref)
+    ours = err(amp.convert_model(sym, args, auxs, target_dtype="bfloat16"))
+    theirs = err(contrib_amp.convert_model(sym, dict(args), dict(auxs), target_dtype="bfloat16"))
+    assert 0 < ours <= 1.1 * theirs
+
+
+def test_bf16_hard_swish_chain_error_no_worse_than_contrib():
+    """MobileNetV3's hard-swish, x * clip(x + 3, 0, 6) / 6, between convolutions, emulated as
+    MXNet's CPU runs it natively (``rounding='mxnet-cpu'``: generic kernels truncate): the
+    scalar ops and the product compute in float32 (bfloat16 list), so the error is no worse
+    than mx.contrib.amp's, which keeps them in float32 too."""
+    x = mx.sym.var("data")
+    for i in range(4):
+        x = mx.sym.Convolution(x, num_filter=16, kernel=(3, 3), pad=(1, 1), name=f"conv{i}")
+        gate = mx.sym.clip(x + 3.0, 0, 6) / 6.0
+        x = x * gate
+    shape = (2, 16, 12, 12)
+    args, auxs = init_params(x, {"data": shape}, seed=1, scale=1.5)
+    data = np.random.RandomState(0).uniform(-3, 3, shape).astype("float32")
+    ref = run(x, args, auxs, {"data": data})[0]
+    from mxnet.contrib import amp as contrib_amp
+
+    def err(converted):
+        es, ea, ex = amp.emulate_model(*converted, rounding="mxnet-cpu")
+        return rel_error(run(es, ea, ex, {"data": data})[0], ref)
+    ours = err(amp.convert_model(x, args, auxs, target_dtype="bfloat16"))
+    theirs = err(contrib_amp.convert_model(x, dict(args), dict(auxs), target_dtype="bfloat16"))
+    assert 0 < ours <= 1.1 * theirs

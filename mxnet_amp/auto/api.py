@@ -161,7 +161,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         # the first conversion checks params against the symbol (typed errors) before a run
         runs.convert(options.excluded)
         excluded, kept, reference_finite = _reference_and_search(runs, original, settings, notes)
-        model = runs.convert(excluded)
+        model = runs.final(excluded)
     finally:
         progress.close()
     report = _auto_report(runs, original, excluded, kept, model[3], notes, reference_finite)

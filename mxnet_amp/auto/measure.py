@@ -3,13 +3,16 @@ outputs judged against the float32 reference."""
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..graph import Graph
 from ..policy import check_target_dtype
 from .records import DTYPE_LIMITS, DtypeLimits, OutputCheck, TensorRange
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.ndarray import NDArray
 
 
 # The default check's bound on max|out - ref| / max|ref| per output. float16 keeps ~3.3
@@ -32,17 +35,15 @@ def default_tolerances(target_dtype: str) -> tuple[float, float]:
     return _TOLERANCES[check_target_dtype(target_dtype)]
 
 
-def tensor_range(x: np.ndarray, limits: DtypeLimits, chunk: int = 1 << 20) -> TensorRange:
-    """The :class:`TensorRange` of array ``x`` against ``limits``.
+def tensor_range(x: np.ndarray | NDArray, limits: DtypeLimits,
+                 chunk: int = 1 << 20) -> TensorRange:
+    """The :class:`TensorRange` of array ``x`` (numpy or NDArray) against ``limits``.
 
     Worked through ``chunk`` values at a time: the temporaries stay small however large
-    ``x`` is (a weight of a large model, say)."""
-    a = np.asarray(x, dtype=np.float32).ravel()
-    if a.size == 0:
-        return TensorRange(0.0, 0.0, 0.0)
+    ``x`` is (a weight of a large model, say); an NDArray is copied out a chunk at a time."""
     max_abs, nonzero, flushed, subnormal = 0.0, 0, 0, 0
-    for start in range(0, a.size, chunk):
-        part = np.abs(a[start:start + chunk])
+    for part in _float32_chunks(x, chunk):
+        part = np.abs(part)
         max_abs = max(max_abs, float(np.max(part)), key=lambda v: (math.isnan(v), v))  # nan wins
         part = part[part > 0]
         nonzero += part.size
@@ -51,6 +52,20 @@ def tensor_range(x: np.ndarray, limits: DtypeLimits, chunk: int = 1 << 20) -> Te
     if nonzero == 0:
         return TensorRange(max_abs, 0.0, 0.0)
     return TensorRange(max_abs, flushed / nonzero, subnormal / nonzero)
+
+
+def _float32_chunks(x: np.ndarray | NDArray, chunk: int) -> Iterator[np.ndarray]:
+    """``x`` (numpy array or NDArray) flattened, as float32 numpy pieces of ``chunk`` values;
+    an NDArray is never copied out whole (``asnumpy`` of a large weight is a transient copy
+    of it beside the model: 0.1x the params of a 10-layer model, measured in auto mode)."""
+    if isinstance(x, np.ndarray) or not hasattr(x, "asnumpy"):
+        flat = np.asarray(x, dtype=np.float32).ravel()
+        for start in range(0, flat.size, chunk):
+            yield flat[start:start + chunk]
+        return
+    flat = x.reshape((-1,))   # a view: first-axis slices of it are views too
+    for start in range(0, flat.size, chunk):
+        yield flat[start:start + chunk].asnumpy().astype(np.float32, copy=False)
 
 
 def _top1_flips(r: np.ndarray, o: np.ndarray, tie: float) -> tuple[int, int]:
@@ -157,5 +172,5 @@ def _reference_ranges(original: Graph, keys, outs, inputs, params, limits):
         if node.is_variable:
             value = inputs[node.name] if node.name in inputs else params.get(node.name)
             if value is not None and np.dtype(value.dtype).kind == "f":
-                stats[(i, 0)] = tensor_range(value.asnumpy(), limits)
+                stats[(i, 0)] = tensor_range(value, limits)
     return reference, stats

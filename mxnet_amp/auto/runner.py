@@ -11,7 +11,7 @@ from ..convert import Conversion, convert_model_full
 from ..errors import GraphError, ParamError
 from ..graph import Entry, Graph
 from ..options import ConvertOptions
-from ..params import name_list
+from ..params import name_list, recast_params
 from .measure import check_outputs
 from .records import AutoSettings, OutputCheck, SearchStep
 
@@ -57,16 +57,29 @@ class _Runs:
         return self.max_executions is None or self.executions < self.max_executions
 
     def convert(self, excluded: frozenset) -> tuple[Symbol, dict, dict, Conversion]:
-        """The model converted with ``excluded`` kept in float32 (the latest one cached)."""
+        """The model converted with ``excluded`` kept in float32 (the latest one cached).
+        Emulated checks get its params uncast (float32, rounded in the graph: no low
+        precision copy beside the caller's originals while a check runs); :meth:`final`
+        casts them."""
         hit = self.conversions.get(excluded)
         if hit is None:
             hit = convert_model_full(self.sym, self.arg_params, self.aux_params,
                                      self.options.excluding(excluded),
                                      data_names=self.data_names, sequential_casts=True,
                                      # checked once, with the sample inputs' shapes
-                                     check_shapes=False)
+                                     check_shapes=False, cast_params=self.execution == "native")
             self.conversions = {excluded: hit}   # only the latest: conversions hold param copies
         return hit
+
+    def final(self, excluded: frozenset) -> tuple[Symbol, dict, dict, Conversion]:
+        """The returned model: :meth:`convert`'s, its params cast now, after the last check
+        (so the low precision copies never coexist with a check's temporaries)."""
+        sym, args, auxs, conversion = self.convert(excluded)
+        self.conversions = {}
+        if self.execution == "emulated":
+            args = recast_params(args, conversion.arg_dtypes, sequential=True)
+            auxs = recast_params(auxs, conversion.aux_dtypes, sequential=True)
+        return sym, args, auxs, conversion
 
     def forward(self, sym, arg_params, aux_params) -> list[np.ndarray]:
         """One model execution. Through a CachedOp, as Gluon runs models: ``Symbol.bind``
@@ -103,13 +116,14 @@ class _Runs:
         hit = self.results.get(excluded)
         if hit is not None:
             return hit.passed, hit.tolerance_ratio, hit.max_abs_error
-        sym, args, auxs, _ = self.convert(excluded)
+        sym, args, auxs, conversion = self.convert(excluded)
         if self.execution == "emulated":
             from ..emulation import emulate_model
             # no param copies: each check emulates once and runs once, so rounding weights
             # in the graph costs what rounding them ahead would, without holding a copy
             sym, args, auxs = emulate_model(sym, args, auxs, input_dtypes=self.input_dtypes(),
-                                            copy_params=False)
+                                            stored_dtypes={**conversion.arg_dtypes,
+                                                           **conversion.aux_dtypes})
         outs = self.forward(sym, args, auxs)
         result = check_outputs(self.reference, outs, self.target_dtype, self.tolerance,
                                self.rtol, self.atol)

@@ -256,7 +256,7 @@ class _CastInserter:
         """The first plan MXNet's type inference accepts: ``(plan, desired input dtypes,
         (filled-in input dtypes, output dtypes), node as probed)``."""
         plans = _plans(cat, split.cur, split.acts, self.target, new_body=probe_node is not node)
-        if self._reuses_casts(cat, split):
+        if self._reuses_casts(node, cat, split):
             plans.insert(0, (Plan.WIDEST_REUSE, {k: self.target for k in split.acts}))
         errors = []
         for plan, desired in plans:
@@ -279,11 +279,13 @@ class _CastInserter:
         plan, desired = plans[-1]
         return plan, desired, (tuple(split.cur), tuple("float32" for _ in range(self.used[i]))), probe_node
 
-    def _reuses_casts(self, cat: Category, split: _Split) -> bool:
-        # every float32 input is already cast to the target dtype for another consumer
-        # (a residual add beside a conv, say): reuse those casts, as mx.contrib.amp does,
-        # rather than widening the low precision inputs
-        return (cat is Category.WIDEST and {split.cur[k] for k in split.acts} == {self.target, "float32"}
+    def _reuses_casts(self, node: Node, cat: Category, split: _Split) -> bool:
+        # every float32 input is already cast to the target dtype for another consumer (a
+        # concat beside a conv, say): a join that copies values (the lists' [reuse_casts])
+        # reads those casts, as mx.contrib.amp does, rather than widening the low precision
+        # inputs; arithmetic widens, or it would round a float32 operand first
+        return (cat is Category.WIDEST and node.op in self.policy.reuse_casts
+                and {split.cur[k] for k in split.acts} == {self.target, "float32"}
                 and all((split.ins[k], self.target) in self.cast_cache
                         for k in split.acts if split.cur[k] != self.target))
 
