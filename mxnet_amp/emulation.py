@@ -34,15 +34,14 @@ runs in float16). Speed and memory are float32's.
 from __future__ import annotations
 
 from functools import lru_cache
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
-from .dtypes import LOW_PRECISION, MX_CODE
+from .dtypes import LOW_PRECISION
 from .errors import TargetDtypeError
-from .graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
 from .io import graph_from_symbol, graph_to_symbol
 from .params import array_dtype, cast_array
-from .passes.infer_dtypes import infer_dtypes
+from .passes.emulate import ROUNDINGS, emulate_graph
+from .passes.fold_param_casts import fold_param_casts
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     import numpy as np
@@ -50,116 +49,6 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
 __all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "round_numpy", "ROUNDINGS"]
-
-# how each low precision op output is rounded (module doc): the dtype's own rounding, or
-# MXNet 1.9.1's CPU kernels (bfloat16 ops outside oneDNN truncate)
-ROUNDINGS = ("nearest", "mxnet-cpu")
-# ops whose bfloat16 CPU kernel in MXNet 1.9.1 is oneDNN's, which rounds to nearest even
-# (measured; ops that only move or select values, such as reshape, max pooling or relu,
-# give the same result either way and need not be listed)
-_ONEDNN_BF16_OPS = frozenset({
-    "Convolution", "Deconvolution", "FullyConnected", "BatchNorm", "Pooling", "Activation",
-    "LeakyReLU", "elemwise_add", "_add", "_plus", "_Plus", "add_n", "ElementWiseSum",
-    "Concat", "concat", "softmax", "log_softmax", "LRN", "amp_cast", "amp_multicast"})
-# scalar ops: MXNet converts the float scalar to the input dtype first (truncating for bf16)
-_SCALAR_OPS = frozenset({
-    "_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar", "_div_scalar",
-    "_rdiv_scalar", "_maximum_scalar", "_minimum_scalar", "_power_scalar", "_rpower_scalar",
-    "_mod_scalar", "_rmod_scalar", "_hypot_scalar"})
-
-
-def _check_rounding(rounding: str) -> None:
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
-
-
-def _truncates(node: Node, dtype: str, rounding: str) -> bool:
-    """Whether ``node``'s ``dtype`` output is truncated rather than rounded (module doc)."""
-    return rounding == "mxnet-cpu" and dtype == "bfloat16" and node.op not in _ONEDNN_BF16_OPS
-
-
-def _truncated_scalar(node: Node) -> Node:
-    """A bfloat16 scalar op with its scalar as MXNet's kernel sees it: truncated."""
-    import numpy as np
-    value = np.array([float(node.attrs["scalar"])], dtype=np.float32)
-    value = (value.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
-    return node.replace(attrs=MappingProxyType({**node.attrs, "scalar": repr(float(value[0]))}))
-
-
-def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "nearest",
-                  keep_low_variables: bool = False, round_low_variables: bool = False) -> Graph:
-    """The float32 graph that simulates ``graph``'s low precision tensors (see module doc).
-
-    ``var_dtypes``: the dtype each variable has in the converted model (model inputs and
-    stored weights); low precision weights become float32 variables holding rounded values,
-    or, with ``keep_low_variables``, stay low precision variables read through a cast to
-    float32 (exact), so their arrays need no float32 copy, or, with
-    ``round_low_variables``, float32 variables holding the unrounded originals, which the
-    graph rounds as it reads them (no copy of any kind).
-    ``rounding``: ``'nearest'`` (the dtype's rounding) or ``'mxnet-cpu'`` (bfloat16 outputs
-    of ops outside oneDNN truncated, as MXNet 1.9.1's CPU kernels do; module doc).
-    """
-    _check_rounding(rounding)
-    dtypes = infer_dtypes(graph, var_dtypes)
-    used = graph.num_used_outputs()
-    builder = GraphBuilder()
-    builder.names.update(n.name for n in graph.nodes)
-    env: list[list[Entry]] = []
-    for i, node in enumerate(graph.nodes):
-        if node.is_variable:
-            low = var_dtypes.get(node.name)
-            low = low if low in LOW_PRECISION else None
-            if low and not keep_low_variables and "__dtype__" in node.attrs:
-                node = node.replace(attrs=MappingProxyType({**node.attrs,
-                                                            "__dtype__": str(MX_CODE["float32"])}))
-            e = Entry(builder.add(node))
-            if low and round_low_variables:
-                # the rounding the conversion would do to the stored weight (amp_cast: nearest)
-                e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), e, low)))
-            if low and (keep_low_variables or round_low_variables):
-                e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
-                                                "float32")))
-            env.append([e])
-            continue
-        inputs = tuple(env[e.node][e.index] for e in node.inputs)
-        # a single cast (a multicast has no dtype attr) to low precision: round there
-        if node.op in ANY_CAST_OPS and node.attrs.get("dtype") in LOW_PRECISION:
-            low = node.attrs["dtype"]
-            # keep the node's name on the float32 result so names stay stable
-            first = builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
-                op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
-            env.append([Entry(builder.add(cast_node(node.name, Entry(first), "float32")))])
-            continue
-        if node.subgraphs:
-            # loop / cond bodies were converted with a float32 interface: emulate inside
-            node = node.replace(subgraphs=tuple(
-                emulate_graph(g, {v.name: "float32" for v in g.variables()}, rounding)
-                for g in node.subgraphs))
-        if (node.op in _SCALAR_OPS and "scalar" in node.attrs and node.inputs
-                and _truncates(node, _entry_dtype(dtypes, node.inputs[0]), rounding)):
-            node = _truncated_scalar(node)
-        idx = builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node)
-        outs = []
-        for k in range(used[i]):
-            e = Entry(idx, k)
-            low = dtypes[i][k] if k < len(dtypes[i]) else None
-            if low in LOW_PRECISION:
-                base = node.name + (f"_out{k}" if k else "")
-                # MXNet's Cast truncates to bfloat16 where amp_cast rounds
-                to_low = builder.add(cast_node(builder.fresh_name(f"{base}_round_{low}"), e, low)._replace(
-                    op="Cast" if _truncates(node, low, rounding) else "amp_cast"))
-                e = Entry(builder.add(cast_node(builder.fresh_name(f"{base}_round_float32"),
-                                            Entry(to_low), "float32")))
-            outs.append(e)
-        env.append(outs)
-    heads = [env[e.node][e.index] for e in graph.heads]
-    return builder.build(heads, graph.attrs)
-
-
-def _entry_dtype(dtypes, e: Entry) -> str | None:
-    out = dtypes[e.node]
-    return out[e.index] if e.index < len(out) else None
-
 
 def round_array(array: NDArray, dtype: str) -> NDArray:
     """``array`` rounded to ``dtype`` and returned as float32 (a new NDArray, same context).
@@ -211,53 +100,6 @@ def _subnormal_flush_sign_mask() -> int:
     tiny = mx.nd.array(np.array([-1e-45, -1e-40], dtype=np.float32))
     flushed = cast_array(cast_array(tiny, "bfloat16"), "float32").asnumpy().view(np.uint32)
     return int(flushed[0] & np.uint32(0x80000000))
-
-
-def _fold_param_casts(graph: Graph, params: Mapping) -> tuple[Graph, dict]:
-    """An emulated ``graph`` whose weight roundings are done once, ahead of time.
-
-    Each round trip ``amp_cast(amp_cast(w, low), float32)`` of a weight ``w`` in ``params``
-    becomes a float32 variable (named after the outer cast, a name unique in the graph)
-    holding the rounded weight. Same values as rounding in the graph, but done once instead
-    of at every run: bfloat16 rounding is slow on CPU (a resnet18's weights cost seconds
-    per forward pass). Returns the graph, without nodes nothing reads any more, and the
-    rounded weights."""
-    nodes = list(graph.nodes)
-    rounded = {}
-    for i, node in enumerate(graph.nodes):
-        if node.op != "amp_cast" or node.attrs.get("dtype") != "float32":
-            continue
-        inner = graph.nodes[node.inputs[0].node]
-        if inner.op != "amp_cast" or inner.attrs.get("dtype") not in LOW_PRECISION:
-            continue
-        src = graph.nodes[inner.inputs[0].node]
-        if not src.is_variable or src.name not in params:
-            continue
-        attrs = {k: v for k, v in src.attrs.items() if k != "__dtype__"}
-        nodes[i] = Node("null", node.name, (), MappingProxyType(attrs))
-        rounded[node.name] = round_array(params[src.name], inner.attrs["dtype"])
-    if not rounded:
-        return graph, {}
-    return _prune(Graph(tuple(nodes), graph.heads, graph.attrs)), rounded
-
-
-def _prune(graph: Graph) -> Graph:
-    """``graph`` without the nodes its heads do not depend on."""
-    keep = [False] * len(graph.nodes)
-    stack = [e.node for e in graph.heads]
-    while stack:
-        i = stack.pop()
-        if not keep[i]:
-            keep[i] = True
-            stack.extend(e.node for e in graph.nodes[i].inputs)
-    new_index, nodes = {}, []
-    for i, node in enumerate(graph.nodes):
-        if keep[i]:
-            new_index[i] = len(nodes)
-            nodes.append(node.replace(inputs=tuple(Entry(new_index[e.node], e.index, e.version)
-                                                   for e in node.inputs)) if node.inputs else node)
-    heads = tuple(Entry(new_index[e.node], e.index, e.version) for e in graph.heads)
-    return Graph(tuple(nodes), heads, graph.attrs)
 
 
 def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
@@ -316,7 +158,9 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                              and stored_dtypes is None, round_low_variables=stored_dtypes is not None)
     rounded = {}
     if copy_params:
-        emulated, rounded = _fold_param_casts(emulated, arg_params)
+        # weight roundings done once, ahead of time (bfloat16 rounding is slow on a CPU)
+        emulated, sources = fold_param_casts(emulated, arg_params)
+        rounded = {name: round_array(arg_params[src], low) for name, (src, low) in sources.items()}
     emulated = graph_to_symbol(emulated)
     arg_names = set(emulated.list_arguments())
     aux_names = set(emulated.list_auxiliary_states())

@@ -165,5 +165,5 @@ class VerifiedPasses:
         # emulation's round trips amp_cast(amp_cast(x, low), float32) are chains on purpose
         monkeypatch.setattr(emulation, "emulate_graph",
                             checked(emulation.emulate_graph, lambda g: g, cast_chains=True))
-        monkeypatch.setattr(emulation, "_fold_param_casts",
-                            checked(emulation._fold_param_casts, lambda r: r[0], cast_chains=True))
+        monkeypatch.setattr(emulation, "fold_param_casts",
+                            checked(emulation.fold_param_casts, lambda r: r[0], cast_chains=True))

@@ -9,7 +9,6 @@ import numpy as np
 
 from ..convert import Conversion, convert_model_full
 from ..errors import GraphError, ParamError
-from ..graph import Entry, Graph
 from ..options import ConvertOptions
 from ..params import name_list, recast_params
 from .measure import check_outputs
@@ -18,19 +17,6 @@ from .records import AutoSettings, OutputCheck, SearchStep
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
     from mxnet.symbol import Symbol
-
-
-def _instrumented(graph: Graph) -> tuple[Graph, list[tuple[int, int]]]:
-    """``graph`` with every used op output (and every head) as an output, and their keys."""
-    used = graph.num_used_outputs()
-    keys: list[tuple[int, int]] = []
-    for i, node in enumerate(graph.nodes):
-        if not node.is_variable:
-            keys.extend((i, k) for k in range(used[i]))
-    seen = set(keys)
-    keys.extend((e.node, e.index) for e in graph.heads if (e.node, e.index) not in seen)
-    heads = tuple(Entry(i, k) for i, k in keys)
-    return Graph(graph.nodes, heads, graph.attrs), keys
 
 
 class _Runs:

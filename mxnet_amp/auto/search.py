@@ -13,7 +13,8 @@ from ..io import graph_to_symbol
 from ..policy import Category
 from .measure import _offending, _reference_ranges
 from .records import DTYPE_LIMITS, AutoSettings, KeptNode
-from .runner import _instrumented, _Runs
+from ..passes.expose_outputs import expose_outputs
+from .runner import _Runs
 
 
 def _tensor_name(graph: Graph, key: tuple[int, int]) -> str:
@@ -194,7 +195,7 @@ def _reference_and_search(runs: _Runs, original: Graph, settings: AutoSettings,
     """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite)``."""
     limits = DTYPE_LIMITS[runs.target_dtype]
     # 1. one float32 run with every op output: reference and per-tensor ranges
-    probe, keys = _instrumented(original)
+    probe, keys = expose_outputs(original)
     outs = runs.run_reference(graph_to_symbol(probe))
     runs.reference, stats = _reference_ranges(original, keys, outs, runs.inputs,
                                               {**runs.arg_params, **runs.aux_params}, limits)

@@ -1,0 +1,20 @@
+"""Expose every used op output of a graph as a graph output (the automatic mode's
+instrumented run reads every tensor's range from one execution)."""
+from __future__ import annotations
+
+from ..graph import Entry, Graph
+
+__all__ = ["expose_outputs"]
+
+
+def expose_outputs(graph: Graph) -> tuple[Graph, list[tuple[int, int]]]:
+    """``graph`` with every used op output (and every head) as an output, and their keys."""
+    used = graph.num_used_outputs()
+    keys: list[tuple[int, int]] = []
+    for i, node in enumerate(graph.nodes):
+        if not node.is_variable:
+            keys.extend((i, k) for k in range(used[i]))
+    seen = set(keys)
+    keys.extend((e.node, e.index) for e in graph.heads if (e.node, e.index) not in seen)
+    heads = tuple(Entry(i, k) for i, k in keys)
+    return Graph(graph.nodes, heads, graph.attrs), keys

@@ -1,0 +1,59 @@
+"""The emulation's helper passes on their own: expose_outputs, fold_param_casts, prune."""
+import mxnet as mx
+import numpy as np
+
+import mxnet_amp as amp
+from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+from mxnet_amp.passes.emulate import emulate_graph
+from mxnet_amp.passes.expose_outputs import expose_outputs
+from mxnet_amp.passes.fold_param_casts import fold_param_casts, prune
+from mxnet_amp.verify import verify_graph
+
+from helpers import init_params, run
+
+
+def _mlp():
+    x = mx.sym.var("data")
+    # not relu: Symbol.bind's oneDNN fusion of FC+relu is wrong when both are outputs
+    h = mx.sym.sin(mx.sym.FullyConnected(x, num_hidden=6, name="fc1"), name="s")
+    return mx.sym.FullyConnected(h, num_hidden=3, name="fc2")
+
+
+def test_expose_outputs_makes_every_used_op_output_a_head_and_keeps_values():
+    sym = _mlp()
+    graph = graph_from_symbol(sym)
+    exposed, keys = expose_outputs(graph)
+    verify_graph(exposed)
+    ops = [i for i, n in enumerate(graph.nodes) if not n.is_variable]
+    assert [k[0] for k in keys] == ops                  # fc1, s, fc2 (fc2 also the head)
+    args, auxs = init_params(sym, {"data": (2, 5)})
+    x = np.random.RandomState(0).randn(2, 5).astype("float32")
+    outs = run(graph_to_symbol(exposed), args, auxs, {"data": x})
+    np.testing.assert_array_equal(outs[-1], run(sym, args, auxs, {"data": x})[0])
+    assert graph.heads == graph_from_symbol(sym).heads  # the input graph is unchanged
+
+
+def test_fold_param_casts_names_each_weight_rounding_and_prunes_the_casts():
+    sym = _mlp()
+    args, auxs = init_params(sym, {"data": (2, 5)})
+    csym, cargs, cauxs = amp.convert_model(sym, args, auxs, target_dtype="bfloat16",
+                                           cast_optional_params=False)
+    emulated = emulate_graph(graph_from_symbol(csym), {})
+    folded, sources = fold_param_casts(emulated, cargs)
+    verify_graph(folded, cast_chains=True)   # the input's rounding round trip stays
+    assert sorted(src for src, _ in sources.values()) == sorted(k for k in cargs if "weight" in k
+                                                                or "bias" in k)
+    assert {low for _, low in sources.values()} == {"bfloat16"}
+    names = {n.name for n in folded.nodes}
+    assert set(sources) <= names and not (set(cargs) & names)   # weights now read rounded
+    assert len(folded.nodes) < len(emulated.nodes)
+
+
+def test_prune_drops_only_what_no_head_reads():
+    graph = graph_from_symbol(mx.sym.Group([_mlp(), mx.sym.var("unused") * 2]))
+    from mxnet_amp.graph import Graph
+    one_head = Graph(graph.nodes, graph.heads[:1], graph.attrs)
+    pruned = prune(one_head)
+    verify_graph(pruned)
+    assert "unused" not in {n.name for n in pruned.nodes}
+    assert {n.name for n in pruned.nodes} == {n.name for n in graph_from_symbol(_mlp()).nodes}
