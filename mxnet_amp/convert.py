@@ -87,9 +87,7 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
                       "there is nothing to convert; the result is the same graph", stacklevel=2)
     options = make_options() if options is None else options
     names = _data_names(graph, data_names, None if param_dtypes is None else set(param_dtypes))
-    missing = sorted(options.excluded - {n.name for n in graph.nodes})
-    if missing:
-        raise GraphError(f"excluded_sym_names {missing} name no node of the symbol")
+    options.check_excluded(graph)
     data_dtypes, stored = _variable_dtypes(graph, set(names), param_dtypes, input_dtypes)
     if not accept_low_precision_params:
         refuse_converted(graph)   # its casts say more than its params' dtypes

@@ -8,10 +8,14 @@ The public converters keep the ``mx.contrib.amp`` keywords (``target_dtype``,
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
+from .errors import GraphError
 from .params import name_list
 from .policy import OpPolicy, load_policy
+
+if TYPE_CHECKING:
+    from .graph import Graph
 
 __all__ = ["ConvertOptions", "make_options"]
 
@@ -45,6 +49,13 @@ class ConvertOptions:
     def excluding(self, names: Iterable[str]) -> ConvertOptions:
         """These options with ``names`` (instead of :attr:`excluded`) kept in float32."""
         return replace(self, excluded=frozenset(names))
+
+    def check_excluded(self, graph: Graph) -> None:
+        """:class:`~mxnet_amp.errors.GraphError` naming the excluded names that are no node
+        of ``graph`` (a typo would otherwise keep nothing in float32, silently)."""
+        missing = sorted(self.excluded - {n.name for n in graph.nodes})
+        if missing:
+            raise GraphError(f"excluded_sym_names {missing} name no node of the symbol")
 
 
 def make_options(target_dtype: str = "float16",

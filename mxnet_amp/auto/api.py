@@ -6,7 +6,6 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..convert import Conversion
-from ..errors import GraphError
 from ..graph import Graph
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
@@ -149,9 +148,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
                        shapes_from="sample_inputs")
     original = graph_from_symbol(sym)
-    unknown = sorted(options.excluded - {n.name for n in original.nodes})
-    if unknown:
-        raise GraphError(f"excluded_sym_names {unknown} name no node of the symbol")
+    options.check_excluded(original)
     notes = [mode_note] if mode_note else []
     progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", disable=quiet, leave=False)
     try:
