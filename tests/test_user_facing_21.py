@@ -137,3 +137,25 @@ def test_usage_errors_are_one_line(capsys, argv):
     assert code == 2 and out == ""
     line = error_line(err)
     assert "usage:" not in err and "--help" in line
+
+
+# ----------------------------------------------------------------------------- 14: variables excluded
+
+@pytest.mark.parametrize("name, reader", [("conv1_weight", "conv1 (Convolution)"),
+                                          ("data", "conv1 (Convolution)"),
+                                          ("bn1_moving_var", "bn1 (BatchNorm)")])
+def test_excluding_a_variable_names_the_ops_that_read_it(ckpt, tmp_path, capsys, name, reader):
+    code, _, err = cli(capsys, ["convert", ckpt, "--target-dtype", "bf16", "--exclude", name,
+                                "--out", tmp_path / "o"])
+    line = error_line(err)
+    assert code == 2 and name in line and reader in line and "--exclude" in line, line
+    assert not glob.glob(str(tmp_path / "o*"))
+
+
+def test_api_excluded_variable_is_a_graph_error_naming_its_readers():
+    from mxnet_amp.errors import GraphError
+    sym, args, auxs = small_model()
+    with pytest.raises(GraphError, match=r"conv1_weight is read by conv1 \(Convolution\)"):
+        amp.convert_model(sym, args, auxs, "float16", excluded_sym_names=["conv1_weight", "fc"])
+    # a node of the graph that is an op is still a valid exclusion
+    amp.convert_model(sym, args, auxs, "float16", excluded_sym_names=["conv1", "fc"])
