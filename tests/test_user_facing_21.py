@@ -159,3 +159,124 @@ def test_api_excluded_variable_is_a_graph_error_naming_its_readers():
         amp.convert_model(sym, args, auxs, "float16", excluded_sym_names=["conv1_weight", "fc"])
     # a node of the graph that is an op is still a valid exclusion
     amp.convert_model(sym, args, auxs, "float16", excluded_sym_names=["conv1", "fc"])
+
+
+# ----------------------------------------------------------------------------- 13: SIGTERM, SIGHUP
+
+# saves a checkpoint whose params file (~245 MB) takes a while to write; the test signals it
+# once the temporary params file has data, i.e. mid-write
+_SAVER = textwrap.dedent("""
+    import sys
+    import mxnet as mx
+    from mxnet_amp.io import save_checkpoint
+    n = 60000
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=n, name="fc")
+    args = {"fc_weight": mx.nd.full((n, 1024), 7.0), "fc_bias": mx.nd.full((n,), 7.0)}
+    args["fc_weight"].wait_to_read()
+    print("ready", flush=True)
+    save_checkpoint(sys.argv[1], 0, sym, args, {})
+    print("done", flush=True)
+""")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_termination_signal_mid_write_leaves_no_temporary_file(tmp_path, signame):
+    signum = getattr(signal, signame, None)
+    if signum is None:
+        pytest.skip(f"no {signame} on this platform")
+    prefix = str(tmp_path / "big")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-c", _SAVER, prefix], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        deadline, sent = time.time() + 120, False
+        while time.time() < deadline and proc.poll() is None and not sent:
+            if any(os.path.getsize(t) > 0 for t in glob.glob(str(tmp_path / ".big-0000.params.*.tmp"))):
+                os.kill(proc.pid, signum)
+                sent = True
+            time.sleep(0.0005)
+        assert sent, "the save finished before the signal; make the params larger"
+        assert proc.wait(timeout=120) == -signum     # it still ends by the signal
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert os.listdir(tmp_path) == []                # no temporary file, no partial output
+
+
+def test_signal_handlers_are_restored_after_a_write(tmp_path):
+    from mxnet_amp.io import atomic_write
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    seen = {}
+
+    def write(tmp):
+        seen.update({s: signal.getsignal(s) for s in before})
+        with open(tmp, "w") as f:
+            f.write("x")
+    atomic_write(tmp_path / "a.txt", write)
+    assert all(seen[s] != before[s] for s in before)     # handled during the write
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_write_from_a_thread_leaves_handlers_alone(tmp_path):
+    import threading
+    from mxnet_amp.io import atomic_write
+    errors = []
+
+    def work():
+        try:
+            atomic_write(tmp_path / "t.txt", lambda tmp: open(tmp, "w").close())
+        except BaseException as err:   # noqa: BLE001 - the thread reports whatever it met
+            errors.append(err)
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert errors == [] and os.listdir(tmp_path) == ["t.txt"]
+
+
+def test_a_previous_handler_that_returns_gets_the_signal_and_a_typed_error(tmp_path):
+    from mxnet_amp.io import atomic_write
+    got = []
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        def write(tmp):
+            with open(tmp, "w") as f:
+                f.write("partial")
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)   # the handler runs at the next bytecode; never gets here whole
+        with pytest.raises(CheckpointError, match="SIGTERM"):
+            atomic_write(tmp_path / "a.txt", write)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert got == [signal.SIGTERM] and os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- 15: a folder refusing files
+
+def test_report_folder_refusing_files_fails_before_the_checkpoint(ckpt, tmp_path, capsys):
+    """/sys passes os.access(W_OK) as root, yet refuses any new file."""
+    if not os.path.isdir("/sys") or not os.access("/sys", os.W_OK):
+        pytest.skip("needs a /sys that claims to be writable")
+    code, _, err = cli(capsys, ["convert", ckpt, "--target-dtype", "bf16", "--out", tmp_path / "o",
+                                "--report", "/sys/mxnet-amp-r.json"])
+    line = error_line(err)
+    assert code == 2 and "/sys/mxnet-amp-r.json" in line and ".tmp" not in line, line
+    assert not glob.glob(str(tmp_path / "o*"))
+
+
+def test_a_refused_temporary_file_is_named_by_the_path_asked_for(tmp_path, monkeypatch):
+    """Past the up-front check (a folder that changes under us), the error still names the
+    output, not its temporary file."""
+    import tempfile
+    from mxnet_amp.errors import OutputPathError
+    from mxnet_amp.io import atomic_write
+    import mxnet_amp.paths as paths
+    monkeypatch.setattr(paths, "check_writable", lambda outputs: None)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".r.json.abc.tmp"))
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(OutputPathError, match=r"cannot write .*r\.json: Permission denied") as err:
+        atomic_write(tmp_path / "r.json", lambda tmp: None)
+    assert ".tmp" not in str(err.value)
