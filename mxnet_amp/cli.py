@@ -212,6 +212,13 @@ def _check_values(args) -> None:
         value = getattr(args, flag, None)
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise CLIError(f"--{flag} must be a finite number >= 0, got {value}")
+    value = getattr(args, "tolerance", None)
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise CLIError(f"--tolerance must be a finite number > 0, got {value}")
+    if getattr(args, "execution", None) == "native" and args.target_dtype == "float16":
+        raise CLIError("--execution native cannot run float16 here: MXNet has no float16 CPU "
+                       "kernels; use --execution emulated (or auto) to check it through "
+                       "emulation, and run the converted model on a GPU")
 
 
 def _out_prefix(args) -> str | None:
@@ -389,25 +396,32 @@ def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, 
     return name, shape
 
 
-def _sample_inputs(args) -> dict:
+def _sample_inputs(args) -> tuple[dict, dict[str, str]]:
+    """The sample inputs, and the flag that gave each (errors name that flag)."""
     import numpy as np
-    inputs = {}
+    inputs, sources = {}, {}
     for k, spec in enumerate(args.inputs):
         name, value = parse_input_spec(spec, args.seed + k)
-        inputs[name] = value
+        inputs[name], sources[name] = value, "--input"
     if args.inputs_npz:
         if not os.path.isfile(args.inputs_npz):
             raise CLIError(f"--inputs-npz: file not found: {args.inputs_npz}")
         try:
             with np.load(args.inputs_npz, allow_pickle=False) as data:
                 for name in data.files:
-                    inputs[name] = data[name]
+                    inputs[name], sources[name] = data[name], "--inputs-npz"
         except (ValueError, OSError) as err:
             raise CLIError(f"--inputs-npz {args.inputs_npz}: cannot read: {err}") from None
     if not inputs:
         raise CLIError("auto needs sample inputs: --input NAME:SHAPE, --input NAME:FILE.npy "
                        "or --inputs-npz FILE.npz")
-    return inputs
+    return inputs, sources
+
+
+def _input_flag(sources: dict[str, str], message: str = "") -> str:
+    """The flag that gave the inputs ``message`` names (all of them when it names none)."""
+    named = {flag for name, flag in sources.items() if repr(name) in message} or set(sources.values())
+    return " / ".join(sorted(named))
 
 
 def _cmd_auto(args) -> int:
@@ -418,19 +432,24 @@ def _cmd_auto(args) -> int:
     from .io import load_checkpoint, save_checkpoint
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
-    inputs = _sample_inputs(args)
+    inputs, sources = _sample_inputs(args)
     out = _out_prefix(args)
     sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
     unknown = sorted(set(inputs) - set(sym.list_arguments()))
     if unknown:
-        raise CLIError(f"--input names {unknown}, which are not inputs of {args.prefix}-symbol.json "
-                       f"(its inputs without params: "
+        raise CLIError(f"{_input_flag({n: sources[n] for n in unknown})} names {unknown}, which "
+                       f"are not inputs of {args.prefix}-symbol.json (its inputs without params: "
                        f"{[n for n in sym.list_arguments() if n not in arg_params]})")
     settings = auto_settings(args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
                              max_executions=args.max_executions)
-    new_sym, new_args, new_aux, auto = auto_convert(
-        sym, arg_params, aux_params, inputs, _options(args), settings, execution=args.execution,
-        data_names=args.data_names, quiet=not sys.stderr.isatty())
+    try:
+        new_sym, new_args, new_aux, auto = auto_convert(
+            sym, arg_params, aux_params, inputs, _options(args), settings,
+            execution=args.execution, data_names=args.data_names, quiet=not sys.stderr.isatty())
+    except AMPError as err:   # "sample_inputs" is --input or --inputs-npz: say which
+        text = str(err)
+        err.args = (text.replace("sample_inputs", _input_flag(sources, text)),)
+        raise
     if not auto.reference_finite:
         raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "
                        "(--input / --inputs-npz), so the converted model cannot be checked "
@@ -502,7 +521,7 @@ def _warnings_said_at_once():
     shown: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        text = error_text(message)
+        text = _in_cli_terms(error_text(message))
         if issubclass(category, (UserWarning, RuntimeWarning)) and text not in shown:
             shown.add(text)
             _say(f"{PROG}: warning: {text}")

@@ -280,3 +280,119 @@ def test_a_refused_temporary_file_is_named_by_the_path_asked_for(tmp_path, monke
     with pytest.raises(OutputPathError, match=r"cannot write .*r\.json: Permission denied") as err:
         atomic_write(tmp_path / "r.json", lambda tmp: None)
     assert ".tmp" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- 12: sample input dtypes
+
+@pytest.mark.parametrize("dtype", ["float64", "int64", "bool"])
+def test_auto_takes_numeric_npy_inputs_as_float32_and_says_so(ckpt, tmp_path, capsys, dtype):
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)) * 3
+    np.save(tmp_path / "x.npy", (x > 0) if dtype == "bool" else x.astype(dtype))
+    code, _, err = cli(capsys, ["auto", ckpt, "--input", f"data:{tmp_path / 'x.npy'}", "-q",
+                                "--out", tmp_path / "o"])
+    assert code == 0, err
+    assert f"warning: --input 'data' is {dtype}: cast to float32" in err
+    assert os.path.isfile(tmp_path / "o-0000.params")
+
+
+def test_api_sample_input_of_float64_is_cast_to_float32():
+    sym, args, auxs = small_model()
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8))
+    with pytest.warns(UserWarning, match="float64: cast to float32"):
+        _, _, _, report = amp.auto_convert_model(sym, args, auxs, {"data": x}, "bfloat16",
+                                                 execution="emulated")
+    assert report.validated
+
+
+@pytest.mark.parametrize("values, said", [(np.full((2, 3, 8, 8), "a"), "<U1 values"),
+                                          (np.full((2, 3, 8, 8), np.nan, "float32"), "no finite value"),
+                                          (np.full((2, 3, 8, 8), np.inf, "float64"), "no finite value")])
+def test_unusable_sample_inputs_are_refused_naming_the_input(ckpt, tmp_path, capsys, values, said):
+    np.save(tmp_path / "x.npy", values)
+    code, _, err = cli(capsys, ["auto", ckpt, "--input", f"data:{tmp_path / 'x.npy'}", "-q",
+                                "--out", tmp_path / "o"])
+    line = error_line(err)
+    assert code == 2 and "--input 'data'" in line and said in line, line
+    assert not glob.glob(str(tmp_path / "o*"))
+
+
+def test_api_all_nan_sample_input_is_an_input_value_error():
+    from mxnet_amp.errors import InputValueError
+    sym, args, auxs = small_model()
+    with pytest.raises(InputValueError, match="sample_inputs 'data' holds no finite value"):
+        amp.auto_convert_model(sym, args, auxs, mx.nd.full((2, 3, 8, 8), np.nan), "bfloat16")
+
+
+# ----------------------------------------------------------------------------- 15: flags and inputs
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_bad_tolerance_is_named_by_its_flag(ckpt, tmp_path, capsys, value):
+    code, _, err = cli(capsys, ["auto", ckpt, "--input", "data:2x3x8x8", f"--tolerance={value}",
+                                "--out", tmp_path / "o"])
+    line = error_line(err)
+    assert code == 2 and "--tolerance must be a finite number > 0" in line, line
+    assert "ValueError" not in line
+
+
+def test_native_float16_is_refused_up_front(ckpt, tmp_path, capsys):
+    code, _, err = cli(capsys, ["auto", ckpt, "--input", "data:2x3x8x8", "--execution", "native",
+                                "--target-dtype", "fp16", "--out", tmp_path / "o"])
+    line = error_line(err)
+    assert code == 2 and "--execution native" in line and "--execution emulated" in line, line
+    assert "MXNet:" not in line
+
+
+def test_api_native_float16_on_cpu_is_a_target_dtype_error():
+    from mxnet_amp.errors import TargetDtypeError
+    sym, args, auxs = small_model()
+    with pytest.raises(TargetDtypeError, match="execution='emulated'"):
+        amp.auto_convert_model(sym, args, auxs, mx.nd.ones((2, 3, 8, 8)), "float16",
+                               execution="native")
+
+
+@pytest.mark.parametrize("arrays, said", [({"data": np.zeros((2, 3, 12, 12), "float32")}, "(5, 144)"),
+                                          ({"dat": np.zeros((2, 3, 8, 8), "float32")}, "['dat']")])
+def test_npz_inputs_are_blamed_on_inputs_npz(ckpt, tmp_path, capsys, arrays, said):
+    np.savez(tmp_path / "x.npz", **arrays)
+    code, _, err = cli(capsys, ["auto", ckpt, "--inputs-npz", tmp_path / "x.npz", "--out", tmp_path / "o"])
+    line = error_line(err)
+    assert code == 2 and "--inputs-npz" in line and said in line, line
+    assert "--input " not in line and "--input)" not in line, line
+
+
+def _symbol_api_classifier(prefix: str) -> None:
+    """conv -> relu -> FC -> SoftmaxOutput, saved by mx.model.save_checkpoint (the label
+    variable softmax_label is an argument without a param)."""
+    data = mx.sym.var("data")
+    x = mx.sym.Activation(mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), name="conv0"),
+                          act_type="relu", name="relu0")
+    sym = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(x, num_hidden=5, name="fc0"), name="softmax")
+    arg_shapes, _, _ = sym.infer_shape(data=(2, 3, 8, 8))
+    rng = np.random.default_rng(0)
+    args = {n: mx.nd.array(rng.standard_normal(s) * 0.3) for n, s in zip(sym.list_arguments(), arg_shapes)
+            if n not in ("data", "softmax_label")}
+    mx.model.save_checkpoint(prefix, 0, sym, args, {})
+
+
+def test_auto_on_a_symbol_api_classifier_needs_no_label_sample(tmp_path, capsys):
+    prefix = str(tmp_path / "cls")
+    _symbol_api_classifier(prefix)
+    code, _, err = cli(capsys, ["auto", prefix, "--input", "data:2x3x8x8", "--target-dtype", "bf16",
+                                "-q", "--out", tmp_path / "o"])
+    assert code == 0, err
+    sym, args, _ = amp.load_checkpoint(str(tmp_path / "o"), 0)
+    assert "softmax_label" in sym.list_arguments() and "softmax_label" not in args
+
+
+def test_api_loss_labels_need_no_sample_but_may_be_given():
+    from mxnet_amp.auto.inputs import loss_labels
+    from mxnet_amp.io import graph_from_symbol
+    data = mx.sym.var("data")
+    fc = mx.sym.FullyConnected(data, num_hidden=3, name="fc")
+    sym = mx.sym.LinearRegressionOutput(fc, name="reg")
+    assert loss_labels(graph_from_symbol(sym)) == {"reg_label"}
+    args = {"fc_weight": mx.nd.ones((3, 4)) * 0.1, "fc_bias": mx.nd.zeros((3,))}
+    x = mx.nd.ones((2, 4))
+    for given in (x, {"data": x}, {"data": x, "reg_label": mx.nd.zeros((2, 3))}):
+        _, _, _, report = amp.auto_convert_model(sym, args, {}, given, "bfloat16", execution="emulated")
+        assert report.validated
