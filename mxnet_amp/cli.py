@@ -424,6 +424,25 @@ def _input_flag(sources: dict[str, str], message: str = "") -> str:
     return " / ".join(sorted(named))
 
 
+@contextlib.contextmanager
+def _inputs_named_by_flag(sources: dict[str, str]):
+    """In the errors and warnings of the block, ``sample_inputs`` becomes the flag that gave
+    the input named (``--input`` or ``--inputs-npz``)."""
+    def rename(text: str) -> str:
+        return text.replace("sample_inputs", _input_flag(sources, text))
+    outer = warnings.showwarning
+
+    def show(message, category, *rest, **kwargs) -> None:
+        outer(rename(str(message)), category, *rest, **kwargs)
+    with warnings.catch_warnings():   # puts the outer showwarning back on exit
+        warnings.showwarning = show
+        try:
+            yield
+        except AMPError as err:
+            err.args = (rename(str(err)),)
+            raise
+
+
 def _cmd_auto(args) -> int:
     try:
         from .auto import auto_convert, auto_settings
@@ -442,14 +461,10 @@ def _cmd_auto(args) -> int:
                        f"{[n for n in sym.list_arguments() if n not in arg_params]})")
     settings = auto_settings(args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
                              max_executions=args.max_executions)
-    try:
+    with _inputs_named_by_flag(sources):
         new_sym, new_args, new_aux, auto = auto_convert(
             sym, arg_params, aux_params, inputs, _options(args), settings,
             execution=args.execution, data_names=args.data_names, quiet=not sys.stderr.isatty())
-    except AMPError as err:   # "sample_inputs" is --input or --inputs-npz: say which
-        text = str(err)
-        err.args = (text.replace("sample_inputs", _input_flag(sources, text)),)
-        raise
     if not auto.reference_finite:
         raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "
                        "(--input / --inputs-npz), so the converted model cannot be checked "

@@ -295,6 +295,14 @@ def test_auto_takes_numeric_npy_inputs_as_float32_and_says_so(ckpt, tmp_path, ca
     assert os.path.isfile(tmp_path / "o-0000.params")
 
 
+def test_npz_input_cast_is_said_of_inputs_npz(ckpt, tmp_path, capsys):
+    np.savez(tmp_path / "x.npz", data=np.ones((2, 3, 8, 8)))
+    code, _, err = cli(capsys, ["auto", ckpt, "--inputs-npz", tmp_path / "x.npz", "-q",
+                                "--out", tmp_path / "o"])
+    assert code == 0, err
+    assert "warning: --inputs-npz 'data' is float64: cast to float32" in err
+
+
 def test_api_sample_input_of_float64_is_cast_to_float32():
     sym, args, auxs = small_model()
     x = np.random.default_rng(0).standard_normal((2, 3, 8, 8))
