@@ -36,6 +36,16 @@ EXIT_ERROR = 2
 _DTYPE_METAVAR = "{float16,bfloat16}"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line errors of every other failure: ``mxnet-amp: error: ...``
+    and exit code 2, instead of the whole usage text (subcommand parsers are of this class
+    too: ``add_subparsers`` makes them with the class of their parent)."""
+
+    def error(self, message: str):
+        _say(f"{PROG}: error: {message} (see '{self.prog} --help')")
+        raise SystemExit(EXIT_ERROR)
+
+
 def _target_dtype(text: str) -> str:
     """``--target-dtype`` value: the aliases of :func:`mxnet_amp.policy.check_target_dtype`."""
     from .policy import check_target_dtype
@@ -97,7 +107,7 @@ def _input_shape_option(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``mxnet-amp`` (one subparser per command)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, description="Automatic mixed precision (float16 / bfloat16) for MXNet 1.9 models.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
@@ -202,6 +212,13 @@ def _check_values(args) -> None:
         value = getattr(args, flag, None)
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise CLIError(f"--{flag} must be a finite number >= 0, got {value}")
+    value = getattr(args, "tolerance", None)
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise CLIError(f"--tolerance must be a finite number > 0, got {value}")
+    if getattr(args, "execution", None) == "native" and args.target_dtype == "float16":
+        raise CLIError("--execution native cannot run float16 here: MXNet has no float16 CPU "
+                       "kernels; use --execution emulated (or auto) to check it through "
+                       "emulation, and run the converted model on a GPU")
 
 
 def _out_prefix(args) -> str | None:
@@ -379,25 +396,51 @@ def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, 
     return name, shape
 
 
-def _sample_inputs(args) -> dict:
+def _sample_inputs(args) -> tuple[dict, dict[str, str]]:
+    """The sample inputs, and the flag that gave each (errors name that flag)."""
     import numpy as np
-    inputs = {}
+    inputs, sources = {}, {}
     for k, spec in enumerate(args.inputs):
         name, value = parse_input_spec(spec, args.seed + k)
-        inputs[name] = value
+        inputs[name], sources[name] = value, "--input"
     if args.inputs_npz:
         if not os.path.isfile(args.inputs_npz):
             raise CLIError(f"--inputs-npz: file not found: {args.inputs_npz}")
         try:
             with np.load(args.inputs_npz, allow_pickle=False) as data:
                 for name in data.files:
-                    inputs[name] = data[name]
+                    inputs[name], sources[name] = data[name], "--inputs-npz"
         except (ValueError, OSError) as err:
             raise CLIError(f"--inputs-npz {args.inputs_npz}: cannot read: {err}") from None
     if not inputs:
         raise CLIError("auto needs sample inputs: --input NAME:SHAPE, --input NAME:FILE.npy "
                        "or --inputs-npz FILE.npz")
-    return inputs
+    return inputs, sources
+
+
+def _input_flag(sources: dict[str, str], message: str = "") -> str:
+    """The flag that gave the inputs ``message`` names (all of them when it names none)."""
+    named = {flag for name, flag in sources.items() if repr(name) in message} or set(sources.values())
+    return " / ".join(sorted(named))
+
+
+@contextlib.contextmanager
+def _inputs_named_by_flag(sources: dict[str, str]):
+    """In the errors and warnings of the block, ``sample_inputs`` becomes the flag that gave
+    the input named (``--input`` or ``--inputs-npz``)."""
+    def rename(text: str) -> str:
+        return text.replace("sample_inputs", _input_flag(sources, text))
+    outer = warnings.showwarning
+
+    def show(message, category, *rest, **kwargs) -> None:
+        outer(rename(str(message)), category, *rest, **kwargs)
+    with warnings.catch_warnings():   # puts the outer showwarning back on exit
+        warnings.showwarning = show
+        try:
+            yield
+        except AMPError as err:
+            err.args = (rename(str(err)),)
+            raise
 
 
 def _cmd_auto(args) -> int:
@@ -408,19 +451,20 @@ def _cmd_auto(args) -> int:
     from .io import load_checkpoint, save_checkpoint
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
-    inputs = _sample_inputs(args)
+    inputs, sources = _sample_inputs(args)
     out = _out_prefix(args)
     sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
     unknown = sorted(set(inputs) - set(sym.list_arguments()))
     if unknown:
-        raise CLIError(f"--input names {unknown}, which are not inputs of {args.prefix}-symbol.json "
-                       f"(its inputs without params: "
+        raise CLIError(f"{_input_flag({n: sources[n] for n in unknown})} names {unknown}, which "
+                       f"are not inputs of {args.prefix}-symbol.json (its inputs without params: "
                        f"{[n for n in sym.list_arguments() if n not in arg_params]})")
     settings = auto_settings(args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
                              max_executions=args.max_executions)
-    new_sym, new_args, new_aux, auto = auto_convert(
-        sym, arg_params, aux_params, inputs, _options(args), settings, execution=args.execution,
-        data_names=args.data_names, quiet=not sys.stderr.isatty())
+    with _inputs_named_by_flag(sources):
+        new_sym, new_args, new_aux, auto = auto_convert(
+            sym, arg_params, aux_params, inputs, _options(args), settings,
+            execution=args.execution, data_names=args.data_names, quiet=not sys.stderr.isatty())
     if not auto.reference_finite:
         raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "
                        "(--input / --inputs-npz), so the converted model cannot be checked "
@@ -485,6 +529,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+@contextlib.contextmanager
+def _warnings_said_at_once():
+    """Print each warning (once per text) on stderr the moment it is given: before the
+    "wrote ..." lines it concerns, and not lost when the command fails afterwards."""
+    shown: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = _in_cli_terms(error_text(message))
+        if issubclass(category, (UserWarning, RuntimeWarning)) and text not in shown:
+            shown.add(text)
+            _say(f"{PROG}: warning: {text}")
+    with warnings.catch_warnings():   # restores the filters and showwarning on exit
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        yield
+
+
 # --- entry point --------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -498,17 +559,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
     os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with _warnings_said_at_once():
             _check_outputs(args)
-            code = args.run(args)
-        shown = set()
-        for w in caught:
-            text = error_text(w.message)
-            if issubclass(w.category, (UserWarning, RuntimeWarning)) and text not in shown:
-                shown.add(text)
-                _say(f"{PROG}: warning: {text}")
-        return code
+            return args.run(args)
     except KeyboardInterrupt:
         _say(f"{PROG}: interrupted")
         return 130

@@ -162,11 +162,7 @@ def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: i
              else graph.nodes[i].name for i in drawn}
     node_edges = sorted({(e.node, i) for i in drawn if not graph.nodes[i].is_variable
                          for e in graph.nodes[i].inputs if e.node in drawn_set})
-    n_ops = sum(1 for n in conversion.original.nodes if not n.is_variable)
-    n_casts = sum(1 for n in graph.nodes if n.op in CAST_OPS)
-    summary = (f"{n_ops} op nodes in {conversion.policy.target_dtype} mixed precision, "
-               f"{n_casts} casts inserted")
-    title = f"{title}: {summary}" if title else summary
+    title = _title(title, graph, dtypes, conversion.policy.target_dtype)
     if detail_limit is None or len(drawn) <= detail_limit:
         return _detailed(graph, drawn, dtypes, prefix, short, node_edges, title)
     groups = _repeat_groups(graph, _segments(drawn, node_edges), dtypes, short, drawn_set)
@@ -180,6 +176,18 @@ def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: i
             split.append((block, n, every))
     groups = _merge_to(split, max_boxes, lambda g: _run_class(graph, g[2], dtypes, islands))
     return _collapsed(graph, groups, dtypes, short, node_edges, title)
+
+
+def _title(name: str, graph, dtypes: list[str], target: str) -> str:
+    """``name: 348 op nodes: 208 bfloat16, 140 float32; 35 casts inserted`` (how many
+    compute in which dtype: "in bfloat16 mixed precision" read as all of them)."""
+    per = Counter(dtypes[i] for i, n in enumerate(graph.nodes)
+                  if not n.is_variable and n.op not in CAST_OPS)
+    order = sorted(per, key=lambda d: (d != target, d != "float32", d))
+    n_casts = sum(1 for n in graph.nodes if n.op in CAST_OPS)
+    summary = (f"{sum(per.values())} op nodes: " + ", ".join(f"{per[d]} {d}" for d in order)
+               + f"; {n_casts} casts inserted")
+    return f"{name}: {summary}" if name else summary
 
 
 def _box_kind(node) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "OverwriteError",
     "OutputPathError",
     "InputShapeError",
+    "InputValueError",
     "error_text",
 ]
 
@@ -106,8 +107,14 @@ class InputShapeError(AMPError, ValueError):
     symbol, whatever the params."""
 
 
+class InputValueError(AMPError, ValueError):
+    """A sample input (``sample_inputs``, ``--input``) holds values no model input takes
+    (strings, objects) or nothing to check with (no finite value)."""
+
+
 class TargetDtypeError(AMPError, ValueError):
-    """``target_dtype`` is not one of the low precision dtypes mxnet-amp converts to."""
+    """``target_dtype`` is not one of the low precision dtypes mxnet-amp converts to, or
+    cannot run natively where that is asked (float16 on a CPU)."""
 
 
 def error_text(err: BaseException | str, limit: int = 2000) -> str:

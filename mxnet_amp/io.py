@@ -12,7 +12,7 @@ import tempfile
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .errors import CheckpointError, GraphError, error_text
+from .errors import CheckpointError, GraphError, OutputPathError, error_text
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
 
@@ -175,32 +175,48 @@ def atomic_writes(files: Sequence[tuple[str | os.PathLike, Callable[[str], objec
     never a truncated one. A path whose folder is missing or not writable, or that is a
     folder, raises :class:`~mxnet_amp.errors.OutputPathError` naming it before anything
     is written."""
+    from .interrupts import signals_unwind
     from .paths import check_writable
-    files = list(files)
+    files = [(os.fspath(path), write) for path, write in files]
     check_writable([("output file", path) for path, _ in files])
     umask = os.umask(0)
     os.umask(umask)
     done: list[tuple[str, str]] = []
+    # SIGTERM / SIGHUP unwind like Ctrl-C, so the temporary files go with the write
+    with signals_unwind("writing " + ", ".join(path for path, _ in files)):
+        try:
+            for path, write in files:
+                done.append((_temp_beside(path), path))
+                write(done[-1][0])
+                with open(done[-1][0], "rb") as f:
+                    os.fsync(f.fileno())
+                # mkstemp creates the file 0600; give it the mode a plain open() would
+                os.chmod(done[-1][0], 0o666 & ~umask)
+            for tmp, path in done:
+                os.replace(tmp, path)
+        except BaseException as err:
+            for tmp, _ in done:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            if isinstance(err, OSError) and err.filename in {tmp for tmp, _ in done}:
+                # the temporary name means nothing to the user: name the file asked for
+                path = next(p for tmp, p in done if tmp == err.filename)
+                raise OutputPathError(f"cannot write {path}: {err.strerror or err}") from err
+            raise
+
+
+def _temp_beside(path: str) -> str:
+    """A new empty hidden file beside ``path`` (same folder: the rename stays atomic);
+    :class:`OutputPathError` naming ``path`` when the folder refuses it."""
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        for path, write in files:
-            path = os.fspath(path)
-            folder = os.path.dirname(os.path.abspath(path))
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                       dir=folder)
-            os.close(fd)
-            done.append((tmp, path))
-            write(tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            # mkstemp creates the file 0600; give it the mode a plain open() would
-            os.chmod(tmp, 0o666 & ~umask)
-        for tmp, path in done:
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in done:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        raise
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=folder)
+    except OSError as err:
+        raise OutputPathError(f"cannot write {path}: {err.strerror or err} (creating a "
+                              f"file in {folder})") from None
+    os.close(fd)
+    return tmp
 
 
 def _text_writer(text: str):

@@ -56,6 +56,19 @@ class ConvertOptions:
         missing = sorted(self.excluded - {n.name for n in graph.nodes})
         if missing:
             raise GraphError(f"excluded_sym_names {missing} name no node of the symbol")
+        # a variable (weight or input) computes nothing: excluding it would keep nothing in
+        # float32, silently; its readers are what the user means
+        index = {n.name: i for i, n in enumerate(graph.nodes) if n.is_variable}
+        variables = sorted(self.excluded & set(index))
+        if variables:
+            readers = {name: [f"{n.name} ({n.op})" for n in graph.nodes
+                              if any(e.node == index[name] for e in n.inputs)]
+                       for name in variables}
+            said = "; ".join(f"{name} is read by {', '.join(r) or 'no op'}"
+                             for name, r in readers.items())
+            raise GraphError(f"excluded_sym_names {variables} name variables (weights or "
+                             f"inputs), not op nodes: exclude the ops that read them instead "
+                             f"({said})")
 
 
 def make_options(target_dtype: str = "float16",

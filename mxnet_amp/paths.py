@@ -79,7 +79,9 @@ def refuse_overwrite(inputs: Iterable[Labelled], outputs: Iterable[Labelled]) ->
 
 def check_writable(outputs: Iterable[Labelled]) -> None:
     """Raise :class:`OutputPathError` when an output's folder is missing or not writable,
-    or the output is a folder."""
+    or the output is a folder. Each folder is also asked for a file: some refuse one
+    whatever their permission bits say (read-only or special file systems, quotas)."""
+    probed: set[str] = set()
     for label, path in outputs:
         if path is None:
             continue
@@ -92,6 +94,25 @@ def check_writable(outputs: Iterable[Labelled]) -> None:
         # the file is written beside its final name and renamed: the folder must be writable
         if not os.access(folder, os.W_OK | os.X_OK):
             raise OutputPathError(f"cannot write the {label} {path}: folder {folder} is not writable")
+        if folder not in probed:
+            probed.add(folder)
+            why = _refusal(folder)
+            if why:
+                raise OutputPathError(f"cannot write the {label} {path}: folder {folder} "
+                                      f"refuses new files ({why})")
+
+
+def _refusal(folder: str) -> str | None:
+    """Why ``folder`` refuses a new file (None when it takes one): a hidden empty file is
+    created there and removed, as the write will do."""
+    import tempfile
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".mxnet-amp-", suffix=".tmp", dir=folder)
+    except OSError as err:
+        return err.strerror or str(err)
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 def check_outputs(inputs: Sequence[Labelled], outputs: Sequence[Labelled]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Mapping
@@ -178,7 +179,9 @@ class ConversionReport:
         lines += ["", f"Nodes kept in float32: {len(self.fp32_nodes)}"]
         for reason, names in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
             shown = ", ".join(names[:max_names]) + (f", … (+{len(names) - max_names})" if len(names) > max_names else "")
-            lines.append(f"  {len(names):>5}  {reason if len(reason) <= 110 else reason[:109] + '…'}")
+            # wrapped at word boundaries, never cut: the reason is the table's answer
+            wrapped = textwrap.wrap(reason, 110, break_long_words=False, break_on_hyphens=False)
+            lines.append(f"  {len(names):>5}  " + ("\n" + " " * 9).join(wrapped or [""]))
             lines.append(f"         {shown}")
         if self.unlisted_ops:
             lines += ["", "Ops in no list (kept in float32): " + ", ".join(self.unlisted_ops)]
@@ -371,7 +374,7 @@ def report_notes(report: ConversionReport) -> list[str]:
     auto = report.extra.get("auto")
     if isinstance(auto, Mapping):
         notes += [str(n) for n in auto.get("notes", ())]
-    return notes
+    return list(dict.fromkeys(notes))   # each said once, in order
 
 
 def summary_rows(report: ConversionReport) -> list[tuple[str, str]]:

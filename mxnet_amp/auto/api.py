@@ -13,7 +13,8 @@ from ..params import check_param_shapes, param_dict
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
 from .records import AutoReport, AutoSettings, KeptNode, OutputCheck
-from .runner import _context, _execution_mode, _input_names, _Runs, _sample_inputs
+from .inputs import input_names, sample_inputs as _sample_inputs
+from .runner import _context, _execution_mode, _Runs
 from .search import _low_nodes, _reference_and_search
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -141,13 +142,13 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     from tqdm.auto import tqdm
     ctx = _context(ctx)
     mode, mode_note = _execution_mode(options.target_dtype, ctx, execution)
-    data_names = _input_names(sym, arg_params, data_names)
-    inputs = _sample_inputs(sample_inputs, data_names, ctx)
+    data_names = input_names(sym, arg_params, data_names)
+    original = graph_from_symbol(sym)
+    inputs = _sample_inputs(sample_inputs, data_names, ctx, sym, original)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     # the sample inputs' shapes reach every weight: a wrong one is named before any run
     check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
                        shapes_from="sample_inputs")
-    original = graph_from_symbol(sym)
     options.check_excluded(original)
     notes = [mode_note] if mode_note else []
     progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", disable=quiet, leave=False)

@@ -3,14 +3,14 @@ emulated), execution counting and the per-configuration cache."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from ..convert import Conversion, convert_model_full
-from ..errors import GraphError, ParamError
+from ..errors import ParamError, TargetDtypeError
 from ..options import ConvertOptions
-from ..params import name_list, recast_params
+from ..params import recast_params
 from .measure import check_outputs
 from .records import AutoSettings, OutputCheck, SearchStep
 
@@ -142,6 +142,11 @@ def _execution_mode(target_dtype: str, ctx, execution: str) -> tuple[str, str | 
     from ..hardware import bf16_runs_natively, fp16_runs_natively
     if execution not in ("auto", "native", "emulated"):
         raise ValueError(f"execution must be 'auto', 'native' or 'emulated', got {execution!r}")
+    if execution == "native" and target_dtype == "float16" and ctx.device_type == "cpu":
+        # refused here, not by MXNet's "FP16 gemm on cpu not implemented" mid-search
+        raise TargetDtypeError(f"execution='native' cannot run float16 on {ctx}: MXNet has no "
+                               "float16 CPU kernels (float16 runs natively only on a GPU); use "
+                               "execution='emulated' to check it through mxnet_amp.emulation")
     if execution != "auto":
         return execution, None
     if target_dtype == "float16":
@@ -153,41 +158,3 @@ def _execution_mode(target_dtype: str, ctx, execution: str) -> tuple[str, str | 
         return "native", None
     return "emulated", (f"bfloat16 matrix ops do not execute on this {ctx} (oneDNN needs "
                         "avx512); the checks ran the converted model through mxnet_amp.emulation")
-
-
-def _sample_inputs(sample_inputs, data_names: Sequence[str], ctx) -> dict:
-    import mxnet as mx
-    if isinstance(sample_inputs, Mapping):
-        given = dict(sample_inputs)
-    elif isinstance(sample_inputs, (list, tuple)):
-        if len(sample_inputs) != len(data_names):
-            raise GraphError(f"sample_inputs holds {len(sample_inputs)} arrays but the model "
-                             f"has {len(data_names)} inputs {list(data_names)}")
-        given = dict(zip(data_names, sample_inputs))
-    elif len(data_names) == 1:
-        given = {data_names[0]: sample_inputs}
-    else:
-        raise GraphError(f"the model has inputs {list(data_names)}: pass sample_inputs as a "
-                         "dict of name to array")
-    missing = [n for n in data_names if n not in given]
-    extra = sorted(set(given) - set(data_names))
-    if missing or extra:
-        raise GraphError(f"sample_inputs must give exactly the model inputs {list(data_names)}"
-                         + (f"; missing {missing}" if missing else "")
-                         + (f"; not inputs of the model: {extra}" if extra else ""))
-    out = {}
-    for name in data_names:
-        value = given[name]
-        if isinstance(value, mx.nd.NDArray):
-            out[name] = value.copyto(ctx)   # never bind the caller's array
-        else:
-            arr = np.asarray(value)
-            out[name] = mx.nd.array(arr, ctx=ctx, dtype=arr.dtype if arr.dtype.kind in "iuf" else np.float32)
-    return out
-
-
-def _input_names(sym: Symbol, arg_params: Mapping, data_names: Sequence[str] | None) -> list[str]:
-    """The model inputs: ``data_names``, else the arguments without a param."""
-    if data_names is None:
-        return [n for n in sym.list_arguments() if n not in arg_params]
-    return name_list(data_names)

@@ -1,0 +1,72 @@
+"""Termination signals during a write: unwind it like Ctrl-C, then end as the signal would.
+
+Ctrl-C raises :class:`KeyboardInterrupt`, so an interrupted :func:`mxnet_amp.io.atomic_writes`
+removes its temporary files on the way out. SIGTERM (``kill``, a batch scheduler, a container
+stop) and SIGHUP (a closed terminal) kill the process without running any Python, leaving a
+hidden ``.NAME.XXXX.tmp`` beside the output (as large as the params). While a write runs,
+:func:`signals_unwind` turns them into an exception too; after the clean-up the previous
+handler is put back and the signal raised again, so the process ends as it would have.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+from .errors import CheckpointError
+
+__all__ = ["signals_unwind", "TerminationSignal"]
+
+# the signals that end a process by default and that a user or a system sends to stop it
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class TerminationSignal(BaseException):
+    """A termination signal arrived inside :func:`signals_unwind` (a BaseException, like
+    KeyboardInterrupt: ``except Exception`` must not swallow it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise(signum: int, frame) -> None:
+    raise TerminationSignal(signum)
+
+
+@contextlib.contextmanager
+def signals_unwind(what: str = "the write") -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`TerminationSignal` (so ``finally``
+    and ``except BaseException`` clean-ups run); on leaving, the previous handlers are back
+    and a signal caught is raised again under them (default: the process ends by it).
+
+    When a previous Python handler returns instead of ending the process, a
+    :class:`~mxnet_amp.errors.CheckpointError` says that ``what`` did not happen.
+
+    Only the main thread can set handlers (Python's rule): elsewhere, and for a signal that
+    is ignored (``nohup``) or whose handler was not set from Python, nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for signum in _SIGNALS:
+        old = signal.getsignal(signum)
+        if old is None or old == signal.SIG_IGN:
+            continue
+        previous[signum] = old
+        signal.signal(signum, _raise)
+    caught = None
+    try:
+        yield
+    except TerminationSignal as err:
+        caught = err
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+    if caught is not None:
+        # the previous handler decides: the default ends the process by this signal; a
+        # Python handler runs (and may raise); if it returns, the write still did not happen
+        signal.raise_signal(caught.signum)
+        raise CheckpointError(f"{what} was {caught}; nothing was written") from None
