@@ -166,6 +166,11 @@ def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: i
     n_casts = sum(1 for n in graph.nodes if n.op in CAST_OPS)
     summary = (f"{n_ops} op nodes in {conversion.policy.target_dtype} mixed precision, "
                f"{n_casts} casts inserted")
+    folded = len(conversion.folded_batchnorms)
+    if folded and conversion.input_figures is not None:
+        # the picture is of the folded graph: say what the input had
+        summary += (f", {folded} BatchNorms folded (input: "
+                    f"{conversion.input_figures['op_nodes']} op nodes)")
     title = f"{title}: {summary}" if title else summary
     if detail_limit is None or len(drawn) <= detail_limit:
         return _detailed(graph, drawn, dtypes, prefix, short, node_edges, title)

@@ -64,7 +64,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        widest_dtype_ops: Sequence[str] | None = None,
                        conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                        data_names: Sequence[str] | None = None, cast_optional_params: bool = True,
-                       fold_batchnorm: bool = False, underflow_fraction: float = 0.1,
+                       fold_batchnorm: bool = True, underflow_fraction: float = 0.1,
                        max_executions: int | None = None, quiet: bool = False,
                        follow_ops: Sequence[str] | None = None
                        ) -> tuple[Symbol, dict, dict, AutoReport]:
@@ -101,7 +101,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops,
     conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm
         As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
-        BatchNorm excluded, or after an excluded op, is not folded).
+        BatchNorm excluded, or after an excluded op, is not folded). Folding is on by
+        default, and every check runs the model as it is returned: folded the same way.
     underflow_fraction : float, default 0.1
         A tensor is an underflow culprit when at least this fraction of its nonzero float32
         values flush to zero in ``target_dtype``.
