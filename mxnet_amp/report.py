@@ -300,6 +300,10 @@ def _params_before_after(conversion, arg_params, aux_params, new_arg_params,
         # the originals are gone (a checkpoint converted in place): their shapes are the
         # new arrays' shapes and their dtypes are what the conversion was given
         before = _param_stats_from_shapes(after_arrays, given)
+    figures = conversion.input_figures
+    if conversion.folded_batchnorms and figures is not None:
+        # "before" is the model as given, not the folded graph the conversion started from
+        before = ParamStats(figures["params"], figures["param_bytes"], figures["by_dtype"])
     return before, _param_stats(after_arrays, after_dtypes)
 
 
@@ -364,10 +368,6 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
 
     before, after = _params_before_after(conversion, arg_params, aux_params,
                                          new_arg_params, new_aux_params)
-    figures = conversion.input_figures
-    if conversion.folded_batchnorms and figures is not None:
-        # "before" is the model as given, not the folded graph the conversion started from
-        before = ParamStats(figures["params"], figures["param_bytes"], figures["by_dtype"])
     return ConversionReport(
         target_dtype=conversion.policy.target_dtype,
         model=model,
@@ -385,10 +385,15 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         excluded=tuple(sorted(excluded_set)),
         fallbacks=tuple(result.fallbacks),
         unlisted_ops=tuple(sorted(result.unlisted_ops)),
-        folded_batchnorms=tuple(bn for bn, _ in conversion.folded_batchnorms),
-        kept_batchnorms=tuple(conversion.kept_batchnorms),
-        input_model=conversion.input_figures,
+        **_folding(conversion),
     )
+
+
+def _folding(conversion: Conversion) -> dict:
+    """The report's BatchNorm folding fields."""
+    return {"folded_batchnorms": tuple(bn for bn, _ in conversion.folded_batchnorms),
+            "kept_batchnorms": tuple(conversion.kept_batchnorms),
+            "input_model": conversion.input_figures}
 
 
 _CSS = """body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222}
