@@ -309,3 +309,49 @@ def test_checkpoint_path_loads_with_mxnet_and_binds_fused(tmp_path, native_bf16)
     native = rel_error(_module_outputs(s2, a2, b2, x), ref)
     emulated = rel_error(run(*amp.emulate_model(s, a, b), {"data": x})[0], ref)
     assert native <= 1.5 * emulated + 0.005, (native, emulated)
+
+
+def test_every_converter_with_params_defaults_to_folding():
+    import inspect
+    for fn in (amp.convert_model, amp.convert_hybrid_block, amp.convert_checkpoint,
+               amp.convert_bucketing_module, amp.auto_convert_model):
+        assert inspect.signature(fn).parameters["fold_batchnorm"].default is True, fn.__name__
+    from mxnet_amp.options import make_options
+    assert make_options().fold_batchnorm is True
+
+
+def _conv_bn_sym_gen(width):
+    d = mx.sym.var("data")
+    c = mx.sym.Convolution(d, num_filter=6, kernel=(3, 3), pad=(1, 1), name="conv")
+    b = mx.sym.relu(mx.sym.BatchNorm(c, fix_gamma=False, name="bn"))
+    p = mx.sym.Pooling(b, global_pool=True, kernel=(1, 1), pool_type="avg")
+    return mx.sym.FullyConnected(p, num_hidden=3, name="fc"), ("data",), None
+
+
+def test_bucketing_module_folds_every_bucket():
+    """The default bucket and a bucket bound later both run folded (no BatchNorm), on the
+    same folded params, close to the float32 module."""
+    def batch(w):
+        return mx.io.DataBatch([mx.nd.array(np.random.RandomState(w).randn(2, 3, 8, w))],
+                               provide_data=[mx.io.DataDesc("data", (2, 3, 8, w))])
+    mod = mx.mod.BucketingModule(_conv_bn_sym_gen, default_bucket_key=8, context=mx.cpu())
+    mod.bind(batch(8).provide_data, for_training=False)
+    mx.random.seed(0)
+    mod.init_params(mx.init.Xavier())
+    args, auxs = mod.get_params()
+    auxs = {k: mx.nd.array(np.random.RandomState(1).uniform(0.5, 2, v.shape)) for k, v in auxs.items()}
+    mod.set_params(args, auxs)
+    refs = {}
+    for w in (8, 6):
+        mod.forward(batch(w), is_train=False)
+        refs[w] = mod.get_outputs()[0].asnumpy()
+    mod16 = amp.convert_bucketing_module(mod, "bfloat16")
+    mod16.bind(batch(8).provide_data, for_training=False)
+    new_args, new_auxs = mod16.get_params()
+    assert "bn_gamma" not in new_args and new_auxs == {}
+    for w in (8, 6):
+        mod16.switch_bucket(w, batch(w).provide_data)
+        assert "BatchNorm" not in {n.op for n in graph_from_symbol(mod16.symbol).nodes}
+        got = run(*amp.emulate_model(mod16.symbol, new_args, new_auxs),
+                  {"data": batch(w).data[0].asnumpy()})[0]
+        assert rel_error(got, refs[w]) < 2e-2
