@@ -425,8 +425,9 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         (``<producer>_bias``); see :mod:`mxnet_amp.passes.fold_batchnorm`. On by default
         (``mx.contrib.amp`` does not fold): MXNet's oneDNN subgraph backend, on by default in
         ``Module.bind`` / ``simple_bind`` / the C predict API, otherwise folds each
-        BatchNorm into the bf16 convolution before it in bf16, 10-25x less accurate
-        (resnet50_v1: 0.152 relative error against 0.005 folded here). False keeps them
+        BatchNorm into the bf16 convolution before it in bf16, 2-19x less accurate
+        (resnet50_v1: 0.102 relative error against 0.0054 folded here; see
+        docs/deploy_fidelity.md). False keeps them
         (a model to fine-tune with its BatchNorms).
 
     Returns
