@@ -6,7 +6,6 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..convert import Conversion
-from ..graph import Graph
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
 from ..params import check_param_shapes, param_dict
@@ -162,7 +161,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         model = runs.final(excluded)
     finally:
         progress.close()
-    report = _auto_report(runs, original, excluded, kept, model[3], notes, reference_finite)
+    report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite)
     if not report.validated:
         import warnings
         warnings.warn("auto_convert_model: the returned model did not validate "
@@ -170,7 +169,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     return model[0], model[1], model[2], report
 
 
-def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[KeptNode, ...],
+def _auto_report(runs: _Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
                  conversion: Conversion, notes: list[str], reference_finite: bool) -> AutoReport:
     """The :class:`AutoReport` of the returned model (``excluded`` kept in float32)."""
     result = runs.results.get(excluded) or OutputCheck(
@@ -180,7 +179,8 @@ def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[
         kept_fp32=kept, executions=runs.executions, validated=result.passed,
         tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
         rtol=runs.rtol, atol=runs.atol,
-        op_nodes=sum(1 for n in original.nodes if not n.is_variable),
+        # the graph converted (BatchNorms folded by default), as low_precision_nodes counts
+        op_nodes=sum(1 for n in conversion.original.nodes if not n.is_variable),
         low_precision_nodes=len(_low_nodes(conversion)), criterion=result.criterion,
         tolerance=runs.tolerance if result.criterion == "scale" else None,
         relative_error=result.relative_error, top1_flips=result.top1_flips,
