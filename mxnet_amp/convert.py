@@ -371,6 +371,8 @@ def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
     figures = input_figures(graph, arg_params, aux_params)
     folded = kept = ()
     if options.fold_batchnorm:
+        # the names are the caller's, of the graph as given (folding drops BatchNorm params)
+        options.check_excluded(graph)
         graph, arg_params, aux_params, folded, kept = fold_model(graph, arg_params, aux_params,
                                                                  options.excluded)
     param_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
