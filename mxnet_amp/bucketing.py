@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from .convert import convert_graph, convert_model_full
-from .errors import ParamError
+from .errors import GraphError, ParamError
 from .io import graph_from_symbol
 from .options import ConvertOptions, make_options
 from .params import array_dtype
@@ -36,13 +36,32 @@ def _node_names(sym) -> set[str]:
     return {n.name for n in graph_from_symbol(sym).nodes}
 
 
+def _folded_bucket(graph, originals: Mapping, options: ConvertOptions, present: set[str],
+                   param_dtypes: Mapping[str, str]):
+    """``graph`` with its BatchNorms folded as the default bucket's were (from the original
+    float32 params: the same arithmetic gives the same folded weights); a bucket where
+    folding reads a param the default bucket's folding did not produce is refused."""
+    from .convert import fold_model
+    if not options.fold_batchnorm:
+        return graph
+    used = {n.name for n in graph.variables()}
+    args = {k: v for k, v in originals.items() if k in used}
+    graph, *_ = fold_model(graph, args, {}, options.excluded & present)
+    extra = sorted({n.name for n in graph.variables()} & set(originals) - set(param_dtypes))
+    if extra:
+        raise GraphError(f"this bucket's BatchNorms fold differently from the default bucket's "
+                         f"(it reads {extra[:5]}, folded away there); convert with "
+                         "fold_batchnorm=False")
+    return graph
+
+
 def _converted_sym_gen(sym_gen: Callable, state_names: Sequence[str],
                        param_dtypes: Mapping[str, str], options: ConvertOptions,
-                       first: tuple) -> Callable:
+                       first: tuple, originals: Mapping) -> Callable:
     """A sym_gen returning each bucket's converted symbol (memoised per key).
 
     ``first`` is ``(key, (symbol, data_names, label_names))`` of the bucket already
-    converted (the default one)."""
+    converted (the default one); ``originals`` the module's float32 params (folding)."""
     done = {first[0]: first[1]}
 
     def converted_sym_gen(key):
@@ -52,6 +71,7 @@ def _converted_sym_gen(sym_gen: Callable, state_names: Sequence[str],
         graph = graph_from_symbol(sym)
         inputs = [*(data_names or ()), *(label_names or ()), *state_names]
         present = {n.name for n in graph.nodes}
+        graph = _folded_bucket(graph, originals, options, present, param_dtypes)
         variables = {n.name for n in graph.variables()} - set(inputs)
         conversion = convert_graph(
             graph, _bucket_options(options, present), data_names=inputs,
@@ -78,7 +98,8 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
                              excluded_sym_names: Sequence[str] | None = None,
                              cast_optional_params: bool = True, *,
                              widest_dtype_ops: Sequence[str] | None = None,
-                             follow_ops: Sequence[str] | None = None) -> BucketingModule:
+                             follow_ops: Sequence[str] | None = None,
+                             fold_batchnorm: bool = True) -> BucketingModule:
     """Convert an fp32 ``BucketingModule`` to mixed precision for inference.
 
     Same positional parameters as ``mx.contrib.amp.convert_bucketing_module``.
@@ -95,6 +116,8 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
         unrolled network's longer buckets have nodes the shorter ones lack).
     cast_optional_params : bool, default True
         As in :func:`mxnet_amp.convert_model`, decided on the default bucket's graph.
+    fold_batchnorm : bool, default True
+        As in :func:`mxnet_amp.convert_model`; every bucket folds the same BatchNorms.
 
     Returns
     -------
@@ -113,7 +136,7 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
     import mxnet as mx
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params)
+                           cast_optional_params, fold_batchnorm)
     if not isinstance(bucketing_mod, mx.mod.BucketingModule):
         raise TypeError(f"expected an mx.mod.BucketingModule, got {type(bucketing_mod).__name__}")
     if not bucketing_mod.params_initialized:
@@ -134,7 +157,8 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
     new_auxs.update({k: v for k, v in aux_params.items() if k not in used})
     param_dtypes = {k: array_dtype(v) for k, v in {**new_args, **new_auxs}.items()}
     sym_gen = _converted_sym_gen(bucketing_mod._sym_gen, state_names, param_dtypes, options,
-                                 (key, (new_sym, data_names, label_names)))
+                                 (key, (new_sym, data_names, label_names)),
+                                 {**arg_params, **aux_params})
     return mx.mod.BucketingModule.load_dict(
         {key: new_sym}, sym_gen=sym_gen, default_bucket_key=key,
         arg_params=new_args, aux_params=new_auxs, logger=bucketing_mod.logger,

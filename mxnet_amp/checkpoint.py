@@ -30,7 +30,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        excluded_sym_names: Sequence[str] | None = None,
                        data_names: Sequence[str] | None = None,
                        cast_optional_params: bool = True,
-                       fold_batchnorm: bool = False,
+                       fold_batchnorm: bool = True,
                        data_shapes: Mapping[str, Sequence[int]] | None = None,
                        write: bool = True, shapes_from: str = "data_shapes",
                        progress: bool | None = False,

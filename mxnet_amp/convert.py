@@ -13,7 +13,7 @@ from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .options import ConvertOptions, make_options
 from .optypes import OpTypes
-from .params import (array_dtype, check_param_shapes, check_params, default_data_names, name_list,
+from .params import (array_dtype, array_nbytes, check_param_shapes, check_params, default_data_names, name_list,
                      param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.insert_casts import CastResult, insert_casts, refuse_converted
@@ -46,6 +46,11 @@ class Conversion:
     symbol: object = None
     # (BatchNorm name, producer name) of each BatchNorm folded away before conversion
     folded_batchnorms: tuple[tuple[str, str], ...] = ()
+    # (BatchNorm name, why it was kept) of each BatchNorm folding left in the graph
+    kept_batchnorms: tuple[tuple[str, str], ...] = ()
+    # the model as given, before folding: {'op_nodes', 'params', 'param_bytes', 'by_dtype'} (None when
+    # no params were given; ``original`` is the graph converted, folded where folding ran)
+    input_figures: Mapping[str, object] | None = None
     # node names the caller excluded (they compute in float32 whatever their op)
     excluded: frozenset[str] = frozenset()
 
@@ -273,14 +278,28 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
 
 
 def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
-               keep: Sequence[str] | None = None) -> tuple[Graph, dict, dict, tuple]:
+               keep: Sequence[str] | None = None) -> tuple[Graph, dict, dict, tuple, tuple]:
     """:func:`~mxnet_amp.passes.fold_batchnorm.fold_batchnorm` on a model: returns the new
-    graph, arg params, aux params and the ``(BatchNorm, producer)`` pairs folded. Inputs are
-    not modified; arrays that do not change are shared."""
+    graph, arg params, aux params, the ``(BatchNorm, producer)`` pairs folded and the
+    ``(BatchNorm, why)`` pairs kept. Inputs are not modified; arrays that do not change are
+    shared."""
     result = fold_batchnorm_pass(graph, {**arg_params, **aux_params}, keep=frozenset(keep or ()))
     new_aux = {k: v for k, v in result.params.items() if k in aux_params}
     new_args = {k: v for k, v in result.params.items() if k not in new_aux}
-    return result.graph, new_args, new_aux, result.folded
+    return result.graph, new_args, new_aux, result.folded, result.skipped
+
+
+def input_figures(graph: Graph, arg_params: Mapping, aux_params: Mapping) -> dict:
+    """Op nodes, param count and bytes (in total and per dtype) of a model as given: the
+    report's "before" when folding changed the graph."""
+    by_dtype: dict[str, dict[str, int]] = {}
+    for v in [*arg_params.values(), *aux_params.values()]:
+        slot = by_dtype.setdefault(array_dtype(v), {"count": 0, "bytes": 0})
+        slot["count"] += 1
+        slot["bytes"] += array_nbytes(v)
+    return {"op_nodes": sum(1 for n in graph.nodes if not n.is_variable),
+            "params": sum(s["count"] for s in by_dtype.values()),
+            "param_bytes": sum(s["bytes"] for s in by_dtype.values()), "by_dtype": by_dtype}
 
 
 # the collector paused for the whole conversion: its millions of small acyclic objects
@@ -338,25 +357,29 @@ def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
                         input_dtypes: Mapping[str, str] | None = None,
                         output_dtype: str | None = "float32"
                         ) -> tuple[Conversion, Mapping, Mapping, dict[str, str]]:
-    """Fold BatchNorms when ``options`` asks, then convert ``graph`` with its weights'
-    dtypes read from the params.
+    """Fold BatchNorms when ``options`` asks (the default), then convert ``graph`` with its
+    weights' dtypes read from the params.
 
     Returns
     -------
     (Conversion, dict, dict, dict)
-        The conversion (its ``folded_batchnorms`` filled in), the arg and aux params the
+        The conversion (its ``folded_batchnorms``, ``kept_batchnorms`` and
+        ``input_figures`` filled in), the arg and aux params the
         converted graph reads (new dicts when folded; the arrays are not recast) and each
         of those params' dtype.
     """
-    folded = ()
+    figures = input_figures(graph, arg_params, aux_params)
+    folded = kept = ()
     if options.fold_batchnorm:
-        graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
-                                                           options.excluded)
+        # the names are the caller's, of the graph as given (folding drops BatchNorm params)
+        options.check_excluded(graph)
+        graph, arg_params, aux_params, folded, kept = fold_model(graph, arg_params, aux_params,
+                                                                 options.excluded)
     param_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     conversion = convert_graph(graph, options, data_names=data_names, param_dtypes=param_dtypes,
                                input_dtypes=input_dtypes, output_dtype=output_dtype)
-    if folded:
-        conversion = replace(conversion, folded_batchnorms=folded)
+    conversion = replace(conversion, folded_batchnorms=folded, kept_batchnorms=kept,
+                         input_figures=figures)
     return conversion, arg_params, aux_params, param_dtypes
 
 
@@ -372,7 +395,7 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   widest_dtype_ops: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
                   data_shapes: Mapping[str, Sequence[int]] | None = None,
-                  fold_batchnorm: bool = False,
+                  fold_batchnorm: bool = True,
                   follow_ops: Sequence[str] | None = None) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
 
@@ -396,12 +419,18 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         ``DataDesc`` list that ``Module.bind`` takes works too. Every param's shape is checked against
         the symbol before anything is converted; with these the check reaches layers whose
         weight shape depends on the input size (a ``FullyConnected`` after convolutions).
-    fold_batchnorm : bool, default False
+    fold_batchnorm : bool, default True
         First fold each inference BatchNorm into the Convolution / FullyConnected /
         Deconvolution it follows (when nothing else reads that op's output), in float32;
         the folded weights are then rounded once by the conversion. The folded BatchNorms
         and their params are gone from the result, a producer without a bias gets one
-        (``<producer>_bias``); see :mod:`mxnet_amp.passes.fold_batchnorm`.
+        (``<producer>_bias``); see :mod:`mxnet_amp.passes.fold_batchnorm`. On by default
+        (``mx.contrib.amp`` does not fold): MXNet's oneDNN subgraph backend, on by default in
+        ``Module.bind`` / ``simple_bind`` / the C predict API, otherwise folds each
+        BatchNorm into the bf16 convolution before it in bf16, 2-19x less accurate
+        (resnet50_v1: 0.102 relative error against 0.0054 folded here; see
+        docs/deploy_fidelity.md). False keeps them
+        (a model to fine-tune with its BatchNorms).
 
     Returns
     -------
@@ -419,7 +448,8 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         converted before, its casts stripped on save); the message names them.
     ParamError
         A param is missing, extra, float64, or of a shape the symbol contradicts (the error
-        names it, its shape and the expected one).
+        names it, its shape and the expected one); a BatchNorm to fold has a negative or
+        non-finite ``moving_var`` (or non-finite gamma, beta, ``moving_mean``).
     """
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,

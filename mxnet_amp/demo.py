@@ -33,7 +33,8 @@ def run_demo(args: argparse.Namespace) -> int:
     bar.update(1)
     new_sym, new_args, new_aux, conversion = convert_model_full(
         sym, arg_params, aux_params,
-        make_options(args.target_dtype, cast_optional_params=args.cast_optional_params))
+        make_options(args.target_dtype, cast_optional_params=args.cast_optional_params,
+                     fold_batchnorm=args.fold_bn))
     report = _with_hardware_note(build_report(conversion, arg_params, aux_params, new_args, new_aux,
                                               model=args.model))
     bar.update(1)

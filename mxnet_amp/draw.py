@@ -143,6 +143,16 @@ def _make_box(graph, idx: Sequence[int], dtypes: list[str], title: str, repeat: 
     return Box(title, tuple(idx), dict(per), dict(ops), casts, repeat, kind, majority)
 
 
+def _folded_title(title: str, conversion: Conversion) -> str:
+    """``title`` saying how many BatchNorms were folded and the input's op node count (the
+    picture shows the folded graph)."""
+    folded, figures = conversion.folded_batchnorms, conversion.input_figures
+    if not folded or figures is None:
+        return title
+    note = f"{len(folded)} BatchNorms folded (input: {figures['op_nodes']} op nodes)"
+    return f"{title}, {note}" if title else note
+
+
 def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: int = 48, title: str = "") -> Picture:
     """The boxes and edges to draw for ``conversion`` (see the module doc).
 
@@ -151,6 +161,7 @@ def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: i
     boxes. A collapsed box never mixes float32 and low precision op nodes, and a float32
     node next to a low precision one (through casts) is always a box of its own, named.
     """
+    title = _folded_title(title, conversion)
     graph = conversion.graph
     dtypes = node_dtypes(conversion)
     data = set(conversion.data_names)

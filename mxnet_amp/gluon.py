@@ -219,7 +219,7 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                          cast_optional_params: bool = True, *,
                          widest_dtype_ops: Sequence[str] | None = None,
                          input_names: Sequence[str] | None = None,
-                         fold_batchnorm: bool = False,
+                         fold_batchnorm: bool = True,
                          follow_ops: Sequence[str] | None = None) -> AMPSymbolBlock:
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
 
@@ -245,9 +245,9 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     cast_optional_params : bool, default True
         Store in low precision the weights that are only read by low precision ops (False:
         every weight stays float32 and is cast at every run, ``mx.contrib.amp``'s default).
-    fold_batchnorm : bool, default False
+    fold_batchnorm : bool, default True
         Fold inference BatchNorms into the op before them first, as in
-        :func:`mxnet_amp.convert_model`.
+        :func:`mxnet_amp.convert_model` (False keeps them).
 
     Returns
     -------

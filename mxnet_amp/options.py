@@ -33,13 +33,14 @@ class ConvertOptions:
     cast_optional_params : bool
         Store weights whose every consumer runs in low precision in low precision.
     fold_batchnorm : bool
-        Fold inference BatchNorms into the op before them first (models with params only).
+        Fold inference BatchNorms into the op before them first (models with params only;
+        on by default: see :func:`mxnet_amp.convert_model`).
     """
 
     policy: OpPolicy
     excluded: frozenset[str] = frozenset()
     cast_optional_params: bool = True
-    fold_batchnorm: bool = False
+    fold_batchnorm: bool = True
 
     @property
     def target_dtype(self) -> str:
@@ -79,7 +80,7 @@ def make_options(target_dtype: str = "float16",
                  follow_ops: Sequence[str] | None = None,
                  excluded_sym_names: Sequence[str] | None = None,
                  cast_optional_params: bool = True,
-                 fold_batchnorm: bool = False) -> ConvertOptions:
+                 fold_batchnorm: bool = True) -> ConvertOptions:
     """The :class:`ConvertOptions` of the public converters' keywords (the lists read once).
 
     Parameters

@@ -86,6 +86,14 @@ class ConversionReport:
         Nodes that could not run as their category asked.
     unlisted_ops : tuple of str
         Ops in no list (kept in float32).
+    folded_batchnorms : tuple of str
+        BatchNorms folded into the op before them before conversion (``fold_batchnorm``).
+    kept_batchnorms : tuple of (name, why)
+        BatchNorms folding left in the graph, and why.
+    input_model : mapping or None
+        The model as given, before folding: ``op_nodes``, ``params``, ``param_bytes``,
+        ``by_dtype`` (``params_before`` is the same when folding ran; ``total_nodes``
+        counts the graph converted, folded).
     """
 
     target_dtype: str
@@ -105,6 +113,9 @@ class ConversionReport:
     fallbacks: tuple[tuple[str, str], ...] = ()
     unlisted_ops: tuple[str, ...] = ()
     extra: Mapping[str, object] = field(default_factory=dict)
+    folded_batchnorms: tuple[str, ...] = ()
+    kept_batchnorms: tuple[tuple[str, str], ...] = ()
+    input_model: Mapping[str, object] | None = None
 
     def fp32_reasons(self) -> dict[str, list[str]]:
         """Reason -> names of the float32 nodes kept for it (in graph order)."""
@@ -132,12 +143,38 @@ class ConversionReport:
             "excluded": list(self.excluded),
             "fallbacks": [{"name": n, "why": w} for n, w in self.fallbacks],
             "unlisted_ops": list(self.unlisted_ops),
+            "batchnorm_folding": {"folded": len(self.folded_batchnorms),
+                                  "names": list(self.folded_batchnorms),
+                                  "kept": [{"name": n, "why": w} for n, w in self.kept_batchnorms]},
+            "input_model": None if self.input_model is None else json.loads(json.dumps(self.input_model)),
             **({"extra": dict(self.extra)} if self.extra else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
         """:meth:`to_dict` as JSON text."""
         return json.dumps(self.to_dict(), indent=indent)
+
+    def folding_lines(self, max_names: int = 3) -> list[str]:
+        """The text lines on BatchNorm folding and the input model (empty when nothing was
+        folded or kept)."""
+        if not self.folded_batchnorms and not self.kept_batchnorms:
+            return []
+        names = list(self.folded_batchnorms)
+        shown = ", ".join(names[:max_names]) + (f", … (+{len(names) - max_names})"
+                                                if len(names) > max_names else "")
+        lines = ["", f"BatchNorms folded into the op before them (in float32): {len(names)}"
+                 + (f" ({shown})" if names else "")]
+        if self.input_model is not None:
+            m = self.input_model
+            lines.append(f"  input model before folding: {m['op_nodes']} op nodes, {m['params']} "
+                         f"params, {_size(m['param_bytes'])}")
+        if self.kept_batchnorms:
+            lines.append(f"  BatchNorms kept: {len(self.kept_batchnorms)}")
+            for name, why in self.kept_batchnorms[:10]:
+                lines.append(f"    {name}: {why}")
+            if len(self.kept_batchnorms) > 10:
+                lines.append(f"    … (+{len(self.kept_batchnorms) - 10})")
+        return lines
 
     def dtype_columns(self) -> list[str]:
         """The dtypes that occur, low precision first (column order of the tables)."""
@@ -175,6 +212,7 @@ class ConversionReport:
                     and self.params_after.bytes is not None):
                 ratio = self.params_after.bytes / self.params_before.bytes
                 lines.append(f"  after / before bytes: {ratio:.3f}")
+        lines += self.folding_lines(max_names)
         reasons = self.fp32_reasons()
         lines += ["", f"Nodes kept in float32: {len(self.fp32_nodes)}"]
         for reason, names in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
@@ -265,6 +303,10 @@ def _params_before_after(conversion, arg_params, aux_params, new_arg_params,
         # the originals are gone (a checkpoint converted in place): their shapes are the
         # new arrays' shapes and their dtypes are what the conversion was given
         before = _param_stats_from_shapes(after_arrays, given)
+    figures = conversion.input_figures
+    if conversion.folded_batchnorms and figures is not None:
+        # "before" is the model as given, not the folded graph the conversion started from
+        before = ParamStats(figures["params"], figures["param_bytes"], figures["by_dtype"])
     return before, _param_stats(after_arrays, after_dtypes)
 
 
@@ -346,7 +388,15 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         excluded=tuple(sorted(excluded_set)),
         fallbacks=tuple(result.fallbacks),
         unlisted_ops=tuple(sorted(result.unlisted_ops)),
+        **_folding(conversion),
     )
+
+
+def _folding(conversion: Conversion) -> dict:
+    """The report's BatchNorm folding fields."""
+    return {"folded_batchnorms": tuple(bn for bn, _ in conversion.folded_batchnorms),
+            "kept_batchnorms": tuple(conversion.kept_batchnorms),
+            "input_model": conversion.input_figures}
 
 
 _CSS = """body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222}
@@ -386,6 +436,13 @@ def summary_rows(report: ConversionReport) -> list[tuple[str, str]]:
             ("op nodes in float32", str(report.nodes_by_dtype.get("float32", 0))),
             ("casts inserted", f"{report.casts} amp_cast, {report.multicasts} amp_multicast"),
             ("amp_casts of stored weights (redone at every run)", str(report.weight_casts))]
+    if report.folded_batchnorms or report.kept_batchnorms:
+        rows.append(("BatchNorms folded (float32, before rounding)",
+                     f"{len(report.folded_batchnorms)} folded, {len(report.kept_batchnorms)} kept"))
+    if report.input_model is not None and report.folded_batchnorms:
+        m = report.input_model
+        rows.append(("input model, before folding", f"{m['op_nodes']} op nodes, {m['params']} "
+                     f"params, {_size(m['param_bytes'])}"))
     before, after = report.params_before, report.params_after
     if before is not None and after is not None and before.bytes and after.bytes is not None:
         rows.append(("params size", f"{_size(before.bytes)} -> {_size(after.bytes)} "
@@ -474,6 +531,13 @@ def report_html(report: ConversionReport, svg: str | None = None) -> str:
                             f"<td>{'' if st.bytes is None else st.bytes}</td><td>{per}</td></tr>")
         parts.append("<h2>Params</h2><table><tr><th></th><th>count</th><th>size</th><th>bytes</th>"
                      "<th>by dtype</th></tr>" + "".join(prow) + "</table>")
+    if report.folded_batchnorms or report.kept_batchnorms:
+        parts.append(f"<h2>BatchNorms folded: {len(report.folded_batchnorms)}</h2><p class='names'>"
+                     + e(", ".join(report.folded_batchnorms)) + "</p>")
+        if report.kept_batchnorms:
+            parts.append("<table><tr><th>BatchNorm kept</th><th>why</th></tr>" + "".join(
+                f"<tr><td>{e(n)}</td><td class='names'>{e(w)}</td></tr>"
+                for n, w in report.kept_batchnorms) + "</table>")
     reasons = report.fp32_reasons()
     parts.append(f"<h2>Nodes kept in float32: {len(report.fp32_nodes)}</h2>")
     if reasons:

@@ -170,3 +170,19 @@ def test_trained_accuracy_quick(tmp_path):
     assert rows["overflow"]["float16"]["auto"]["kept_fp32"] == ["raw_dense0_fwd"]
     text = md.read_text()
     assert "| cnn | 450 |" in text and "## Automatic mode" in text
+
+
+def test_deploy_fidelity_quick(tmp_path):
+    """One model on every deploy path: our default leaves no BatchNorm and every path meets
+    the target (the unfolded conversions keep theirs); the page renders."""
+    md = tmp_path / "fidelity.md"
+    _, out = run_script("deploy_fidelity", tmp_path, "--md", str(md))
+    data = load(out)
+    [row] = data["results"]
+    ours = row["errors"]["ours"]
+    assert set(ours) == {"module", "module_nofuse", "symbolblock", "simple_bind", "c_predict",
+                         "emulated"}
+    assert all(isinstance(v, float) for v in ours.values()), ours
+    assert row["batchnorms_left"]["ours"] == 0 < row["batchnorms_left"]["ours_unfolded"]
+    assert row["target"]["met"], row
+    assert "| resnet18_v1b | ours |" in md.read_text()

@@ -49,7 +49,10 @@ def test_convert_writes_a_loadable_checkpoint_and_a_matching_report(ckpt, tmp_pa
     assert report["casts_by_dtype"] == dict(Counter(n["attrs"]["dtype"] for n in casts))
     assert report["multicasts"] == sum(1 for n in nodes if n["op"] == "amp_multicast")
     op_nodes = [n for n in nodes if n["op"] not in ("null", "amp_cast", "amp_multicast")]
-    assert report["total_nodes"] == len(op_nodes) == 9
+    # bn1 folded into conv1 by default (bn2 kept: conv2 is excluded); the input had 9
+    assert report["total_nodes"] == len(op_nodes) == 8
+    assert report["batchnorm_folding"]["names"] == ["bn1"]
+    assert report["input_model"]["op_nodes"] == 9
     assert sum(report["nodes_by_dtype"].values()) == len(op_nodes)
     # node dtypes: MXNet's own inference on the written graph
     internals = sym.get_internals()
@@ -85,7 +88,9 @@ def test_cast_optional_params_stores_float16_weights(ckpt, tmp_path, capsys):
     report = json.load(open(rep))
     assert report["params_after"]["by_dtype"]["float16"]["count"] == len(halves)
     assert report["params_after"]["bytes"] < report["params_before"]["bytes"]
-    before = sum(int(np.prod(v.shape)) * 4 for v in {**args, **auxs}.values())
+    # "before" is the checkpoint as given (BatchNorm params included, folded or not)
+    _, in_args, in_auxs = load_checkpoint(ckpt, 3)
+    before = sum(int(np.prod(v.shape)) * 4 for v in {**in_args, **in_auxs}.values())
     assert report["params_before"]["bytes"] == before
 
 

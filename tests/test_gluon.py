@@ -147,7 +147,7 @@ def test_zoo_bfloat16_round_trip(name, tmp_path):
     before = _snapshot(net)
     was_active, had_graph = net._active, bool(net._cached_graph)
 
-    converted = convert_hybrid_block(net, target_dtype="bfloat16")
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False)
 
     # the caller's block: same params, same state, same fp32 outputs
     assert _snapshot(net) == before
@@ -219,7 +219,8 @@ def test_zoo_float16_type_checks_and_exports(name, tmp_path):
 def test_cast_optional_params_stores_low_precision_weights_that_load_back(tmp_path):
     net, x, ref = zoo_model("resnet18_v1b")
     before = _snapshot(net)
-    converted = convert_hybrid_block(net, target_dtype="bfloat16", cast_optional_params=True)
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", cast_optional_params=True,
+                                     fold_batchnorm=False)
     dtypes = {k: dtype_name(p.dtype) for k, p in converted.collect_params().items()}
     low = [k for k, d in dtypes.items() if d == "bfloat16"]
     assert low and any(k.endswith("conv0_weight") for k in low)
@@ -387,7 +388,7 @@ def test_plain_block_is_rejected():
 
 def test_converting_a_converted_block_is_refused():
     net, _, _ = zoo_model("resnet18_v1b")
-    converted = convert_hybrid_block(net, target_dtype="bfloat16")
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False)
     with pytest.raises(AlreadyConvertedError):
         convert_hybrid_block(converted, target_dtype="bfloat16")
 
@@ -396,7 +397,7 @@ def test_params_go_where_the_block_lives_never_to_a_gpu():
     with mx.Context(mx.cpu(1)):  # not the default context, to see it is followed
         net = nn.Dense(4, in_units=3)
         net.initialize(ctx=mx.cpu(1))
-    converted = convert_hybrid_block(net, target_dtype="bfloat16")
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False)
     assert {c for p in converted.collect_params().values() for c in p.list_ctx()} == {mx.cpu(1)}
     explicit = convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu(0))
     assert {c for p in explicit.collect_params().values() for c in p.list_ctx()} == {mx.cpu(0)}
@@ -406,7 +407,7 @@ def test_params_go_where_the_block_lives_never_to_a_gpu():
 def test_converted_params_are_copies():
     net, _, _ = zoo_model("resnet18_v1b")
     before = _snapshot(net)
-    converted = convert_hybrid_block(net, target_dtype="bfloat16")
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False)
     for param in converted.collect_params().values():
         param.set_data(param.data() * 0 + 3)
     assert _snapshot(net) == before
@@ -428,7 +429,7 @@ def test_export_keeps_casts_as_mxnet_export_with_remove_amp_cast_false(tmp_path)
     """1.9.1's export() drops casts unless told not to; the converted block's own export()
     and export_block write what MXNet's export(remove_amp_cast=False) writes."""
     net, x, _ = zoo_model("resnet18_v1b")
-    converted = convert_hybrid_block(net, target_dtype="bfloat16")
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False)
     sym_file, params_file = export_block(converted, tmp_path / "ours")
     # no forward pass before export: the params are there anyway
     mx.gluon.SymbolBlock.export(converted, str(tmp_path / "theirs"), remove_amp_cast=False)
@@ -448,7 +449,7 @@ def test_export_keeps_casts_as_mxnet_export_with_remove_amp_cast_false(tmp_path)
 def test_export_block_is_atomic(tmp_path, monkeypatch):
     net = nn.Dense(4, in_units=3)
     net.initialize()
-    converted = convert_hybrid_block(net, target_dtype="bfloat16")
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False)
     sym_file, params_file = export_block(converted, tmp_path / "net", epoch=3)
     assert os.path.basename(params_file) == "net-0003.params"
     with open(sym_file, "rb") as f:
@@ -477,7 +478,7 @@ def test_native_bfloat16_forward_matches_emulation(native_bf16):
         pytest.skip("this CPU's oneDNN cannot run bfloat16 Convolution/FullyConnected "
                     "(needs avx512); emulation covers the numerics here")
     net, x, ref = zoo_model("resnet18_v1b")
-    converted = convert_hybrid_block(net, target_dtype="bfloat16")
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False)
     native = converted(x).asnumpy()
     assert native.dtype == np.float32 and np.isfinite(native).all()
     assert _rel(native, ref[0]) < BF16_REL_TOL
@@ -497,7 +498,8 @@ def test_native_bfloat16_grouped_conv_with_weights_stored_in_bfloat16(native_bf1
     net.hybridize()
     x = mx.nd.random.uniform(-1, 1, shape=(2, 3, 16, 16))
     ref = net(x).asnumpy()  # oneDNN now holds the conv weights reordered
-    converted = convert_hybrid_block(net, target_dtype="bfloat16", cast_optional_params=True)
+    converted = convert_hybrid_block(net, target_dtype="bfloat16", cast_optional_params=True,
+                                     fold_batchnorm=False)
     assert any(dtype_name(p.data().dtype) == "bfloat16" for p in converted.collect_params().values())
     out = converted(x)
     out = (out.astype("float32") if np.dtype(out.dtype).names else out).asnumpy()

@@ -31,7 +31,8 @@ def test_resnet18_checkpoint_half_the_size(resnet18_checkpoint):
     the params file is about half the fp32 one."""
     prefix, sym, args, auxs, x = resnet18_checkpoint
     conv, new_args, new_auxs, sizes = amp.convert_checkpoint(prefix, 0, prefix + "-bf16",
-                                                             target_dtype="bfloat16")
+                                                             target_dtype="bfloat16",
+                                                             fold_batchnorm=False)
     dtypes = _weight_dtypes({**new_args, **new_auxs})
     assert all(d == "bfloat16" for k, d in dtypes.items() if k.endswith(("conv0_weight", "dense0_weight")))
     assert all(d == "float32" for k, d in dtypes.items() if "batchnorm" in k)
@@ -40,7 +41,8 @@ def test_resnet18_checkpoint_half_the_size(resnet18_checkpoint):
     assert 0.48 < sizes["param_bytes_after"] / sizes["param_bytes_before"] < 0.52
     # the model as written computes what the float32-weight conversion computes
     s, a, b = amp.load_checkpoint(prefix + "-bf16", 0)
-    plain = amp.convert_model(sym, args, auxs, target_dtype="bfloat16", cast_optional_params=False)
+    plain = amp.convert_model(sym, args, auxs, target_dtype="bfloat16", cast_optional_params=False,
+                              fold_batchnorm=False)
     assert _weight_dtypes(plain[1]) == {k: "float32" for k in args}
     xs = {"data": x.asnumpy()}
     np.testing.assert_array_equal(run(*amp.emulate_model(s, a, b), xs)[0],

@@ -39,7 +39,8 @@ def _dtype_str(t):
 def converted():
     sym, args, auxs = small_model()
     new_sym, new_args, new_aux, conv = convert_model_full(
-        sym, args, auxs, make_options("float16", excluded_sym_names=["conv2"], cast_optional_params=True))
+        sym, args, auxs, make_options("float16", excluded_sym_names=["conv2"], cast_optional_params=True,
+                                      fold_batchnorm=False))
     return sym, args, auxs, new_sym, new_args, new_aux, conv
 
 

@@ -6,7 +6,6 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..convert import Conversion
-from ..graph import Graph
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
 from ..params import check_param_shapes, param_dict
@@ -65,7 +64,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        widest_dtype_ops: Sequence[str] | None = None,
                        conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                        data_names: Sequence[str] | None = None, cast_optional_params: bool = True,
-                       fold_batchnorm: bool = False, underflow_fraction: float = 0.1,
+                       fold_batchnorm: bool = True, underflow_fraction: float = 0.1,
                        max_executions: int | None = None, quiet: bool = False,
                        follow_ops: Sequence[str] | None = None
                        ) -> tuple[Symbol, dict, dict, AutoReport]:
@@ -102,7 +101,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops,
     conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm
         As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
-        BatchNorm excluded, or after an excluded op, is not folded).
+        BatchNorm excluded, or after an excluded op, is not folded). Folding is on by
+        default, and every check runs the model as it is returned: folded the same way.
     underflow_fraction : float, default 0.1
         A tensor is an underflow culprit when at least this fraction of its nonzero float32
         values flush to zero in ``target_dtype``.
@@ -162,7 +162,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         model = runs.final(excluded)
     finally:
         progress.close()
-    report = _auto_report(runs, original, excluded, kept, model[3], notes, reference_finite)
+    report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite)
     if not report.validated:
         import warnings
         warnings.warn("auto_convert_model: the returned model did not validate "
@@ -170,7 +170,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     return model[0], model[1], model[2], report
 
 
-def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[KeptNode, ...],
+def _auto_report(runs: _Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
                  conversion: Conversion, notes: list[str], reference_finite: bool) -> AutoReport:
     """The :class:`AutoReport` of the returned model (``excluded`` kept in float32)."""
     result = runs.results.get(excluded) or OutputCheck(
@@ -180,7 +180,8 @@ def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[
         kept_fp32=kept, executions=runs.executions, validated=result.passed,
         tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
         rtol=runs.rtol, atol=runs.atol,
-        op_nodes=sum(1 for n in original.nodes if not n.is_variable),
+        # the graph converted (BatchNorms folded by default), as low_precision_nodes counts
+        op_nodes=sum(1 for n in conversion.original.nodes if not n.is_variable),
         low_precision_nodes=len(_low_nodes(conversion)), criterion=result.criterion,
         tolerance=runs.tolerance if result.criterion == "scale" else None,
         relative_error=result.relative_error, top1_flips=result.top1_flips,

@@ -108,7 +108,7 @@ class AutoReport:
     rtol, atol : float or None
         The allclose tolerances, when the check is ``'allclose'``; else None.
     op_nodes : int
-        Op nodes in the float32 graph.
+        Op nodes in the float32 graph converted (after BatchNorm folding, when it ran).
     low_precision_nodes : int
         Op nodes computing in ``target_dtype`` in the returned model.
     criterion : {'scale', 'allclose', 'validate'}

@@ -17,6 +17,12 @@ its weight's name, and a producer without a bias gets one, named ``<producer>_bi
 
 Moving statistics are used whatever ``use_global_stats`` says: the result is an inference
 graph (MXNet's BatchNorm with ``is_train=False`` uses them too).
+
+The statistics of every BatchNorm to fold are checked first: a negative or non-finite
+``moving_var`` (or a non-finite gamma, beta or ``moving_mean``) raises
+:class:`~mxnet_amp.errors.ParamError` naming the param and its first bad entries, before
+anything is built (folding it would write NaN weights; a model whose BatchNorms were never
+run in training, ``net.initialize()`` and a running var set by hand, has such values).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..dtypes import dtype_name
+from ..errors import ParamError
 from ..graph import Entry, Graph, GraphBuilder, Node
 
 __all__ = ["FoldResult", "fold_batchnorm", "FOLDABLE_OPS"]
@@ -71,8 +78,16 @@ def fold_batchnorm(graph: Graph, params: Mapping[str, Any],
     -------
     FoldResult
         The new graph, its params, and what was folded or skipped and why.
+
+    Raises
+    ------
+    ParamError
+        A BatchNorm to fold has a negative or non-finite ``moving_var``, or a non-finite
+        gamma, beta or ``moving_mean`` (checked before anything is built).
     """
     plans, skipped = _plan(graph, params, keep)
+    for plan in plans.values():
+        _check_statistics(graph, graph.nodes[plan.bn], params)
     if not plans:
         return FoldResult(graph, dict(params), (), tuple(skipped))
     new_params = dict(params)
@@ -135,8 +150,10 @@ def _why_not(graph: Graph, i: int, params, keep, consumers, head_nodes) -> str |
     prod = graph.nodes[src.node]
     if prod.op not in FOLDABLE_OPS:
         return f"its input comes from {prod.op}, not from {'/'.join(sorted(FOLDABLE_OPS))}"
-    if bn.name in keep or prod.name in keep:
-        return "it or its producer is excluded"
+    if bn.name in keep:
+        return "it is excluded (excluded_sym_names)"
+    if prod.name in keep:
+        return f"its producer {prod.name!r} is excluded (excluded_sym_names)"
     if i in head_nodes:
         return "it is a model output (folding would rename the output)"
     if src.node in head_nodes or [c for c, _ in consumers[src.node]] != [i]:
@@ -159,6 +176,28 @@ def _why_not(graph: Graph, i: int, params, keep, consumers, head_nodes) -> str |
         if len(consumers[e.node]) != 1:
             return f"the weight {graph.nodes[e.node].name!r} of {prod.name!r} is shared"
     return None
+
+
+def _check_statistics(graph: Graph, bn: Node, params: Mapping[str, Any]) -> None:
+    """:class:`ParamError` naming the first bad entries of ``bn``'s gamma, beta, mean or var."""
+    names = [graph.nodes[e.node].name for e in bn.inputs[1:]]
+    for role, name in zip(("gamma", "beta", "moving_mean", "moving_var"), names):
+        if role == "gamma" and _flag(bn.attrs, "fix_gamma", True):
+            continue   # read as 1 whatever it holds
+        values = _numpy(params[name]).reshape(-1)
+        bad = ~np.isfinite(values)
+        if role == "moving_var":
+            bad |= values < 0
+        if bad.any():
+            where = np.flatnonzero(bad)
+            shown = ", ".join(f"[{k}]={float(values[k]):g}" for k in where[:5].tolist())
+            kind = "negative or non-finite" if role == "moving_var" else "non-finite"
+            raise ParamError(
+                f"BatchNorm {bn.name!r}: its {role} param {name!r} has {where.size} "
+                f"{kind} entr{'y' if where.size == 1 else 'ies'} of {values.size} ({shown}"
+                f"{', ...' if where.size > 5 else ''}); folding it would write NaN weights. "
+                "Train or calibrate the BatchNorm statistics first, or convert with "
+                "fold_batchnorm=False (--no-fold-bn)")
 
 
 def _flag(attrs: Mapping[str, str], key: str, default: bool) -> bool:
