@@ -160,6 +160,7 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     """
     graph = graph_from_symbol(sym)
     var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    _refuse_stripped(graph, sym, var_dtypes, input_dtypes)
     if stored_dtypes is not None:
         given_low = sorted(k for k in stored_dtypes if var_dtypes.get(k, "float32") != "float32")
         if given_low:
@@ -185,6 +186,17 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         return {k: (cast_array(v, "float32") if copy_params and array_dtype(v) in LOW_PRECISION
                     else v) for k, v in params.items() if k in wanted}
     return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)
+
+
+def _refuse_stripped(graph, sym: Symbol, param_dtypes: Mapping[str, str],
+                     input_dtypes: Mapping[str, str] | None) -> None:
+    """:class:`~mxnet_amp.errors.StrippedCastsError` for a converted model saved without its
+    casts (MXNet's "This layer requires uniform type" otherwise)."""
+    from .stripped_casts import stripped_dtype, stripped_message
+    low = stripped_dtype(graph, sym, param_dtypes, input_dtypes)
+    if low is not None:
+        from .errors import StrippedCastsError
+        raise StrippedCastsError(stripped_message("emulate_model: the model", param_dtypes, low))
 
 
 def emulate(sym: Symbol, arg_params: Mapping, aux_params: Mapping,

@@ -37,10 +37,12 @@ __all__ = ["stripped_dtype", "restore_casts", "stripped_message"]
 _MAX_ROUNDS = 3
 
 
-def stripped_dtype(graph: Graph, sym: Symbol, params: Mapping[str, str]) -> str | None:
+def stripped_dtype(graph: Graph, sym: Symbol, params: Mapping[str, str],
+                   input_dtypes: Mapping[str, str] | None = None) -> str | None:
     """The low precision dtype of a converted model whose casts were stripped, else None.
 
-    ``params``: each weight's stored dtype. Such a model holds no amp_cast to low
+    ``params``: each weight's stored dtype; ``input_dtypes``: the model inputs' (default
+    their ``__dtype__`` attribute, else float32). Such a model holds no amp_cast to low
     precision, has float16/bfloat16 weights, and does not type-check with float32 inputs
     (a model cast to float16 throughout, inputs declared so, type-checks: it is no such
     model)."""
@@ -50,7 +52,7 @@ def stripped_dtype(graph: Graph, sym: Symbol, params: Mapping[str, str]) -> str 
     low = sorted({d for d in params.values() if d in LOW_PRECISION})
     if not low:
         return None
-    known = dict(params)
+    known = {**(input_dtypes or {}), **params}
     for n in graph.variables():
         if n.name not in known:
             known[n.name] = dtype_of_code(n.attrs.get("__dtype__")) or "float32"

@@ -144,6 +144,8 @@ def test_converting_or_inspecting_it_says_what_happened(tmp_path, capsys):
         amp.convert_checkpoint(prefix, 0, target_dtype="float16")
     with pytest.raises(AlreadyConvertedError, match="load_checkpoint"):   # the Symbol API too
         amp.convert_model(*mx.model.load_checkpoint(prefix, 0), target_dtype="float16")
+    with pytest.raises(StrippedCastsError, match="load_checkpoint"):
+        emulate_model(*mx.model.load_checkpoint(prefix, 0))
     assert cli.main(["inspect", prefix, "--target-dtype", "float16"]) == 0
     out = capsys.readouterr().out
     assert "saved without its amp casts" in out
