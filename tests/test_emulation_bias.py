@@ -127,11 +127,11 @@ def test_deconvolution_rounds_the_product_before_the_bias():
 
 
 def bias_nodes(sym, args):
-    """The emulated graph's (Reshape shape attrs, broadcast_add count) for a float16 ``sym``."""
+    """The emulated graph's (Reshape shape attrs, elemwise_add count) for a float16 ``sym``."""
     csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("float16"))
     graph = graph_from_symbol(emulate_model(csym, cargs, cauxs)[0])
     return ([n.attrs["shape"] for n in graph.nodes if n.op == "Reshape"],
-            sum(n.op == "broadcast_add" for n in graph.nodes))
+            sum(n.op == "elemwise_add" for n in graph.nodes))
 
 
 def test_the_bias_goes_on_the_channel_axis_of_the_layout():
@@ -157,7 +157,7 @@ def test_ops_without_bias_and_bfloat16_are_rounded_once():
     np.testing.assert_array_equal(emulated_run(no_bias, args, x), r16(product))
     csym, cargs, cauxs, _ = convert_model_full(no_bias, args, {}, make_options("float16"))
     ops = [n.op for n in graph_from_symbol(emulate_model(csym, cargs, cauxs)[0]).nodes]
-    assert "broadcast_add" not in ops
+    assert "elemwise_add" not in ops and "zeros_like" not in ops
     # bfloat16 runs on oneDNN, which adds the bias inside the primitive: one rounding
     biased = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=32, name="fc")
     bargs = {"fc_weight": mx.nd.array(w), "fc_bias": mx.nd.array(b)}
@@ -191,3 +191,24 @@ def test_automatic_mode_sees_the_bias_rounding():
     fused = np.abs(emulated_run(sym, args, x, bias_rounding="fused") - ref).max()
     assert separate != fused
     assert report.max_abs_error == pytest.approx(separate, rel=1e-6)
+
+
+def test_the_emulated_graph_infers_every_shape_from_the_input_shape():
+    """Module.bind / simple_bind give only the input shapes: the bias's shape must still be
+    inferred (the op reads a zero bias of its shape), and so must a shape only a consumer
+    tells (a zero state whose batch size comes from the add after the layer)."""
+    data = mx.sym.var("data")
+    h = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, name="conv")
+    h = mx.sym.FullyConnected(h, num_hidden=6, name="fc")
+    state = mx.sym.zeros(shape=(0, 5))                  # batch size unknown, as LSTMCell's
+    sym = h + mx.sym.FullyConnected(state, num_hidden=6, name="h2h")
+    shapes = {"conv_weight": (4, 3, 3, 3), "conv_bias": (4,), "fc_weight": (6, 100),
+              "fc_bias": (6,), "h2h_weight": (6, 5), "h2h_bias": (6,)}
+    args = {k: mx.nd.ones(s) for k, s in shapes.items()}
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("float16"))
+    esym, eargs, _ = emulate_model(csym, cargs, cauxs)
+    assert "elemwise_add" in [n.op for n in graph_from_symbol(esym).nodes]
+    arg_shapes, out_shapes, _ = esym.infer_shape(data=(2, 3, 7, 7))
+    got = dict(zip(esym.list_arguments(), arg_shapes))
+    assert out_shapes == [(2, 6)]
+    assert {k: got[k] for k in eargs} == {k: v.shape for k, v in eargs.items()}

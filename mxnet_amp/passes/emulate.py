@@ -187,13 +187,23 @@ def _bias_step(builder: GraphBuilder, node: Node, inputs: tuple[Entry, ...], low
                op: str) -> Entry:
     """``node`` as MXNet 1.x's GPU kernel computes it in ``low``: the product without bias
     (float32 accumulation) rounded to ``low``, then the (rounded) bias added and the sum
-    rounded again. The product node keeps ``node``'s name."""
-    no_bias = MappingProxyType({**node.attrs, "no_bias": "True"})
-    product = _round(builder, Entry(builder.add(node.replace(inputs=inputs[:2], attrs=no_bias))),
+    rounded again. The product node keeps ``node``'s name.
+
+    Shapes must still flow both ways, as through the op itself: the op reads a zero bias
+    of the bias's shape (``p + 0`` is ``p``), so it still infers the bias's shape, and the
+    bias is broadcast onto zeros of the rounded product's shape before an ``elemwise_add``,
+    which ties the product's shape to the sum's (an unrolled LSTM's first step learns its
+    batch size from what reads its output)."""
+    def add(op_name: str, suffix: str, ins: tuple[Entry, ...], attrs=None) -> Entry:
+        return Entry(builder.add(Node(op_name, builder.fresh_name(node.name + suffix), ins,
+                                      MappingProxyType(attrs or {}))))
+    bias = inputs[2]
+    zero_bias = add("zeros_like", "_zero_bias", (bias,))
+    product = _round(builder, Entry(builder.add(node.replace(inputs=inputs[:2] + (zero_bias,)))),
                      low, node.name, op)
-    bias, shape = inputs[2], _bias_shape(node)
+    shape = _bias_shape(node)
     if shape is not None:
-        bias = Entry(builder.add(Node("Reshape", builder.fresh_name(node.name + "_bias_reshape"),
-                                      (bias,), MappingProxyType({"shape": str(shape)}))))
-    total = Node("broadcast_add", builder.fresh_name(node.name + "_plus_bias"), (product, bias))
-    return _round(builder, Entry(builder.add(total)), low, total.name, op)
+        bias = add("Reshape", "_bias_reshape", (bias,), {"shape": str(shape)})
+    spread = add("broadcast_add", "_bias_spread", (add("zeros_like", "_zeros", (product,)), bias))
+    total = add("elemwise_add", "_plus_bias", (product, spread))
+    return _round(builder, total, low, builder.nodes[total.node].name, op)
