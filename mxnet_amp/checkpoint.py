@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .convert import Conversion, convert_with_params
+from .dtypes import LOW_PRECISION
 from .errors import ParamError, StrippedCastsError
 from .io import existing_checkpoint_files, graph_from_symbol, save_checkpoint
 from .io import load_checkpoint as read_checkpoint
@@ -168,8 +169,10 @@ def restoring_load(prefix: str, epoch: int, restore_casts: bool = True,
     """:func:`load_checkpoint`'s files, and the conversion that restores a stripped
     model's casts (None for any other checkpoint): the CLI's ``inspect`` reports on it."""
     sym, arg_params, aux_params = read_checkpoint(prefix, epoch, progress=progress)
-    graph = graph_from_symbol(sym)
     stored = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    if not LOW_PRECISION.intersection(stored.values()):   # a float32 model: no graph to read
+        return sym, arg_params, aux_params, None
+    graph = graph_from_symbol(sym)
     low = stripped_dtype(graph, sym, stored)
     if low is None:
         return sym, arg_params, aux_params, None
