@@ -127,11 +127,11 @@ def test_deconvolution_rounds_the_product_before_the_bias():
 
 
 def bias_nodes(sym, args):
-    """The emulated graph's (Reshape shape attrs, elemwise_add count) for a float16 ``sym``."""
+    """The emulated graph's (Reshape shape attrs, broadcast_add count) for a float16 ``sym``."""
     csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("float16"))
     graph = graph_from_symbol(emulate_model(csym, cargs, cauxs)[0])
     return ([n.attrs["shape"] for n in graph.nodes if n.op == "Reshape"],
-            sum(n.op == "elemwise_add" for n in graph.nodes))
+            sum(n.op == "broadcast_add" for n in graph.nodes))
 
 
 def test_the_bias_goes_on_the_channel_axis_of_the_layout():
@@ -157,7 +157,7 @@ def test_ops_without_bias_and_bfloat16_are_rounded_once():
     np.testing.assert_array_equal(emulated_run(no_bias, args, x), r16(product))
     csym, cargs, cauxs, _ = convert_model_full(no_bias, args, {}, make_options("float16"))
     ops = [n.op for n in graph_from_symbol(emulate_model(csym, cargs, cauxs)[0]).nodes]
-    assert "elemwise_add" not in ops and "zeros_like" not in ops
+    assert "broadcast_add" not in ops and "zeros_like" not in ops
     # bfloat16 runs on oneDNN, which adds the bias inside the primitive: one rounding
     biased = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=32, name="fc")
     bargs = {"fc_weight": mx.nd.array(w), "fc_bias": mx.nd.array(b)}
@@ -207,7 +207,7 @@ def test_the_emulated_graph_infers_every_shape_from_the_input_shape():
     args = {k: mx.nd.ones(s) for k, s in shapes.items()}
     csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("float16"))
     esym, eargs, _ = emulate_model(csym, cargs, cauxs)
-    assert "elemwise_add" in [n.op for n in graph_from_symbol(esym).nodes]
+    assert "broadcast_add" in [n.op for n in graph_from_symbol(esym).nodes]
     arg_shapes, out_shapes, _ = esym.infer_shape(data=(2, 3, 7, 7))
     got = dict(zip(esym.list_arguments(), arg_shapes))
     assert out_shapes == [(2, 6)]

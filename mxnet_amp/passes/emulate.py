@@ -191,9 +191,9 @@ def _bias_step(builder: GraphBuilder, node: Node, inputs: tuple[Entry, ...], low
 
     Shapes must still flow both ways, as through the op itself: the op reads a zero bias
     of the bias's shape (``p + 0`` is ``p``), so it still infers the bias's shape, and the
-    bias is broadcast onto zeros of the rounded product's shape before an ``elemwise_add``,
-    which ties the product's shape to the sum's (an unrolled LSTM's first step learns its
-    batch size from what reads its output)."""
+    sum passes through MXNet's ``_identity_with_attr_like_rhs`` (a copy whose shape is tied
+    to the rounded product's), so the product's shape can come from what reads the sum (an
+    unrolled LSTM's first step learns its batch size so)."""
     def add(op_name: str, suffix: str, ins: tuple[Entry, ...], attrs=None) -> Entry:
         return Entry(builder.add(Node(op_name, builder.fresh_name(node.name + suffix), ins,
                                       MappingProxyType(attrs or {}))))
@@ -204,6 +204,6 @@ def _bias_step(builder: GraphBuilder, node: Node, inputs: tuple[Entry, ...], low
     shape = _bias_shape(node)
     if shape is not None:
         bias = add("Reshape", "_bias_reshape", (bias,), {"shape": str(shape)})
-    spread = add("broadcast_add", "_bias_spread", (add("zeros_like", "_zeros", (product,)), bias))
-    total = add("elemwise_add", "_plus_bias", (product, spread))
-    return _round(builder, total, low, builder.nodes[total.node].name, op)
+    total = add("broadcast_add", "_plus_bias", (product, bias))
+    total = add("_identity_with_attr_like_rhs", "_plus_bias_shaped", (total, product))
+    return _round(builder, total, low, node.name + "_plus_bias", op)
