@@ -132,7 +132,10 @@ def load_checkpoint(prefix: str, epoch: int = 0, *, restore_casts: bool = True,
     weights and no casts, and MXNet cannot bind it ("This layer requires uniform type").
     Such a checkpoint is recognised (:mod:`mxnet_amp.stripped_casts`) and its casts put
     back: the symbol returned is the one the conversion produced, node for node, for a
-    model converted with the default options (``excluded_sym_names`` too).
+    model converted with the default options (``excluded_sym_names`` and
+    ``fold_batchnorm`` too). A model converted with ``cast_optional_params=False`` keeps
+    float32 weights: saved without its casts it is the float32 model again, and loads as
+    such (nothing in the files tells it apart).
 
     Parameters
     ----------

@@ -150,3 +150,16 @@ def test_converting_or_inspecting_it_says_what_happened(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "saved without its amp casts" in out
     assert re.search(r"restores its [1-9]\d* cast", out)
+
+
+def test_a_folded_model_is_restored_without_folding_again(tmp_path):
+    """BatchNorm folded before the conversion: the stripped graph has no BatchNorm, and the
+    restoring conversion must not fold anything (the stored params are already folded)."""
+    csym, cargs, cauxs = amp.convert_model(*small_net(), target_dtype="bfloat16",
+                                           fold_batchnorm=True)
+    assert "BatchNorm" not in {n.op for n in graph_from_symbol(csym).nodes}
+    prefix = str(tmp_path / "m")
+    save_plain("sym.save", prefix, csym, cargs, cauxs)
+    sym, args, _ = amp.load_checkpoint(prefix, 0)
+    assert nodes(sym) == nodes(csym)
+    assert all(np.array_equal(args[k].asnumpy(), v.asnumpy()) for k, v in cargs.items())
