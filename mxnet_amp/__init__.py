@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from .auto import auto_convert_block, auto_convert_model
 from .bucketing import convert_bucketing_module
-from .checkpoint import convert_checkpoint
+from .checkpoint import convert_checkpoint, load_checkpoint
 from .convert import convert_model, convert_symbol
 from .emulation import emulate, emulate_model
 from .errors import (AlreadyConvertedError, AMPError, CheckpointError, DeferredInitError,
                      GraphError, InputShapeError, ListError, OutputPathError, OverwriteError,
-                     ParamError, TargetDtypeError, TypeInferenceError, UnknownOpError)
+                     ParamError, StrippedCastsError, TargetDtypeError, TypeInferenceError,
+                     UnknownOpError)
 from .gluon import convert_block, convert_hybrid_block, emulate_block, export_block
-from .io import load_checkpoint, save_checkpoint
+from .io import save_checkpoint
 from .policy import load_policy
 
 __all__ = [
@@ -30,7 +31,7 @@ __all__ = [
     "list_conditional_fp32_ops",
     "AMPError", "AlreadyConvertedError", "CheckpointError", "DeferredInitError", "GraphError",
     "ListError", "ParamError", "TargetDtypeError", "TypeInferenceError", "UnknownOpError",
-    "InputShapeError", "OutputPathError", "OverwriteError",
+    "InputShapeError", "OutputPathError", "OverwriteError", "StrippedCastsError",
 ]
 __version__ = "0.1.0"
 

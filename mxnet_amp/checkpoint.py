@@ -7,18 +7,25 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .convert import Conversion, convert_with_params
-from .errors import ParamError
-from .io import existing_checkpoint_files, graph_from_symbol, load_checkpoint, save_checkpoint
+from .dtypes import LOW_PRECISION
+from .errors import ParamError, StrippedCastsError
+from .io import existing_checkpoint_files, graph_from_symbol, save_checkpoint
+from .io import load_checkpoint as read_checkpoint
 from .options import ConvertOptions, make_options
 from .params import (array_dtype, array_nbytes, cast_array, check_data_names, check_param_shapes,
                      check_params, default_data_names, name_list)
 from .paths import check_outputs, checkpoint_files
 from .progress import byte_bar
+from .stripped_casts import restore_casts as restore_casts_of
+from .stripped_casts import stripped_dtype, stripped_message
 
-__all__ = ["convert_checkpoint"]
+if TYPE_CHECKING:
+    from mxnet.symbol import Symbol
+
+__all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load"]
 
 
 def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = None,
@@ -96,8 +103,13 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     if write:
         check_outputs(checkpoint_inputs(prefix, epoch),
                       checkpoint_outputs(out_prefix, out_epoch, what="out_epoch"))
-    sym, arg_params, aux_params = load_checkpoint(prefix, epoch, progress=progress)
+    sym, arg_params, aux_params = read_checkpoint(prefix, epoch, progress=progress)
     graph = graph_from_symbol(sym)
+    stored = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    low = stripped_dtype(graph, sym, stored)
+    if low is not None:   # not a float32 model: converting it again would be wrong
+        raise StrippedCastsError(stripped_message(f"{sym_file}, {params_file}", stored, low)
+                                 + "; to convert again, convert the original float32 model")
     data_names = _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
                                      shapes_from, sym_file, params_file)
     conversion, arg_params, aux_params, _ = convert_with_params(
@@ -108,6 +120,69 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
         save_checkpoint(out_prefix, out_epoch, conversion.symbol,
                         arg_params, aux_params, progress=progress)
     return conversion, arg_params, aux_params, sizes
+
+
+def load_checkpoint(prefix: str, epoch: int = 0, *, restore_casts: bool = True,
+                    progress: bool | None = False) -> tuple[Symbol, dict, dict]:
+    """Load ``(sym, arg_params, aux_params)`` like ``mx.model.load_checkpoint``, with errors
+    that name the file, and the amp casts of a converted model saved without them restored.
+
+    ``mx.model.save_checkpoint``, ``HybridBlock.export`` and ``Symbol.save`` drop amp casts
+    unless given ``remove_amp_cast=False``: a converted model saved so has float16/bfloat16
+    weights and no casts, and MXNet cannot bind it ("This layer requires uniform type").
+    Such a checkpoint is recognised (:mod:`mxnet_amp.stripped_casts`) and its casts put
+    back: the symbol returned is the one the conversion produced, node for node, for a
+    model converted with the default options (``excluded_sym_names`` and
+    ``fold_batchnorm`` too). A model converted with ``cast_optional_params=False`` keeps
+    float32 weights: saved without its casts it is the float32 model again, and loads as
+    such (nothing in the files tells it apart).
+
+    Parameters
+    ----------
+    prefix : str
+        Reads ``prefix-symbol.json`` and ``prefix-%04d.params``.
+    epoch : int, default 0
+    restore_casts : bool, default True
+        False: raise :class:`StrippedCastsError` for such a checkpoint instead.
+    progress : bool or None, default False
+        Show a bar of the bytes read on stderr (None: only when stderr is a terminal).
+
+    Returns
+    -------
+    (Symbol, dict, dict)
+        The symbol (casts kept, or restored) and the arg and aux params as stored.
+
+    Raises
+    ------
+    StrippedCastsError
+        A converted model saved without its casts, with ``restore_casts=False`` or whose
+        casts cannot be restored exactly (converted with other op lists, say); the message
+        says how to save it with its casts.
+    CheckpointError
+        A file is missing or not a readable params file.
+    GraphError
+        The symbol file is not a symbol MXNet can load.
+    """
+    sym, arg_params, aux_params, restored = restoring_load(prefix, epoch, restore_casts, progress)
+    return (sym if restored is None else restored.symbol), arg_params, aux_params
+
+
+def restoring_load(prefix: str, epoch: int, restore_casts: bool = True,
+                   progress: bool | None = False) -> tuple[Symbol, dict, dict, Conversion | None]:
+    """:func:`load_checkpoint`'s files, and the conversion that restores a stripped
+    model's casts (None for any other checkpoint): the CLI's ``inspect`` reports on it."""
+    sym, arg_params, aux_params = read_checkpoint(prefix, epoch, progress=progress)
+    stored = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    if not LOW_PRECISION.intersection(stored.values()):   # a float32 model: no graph to read
+        return sym, arg_params, aux_params, None
+    graph = graph_from_symbol(sym)
+    low = stripped_dtype(graph, sym, stored)
+    if low is None:
+        return sym, arg_params, aux_params, None
+    where = ", ".join(checkpoint_files(prefix, epoch))
+    if not restore_casts:
+        raise StrippedCastsError(stripped_message(where, stored, low))
+    return sym, arg_params, aux_params, restore_casts_of(graph, stored, low, where)
 
 
 def checkpoint_inputs(prefix: str, epoch: int) -> list[tuple[str, str]]:

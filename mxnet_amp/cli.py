@@ -357,8 +357,31 @@ def _cmd_convert(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
-    conversion, report = _convert_prefix(args, write=False)
+    from .errors import StrippedCastsError
+    try:
+        conversion, report = _convert_prefix(args, write=False)
+    except StrippedCastsError:
+        return _inspect_stripped(args)
     _finish(args, conversion, report, ["", "(inspect: no checkpoint written)"])
+    return 0
+
+
+def _inspect_stripped(args) -> int:
+    """A converted model saved without its amp casts: say so, and report on the model with
+    its casts restored (a StrippedCastsError where they cannot be)."""
+    from .checkpoint import restoring_load
+    from .report import build_report
+    _, arg_params, aux_params, conversion = restoring_load(args.prefix, args.epoch, progress=None)
+    report = build_report(conversion, new_arg_params=arg_params, new_aux_params=aux_params,
+                          model=os.path.basename(args.prefix))
+    casts = sum(n.op in ("amp_cast", "amp_multicast") for n in conversion.graph.nodes)
+    _finish(args, conversion, report, [
+        "", f"{args.prefix}: a {conversion.policy.target_dtype} "
+        "mixed precision model saved without its amp casts (mx.model.save_checkpoint, export() "
+        "and Symbol.save drop them unless given remove_amp_cast=False); MXNet cannot bind it "
+        f"as saved. mxnet_amp.load_checkpoint restores its {casts} cast(s): the report above "
+        "is of that model. Save it with mxnet_amp.save_checkpoint to keep them.",
+        "(inspect: no checkpoint written)"])
     return 0
 
 

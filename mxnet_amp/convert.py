@@ -132,7 +132,9 @@ def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
             "precision before (e.g. by mx.contrib.amp, its casts stripped on save). Convert the "
             "original float32 model; if these params are all there is, cast them to float32 "
             "first (exact) and convert that: weights are stored in low precision again by "
-            "default")
+            "default. To run such a model as it is, load it with "
+            "mxnet_amp.load_checkpoint(prefix, epoch), which restores the casts that "
+            "mx.model.save_checkpoint / export() / Symbol.save dropped")
 
 
 def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],

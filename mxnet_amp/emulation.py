@@ -25,11 +25,19 @@ the round-to-nearest one. ``rounding='mxnet-cpu'`` models that (measured bit for
 on an AVX512-BF16 CPU; reductions are truncated once at the end, where MXNet's mean also
 truncates the sum before dividing); the default ``'nearest'`` is the dtype itself.
 
+MXNet 1.x's GPU kernels add a Convolution's, Deconvolution's or FullyConnected's bias in
+a second step: cuBLAS / cuDNN write the product to the float16 output, then ``AddBias`` /
+``cudnnAddTensor`` add the bias to it, so the product is rounded to float16 before the bias
+is added and the sum rounded again. ``bias_rounding='auto'`` (the default) models that for
+float16; bfloat16 runs on oneDNN, whose primitives add the bias before the one rounding
+(``'separate'`` / ``'fused'`` choose one way for both dtypes).
+
 Not modelled: kernels that accumulate in low precision internally (some fp16 reductions),
-a kernel rounding twice inside one op (a GPU FullyConnected rounds its product to float16
-before adding the bias; here the sum is rounded once), fused-kernel differences, and low
-precision intermediate values *inside* one op (softmax's exponentials when softmax itself
-runs in float16). Speed and memory are float32's.
+rounding inside a fused recurrent op (cuDNN's float16 LSTM keeps its gates and states in
+float16 between steps; here the RNN computes in float32 and rounds its outputs once),
+fused-kernel and algorithm differences (accumulation order), and low precision
+intermediate values *inside* one op (softmax's exponentials when softmax itself runs in
+float16). Speed and memory are float32's.
 """
 from __future__ import annotations
 
@@ -40,7 +48,7 @@ from .dtypes import LOW_PRECISION
 from .errors import TargetDtypeError
 from .io import graph_from_symbol, graph_to_symbol
 from .params import array_dtype, cast_array
-from .passes.emulate import ROUNDINGS, emulate_graph
+from .passes.emulate import BIAS_ROUNDINGS, ROUNDINGS, emulate_graph
 from .passes.fold_param_casts import fold_param_casts
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -48,7 +56,8 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
     from mxnet.symbol import Symbol
 
-__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "round_numpy", "ROUNDINGS"]
+__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "round_numpy", "ROUNDINGS",
+           "BIAS_ROUNDINGS"]
 
 def round_array(array: NDArray, dtype: str) -> NDArray:
     """``array`` rounded to ``dtype`` and returned as float32 (a new NDArray, same context).
@@ -104,8 +113,8 @@ def _subnormal_flush_sign_mask() -> int:
 
 def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   input_dtypes: Mapping[str, str] | None = None, rounding: str = "nearest", *,
-                  copy_params: bool = True, stored_dtypes: Mapping[str, str] | None = None
-                  ) -> tuple[Symbol, dict, dict]:
+                  copy_params: bool = True, stored_dtypes: Mapping[str, str] | None = None,
+                  bias_rounding: str = "auto") -> tuple[Symbol, dict, dict]:
     """A float32 model that simulates the low precision model ``(sym, arg_params, aux_params)``.
 
     Parameters
@@ -132,6 +141,12 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         ``'nearest'``: every low precision op output rounded to nearest even, the dtype's
         own arithmetic (what GPU kernels and oneDNN do). ``'mxnet-cpu'``: as MXNet 1.9.1 runs
         bfloat16 natively on a CPU, where ops outside oneDNN truncate (module doc).
+    bias_rounding : {'auto', 'separate', 'fused'}
+        How a biased Convolution / Deconvolution / FullyConnected in low precision adds its
+        bias. ``'separate'``: as MXNet's GPU kernels, the product rounded to the low
+        precision dtype, the bias added, the sum rounded again. ``'fused'``: the sum
+        rounded once (oneDNN's bfloat16 primitives). ``'auto'``: ``'separate'`` for float16
+        (which runs on GPUs only), ``'fused'`` for bfloat16.
 
     Returns
     -------
@@ -145,6 +160,7 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     """
     graph = graph_from_symbol(sym)
     var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    _refuse_stripped(graph, sym, var_dtypes, input_dtypes)
     if stored_dtypes is not None:
         given_low = sorted(k for k in stored_dtypes if var_dtypes.get(k, "float32") != "float32")
         if given_low:
@@ -155,7 +171,8 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     for n in graph.variables():
         var_dtypes.setdefault(n.name, (input_dtypes or {}).get(n.name, "float32"))
     emulated = emulate_graph(graph, var_dtypes, rounding, keep_low_variables=not copy_params
-                             and stored_dtypes is None, round_low_variables=stored_dtypes is not None)
+                             and stored_dtypes is None, round_low_variables=stored_dtypes is not None,
+                             bias_rounding=bias_rounding)
     rounded = {}
     if copy_params:
         # weight roundings done once, ahead of time (bfloat16 rounding is slow on a CPU)
@@ -171,8 +188,20 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)
 
 
+def _refuse_stripped(graph, sym: Symbol, param_dtypes: Mapping[str, str],
+                     input_dtypes: Mapping[str, str] | None) -> None:
+    """:class:`~mxnet_amp.errors.StrippedCastsError` for a converted model saved without its
+    casts (MXNet's "This layer requires uniform type" otherwise)."""
+    from .stripped_casts import stripped_dtype, stripped_message
+    low = stripped_dtype(graph, sym, param_dtypes, input_dtypes)
+    if low is not None:
+        from .errors import StrippedCastsError
+        raise StrippedCastsError(stripped_message("emulate_model: the model", param_dtypes, low))
+
+
 def emulate(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
             input_dtypes: Mapping[str, str] | None = None,
-            rounding: str = "nearest") -> tuple[Symbol, dict, dict]:
+            rounding: str = "nearest", *, bias_rounding: str = "auto") -> tuple[Symbol, dict, dict]:
     """Alias of :func:`emulate_model`."""
-    return emulate_model(sym, arg_params, aux_params, input_dtypes, rounding)
+    return emulate_model(sym, arg_params, aux_params, input_dtypes, rounding,
+                         bias_rounding=bias_rounding)

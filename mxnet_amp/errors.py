@@ -19,6 +19,7 @@ __all__ = [
     "CLIError",
     "ParamError",
     "AlreadyConvertedError",
+    "StrippedCastsError",
     "DeferredInitError",
     "CheckpointError",
     "TargetDtypeError",
@@ -82,6 +83,13 @@ class ParamError(AMPError, ValueError):
 class AlreadyConvertedError(AMPError, ValueError):
     """The model was converted before: its graph holds amp casts to low precision, or its
     weights are float16/bfloat16 already (the message names them)."""
+
+
+class StrippedCastsError(AlreadyConvertedError):
+    """A mixed precision model saved without its amp casts (``mx.model.save_checkpoint``,
+    ``export()``, ``Symbol.save`` strip them by default): float16/bfloat16 weights, no
+    amp_cast, and MXNet cannot bind it. Raised where it cannot be converted again, or its
+    casts cannot be restored exactly; the message says how to save it with its casts."""
 
 
 class DeferredInitError(AMPError, RuntimeError):

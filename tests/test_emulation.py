@@ -95,9 +95,11 @@ def test_small_fc_matches_numpy_float16_rounding():
             {"fc1_weight": w1, "fc1_bias": b1, "fc2_weight": w2, "fc2_bias": b2}.items()}
     out = run(*emulated(sym, args), data=x)[0]
 
-    # numpy: inputs and weights rounded, float32-exact products (float64 here), outputs rounded
+    # numpy: inputs and weights rounded, float32-exact products (float64 here) rounded, then
+    # the bias added and the sum rounded again, as MXNet's GPU FullyConnected does (the
+    # emulation's default for float16; tests/test_emulation_bias.py)
     def fc(a, w, b):
-        return r16(r16(a).astype(np.float64) @ r16(w).astype(np.float64).T + r16(b))
+        return r16(r16(r16(a).astype(np.float64) @ r16(w).astype(np.float64).T) + r16(b))
     want = fc(np.maximum(fc(x, w1, b1), 0), w2, b2)
     np.testing.assert_array_equal(r16(out), out)    # every output is a float16 value
     # float32 accumulation order can move a value across a rounding boundary: 1 ulp at most

@@ -10,7 +10,7 @@ from ..dtypes import LOW_PRECISION, MX_CODE
 from ..graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
 from .infer_dtypes import infer_dtypes
 
-__all__ = ["emulate_graph", "ROUNDINGS"]
+__all__ = ["emulate_graph", "ROUNDINGS", "BIAS_ROUNDINGS"]
 
 # how each low precision op output is rounded (module doc): the dtype's own rounding, or
 # MXNet 1.9.1's CPU kernels (bfloat16 ops outside oneDNN truncate)
@@ -29,9 +29,24 @@ _SCALAR_OPS = frozenset({
     "_mod_scalar", "_rmod_scalar", "_hypot_scalar"})
 
 
-def _check_rounding(rounding: str) -> None:
+# where a low precision conv / dense layer's bias is added (:func:`_adds_bias_separately`):
+# 'auto' as the kernel that runs the dtype does (float16: MXNet's GPU kernels, after the
+# product is rounded; bfloat16: oneDNN, inside the primitive), or one way for every dtype
+BIAS_ROUNDINGS = ("auto", "separate", "fused")
+# ops whose MXNet 1.x GPU kernel writes the product (cuBLAS GEMM, cuDNN convolution) to the
+# low precision output first and then adds the bias in a second kernel that reads it
+# (fully_connected-inl.h FCForward: linalg_gemm then AddBias; cudnn_convolution-inl.h and
+# cudnn_deconvolution-inl.h Forward: the cuDNN call then cudnnAddTensor)
+_BIAS_AFTER_PRODUCT_OPS = frozenset({
+    "FullyConnected", "_npx_fully_connected", "Convolution", "_npx_convolution",
+    "Deconvolution", "_npx_deconvolution"})
+
+
+def _check_rounding(rounding: str, bias_rounding: str = "auto") -> None:
     if rounding not in ROUNDINGS:
         raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+    if bias_rounding not in BIAS_ROUNDINGS:
+        raise ValueError(f"bias_rounding must be one of {BIAS_ROUNDINGS}, got {bias_rounding!r}")
 
 
 def _truncates(node: Node, dtype: str, rounding: str) -> bool:
@@ -48,7 +63,8 @@ def _truncated_scalar(node: Node) -> Node:
 
 
 def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "nearest",
-                  keep_low_variables: bool = False, round_low_variables: bool = False) -> Graph:
+                  keep_low_variables: bool = False, round_low_variables: bool = False,
+                  bias_rounding: str = "auto") -> Graph:
     """The float32 graph that simulates ``graph``'s low precision tensors (see module doc).
 
     ``var_dtypes``: the dtype each variable has in the converted model (model inputs and
@@ -59,8 +75,12 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
     graph rounds as it reads them (no copy of any kind).
     ``rounding``: ``'nearest'`` (the dtype's rounding) or ``'mxnet-cpu'`` (bfloat16 outputs
     of ops outside oneDNN truncated, as MXNet 1.9.1's CPU kernels do; module doc).
+    ``bias_rounding``: where a biased Convolution / Deconvolution / FullyConnected computing
+    in low precision adds its bias (:func:`_adds_bias_separately`): ``'auto'`` (float16 as
+    MXNet's GPU kernels: the product rounded, then the bias added and the sum rounded;
+    bfloat16 as oneDNN: the sum rounded once), ``'separate'`` or ``'fused'`` for every dtype.
     """
-    _check_rounding(rounding)
+    _check_rounding(rounding, bias_rounding)
     dtypes = infer_dtypes(graph, var_dtypes)
     used = graph.num_used_outputs()
     builder = GraphBuilder()
@@ -94,23 +114,25 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
         if node.subgraphs:
             # loop / cond bodies were converted with a float32 interface: emulate inside
             node = node.replace(subgraphs=tuple(
-                emulate_graph(g, {v.name: "float32" for v in g.variables()}, rounding)
+                emulate_graph(g, {v.name: "float32" for v in g.variables()}, rounding,
+                              bias_rounding=bias_rounding)
                 for g in node.subgraphs))
         if (node.op in _SCALAR_OPS and "scalar" in node.attrs and node.inputs
                 and _truncates(node, _entry_dtype(dtypes, node.inputs[0]), rounding)):
             node = _truncated_scalar(node)
+        out_dtype = dtypes[i][0] if dtypes[i] else None
+        if _adds_bias_separately(node, out_dtype, bias_rounding):
+            env.append([_bias_step(builder, node, inputs, out_dtype,
+                                   _rounding_op(node, out_dtype, rounding))])
+            continue
         idx = builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node)
         outs = []
         for k in range(used[i]):
             e = Entry(idx, k)
             low = dtypes[i][k] if k < len(dtypes[i]) else None
             if low in LOW_PRECISION:
-                base = node.name + (f"_out{k}" if k else "")
-                # MXNet's Cast truncates to bfloat16 where amp_cast rounds
-                to_low = builder.add(cast_node(builder.fresh_name(f"{base}_round_{low}"), e, low)._replace(
-                    op="Cast" if _truncates(node, low, rounding) else "amp_cast"))
-                e = Entry(builder.add(cast_node(builder.fresh_name(f"{base}_round_float32"),
-                                            Entry(to_low), "float32")))
+                e = _round(builder, e, low, node.name + (f"_out{k}" if k else ""),
+                           _rounding_op(node, low, rounding))
             outs.append(e)
         env.append(outs)
     heads = [env[e.node][e.index] for e in graph.heads]
@@ -120,3 +142,68 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
 def _entry_dtype(dtypes, e: Entry) -> str | None:
     out = dtypes[e.node]
     return out[e.index] if e.index < len(out) else None
+
+
+def _rounding_op(node: Node, dtype: str, rounding: str) -> str:
+    """The cast that rounds ``node``'s ``dtype`` output: MXNet's ``Cast`` truncates to
+    bfloat16 where ``amp_cast`` rounds to nearest even."""
+    return "Cast" if _truncates(node, dtype, rounding) else "amp_cast"
+
+
+def _round(builder: GraphBuilder, e: Entry, low: str, base: str, op: str) -> Entry:
+    """``e`` rounded to ``low`` by ``op`` and widened back to float32 (exact)."""
+    to_low = builder.add(cast_node(builder.fresh_name(f"{base}_round_{low}"), e, low)._replace(op=op))
+    return Entry(builder.add(cast_node(builder.fresh_name(f"{base}_round_float32"),
+                                       Entry(to_low), "float32")))
+
+
+# --- the bias step of MXNet's GPU conv / dense kernels -------------------------------------
+
+def _adds_bias_separately(node: Node, dtype: str | None, bias_rounding: str) -> bool:
+    """Whether ``node``, computing in ``dtype``, is emulated with its bias added after its
+    product is rounded (:func:`_bias_step`): a biased op of ``_BIAS_AFTER_PRODUCT_OPS`` in
+    low precision, under ``'separate'``, or under ``'auto'`` in float16 (GPU kernels; the
+    bfloat16 ops of oneDNN add the bias inside the primitive and round once)."""
+    if dtype not in LOW_PRECISION or node.op not in _BIAS_AFTER_PRODUCT_OPS or len(node.inputs) < 3:
+        return False
+    if node.attrs.get("no_bias", "False").strip().lower() in ("true", "1"):
+        return False
+    return bias_rounding == "separate" or (bias_rounding == "auto" and dtype == "float16")
+
+
+def _bias_shape(node: Node) -> tuple[int, ...] | None:
+    """The shape that puts a conv's bias on its output's channel axis for broadcast_add;
+    None where that is the last axis already (FullyConnected, channel-last layouts)."""
+    if node.op in ("FullyConnected", "_npx_fully_connected"):
+        return None
+    layout = node.attrs.get("layout", "None")
+    if layout not in ("None", "") and layout.endswith("C"):
+        return None
+    spatial = [k for k in node.attrs.get("kernel", "").strip("()[] ").split(",") if k.strip()]
+    return (1, -1) + (1,) * len(spatial)
+
+
+def _bias_step(builder: GraphBuilder, node: Node, inputs: tuple[Entry, ...], low: str,
+               op: str) -> Entry:
+    """``node`` as MXNet 1.x's GPU kernel computes it in ``low``: the product without bias
+    (float32 accumulation) rounded to ``low``, then the (rounded) bias added and the sum
+    rounded again. The product node keeps ``node``'s name.
+
+    Shapes must still flow both ways, as through the op itself: the op reads a zero bias
+    of the bias's shape (``p + 0`` is ``p``), so it still infers the bias's shape, and the
+    sum passes through MXNet's ``_identity_with_attr_like_rhs`` (a copy whose shape is tied
+    to the rounded product's), so the product's shape can come from what reads the sum (an
+    unrolled LSTM's first step learns its batch size so)."""
+    def add(op_name: str, suffix: str, ins: tuple[Entry, ...], attrs=None) -> Entry:
+        return Entry(builder.add(Node(op_name, builder.fresh_name(node.name + suffix), ins,
+                                      MappingProxyType(attrs or {}))))
+    bias = inputs[2]
+    zero_bias = add("zeros_like", "_zero_bias", (bias,))
+    product = _round(builder, Entry(builder.add(node.replace(inputs=inputs[:2] + (zero_bias,)))),
+                     low, node.name, op)
+    shape = _bias_shape(node)
+    if shape is not None:
+        bias = add("Reshape", "_bias_reshape", (bias,), {"shape": str(shape)})
+    total = add("broadcast_add", "_plus_bias", (product, bias))
+    total = add("_identity_with_attr_like_rhs", "_plus_bias_shaped", (total, product))
+    return _round(builder, total, low, node.name + "_plus_bias", op)
