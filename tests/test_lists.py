@@ -442,7 +442,7 @@ def test_override_unknown_ops_raise_and_list_them():
 def test_override_moves_without_duplicating(dtype):
     base = _base(dtype)
     op = sorted(base.target)[0]
-    p = policy.load_policy(dtype, fp32_ops=[op])
+    p = policy.load_policy(dtype, fp32_ops=[op], overrides="move")
     assert op in p.fp32 and op not in p.target
     assert p.category_of(op).value == "fp32"
     # everything else is unchanged and still classified once
@@ -459,7 +459,7 @@ def test_override_follow_and_widest_moves():
     op = sorted(base.fp32)[0]
     p = policy.load_policy("float16", follow_ops=[op])
     assert op in p.follow and op not in p.fp32
-    p = policy.load_policy("float16", widest_dtype_ops=[op])
+    p = policy.load_policy("float16", widest_dtype_ops=[op], overrides="move")
     assert op in p.widest and op not in p.fp32 and op not in p.follow
 
 
