@@ -179,12 +179,23 @@ def _contexts(block, ctx):
     return [mx.current_context()]
 
 
+def _without_none_inputs(fmt):
+    """A cached graph's input format less its ``None`` inputs (``-1``: gluonnlp's BERT called
+    without ``masked_positions`` has ``[0, 0, 0, -1]``). The graph has no variable for them
+    and a SymbolBlock takes variables only; MXNet still accepts those trailing ``None``
+    arguments in a call."""
+    if isinstance(fmt, int):
+        return fmt
+    return [_without_none_inputs(f) for f in fmt if f != -1]
+
+
 def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapping, ctx):
     """A SymbolBlock running ``sym`` with copies of ``params`` (each keeps its dtype)."""
     import mxnet as mx
     from mxnet.gluon.block import _regroup
 
     from .gluon_block import AMPSymbolBlock
+    in_format = _without_none_inputs(in_format) if in_format is not None else None
     # typed inputs let SymbolBlock infer its params' dtypes instead of warning
     input_syms = [mx.sym.var(n, dtype="float32") for n in names]
     inputs = _regroup(input_syms, in_format) if in_format is not None else input_syms
