@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import tomllib
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -97,6 +97,11 @@ class OpPolicy:
     # widest ops that may read a low precision cast made for another consumer instead of
     # widening: joins that copy values, never arithmetic (the lists' [reuse_casts] table)
     reuse_casts: frozenset[str] = frozenset()
+    # data the conversion does not read, for contrib's list functions: the output layers
+    # contrib's training scales ([loss_outputs]) and, per op, the inputs that stay float32
+    # when it runs in low precision ([fp32_params]; None where the file has no such table)
+    loss_outputs: tuple[str, ...] = ()
+    fp32_params: Mapping[str, tuple[str, ...]] | None = None
 
     def category_of(self, op: str) -> Category | None:
         """The category ``op`` is listed in (or matched by a pattern); None when unlisted."""
@@ -223,9 +228,26 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
     patterns = tuple((p["prefix"], Category(p["category"])) for p in data.get("pattern", ()))
     index_inputs = {op: tuple(names) for op, names in data.get("index_inputs", {}).items()}
     reuse = _reuse_casts(data, path)
-    _check_ops(set(seen) | set(index_inputs) | reuse, str(path))
+    loss_outputs, fp32_params = _contrib_tables(data, path)
+    _check_ops(set(seen) | set(index_inputs) | reuse | set(loss_outputs) | set(fp32_params or ()),
+               str(path))
     return OpPolicy(target_dtype, *(frozenset(cats[c]) for c in cats), tuple(conditional),
-                    patterns, MappingProxyType(index_inputs), MappingProxyType(reasons), reuse)
+                    patterns, MappingProxyType(index_inputs), MappingProxyType(reasons), reuse,
+                    loss_outputs, fp32_params)
+
+
+def _contrib_tables(data: dict, path: Path
+                    ) -> tuple[tuple[str, ...], Mapping[str, tuple[str, ...]] | None]:
+    """The ``[loss_outputs]`` ops and the ``[fp32_params]`` table (None when absent)."""
+    tables = []
+    for key, kind in (("loss_outputs", list), ("fp32_params", dict)):
+        table = data.get(key)
+        if table is not None and (not table.get("reason") or not isinstance(table.get("ops"), kind)):
+            raise ListError(f"{path}: [{key}] needs a non-empty reason and ops as a {kind.__name__}")
+        tables.append(table["ops"] if table is not None else None)
+    loss, fp32 = tables
+    return (tuple(loss or ()),
+            None if fp32 is None else MappingProxyType({k: tuple(v) for k, v in fp32.items()}))
 
 
 def _reuse_casts(data: dict, path: Path) -> frozenset[str]:
@@ -322,8 +344,9 @@ def load_policy(target_dtype: str = "float16",
         s.difference_update(named)
     for cat, ops in moves.items():
         sets[cat].update(ops)
-    return OpPolicy(target_dtype, *(frozenset(sets[c]) for c in sets), conditional + tuple(conds),
-                    base.patterns, base.index_inputs, base.reasons, base.reuse_casts)
+    return replace(base, target=frozenset(sets[Category.TARGET]), fp32=frozenset(sets[Category.FP32]),
+                   widest=frozenset(sets[Category.WIDEST]), follow=frozenset(sets[Category.FOLLOW]),
+                   conditional=conditional + tuple(conds))
 
 
 def _conditions(items) -> list[tuple[str, str, tuple[str, ...]]]:
