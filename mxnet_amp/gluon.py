@@ -180,13 +180,16 @@ def _contexts(block, ctx):
 
 
 def _without_none_inputs(fmt):
-    """A cached graph's input format less its ``None`` inputs (``-1``: gluonnlp's BERT called
-    without ``masked_positions`` has ``[0, 0, 0, -1]``). The graph has no variable for them
-    and a SymbolBlock takes variables only; MXNet still accepts those trailing ``None``
-    arguments in a call."""
+    """A cached graph's input format less the arguments that hold no input: ``None``
+    (``-1``) and empty lists. gluonnlp's BERT called without ``masked_positions`` has
+    ``[0, 0, 0, -1]``, RoBERTa (no token types) ``[0, [], 0, -1]``: the graph has no
+    variable for them and a SymbolBlock takes variables only, so the converted block
+    takes the arrays alone (``(tokens, valid_length)`` for RoBERTa; MXNet still accepts
+    trailing ``None`` arguments)."""
     if isinstance(fmt, int):
         return fmt
-    return [_without_none_inputs(f) for f in fmt if f != -1]
+    kept = [_without_none_inputs(f) for f in fmt if f != -1]
+    return [f for f in kept if f != []]
 
 
 def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapping, ctx):
