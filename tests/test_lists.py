@@ -93,7 +93,10 @@ def test_schema_and_reasons(dtype):
     assert data["schema"] == 1
     assert data["target_dtype"] == dtype
     assert set(data) <= {"schema", "target_dtype", "group", "conditional", "pattern", "index_inputs",
-                         "reuse_casts"}
+                         "reuse_casts", "loss_outputs", "fp32_params"}
+    for key in ("loss_outputs", "fp32_params"):   # contrib's list functions read these
+        if key in data:
+            assert set(data[key]) == {"reason", "ops"} and data[key]["reason"].strip(), key
     for group in data["group"]:
         assert set(group) == {"category", "reason", "ops"}, group
         assert group["category"] in CATEGORIES, group["category"]
