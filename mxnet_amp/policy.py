@@ -331,13 +331,16 @@ def load_policy(target_dtype: str = "float16",
     sets = {Category.TARGET: set(base.target), Category.FP32: set(base.fp32),
             Category.WIDEST: set(base.widest), Category.FOLLOW: set(base.follow)}
     conditional = tuple(c for c in base.conditional if c[0] not in named)
+    dropped: dict[str, str] = {}   # op -> the category whose shipped list was replaced
     if overrides == "replace":
         # a replaced list's shipped ops run as contrib runs an op in no list: they follow
         for cat in (Category.TARGET, Category.FP32, Category.WIDEST):
             if lists[cat] is not None:
+                dropped.update(dict.fromkeys(sets[cat], cat.value))
                 sets[Category.FOLLOW] |= sets[cat]
                 sets[cat] = set()
         if conditional_fp32_ops is not None:
+            dropped.update(dict.fromkeys((c[0] for c in conditional), "conditional"))
             sets[Category.FOLLOW].update(c[0] for c in conditional)
             conditional = ()
     for s in sets.values():
@@ -346,7 +349,20 @@ def load_policy(target_dtype: str = "float16",
         sets[cat].update(ops)
     return replace(base, target=frozenset(sets[Category.TARGET]), fp32=frozenset(sets[Category.FP32]),
                    widest=frozenset(sets[Category.WIDEST]), follow=frozenset(sets[Category.FOLLOW]),
-                   conditional=conditional + tuple(conds))
+                   conditional=conditional + tuple(conds),
+                   reasons=_user_reasons(base.reasons, dropped, named))
+
+
+def _user_reasons(shipped: Mapping[str, str], dropped: Mapping[str, str],
+                  named: Mapping[str, str]) -> Mapping[str, str]:
+    """The reasons reports show, for ops the user's lists place: named in one, or left in
+    none by a replaced list (the shipped reason would explain a category they left)."""
+    reasons = dict(shipped)
+    for op, cat in dropped.items():
+        reasons[op] = f"the {cat} list passed replaces the shipped one, which held it"
+    for op, cat in named.items():
+        reasons[op] = f"named in the {cat} list passed"
+    return MappingProxyType(reasons)
 
 
 def _conditions(items) -> list[tuple[str, str, tuple[str, ...]]]:

@@ -288,3 +288,14 @@ def test_block_called_with_a_none_input_converts():
     assert [o.shape for o in new(x, y, None)] == [r.shape for r in ref]
     emulated = amp.emulate_block(new)(x, y)
     assert np.abs(emulated[0].asnumpy() - ref[0].asnumpy()).max() < 0.05
+
+
+def test_reasons_say_which_list_placed_an_op():
+    """Reports read Decision.reason: an op the user's list placed is not explained by the
+    shipped reason of a category it left."""
+    policy = amp.load_policy("float16", target_dtype_ops=["FullyConnected"])
+    assert policy.explain("FullyConnected", {}).reason == (
+        "target list: FullyConnected (named in the target list passed)")
+    conv = policy.explain("Convolution", {})
+    assert conv.category.value == "follow" and "replaces the shipped one" in conv.reason
+    assert "float32" in policy.explain("exp", {}).reason   # untouched: its shipped reason
