@@ -333,16 +333,10 @@ def load_policy(target_dtype: str = "float16",
     conditional = tuple(c for c in base.conditional if c[0] not in named)
     dropped: dict[str, str] = {}   # op -> the category whose shipped list was replaced
     if overrides == "replace":
-        # a replaced list's shipped ops run as contrib runs an op in no list: they follow
-        for cat in (Category.TARGET, Category.FP32, Category.WIDEST):
-            if lists[cat] is not None:
-                dropped.update(dict.fromkeys(sets[cat], cat.value))
-                sets[Category.FOLLOW] |= sets[cat]
-                sets[cat] = set()
+        given = {cat for cat, ops in lists.items() if ops is not None and cat is not Category.FOLLOW}
         if conditional_fp32_ops is not None:
-            dropped.update(dict.fromkeys((c[0] for c in conditional), "conditional"))
-            sets[Category.FOLLOW].update(c[0] for c in conditional)
-            conditional = ()
+            given.add(Category.CONDITIONAL)
+        conditional = _replace(sets, conditional, given, dropped)
     for s in sets.values():
         s.difference_update(named)
     for cat, ops in moves.items():
@@ -351,6 +345,23 @@ def load_policy(target_dtype: str = "float16",
                    widest=frozenset(sets[Category.WIDEST]), follow=frozenset(sets[Category.FOLLOW]),
                    conditional=conditional + tuple(conds),
                    reasons=_user_reasons(base.reasons, dropped, named))
+
+
+def _replace(sets: dict[Category, set[str]], conditional: tuple, given: set[Category],
+             dropped: dict[str, str]) -> tuple:
+    """Empty the ``given`` categories of ``sets`` (and the conditions, when given) into
+    *follow*, as contrib runs an op in no list; ``dropped`` records each op moved. Returns
+    the conditions left."""
+    for cat in (Category.TARGET, Category.FP32, Category.WIDEST):
+        if cat in given:
+            dropped.update(dict.fromkeys(sets[cat], cat.value))
+            sets[Category.FOLLOW] |= sets[cat]
+            sets[cat] = set()
+    if Category.CONDITIONAL not in given:
+        return conditional
+    dropped.update(dict.fromkeys((c[0] for c in conditional), "conditional"))
+    sets[Category.FOLLOW].update(c[0] for c in conditional)
+    return ()
 
 
 def _user_reasons(shipped: Mapping[str, str], dropped: Mapping[str, str],
