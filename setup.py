@@ -26,6 +26,9 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6", "pdoc>=16,<17", "scikit-learn>=1.3"] + GLUONCV,
         "docs": ["pdoc>=16,<17"],
         "png": ["cairosvg"],
+        # gluonnlp 0.10 builds a Cython extension: install cython, wheel and setuptools<70
+        # first, then this extra with --no-build-isolation (README "Set up")
+        "nlp": ["gluonnlp==0.10.0", "cython", "wheel"],
     },
     entry_points={"console_scripts": ["mxnet-amp=mxnet_amp.cli:main"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],

@@ -28,7 +28,7 @@ __all__ = [
     "emulate", "emulate_model", "emulate_block", "auto_convert_model", "auto_convert_block",
     "load_policy",
     "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_widest_type_cast",
-    "list_conditional_fp32_ops",
+    "list_conditional_fp32_ops", "list_loss_output_functions", "list_lp16_use_fp32_params",
     "AMPError", "AlreadyConvertedError", "CheckpointError", "DeferredInitError", "GraphError",
     "ListError", "ParamError", "TargetDtypeError", "TypeInferenceError", "UnknownOpError",
     "InputShapeError", "OutputPathError", "OverwriteError", "StrippedCastsError",
@@ -79,9 +79,48 @@ def list_conditional_fp32_ops(target_dtype: str = "float16") -> list[tuple[str, 
     return [(op, attr, list(values)) for op, attr, values in load_policy(target_dtype).conditional]
 
 
-# mx.contrib.amp's training API (and the lists only it reads): not provided, see README "Scope"
-_TRAINING_API = frozenset({"init", "init_trainer", "scale_loss", "unscale",
-                           "list_loss_output_functions", "list_lp16_use_fp32_params"})
+def list_loss_output_functions(target_dtype: str = "float16") -> list[str]:
+    """Output layers whose backward starts from a label (``mx.contrib.amp``'s training scales
+    their gradient); from the lists' ``[loss_outputs]`` table.
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+
+    Returns
+    -------
+    list of str
+        Op names, in the lists' order.
+    """
+    return list(load_policy(target_dtype).loss_outputs)
+
+
+def list_lp16_use_fp32_params(target_dtype: str = "float16") -> dict[str, list[str]] | None:
+    """Ops whose named inputs stay float32 when the op runs in ``target_dtype``, in
+    ``mx.contrib.amp``'s format; from the lists' ``[fp32_params]`` table.
+
+    Parameters
+    ----------
+    target_dtype : {'float16', 'bfloat16'}, default 'float16'
+
+    Returns
+    -------
+    dict of str to list of str, or None
+        For each op (its registered name), one entry per input in the op's order: the
+        input's name where it stays float32, ``''`` where it takes the low precision dtype
+        (``{'BatchNorm': ['', 'gamma', 'beta', 'moving_mean', 'moving_var'], ...}``). None
+        for float16, as ``mx.contrib.amp`` answers.
+    """
+    from .registry import op_input_names
+    table = load_policy(target_dtype).fp32_params
+    if table is None:
+        return None
+    return {op: [name if name in keep else "" for name in op_input_names(op)]
+            for op, keep in table.items()}
+
+
+# mx.contrib.amp's training API: not provided, see README "Scope"
+_TRAINING_API = frozenset({"init", "init_trainer", "scale_loss", "unscale"})
 
 
 def __getattr__(name: str):

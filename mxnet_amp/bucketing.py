@@ -99,7 +99,8 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
                              cast_optional_params: bool = True, *,
                              widest_dtype_ops: Sequence[str] | None = None,
                              follow_ops: Sequence[str] | None = None,
-                             fold_batchnorm: bool = True) -> BucketingModule:
+                             fold_batchnorm: bool = True,
+                             overrides: str = "replace") -> BucketingModule:
     """Convert an fp32 ``BucketingModule`` to mixed precision for inference.
 
     Same positional parameters as ``mx.contrib.amp.convert_bucketing_module``.
@@ -109,8 +110,8 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
     bucketing_mod : mx.mod.BucketingModule
         The fp32 module, its params initialised (trained, ``init_params``/``set_params``
         called, or loaded with ``BucketingModule.load``). It is not modified.
-    target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops, widest_dtype_ops, follow_ops
-        As in :func:`mxnet_amp.convert_model`.
+    target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops, widest_dtype_ops, follow_ops, overrides
+        As in :func:`mxnet_amp.convert_model` (a given list replaces the shipped one).
     excluded_sym_names : list of str, optional
         Node names that run in float32; in each bucket, the names its symbol has (an
         unrolled network's longer buckets have nodes the shorter ones lack).
@@ -136,7 +137,7 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
     import mxnet as mx
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm)
+                           cast_optional_params, fold_batchnorm, overrides=overrides)
     if not isinstance(bucketing_mod, mx.mod.BucketingModule):
         raise TypeError(f"expected an mx.mod.BucketingModule, got {type(bucketing_mod).__name__}")
     if not bucketing_mod.params_initialized:

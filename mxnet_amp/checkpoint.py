@@ -41,7 +41,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        data_shapes: Mapping[str, Sequence[int]] | None = None,
                        write: bool = True, shapes_from: str = "data_shapes",
                        progress: bool | None = False,
-                       follow_ops: Sequence[str] | None = None
+                       follow_ops: Sequence[str] | None = None,
+                       overrides: str = "replace", strict_params: bool = False
                        ) -> tuple[Conversion, dict, dict, dict[str, int]]:
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
@@ -82,7 +83,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     """
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm)
+                           cast_optional_params, fold_batchnorm, overrides=overrides,
+                           strict_params=strict_params)
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
                                  data_names=data_names, data_shapes=data_shapes, write=write,
                                  shapes_from=shapes_from, progress=progress)
@@ -111,7 +113,7 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
         raise StrippedCastsError(stripped_message(f"{sym_file}, {params_file}", stored, low)
                                  + "; to convert again, convert the original float32 model")
     data_names = _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
-                                     shapes_from, sym_file, params_file)
+                                     shapes_from, sym_file, params_file, options.strict_params)
     conversion, arg_params, aux_params, _ = convert_with_params(
         graph, arg_params, aux_params, options, data_names=data_names)
     del sym, graph
@@ -198,7 +200,7 @@ def checkpoint_outputs(prefix: str, epoch: int, what: str = "epoch") -> list[tup
 
 
 def _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
-                        shapes_from, sym_file, params_file) -> list[str]:
+                        shapes_from, sym_file, params_file, strict: bool) -> list[str]:
     """The model inputs, after checking the params fit the symbol (errors name the files)."""
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
     data_names = name_list(data_names)
@@ -207,7 +209,7 @@ def _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_sha
     try:
         if data_names is None:
             data_names = default_data_names(arg_names, arg_params, where=params_file)
-        check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+        check_params(arg_names, aux_names, arg_params, aux_params, data_names, strict)
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
                            shapes_from=shapes_from, input_names=arg_names + aux_names)
     except ParamError as err:

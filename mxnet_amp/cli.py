@@ -328,7 +328,9 @@ def _options(args: argparse.Namespace) -> ConvertOptions:
     return make_options(args.target_dtype, args.target_ops, args.fp32_ops, args.widest_ops,
                         follow_ops=args.follow_ops, excluded_sym_names=args.exclude,
                         cast_optional_params=args.cast_optional_params,
-                        fold_batchnorm=args.fold_bn)
+                        fold_batchnorm=args.fold_bn,
+                        # the flags add to the shipped lists ("move"), as their help says
+                        overrides="move")
 
 
 def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, ConversionReport]:

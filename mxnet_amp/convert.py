@@ -96,7 +96,9 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
     data_dtypes, stored = _variable_dtypes(graph, set(names), param_dtypes, input_dtypes)
     if not accept_low_precision_params:
         refuse_converted(graph)   # its casts say more than its params' dtypes
-        _refuse_low_precision_params(stored)
+        # only arrays given as params mark a converted model: a variable the symbol alone
+        # declares float16/bfloat16 is an input (or a weight the caller binds) of that dtype
+        _refuse_low_precision_params({k: v for k, v in stored.items() if k in (param_dtypes or {})})
     with gc_paused():
         return _convert(graph, options, names, data_dtypes, stored, output_dtype)
 
@@ -161,18 +163,19 @@ def _cast_rounds(graph: Graph, options: ConvertOptions, data_dtypes: Mapping[str
     op_types = OpTypes()
     final = False
     if options.cast_optional_params:
-        # round one leaves float weights to their consumers; a weight every consumer wants
-        # in the same dtype is stored in it, the others stay as stored and get casts
+        # round one leaves float32 weights to their consumers; a weight every consumer wants
+        # in the same dtype is stored in it, the others stay as stored and get casts (a
+        # weight declared float16/bfloat16 keeps its declared dtype)
         first = insert_casts(graph, policy, data_dtypes=data_dtypes,
-                             param_dtypes={k: (None if is_float(v) else v) for k, v in stored.items()},
+                             param_dtypes={k: (None if v == "float32" else v) for k, v in stored.items()},
                              excluded=excluded, output_dtype=output_dtype, op_types=op_types)
-        # round one is final when each float weight is wanted in exactly one dtype: every
+        # round one is final when each float32 weight is wanted in exactly one dtype: every
         # consumer already reads it in the dtype it is now stored in, and no dtype was left
         # undecided (a weight no consumer gives a dtype leaves its readers' dtypes open)
         final = all(len(first.param_wants.get(name, ())) == 1
-                    for name, dt in stored.items() if is_float(dt))
+                    for name, dt in stored.items() if dt == "float32")
         for name, want in first.param_wants.items():
-            if len(want) == 1 and is_float(stored[name]):
+            if len(want) == 1 and stored[name] == "float32":
                 stored[name] = next(iter(want))
     if final:
         # round two would rebuild the same graph (tag_param_dtypes below writes the
@@ -228,9 +231,10 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                    conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                    excluded_sym_names: Sequence[str] | None = None,
                    data_names: Sequence[str] | None = None,
-                   cast_optional_params: bool = True, *,
+                   cast_optional_params: bool = False, *,
                    widest_dtype_ops: Sequence[str] | None = None,
-                   follow_ops: Sequence[str] | None = None) -> Symbol:
+                   follow_ops: Sequence[str] | None = None,
+                   overrides: str = "replace") -> Symbol:
     """Convert an fp32 symbol to mixed precision.
 
     The positional parameters are those of ``mx.contrib.amp.convert_symbol``, in its order
@@ -242,40 +246,49 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
         The fp32 model; it is not modified.
     target_dtype : {'float16', 'bfloat16'}, default 'float16'
         The low precision dtype.
-    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops : list of str, optional
-        Ops to move into the target / float32 / widest / follow category (on top of the
-        shipped lists; see :func:`mxnet_amp.load_policy`). *Follow* ops run in whatever
-        dtype their inputs have.
+    target_dtype_ops, fp32_ops, widest_dtype_ops : list of str, optional
+        The ops of the target / float32 / widest category. As in ``mx.contrib.amp``, a
+        given list *replaces* the shipped one: an op the shipped list held and no given
+        list names runs in its inputs' dtype, so ``target_dtype_ops=['FullyConnected']``
+        runs only FullyConnected in low precision. ``overrides='move'`` instead moves the
+        named ops and keeps every other op's category (see :func:`mxnet_amp.load_policy`).
     conditional_fp32_ops : list of (op, attr, values), optional
-        Ops that run in float32 when ``attr`` takes one of ``values``.
+        Ops that run in float32 when ``attr`` takes one of ``values`` (replacing the
+        shipped conditions, as the lists above).
+    follow_ops : list of str, optional
+        Ops added to the *follow* category: they run in whatever dtype their inputs have.
+    overrides : {'replace', 'move'}, default 'replace'
+        How the op lists above apply: replace the shipped lists (``mx.contrib.amp``'s
+        meaning) or move only the named ops.
     excluded_sym_names : list of str, optional
         Node names that run in float32 whatever their op (a string is one name).
     data_names : list of str, optional
         Model inputs (a string is one name). By default, as in ``mx.contrib.amp``, every input without a
-        ``__dtype__`` attribute; the others are weights.
-    cast_optional_params : bool, default True
-        Store weights whose every consumer runs in low precision in low precision (the
-        converted graph then expects them so): the same numerics as casting them at every
-        run, a smaller checkpoint and a faster model. False keeps every weight float32, as
-        ``mx.contrib.amp`` does by default (a deliberate difference).
+        ``__dtype__`` attribute; the others are weights. A variable declared float16 or
+        bfloat16 (``mx.sym.var('x', dtype='float16')``) is read in that dtype.
+    cast_optional_params : bool, default False
+        As in ``mx.contrib.amp`` (its default too: there are no params here to cast, and the
+        result binds with the caller's float32 params, every weight cast in the graph).
+        True tags the weights whose every consumer runs in low precision ``__dtype__``
+        low precision and reads them without a cast: the caller then casts those params
+        (:func:`convert_model` does both at once).
 
     Returns
     -------
     Symbol
         A new symbol holding the casts; model inputs and outputs stay float32. Each weight
         (every input not in ``data_names``) carries ``__dtype__``: the dtype
-        :func:`convert_model` would return its param in for float32 params (low precision
-        where ``cast_optional_params`` stores it so, else as its own ``__dtype__`` said or
-        float32).
+        :func:`convert_model` would return its param in (float32, or low precision where
+        ``cast_optional_params`` stores it so, or as its own ``__dtype__`` said).
 
     Raises
     ------
     AlreadyConvertedError
-        The graph holds amp casts, or a weight's ``__dtype__`` says float16/bfloat16.
+        The graph holds an amp_cast to float16/bfloat16.
     """
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params)
+                           cast_optional_params, overrides=overrides)
     return convert_graph(graph_from_symbol(sym), options, data_names=data_names).symbol
 
 
@@ -340,7 +353,7 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     data_names = name_list(data_names)
     if data_names is None:
         data_names = default_data_names(arg_names, arg_params)
-    check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+    check_params(arg_names, aux_names, arg_params, aux_params, data_names, options.strict_params)
     if check_shapes:
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
                            shapes_from=shapes_from, input_names=arg_names + aux_names)
@@ -398,7 +411,9 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   data_names: Sequence[str] | None = None,
                   data_shapes: Mapping[str, Sequence[int]] | None = None,
                   fold_batchnorm: bool = True,
-                  follow_ops: Sequence[str] | None = None) -> tuple[Symbol, dict, dict]:
+                  follow_ops: Sequence[str] | None = None,
+                  overrides: str = "replace",
+                  strict_params: bool = False) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
 
     The positional parameters are those of ``mx.contrib.amp.convert_model``, in its order
@@ -410,10 +425,15 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         The fp32 model; it is not modified.
     arg_params, aux_params : dict of str to NDArray
         The model's weights, as ``mx.model.load_checkpoint`` returns them (not modified).
-    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops
+    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, overrides
+        As in :func:`convert_symbol` (a given list replaces the shipped one).
+    excluded_sym_names
         As in :func:`convert_symbol`.
-    excluded_sym_names, cast_optional_params
-        As in :func:`convert_symbol`.
+    cast_optional_params : bool, default True
+        Store weights whose every consumer runs in low precision in low precision (the
+        converted graph then reads them so): the same numerics as casting them at every
+        run, a smaller checkpoint and a faster model. False keeps every weight float32, as
+        ``mx.contrib.amp`` does by default (a deliberate difference).
     data_names : list of str, optional
         Model inputs; default the arguments that have no entry in ``arg_params``.
     data_shapes : dict of str to tuple of int, optional
@@ -433,6 +453,9 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         (resnet50_v1: 0.102 relative error against 0.0054 folded here; see
         docs/deploy_fidelity.md). False keeps them
         (a model to fine-tune with its BatchNorms).
+    strict_params : bool, default False
+        Params the symbol does not read raise :class:`ParamError`; by default a warning
+        names them and they are returned as given (``mx.contrib.amp`` ignores them).
 
     Returns
     -------
@@ -449,13 +472,15 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         The graph holds amp casts, or params are float16/bfloat16 already (a model
         converted before, its casts stripped on save); the message names them.
     ParamError
-        A param is missing, extra, float64, or of a shape the symbol contradicts (the error
-        names it, its shape and the expected one); a BatchNorm to fold has a negative or
-        non-finite ``moving_var`` (or non-finite gamma, beta, ``moving_mean``).
+        A param is missing, float64, of a shape the symbol contradicts (the error names it,
+        its shape and the expected one), or extra under ``strict_params``; a BatchNorm to
+        fold has a negative or non-finite ``moving_var`` (or non-finite gamma, beta,
+        ``moving_mean``).
     """
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm)
+                           cast_optional_params, fold_batchnorm, overrides=overrides,
+                           strict_params=strict_params)
     sym, args, auxs, _ = convert_model_full(sym, arg_params, aux_params, options,
                                             data_names=data_names, data_shapes=data_shapes)
     return sym, args, auxs

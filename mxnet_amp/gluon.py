@@ -179,12 +179,26 @@ def _contexts(block, ctx):
     return [mx.current_context()]
 
 
+def _without_none_inputs(fmt):
+    """A cached graph's input format less the arguments that hold no input: ``None``
+    (``-1``) and empty lists. gluonnlp's BERT called without ``masked_positions`` has
+    ``[0, 0, 0, -1]``, RoBERTa (no token types) ``[0, [], 0, -1]``: the graph has no
+    variable for them and a SymbolBlock takes variables only, so the converted block
+    takes the arrays alone (``(tokens, valid_length)`` for RoBERTa; MXNet still accepts
+    trailing ``None`` arguments)."""
+    if isinstance(fmt, int):
+        return fmt
+    kept = [_without_none_inputs(f) for f in fmt if f != -1]
+    return [f for f in kept if f != []]
+
+
 def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapping, ctx):
     """A SymbolBlock running ``sym`` with copies of ``params`` (each keeps its dtype)."""
     import mxnet as mx
     from mxnet.gluon.block import _regroup
 
     from .gluon_block import AMPSymbolBlock
+    in_format = _without_none_inputs(in_format) if in_format is not None else None
     # typed inputs let SymbolBlock infer its params' dtypes instead of warning
     input_syms = [mx.sym.var(n, dtype="float32") for n in names]
     inputs = _regroup(input_syms, in_format) if in_format is not None else input_syms
@@ -220,7 +234,8 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                          widest_dtype_ops: Sequence[str] | None = None,
                          input_names: Sequence[str] | None = None,
                          fold_batchnorm: bool = True,
-                         follow_ops: Sequence[str] | None = None) -> AMPSymbolBlock:
+                         follow_ops: Sequence[str] | None = None,
+                         overrides: str = "replace") -> AMPSymbolBlock:
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
 
     The positional parameters are those of ``mx.contrib.amp.convert_hybrid_block``, in its
@@ -232,8 +247,8 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
         The fp32 model: hybridized or not, run or not, as long as its params are initialised.
         It is not modified and keeps working in fp32.
     target_dtype : {'float16', 'bfloat16'}, default 'float16'
-    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, excluded_sym_names
-        As in :func:`mxnet_amp.convert_model`.
+    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, excluded_sym_names, overrides
+        As in :func:`mxnet_amp.convert_model` (a given list replaces the shipped one).
     input_names : list of str, optional
         Names of the block's inputs, one per positional input (several inputs need them
         when the block never ran hybridized). Default: those of its cached graph (``data``,
@@ -269,7 +284,7 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     """
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm)
+                           cast_optional_params, fold_batchnorm, overrides=overrides)
     names, sym, in_format, out_format = _block_graph(block, input_names)
     arg_params, aux_params = _model_params(block, sym, names)
     ctx_list = _contexts(block, ctx)

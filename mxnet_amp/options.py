@@ -35,12 +35,16 @@ class ConvertOptions:
     fold_batchnorm : bool
         Fold inference BatchNorms into the op before them first (models with params only;
         on by default: see :func:`mxnet_amp.convert_model`).
+    strict_params : bool
+        Params the symbol does not read are an error (:class:`~mxnet_amp.errors.ParamError`)
+        instead of a warning naming them.
     """
 
     policy: OpPolicy
     excluded: frozenset[str] = frozenset()
     cast_optional_params: bool = True
     fold_batchnorm: bool = True
+    strict_params: bool = False
 
     @property
     def target_dtype(self) -> str:
@@ -80,17 +84,20 @@ def make_options(target_dtype: str = "float16",
                  follow_ops: Sequence[str] | None = None,
                  excluded_sym_names: Sequence[str] | None = None,
                  cast_optional_params: bool = True,
-                 fold_batchnorm: bool = True) -> ConvertOptions:
+                 fold_batchnorm: bool = True, *,
+                 overrides: str = "replace",
+                 strict_params: bool = False) -> ConvertOptions:
     """The :class:`ConvertOptions` of the public converters' keywords (the lists read once).
 
     Parameters
     ----------
-    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops
-        As in :func:`mxnet_amp.load_policy`.
+    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops, overrides
+        As in :func:`mxnet_amp.load_policy` (a given list replaces the shipped one unless
+        ``overrides='move'``).
     excluded_sym_names : list of str, optional
         Node names that run in float32 whatever their op (checked against the graph when it
         is converted).
-    cast_optional_params, fold_batchnorm : bool
+    cast_optional_params, fold_batchnorm, strict_params : bool
         As in :func:`mxnet_amp.convert_model`.
 
     Returns
@@ -103,6 +110,6 @@ def make_options(target_dtype: str = "float16",
         As :func:`mxnet_amp.load_policy`.
     """
     policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                         conditional_fp32_ops, follow_ops)
+                         conditional_fp32_ops, follow_ops, overrides)
     return ConvertOptions(policy, frozenset(name_list(excluded_sym_names) or ()), bool(cast_optional_params),
-                          bool(fold_batchnorm))
+                          bool(fold_batchnorm), bool(strict_params))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .dtypes import dtype_name
@@ -133,11 +134,13 @@ def _where_they_are(missing, arg_params: Mapping, aux_params: Mapping | None = N
 
 
 def check_params(arg_names: Sequence[str], aux_names: Sequence[str], arg_params: Mapping,
-                 aux_params: Mapping, data_names: Sequence[str]) -> None:
+                 aux_params: Mapping, data_names: Sequence[str], strict: bool = False) -> None:
     """Raise :class:`ParamError` when params and symbol disagree.
 
-    Every non-data argument and every aux state needs a value; a param the symbol does not
-    read is an error too (it usually means the wrong params file), and so is a model input
+    Every non-data argument and every aux state needs a value. A param the symbol does not
+    read is a warning naming it (a checkpoint with stale entries is common; they are kept
+    as given, as ``mx.contrib.amp`` keeps them), an error with ``strict`` (it may mean the
+    wrong params file). A model input
     in ``data_names`` that the symbol does not have, or a float param that is neither
     float32 nor already low precision (float64: cast the model to float32 first)."""
     check_data_names(arg_names, arg_params, data_names)
@@ -153,8 +156,13 @@ def check_params(arg_names: Sequence[str], aux_names: Sequence[str], arg_params:
     extra_arg = sorted(set(arg_params) - set(arg_names))
     extra_aux = sorted(set(aux_params) - set(aux_names))
     if extra_arg or extra_aux:
-        raise ParamError("params the symbol does not use: " + ", ".join(extra_arg + extra_aux)
-                         + "; are these params from another model?")
+        extra = extra_arg + extra_aux
+        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+        if strict:
+            raise ParamError(f"params the symbol does not use: {shown}; are these params from "
+                             "another model? (strict_params=True)")
+        warnings.warn(f"params the symbol does not use: {shown}; they are returned as given, not "
+                      "converted (strict_params=True makes this an error)", stacklevel=3)
     dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     wide = {k: v for k, v in dtypes.items() if v in _WIDE_FLOATS}
     if wide:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import tomllib
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 from .errors import ListError, UnknownOpError
 
 __all__ = ["Category", "Decision", "OpPolicy", "load_policy", "lists_dir", "SUPPORTED_TARGET_DTYPES",
-           "check_target_dtype"]
+           "check_target_dtype", "OVERRIDE_MODES"]
 
 SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
 _MISSING = object()
@@ -97,6 +97,11 @@ class OpPolicy:
     # widest ops that may read a low precision cast made for another consumer instead of
     # widening: joins that copy values, never arithmetic (the lists' [reuse_casts] table)
     reuse_casts: frozenset[str] = frozenset()
+    # data the conversion does not read, for contrib's list functions: the output layers
+    # contrib's training scales ([loss_outputs]) and, per op, the inputs that stay float32
+    # when it runs in low precision ([fp32_params]; None where the file has no such table)
+    loss_outputs: tuple[str, ...] = ()
+    fp32_params: Mapping[str, tuple[str, ...]] | None = None
 
     def category_of(self, op: str) -> Category | None:
         """The category ``op`` is listed in (or matched by a pattern); None when unlisted."""
@@ -223,9 +228,26 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
     patterns = tuple((p["prefix"], Category(p["category"])) for p in data.get("pattern", ()))
     index_inputs = {op: tuple(names) for op, names in data.get("index_inputs", {}).items()}
     reuse = _reuse_casts(data, path)
-    _check_ops(set(seen) | set(index_inputs) | reuse, str(path))
+    loss_outputs, fp32_params = _contrib_tables(data, path)
+    _check_ops(set(seen) | set(index_inputs) | reuse | set(loss_outputs) | set(fp32_params or ()),
+               str(path))
     return OpPolicy(target_dtype, *(frozenset(cats[c]) for c in cats), tuple(conditional),
-                    patterns, MappingProxyType(index_inputs), MappingProxyType(reasons), reuse)
+                    patterns, MappingProxyType(index_inputs), MappingProxyType(reasons), reuse,
+                    loss_outputs, fp32_params)
+
+
+def _contrib_tables(data: dict, path: Path
+                    ) -> tuple[tuple[str, ...], Mapping[str, tuple[str, ...]] | None]:
+    """The ``[loss_outputs]`` ops and the ``[fp32_params]`` table (None when absent)."""
+    tables = []
+    for key, kind in (("loss_outputs", list), ("fp32_params", dict)):
+        table = data.get(key)
+        if table is not None and (not table.get("reason") or not isinstance(table.get("ops"), kind)):
+            raise ListError(f"{path}: [{key}] needs a non-empty reason and ops as a {kind.__name__}")
+        tables.append(table["ops"] if table is not None else None)
+    loss, fp32 = tables
+    return (tuple(loss or ()),
+            None if fp32 is None else MappingProxyType({k: tuple(v) for k, v in fp32.items()}))
 
 
 def _reuse_casts(data: dict, path: Path) -> frozenset[str]:
@@ -244,23 +266,39 @@ def _names(value, what: str) -> list[str]:
     return [str(v) for v in value]
 
 
+OVERRIDE_MODES = ("replace", "move")
+
+
 def load_policy(target_dtype: str = "float16",
                 target_dtype_ops: Sequence[str] | None = None,
                 fp32_ops: Sequence[str] | None = None,
                 widest_dtype_ops: Sequence[str] | None = None,
                 conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
-                follow_ops: Sequence[str] | None = None) -> OpPolicy:
+                follow_ops: Sequence[str] | None = None,
+                overrides: str = "replace") -> OpPolicy:
     """The op policy for ``target_dtype``: the shipped lists with user overrides applied.
 
     Parameters
     ----------
     target_dtype : {'float16', 'bfloat16'}
-    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops : list of str, optional
-        Ops to *move* into that category (out of whichever category the lists give them).
-        Unlike ``mx.contrib.amp``, an override does not replace the whole default list, so
-        ``fp32_ops=['Convolution']`` keeps every other default.
+    target_dtype_ops, fp32_ops, widest_dtype_ops : list of str, optional
+        The ops of the target / float32 / widest category. With ``overrides='replace'`` (the
+        default, ``mx.contrib.amp``'s meaning) a given list *replaces* the shipped one: an
+        op the shipped lists put in that category and that no given list names runs as an
+        op in no contrib list does, in its inputs' dtype (*follow*); so
+        ``target_dtype_ops=['FullyConnected']`` runs only FullyConnected in low
+        precision. With ``overrides='move'`` the named ops move into the category and
+        every other op keeps its shipped category. Either way an op named in one list
+        leaves whichever category the shipped lists gave it.
     conditional_fp32_ops : list of (op, attr, values), optional
-        Ops to run in float32 when ``attr`` has one of ``values``; replaces the op's category.
+        Ops to run in float32 when ``attr`` has one of ``values`` (else they follow).
+        ``'replace'``: these are the only conditions (a shipped conditional op not named
+        follows); ``'move'``: they replace the named ops' categories only.
+    follow_ops : list of str, optional
+        Ops to move into the *follow* category (in either mode: follow is where an op in
+        no other list goes, so this list only adds).
+    overrides : {'replace', 'move'}, default 'replace'
+        How the lists above apply (see there).
 
     Returns
     -------
@@ -272,17 +310,76 @@ def load_policy(target_dtype: str = "float16",
     UnknownOpError
         An override names ops the MXNet registry does not know (all of them are listed).
     ListError
-        One op is named in two overrides, or a condition names an attribute its op does
-        not have or a value outside the attribute's choices.
+        One op is named in two overrides, a condition names an attribute its op does not
+        have or a value outside the attribute's choices, or ``overrides`` is neither mode.
     """
     target_dtype = check_target_dtype(target_dtype)
+    if overrides not in OVERRIDE_MODES:
+        raise ListError(f"overrides must be 'replace' (the lists replace the shipped ones, as in "
+                        f"mx.contrib.amp) or 'move' (the named ops move), got {overrides!r}")
     base = _base_policy(target_dtype, str(lists_dir()))
-    moves = {Category.TARGET: _names(target_dtype_ops, "target_dtype_ops"),
-             Category.FP32: _names(fp32_ops, "fp32_ops"),
-             Category.WIDEST: _names(widest_dtype_ops, "widest_dtype_ops"),
-             Category.FOLLOW: _names(follow_ops, "follow_ops")}
+    lists = {Category.TARGET: target_dtype_ops, Category.FP32: fp32_ops,
+             Category.WIDEST: widest_dtype_ops, Category.FOLLOW: follow_ops}
+    moves = {cat: _names(ops, what) for (cat, ops), what in
+             zip(lists.items(), ("target_dtype_ops", "fp32_ops", "widest_dtype_ops", "follow_ops"))}
+    conds = _conditions(conditional_fp32_ops)
+    if all(v is None for v in lists.values()) and conditional_fp32_ops is None:
+        return base
+    named = _named_once(moves, conds)
+    _check_ops(named, "user overrides")
+    _check_conditions(conds)
+    sets = {Category.TARGET: set(base.target), Category.FP32: set(base.fp32),
+            Category.WIDEST: set(base.widest), Category.FOLLOW: set(base.follow)}
+    conditional = tuple(c for c in base.conditional if c[0] not in named)
+    dropped: dict[str, str] = {}   # op -> the category whose shipped list was replaced
+    if overrides == "replace":
+        given = {cat for cat, ops in lists.items() if ops is not None and cat is not Category.FOLLOW}
+        if conditional_fp32_ops is not None:
+            given.add(Category.CONDITIONAL)
+        conditional = _replace(sets, conditional, given, dropped)
+    for s in sets.values():
+        s.difference_update(named)
+    for cat, ops in moves.items():
+        sets[cat].update(ops)
+    return replace(base, target=frozenset(sets[Category.TARGET]), fp32=frozenset(sets[Category.FP32]),
+                   widest=frozenset(sets[Category.WIDEST]), follow=frozenset(sets[Category.FOLLOW]),
+                   conditional=conditional + tuple(conds),
+                   reasons=_user_reasons(base.reasons, dropped, named))
+
+
+def _replace(sets: dict[Category, set[str]], conditional: tuple, given: set[Category],
+             dropped: dict[str, str]) -> tuple:
+    """Empty the ``given`` categories of ``sets`` (and the conditions, when given) into
+    *follow*, as contrib runs an op in no list; ``dropped`` records each op moved. Returns
+    the conditions left."""
+    for cat in (Category.TARGET, Category.FP32, Category.WIDEST):
+        if cat in given:
+            dropped.update(dict.fromkeys(sets[cat], cat.value))
+            sets[Category.FOLLOW] |= sets[cat]
+            sets[cat] = set()
+    if Category.CONDITIONAL not in given:
+        return conditional
+    dropped.update(dict.fromkeys((c[0] for c in conditional), "conditional"))
+    sets[Category.FOLLOW].update(c[0] for c in conditional)
+    return ()
+
+
+def _user_reasons(shipped: Mapping[str, str], dropped: Mapping[str, str],
+                  named: Mapping[str, str]) -> Mapping[str, str]:
+    """The reasons reports show, for ops the user's lists place: named in one, or left in
+    none by a replaced list (the shipped reason would explain a category they left)."""
+    reasons = dict(shipped)
+    for op, cat in dropped.items():
+        reasons[op] = f"the {cat} list passed replaces the shipped one, which held it"
+    for op, cat in named.items():
+        reasons[op] = f"named in the {cat} list passed"
+    return MappingProxyType(reasons)
+
+
+def _conditions(items) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The ``conditional_fp32_ops`` ``items`` as ``(op, attr, values)`` tuples of strings."""
     conds = []
-    for item in conditional_fp32_ops or ():
+    for item in items or ():
         try:
             op, attr, values = item
         except (TypeError, ValueError):
@@ -294,8 +391,12 @@ def load_policy(target_dtype: str = "float16",
             raise TypeError("conditional_fp32_ops entries must be (op, attr, values) tuples with "
                             f"a list of values, got {tuple(item)!r}")
         conds.append((str(op), str(attr), tuple(str(v) for v in values)))
-    if not any(moves.values()) and not conds:
-        return base
+    return conds
+
+
+def _named_once(moves: Mapping[Category, list[str]], conds) -> dict[str, str]:
+    """Each op the overrides name, with its category; :class:`ListError` for one named in
+    two of them."""
     named: dict[str, str] = {}
     for cat, ops in moves.items():
         for op in ops:
@@ -306,17 +407,7 @@ def load_policy(target_dtype: str = "float16",
         if op in named and named[op] != "conditional":
             raise ListError(f"op {op!r} is named in two overrides ({named[op]} and conditional_fp32_ops)")
         named[op] = "conditional"
-    _check_ops(named, "user overrides")
-    _check_conditions(conds)
-    sets = {Category.TARGET: set(base.target), Category.FP32: set(base.fp32),
-            Category.WIDEST: set(base.widest), Category.FOLLOW: set(base.follow)}
-    for s in sets.values():
-        s.difference_update(named)
-    for cat, ops in moves.items():
-        sets[cat].update(ops)
-    conditional = tuple(c for c in base.conditional if c[0] not in named) + tuple(conds)
-    return OpPolicy(target_dtype, *(frozenset(sets[c]) for c in sets), conditional,
-                    base.patterns, base.index_inputs, base.reasons, base.reuse_casts)
+    return named
 
 
 def _attr_choices(kind: str) -> frozenset[str] | None:
@@ -354,5 +445,6 @@ def warn_unlisted(ops: Iterable[str], target_dtype: str) -> None:
     ops = sorted(set(ops))
     if ops:
         warnings.warn(f"op(s) {', '.join(ops)} are in no {target_dtype} list; they run in float32. "
-                      "Name them in target_dtype_ops / fp32_ops / widest_dtype_ops to choose.",
+                      "Name them in follow_ops, or in target_dtype_ops / fp32_ops / widest_dtype_ops "
+                      "with overrides='move' (a list alone replaces the shipped one), to choose.",
                       stacklevel=3)

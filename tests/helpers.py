@@ -167,3 +167,28 @@ class VerifiedPasses:
                             checked(emulation.emulate_graph, lambda g: g, cast_chains=True))
         monkeypatch.setattr(emulation, "fold_param_casts",
                             checked(emulation.fold_param_casts, lambda r: r[0], cast_chains=True))
+
+
+def op_compute_dtypes(sym, data_names) -> dict:
+    """Each op node's compute dtype in a converted ``sym``: the dtype of its first float
+    input (its data input for every layer), else of its first float output; amp casts left
+    out. Data inputs are float32, every other variable the dtype its ``__dtype__`` tag says
+    (float32 without one): what the symbol binds with. By node name, so that two
+    conversions of one graph compare node by node whatever casts each inserted."""
+    from mxnet_amp.dtypes import dtype_of_code, is_float
+    from mxnet_amp.graph import CAST_OPS
+    from mxnet_amp.passes.infer_dtypes import infer_dtypes
+    graph = graph_of(sym)
+    var_dtypes = {n.name: ("float32" if n.name in data_names
+                           else dtype_of_code(n.attrs.get("__dtype__")) or "float32")
+                  for n in graph.variables()}
+    outs = infer_dtypes(graph, var_dtypes)
+    found = {}
+    for i, node in enumerate(graph.nodes):
+        if node.is_variable or node.op in CAST_OPS:
+            continue
+        ins = [outs[e.node][e.index] for e in node.inputs]
+        floats = [d for d in ins if d is not None and is_float(d)]
+        floats = floats or [d for d in outs[i] if d is not None and is_float(d)]
+        found[node.name] = floats[0] if floats else None
+    return found

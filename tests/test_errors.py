@@ -119,7 +119,7 @@ def test_extra_param_is_named():
     sym, args = _mlp()
     args["conv9_weight"] = _arr(2, 2)
     with pytest.raises(ParamError, match="conv9_weight"):
-        amp.convert_model(sym, args, {}, target_dtype="bfloat16")
+        amp.convert_model(sym, args, {}, target_dtype="bfloat16", strict_params=True)
 
 
 def _conv_bn_fc():

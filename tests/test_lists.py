@@ -93,7 +93,10 @@ def test_schema_and_reasons(dtype):
     assert data["schema"] == 1
     assert data["target_dtype"] == dtype
     assert set(data) <= {"schema", "target_dtype", "group", "conditional", "pattern", "index_inputs",
-                         "reuse_casts"}
+                         "reuse_casts", "loss_outputs", "fp32_params"}
+    for key in ("loss_outputs", "fp32_params"):   # contrib's list functions read these
+        if key in data:
+            assert set(data[key]) == {"reason", "ops"} and data[key]["reason"].strip(), key
     for group in data["group"]:
         assert set(group) == {"category", "reason", "ops"}, group
         assert group["category"] in CATEGORIES, group["category"]
@@ -442,7 +445,7 @@ def test_override_unknown_ops_raise_and_list_them():
 def test_override_moves_without_duplicating(dtype):
     base = _base(dtype)
     op = sorted(base.target)[0]
-    p = policy.load_policy(dtype, fp32_ops=[op])
+    p = policy.load_policy(dtype, fp32_ops=[op], overrides="move")
     assert op in p.fp32 and op not in p.target
     assert p.category_of(op).value == "fp32"
     # everything else is unchanged and still classified once
@@ -459,7 +462,7 @@ def test_override_follow_and_widest_moves():
     op = sorted(base.fp32)[0]
     p = policy.load_policy("float16", follow_ops=[op])
     assert op in p.follow and op not in p.fp32
-    p = policy.load_policy("float16", widest_dtype_ops=[op])
+    p = policy.load_policy("float16", widest_dtype_ops=[op], overrides="move")
     assert op in p.widest and op not in p.fp32 and op not in p.follow
 
 

@@ -26,7 +26,7 @@ PACKAGE = Path(amp.__file__).resolve().parent
 # the keywords of load_policy (the lists as data) plus the names kept in float32
 POLICY_KEYWORDS = {"target_dtype", "target_dtype_ops", "fp32_ops", "widest_dtype_ops",
                    "conditional_fp32_ops", "follow_ops", "excluded_sym_names",
-                   "cast_optional_params"}
+                   "cast_optional_params", "overrides"}
 PUBLIC_CONVERTERS = {
     "convert_symbol": amp.convert_symbol, "convert_model": amp.convert_model,
     "convert_hybrid_block": amp.convert_hybrid_block, "convert_checkpoint": amp.convert_checkpoint,

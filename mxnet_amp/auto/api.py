@@ -66,7 +66,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        data_names: Sequence[str] | None = None, cast_optional_params: bool = True,
                        fold_batchnorm: bool = True, underflow_fraction: float = 0.1,
                        max_executions: int | None = None, quiet: bool = False,
-                       follow_ops: Sequence[str] | None = None
+                       follow_ops: Sequence[str] | None = None, overrides: str = "replace",
+                       strict_params: bool = False
                        ) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
@@ -99,7 +100,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         hardware executes ``target_dtype`` (float16 on a GPU, bfloat16 on an avx512 CPU),
         else through :mod:`mxnet_amp.emulation`. The report says which.
     excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops,
-    conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm
+    conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm, overrides, strict_params
         As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
         BatchNorm excluded, or after an excluded op, is not folded). Folding is on by
         default, and every check runs the model as it is returned: folded the same way.
@@ -127,7 +128,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                              max_executions)
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm)
+                           cast_optional_params, fold_batchnorm, overrides=overrides,
+                           strict_params=strict_params)
     return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
                         execution=execution, data_names=data_names, quiet=quiet)
 
