@@ -438,21 +438,17 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         Model inputs; default the arguments that have no entry in ``arg_params``.
     data_shapes : dict of str to tuple of int, optional
         Shapes of the model inputs (batch included); the ``[(name, shape), ...]`` or
-        ``DataDesc`` list that ``Module.bind`` takes works too. Every param's shape is checked against
-        the symbol before anything is converted; with these the check reaches layers whose
-        weight shape depends on the input size (a ``FullyConnected`` after convolutions).
+        ``DataDesc`` list that ``Module.bind`` takes works too. Params' shapes are checked
+        against the symbol first; these let the check reach input-size dependent weights.
     fold_batchnorm : bool, default True
         First fold each inference BatchNorm into the Convolution / FullyConnected /
         Deconvolution it follows (when nothing else reads that op's output), in float32;
         the folded weights are then rounded once by the conversion. The folded BatchNorms
         and their params are gone from the result, a producer without a bias gets one
         (``<producer>_bias``); see :mod:`mxnet_amp.passes.fold_batchnorm`. On by default
-        (``mx.contrib.amp`` does not fold): MXNet's oneDNN subgraph backend, on by default in
-        ``Module.bind`` / ``simple_bind`` / the C predict API, otherwise folds each
-        BatchNorm into the bf16 convolution before it in bf16, 2-19x less accurate
-        (resnet50_v1: 0.102 relative error against 0.0054 folded here; see
-        docs/deploy_fidelity.md). False keeps them
-        (a model to fine-tune with its BatchNorms).
+        (contrib does not fold): MXNet's default oneDNN fusion (``Module.bind``, the C
+        predict API) otherwise folds them in bf16, 2-19x less accurate
+        (docs/deploy_fidelity.md). False keeps them (a model to fine-tune).
     strict_params : bool, default False
         Params the symbol does not read raise :class:`ParamError`; by default a warning
         names them and they are returned as given (``mx.contrib.amp`` ignores them).
