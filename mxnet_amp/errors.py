@@ -25,6 +25,7 @@ __all__ = [
     "OverwriteError",
     "OutputPathError",
     "InputShapeError",
+    "BackendError",
     "error_text",
 ]
 
@@ -104,6 +105,11 @@ class OverwriteError(OutputPathError):
 class InputShapeError(AMPError, ValueError):
     """A model input's shape (``data_shapes``, sample inputs, ``--input``) does not fit the
     symbol, whatever the params."""
+
+
+class BackendError(AMPError, ValueError):
+    """A ``hybridize=`` value a converter cannot run the block with: neither a bool nor None
+    nor a subgraph backend this MXNet build registers (the message names it)."""
 
 
 class TargetDtypeError(AMPError, ValueError):
