@@ -219,7 +219,8 @@ def low_precision_conv_batchnorms(conversion: Conversion) -> list[str]:
             and dtypes.get(nodes[n.inputs[0].node].name) == low]
 
 
-def run_settings(choice: str | None, ctx_list, conversion: Conversion) -> dict | None:
+def run_settings(choice: str | None, ctx_list: Sequence[Context],
+                 conversion: Conversion) -> dict | None:
     """The ``hybridize()`` keywords of a converted block (None: not hybridized with a backend).
 
     ``choice`` is :func:`check_hybridize`'s. ``'default'``: MXNet's fused oneDNN kernels
@@ -318,18 +319,13 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
         Fold inference BatchNorms into the op before them first, as in
         :func:`mxnet_amp.convert_model`.
     hybridize : None, bool or str, default None
-        How the returned block runs. None (or True, ``'default'``): hybridized with MXNet's
-        fused oneDNN kernels, ``hybridize(backend='MKLDNN', static_alloc=True,
-        static_shape=True)``, where its contexts are CPUs and MXNet has oneDNN (else as
-        False); on a CPU the bfloat16 block is then several times faster than unfused (MXNet's
-        generic bf16 kernels are slower than fp32 ones). Other batch sizes still run. Not
-        where a BatchNorm left unfolded reads a low precision Convolution: the fusion would
-        fold it into the low precision weights, rounding them twice (10x the error);
-        ``fold_batchnorm=True`` folds it in float32 first and keeps the fused path
-        (``hybridize='MKLDNN'`` fuses anyway). False:
-        MXNet's generic kernels, not hybridized with a backend. A string: that subgraph
-        backend. The block's own ``hybridize()`` keeps the backend unless given
-        ``backend=`` (``backend=None`` turns it off).
+        None (or True, ``'default'``): the block runs MXNet's fused oneDNN kernels,
+        ``hybridize(backend='MKLDNN', static_alloc=True, static_shape=True)``, where its
+        contexts are CPUs and MXNet has oneDNN (bf16 is then several times faster than on
+        MXNet's generic kernels; other batch sizes still run), unless a BatchNorm left
+        unfolded reads a low precision Convolution (fused, it would be folded into the low
+        precision weights: 10x the error; ``fold_batchnorm=True`` folds it in float32 first).
+        False: generic kernels. A string: that backend. ``hybridize()`` keeps it (see below).
 
     Returns
     -------
@@ -339,9 +335,9 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
         Its ``export(prefix)`` keeps the amp casts (``SymbolBlock.export`` drops them), as
         :func:`export_block` does, and writes the converted graph, not the backend's fused
         one, so that any MXNet loads it (``SymbolBlock.imports``, ``mx.mod.Module``). Its
-        params have ``grad_req='null'``: no gradient arrays, as much memory again as the
-        params, are allocated for inference (``collect_params().setattr('grad_req',
-        'write')`` turns them on).
+        ``hybridize()`` keeps the backend unless given ``backend=`` (None: none). Its
+        params have ``grad_req='null'``: no gradient arrays (as much memory again as the
+        params; ``collect_params().setattr('grad_req', 'write')`` turns them on).
 
     Raises
     ------
@@ -357,12 +353,12 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     arg_params, aux_params = _model_params(block, sym, names)
     ctx_list = _contexts(block, ctx)
     backend = check_hybridize(hybridize)
-    new_sym, new_args, new_auxs, conversion = convert_model_full(sym, arg_params, aux_params,
-                                                                 options, data_names=names)
+    new_sym, new_args, new_auxs, conv = convert_model_full(sym, arg_params, aux_params, options,
+                                                           data_names=names)
     params = {f"arg:{k}": v for k, v in new_args.items()}
     params.update({f"aux:{k}": v for k, v in new_auxs.items()})
     return _symbol_block(new_sym, names, in_format, out_format, params, ctx_list,
-                         run_settings(backend, ctx_list, conversion))
+                         run_settings(backend, ctx_list, conv))
 
 
 convert_block = convert_hybrid_block

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 from mxnet import gluon
 
 if TYPE_CHECKING:
+    from mxnet.gluon import ParameterDict
     from mxnet.ndarray import NDArray
+    from mxnet.symbol import Symbol
 
 __all__ = ["AMPSymbolBlock"]
 
@@ -40,19 +42,21 @@ class AMPSymbolBlock(gluon.SymbolBlock):
     (:attr:`default_backend`); ``hybridize(backend=None)`` runs MXNet's generic kernels.
     """
 
-    def __init__(self, outputs, inputs, params=None) -> None:
+    def __init__(self, outputs: Symbol | list, inputs: Symbol | list,
+                 params: ParameterDict | None = None) -> None:
         super().__init__(outputs, inputs, params)
         self._amp_graph = self._cached_graph       # the graph as converted, never partitioned
         self._amp_optimized = None                 # the partitioned graph the cached op runs
         self.default_backend: str | None = None
 
     @property
-    def optimized_symbol(self):
+    def optimized_symbol(self) -> Symbol | None:
         """The graph the cached op runs after the backend partitioned it (fused nodes such as
         ``_sg_mkldnn_conv``); None before the first forward pass or without a backend."""
         return self._amp_optimized
 
-    def hybridize(self, active: bool = True, backend=_KEEP, **kwargs) -> None:
+    def hybridize(self, active: bool = True, backend: str | None | object = _KEEP,
+                  **kwargs: object) -> None:
         """``HybridBlock.hybridize``, except that leaving ``backend`` out keeps
         :attr:`default_backend` (``'MKLDNN'`` as the converter returns the block on a CPU
         with oneDNN); ``backend=None`` turns the subgraph backend off, a name picks another.
