@@ -171,6 +171,47 @@ def cpu_inference(data) -> list[str]:
     return lines
 
 
+PATH_NOTES = {
+    "fp32_block": "the user's fp32 Gluon block, `hybridize()`",
+    "fp32_module": "its checkpoint in `mx.mod.Module` (fused at bind)",
+    "ours_block": "`convert_hybrid_block(net, 'bfloat16', fold_batchnorm=True)` as returned",
+    "ours_block_unfolded": "the same, `fold_batchnorm=False`, as returned",
+    "ours_module": "`ours_block.export()` in `mx.mod.Module`",
+    "ours_imports": "that checkpoint, `SymbolBlock.imports` + `hybridize()`",
+    "ours_imports_mkldnn": "the same + `hybridize(backend='MKLDNN', static_alloc=True, static_shape=True)`",
+    "contrib_best": "`mx.contrib.amp.convert_model(cast_optional_params=True)` in `mx.mod.Module`",
+}
+
+
+def cpu_inference_paths(data) -> list[str]:
+    lines = [_env(data) + _load_env(data["environment"]), "",
+             "Every way a user runs the model, bf16 against fp32, per batch size: all paths of a "
+             "case interleaved round by round in one process; ms per batch is a median, the ratios "
+             "(x = fp32 time / this time, above 1 is faster) medians of per-round ratios; error = "
+             "max |out - ref| / max |ref|, ref the user's fp32 block on the same batch. Paths: "
+             + "; ".join(f"`{k}` = {v}" for k, v in PATH_NOTES.items()) + ".", ""]
+    rows = []
+    for c in data["results"]:
+        for b in c["batches"]:
+            for path, r in b["paths"].items():
+                name = path
+                if path.startswith("ours_block"):
+                    name += f" ({c.get(path + '_backend') or 'generic kernels'})"
+                rows.append([c["case"], b["batch"], name, _f(r.get("ms_per_batch")),
+                             _f(r.get("x_fp32_block")), _f(r.get("x_fp32_module")),
+                             _f(r.get("max_rel_err_vs_fp32_block")), r.get("error", "")])
+    lines += _table(["case", "bs", "path (ours_block: its backend)", "ms / batch", "x fp32 block",
+                     "x fp32 Module", "error vs fp32", "failed"], rows)
+    lines += ["", "Load average per case (start → end): " + "; ".join(
+        f"{c['case']} {c['load_start'][0]:.1f} → {c['load_end'][0]:.1f}" for c in data["results"]) + "."]
+    if data.get("targets"):
+        lines += ["", "Targets (ours_block >= 2x the fp32 block and >= 1.8x fp32 Module; no bf16 "
+                  "path slower than fp32 on its kind of path):", ""]
+        lines += _table(["target", "measured"], [[k, {True: "met", False: "**not met**"}.get(v, v)]
+                                                 for k, v in data["targets"].items()])
+    return lines
+
+
 def zoo_casts(data) -> list[str]:
     keys = ["float16", "float16_cast_optional_params", "bfloat16", "bfloat16_cast_optional_params"]
     rows = []
@@ -252,6 +293,8 @@ def gpu_inference(data) -> list[str]:
 
 
 SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
+            ("CPU inference per path: bfloat16 against fp32, every way a user runs a model",
+             "cpu_inference_paths", cpu_inference_paths),
             ("CPU inference, bfloat16", "cpu_inference", cpu_inference),
             ("CPU inference, bfloat16, Gluon with oneDNN fusion (`hybridize(backend='MKLDNN')`)",
              "cpu_inference_gluon_mkldnn", cpu_inference),
