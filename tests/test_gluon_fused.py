@@ -40,11 +40,12 @@ def mobilenet_style(seed: int = 0) -> nn.HybridSequential:
             nn.BatchNorm(in_channels=32), nn.GlobalAvgPool2D(), nn.Dense(10, in_units=32))
     net.initialize(mx.init.Xavier())
     rng = np.random.default_rng(seed)
+    array = mx.np.array if mx.util.is_np_array() else mx.nd.array
     for name, param in net.collect_params().items():
         if name.endswith(("running_mean", "beta")):
-            param.set_data(mx.nd.array(rng.normal(0, 0.2, param.shape)))
+            param.set_data(array(rng.normal(0, 0.2, param.shape)))
         elif name.endswith(("running_var", "gamma")):
-            param.set_data(mx.nd.array(rng.uniform(0.5, 1.5, param.shape)))
+            param.set_data(array(rng.uniform(0.5, 1.5, param.shape)))
     net.hybridize()
     return net
 
