@@ -36,12 +36,12 @@ BLOCK_PATHS = ("ours_block", "ours_block_unfolded", "ours_imports", "ours_import
 MODULE_PATHS = ("ours_module", "contrib_best")
 
 # (label, builder spec, {batch: (rounds, batches per round)})
-FULL = [("resnet50_v1", ("zoo", "resnet50_v1", 224), {1: (5, 3), 8: (5, 1)}),
-        ("mobilenetv2_1.0", ("zoo", "mobilenetv2_1.0", 224), {1: (5, 6), 8: (5, 1)}),
-        ("mobilenetv3_large", ("zoo", "mobilenetv3_large", 224), {1: (5, 6), 8: (5, 1)}),
-        ("densenet121", ("zoo", "densenet121", 224), {1: (5, 3), 8: (5, 1)}),
-        ("inceptionv3", ("zoo", "inceptionv3", 299), {1: (5, 2), 8: (4, 1)}),
-        ("bert_base_seq128", ("bert", BERT_BASE), {1: (4, 1), 8: (3, 1)})]
+FULL = [("resnet50_v1", ("zoo", "resnet50_v1", 224), {1: (4, 3), 8: (4, 1)}),
+        ("mobilenetv2_1.0", ("zoo", "mobilenetv2_1.0", 224), {1: (4, 6), 8: (4, 2)}),
+        ("mobilenetv3_large", ("zoo", "mobilenetv3_large", 224), {1: (4, 6), 8: (4, 2)}),
+        ("densenet121", ("zoo", "densenet121", 224), {1: (4, 3), 8: (4, 1)}),
+        ("inceptionv3", ("zoo", "inceptionv3", 299), {1: (4, 2), 8: (3, 1)}),
+        ("bert_base_seq128", ("bert", BERT_BASE), {1: (3, 1), 8: (3, 1)})]
 QUICK = [("resnet18_v1_64px", ("zoo", "resnet18_v1", 64), {1: (2, 1), 2: (2, 1)}),
          ("bert_1x32_seq8", ("bert", dict(num_layers=1, units=32, heads=2, seq_len=8, vocab=100)),
           {2: (2, 1)})]
@@ -100,8 +100,9 @@ def _module_run(sym, args, auxs):
     return run
 
 
-def runners(net, folder: str) -> tuple[dict, dict]:
-    """Every path's runner, and what was converted (conversion seconds)."""
+def runners(net, folder: str, fp32_ops=None) -> tuple[dict, dict]:
+    """Every path's runner, and what was converted (conversion seconds); ``fp32_ops`` go to
+    our conversions (a list decision measured on every path)."""
     import mxnet as mx
     from mxnet.contrib import amp as contrib
 
@@ -110,10 +111,12 @@ def runners(net, folder: str) -> tuple[dict, dict]:
     sym, args, auxs = C.block_checkpoint(net)
     run = {"fp32_block": _block_run(net), "fp32_module": _module_run(sym, args, auxs)}
     t0 = time.perf_counter()
-    ours = mxnet_amp.convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=True)
+    ours = mxnet_amp.convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=True,
+                                          fp32_ops=fp32_ops)
     info["ours_convert_s"] = time.perf_counter() - t0
     info["ours_block_backend"] = ours.default_backend
-    unfolded = mxnet_amp.convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False)
+    unfolded = mxnet_amp.convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False,
+                                              fp32_ops=fp32_ops)
     info["ours_block_unfolded_backend"] = unfolded.default_backend
     run.update(ours_block=_block_run(ours), ours_block_unfolded=_block_run(unfolded))
     prefix = os.path.join(folder, "ours")
@@ -159,10 +162,10 @@ def phase(run: dict, x, rounds: int, inner: int) -> dict:
     return row
 
 
-def run_case(label: str, spec, batches: dict) -> dict:
+def run_case(label: str, spec, batches: dict, fp32_ops=None) -> dict:
     net, make_input, what = user_block(spec)
     with tempfile.TemporaryDirectory() as folder:
-        run, info = runners(net, folder)
+        run, info = runners(net, folder, fp32_ops)
         case = {"case": label, "model": what, **info, "load_start": os.getloadavg(), "batches": []}
         for batch, (rounds, inner) in batches.items():
             case["batches"].append(phase(run, make_input(batch), rounds, inner))
@@ -202,13 +205,15 @@ def main(opts) -> int:
         print("bf16 does not run natively here: the per-path table needs an avx512 CPU")
         return 0
     env = {**C.environment(), "loadavg_start": os.getloadavg()}
-    out = opts.out or C.default_out("cpu_inference_paths", opts.quick)
+    name = "cpu_inference_paths" + ("_amx" if opts.amx else "")
+    out = opts.out or C.default_out(name, opts.quick)
     chosen = [c for c in (QUICK if opts.quick else FULL) if not opts.cases or c[0] in opts.cases]
     cases, t0 = [], time.perf_counter()
     for label, spec, batches in chosen:
-        cases.append(run_case(label, spec, batches))
+        cases.append(run_case(label, spec, batches, opts.ours_fp32_ops))
         print_case(cases[-1])
         C.write_json(out, {"benchmark": "cpu_inference_paths", "target_dtype": "bfloat16",
+                           "ours_fp32_ops": opts.ours_fp32_ops, "amx_enabled": opts.amx,
                            "environment": {**env, "loadavg_end": os.getloadavg()},
                            "complete": len(cases) == len(chosen), "wall_s": time.perf_counter() - t0,
                            "targets": targets(cases), "results": cases})

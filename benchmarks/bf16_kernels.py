@@ -102,7 +102,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tiny tensor, seconds (the smoke test)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/bf16_kernels.json)")
+    ap.add_argument("--amx", action="store_true",
+                    help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
     opts = ap.parse_args(argv)
+    amx = False
+    if opts.amx:   # before the first MXNet operation of the process
+        from mxnet_amp.hardware import enable_amx
+        amx = enable_amx()
     from mxnet_amp import load_policy
     from mxnet_amp.hardware import bf16_runs_natively
     shape, rounds, inner = ((2, 4, 8, 8), 2, 2) if opts.quick else ((8, 96, 28, 28), 7, 10)
@@ -113,9 +119,10 @@ def main(argv=None) -> int:
                   [[r["op"], r["bfloat16_category"], r.get("float32_ms"), r.get("bfloat16_ms"),
                     r.get("bf16_over_fp32"), r.get("bfloat16_error", r.get("float32_error", ""))]
                    for r in rows])
-    out = opts.out or C.default_out("bf16_kernels", opts.quick)
+    out = opts.out or C.default_out("bf16_kernels" + ("_amx" if amx else ""), opts.quick)
     C.write_json(out, {"benchmark": "bf16_kernels", "shape": list(shape), "rounds": rounds,
                        "calls_per_round": inner, "bf16_runs_natively": bf16_runs_natively(),
+                       "amx_enabled": amx,
                        "environment": {**C.environment(), "loadavg_start": load_start,
                                        "loadavg_end": os.getloadavg()},
                        "results": rows})

@@ -231,7 +231,15 @@ def main(argv=None) -> int:
                     help="the per-path table instead (benchmarks/_paths.py): user's fp32 block, "
                     "fp32 Module, our bf16 block, its checkpoint in Module / SymbolBlock.imports, "
                     "contrib's best")
+    ap.add_argument("--ours-fp32-ops", nargs="+", metavar="OP",
+                    help="with --per-path: fp32_ops for our conversions (measure a list choice "
+                    "on every path, e.g. clip)")
+    ap.add_argument("--amx", action="store_true",
+                    help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
     opts = ap.parse_args(argv)
+    if opts.amx:   # before the first MXNet operation of the process
+        from mxnet_amp.hardware import enable_amx
+        opts.amx = enable_amx()
     if opts.per_path:
         import _paths
         return _paths.main(opts)
