@@ -184,7 +184,13 @@ PATH_NOTES = {
 
 
 def cpu_inference_paths(data) -> list[str]:
-    lines = [_env(data) + _load_env(data["environment"]), "",
+    notes = ["oneDNN allowed to use AMX (`mxnet_amp.hardware.enable_amx()`, `--amx`)."
+             if data.get("amx_enabled") else "oneDNN's default ISA (no AMX)."]
+    if data.get("ours_fp32_ops"):
+        notes.append(f"Our conversions with `fp32_ops={data['ours_fp32_ops']}`.")
+    if not data.get("complete", True):
+        notes.append("Run stopped before its last cases (the cases below are complete).")
+    lines = [_env(data) + _load_env(data["environment"]) + " " + " ".join(notes), "",
              "Every way a user runs the model, bf16 against fp32, per batch size: all paths of a "
              "case interleaved round by round in one process; ms per batch is a median, the ratios "
              "(x = fp32 time / this time, above 1 is faster) medians of per-round ratios; error = "
@@ -295,11 +301,19 @@ def gpu_inference(data) -> list[str]:
 SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
             ("CPU inference per path: bfloat16 against fp32, every way a user runs a model",
              "cpu_inference_paths", cpu_inference_paths),
+            ("CPU inference per path, BERT-base (same, run on its own)",
+             "cpu_inference_paths_bert", cpu_inference_paths),
+            ("CPU inference per path with AMX (`enable_amx()`)",
+             "cpu_inference_paths_amx", cpu_inference_paths),
             ("CPU inference, bfloat16", "cpu_inference", cpu_inference),
             ("CPU inference, bfloat16, Gluon with oneDNN fusion (`hybridize(backend='MKLDNN')`)",
              "cpu_inference_gluon_mkldnn", cpu_inference),
             ("Cast counts and low precision params across the zoo", "zoo_casts", zoo_casts),
             ("bfloat16 CPU kernels, one op at a time", "bf16_kernels", bf16_kernels),
+            ("bfloat16 CPU kernels, one op at a time, on the Xeon of the per-path runs (no AMX)",
+             "bf16_kernels_xeon", bf16_kernels),
+            ("bfloat16 CPU kernels, one op at a time, with AMX (`--amx`)", "bf16_kernels_amx",
+             bf16_kernels),
             ("Memory: converting a 2.68 GB checkpoint", "memory", memory),
             ("GPU inference", "gpu_inference", gpu_inference)]
 
