@@ -301,8 +301,6 @@ def gpu_inference(data) -> list[str]:
 SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
             ("CPU inference per path: bfloat16 against fp32, every way a user runs a model",
              "cpu_inference_paths", cpu_inference_paths),
-            ("CPU inference per path, BERT-base (same, run on its own)",
-             "cpu_inference_paths_bert", cpu_inference_paths),
             ("CPU inference per path with AMX (`enable_amx()`)",
              "cpu_inference_paths_amx", cpu_inference_paths),
             ("CPU inference, bfloat16", "cpu_inference", cpu_inference),
