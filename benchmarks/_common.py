@@ -33,11 +33,11 @@ DETECTION_SIZE = 256  # input side used to build (shape-infer) detection nets
 
 # ---------------------------------------------------------------------------- models
 
-def zoo_checkpoint(name: str, image_size: int | None = None, calibrate: bool = False):
-    """``(sym, arg_params, aux_params)`` of a gluoncv zoo model with random weights.
+def zoo_net(name: str, image_size: int | None = None, calibrate: bool = False):
+    """A gluoncv zoo model with random weights, as a user holds it: built with
+    ``pretrained=False`` (and ``pretrained_base=False`` where the constructor takes it),
+    initialised, hybridized (plainly, ``hybridize()``) and run once.
 
-    The net is built with ``pretrained=False`` (and ``pretrained_base=False`` where the
-    constructor takes it), initialised, run once and exported, as a user's checkpoint is.
     ``calibrate``: BatchNorm running statistics set to what a random batch gives each
     layer (tools/zoo_sweep.py), as training leaves them, instead of identity.
     """
@@ -55,10 +55,23 @@ def zoo_checkpoint(name: str, image_size: int | None = None, calibrate: bool = F
     if calibrate:
         load_tool("zoo_sweep").calibrate_batchnorm(net, (1, 3, image_size, image_size))
         net(mx.nd.zeros((1, 3, image_size, image_size)))
+    return net
+
+
+def block_checkpoint(net):
+    """``(sym, arg_params, aux_params)`` of a hybridized block that ran: its ``export()``
+    loaded back, as a user's checkpoint is."""
+    import mxnet as mx
     with tempfile.TemporaryDirectory() as d:
         prefix = os.path.join(d, "model")
         net.export(prefix)
         return mx.model.load_checkpoint(prefix, 0)
+
+
+def zoo_checkpoint(name: str, image_size: int | None = None, calibrate: bool = False):
+    """``(sym, arg_params, aux_params)`` of a gluoncv zoo model with random weights
+    (:func:`zoo_net`), exported and loaded back as a user's checkpoint is."""
+    return block_checkpoint(zoo_net(name, image_size, calibrate))
 
 
 def load_tool(name: str):

@@ -20,39 +20,58 @@ import numpy as np
 
 import _common as C
 
-# label -> (op name in the lists, call on (x, y, per-channel b))
+# label -> (op name in the lists, call on (x, y, per-channel b, weights w))
 OPS = {
-    "_plus_scalar": ("_plus_scalar", lambda mx, x, y, b: x + 3.0),
-    "_mul_scalar": ("_mul_scalar", lambda mx, x, y, b: x * 1.37),
-    "_div_scalar": ("_div_scalar", lambda mx, x, y, b: x / 6.0),
-    "_rminus_scalar": ("_rminus_scalar", lambda mx, x, y, b: 1.0 - x),
-    "_maximum_scalar": ("_maximum_scalar", lambda mx, x, y, b: mx.nd.maximum(x, 0.5)),
-    "elemwise_mul": ("elemwise_mul", lambda mx, x, y, b: mx.nd.elemwise_mul(x, y)),
-    "elemwise_sub": ("elemwise_sub", lambda mx, x, y, b: mx.nd.elemwise_sub(x, y)),
-    "elemwise_div": ("elemwise_div", lambda mx, x, y, b: mx.nd.elemwise_div(x, y)),
-    "broadcast_add": ("broadcast_add", lambda mx, x, y, b: mx.nd.broadcast_add(x, b)),
-    "broadcast_mul": ("broadcast_mul", lambda mx, x, y, b: mx.nd.broadcast_mul(x, b)),
-    "broadcast_greater": ("broadcast_greater", lambda mx, x, y, b: mx.nd.broadcast_greater(x, y)),
-    "clip": ("clip", lambda mx, x, y, b: mx.nd.clip(x, 0, 6)),
-    "relu (op)": ("relu", lambda mx, x, y, b: mx.nd.relu(x)),
-    "sigmoid (op)": ("sigmoid", lambda mx, x, y, b: mx.nd.sigmoid(x)),
-    "mean over H, W": ("mean", lambda mx, x, y, b: mx.nd.mean(x, axis=(2, 3), keepdims=True)),
-    "elemwise_add": ("elemwise_add", lambda mx, x, y, b: mx.nd.elemwise_add(x, y)),
-    "Activation(relu)": ("Activation", lambda mx, x, y, b: mx.nd.Activation(x, act_type="relu")),
-    "LeakyReLU(gelu)": ("LeakyReLU", lambda mx, x, y, b: mx.nd.LeakyReLU(x, act_type="gelu")),
-    "Concat": ("Concat", lambda mx, x, y, b: mx.nd.Concat(x, y, dim=1)),
-    "reshape": ("Reshape", lambda mx, x, y, b: mx.nd.reshape(x, shape=(0, -1))),
+    "_plus_scalar": ("_plus_scalar", lambda mx, x, y, b, w: x + 3.0),
+    "_mul_scalar": ("_mul_scalar", lambda mx, x, y, b, w: x * 1.37),
+    "_div_scalar": ("_div_scalar", lambda mx, x, y, b, w: x / 6.0),
+    "_rminus_scalar": ("_rminus_scalar", lambda mx, x, y, b, w: 1.0 - x),
+    "_maximum_scalar": ("_maximum_scalar", lambda mx, x, y, b, w: mx.nd.maximum(x, 0.5)),
+    "elemwise_mul": ("elemwise_mul", lambda mx, x, y, b, w: mx.nd.elemwise_mul(x, y)),
+    "elemwise_sub": ("elemwise_sub", lambda mx, x, y, b, w: mx.nd.elemwise_sub(x, y)),
+    "elemwise_div": ("elemwise_div", lambda mx, x, y, b, w: mx.nd.elemwise_div(x, y)),
+    "broadcast_add": ("broadcast_add", lambda mx, x, y, b, w: mx.nd.broadcast_add(x, b)),
+    "broadcast_mul": ("broadcast_mul", lambda mx, x, y, b, w: mx.nd.broadcast_mul(x, b)),
+    "broadcast_greater": ("broadcast_greater", lambda mx, x, y, b, w: mx.nd.broadcast_greater(x, y)),
+    "clip": ("clip", lambda mx, x, y, b, w: mx.nd.clip(x, 0, 6)),
+    "relu (op)": ("relu", lambda mx, x, y, b, w: mx.nd.relu(x)),
+    "sigmoid (op)": ("sigmoid", lambda mx, x, y, b, w: mx.nd.sigmoid(x)),
+    "mean over H, W": ("mean", lambda mx, x, y, b, w: mx.nd.mean(x, axis=(2, 3), keepdims=True)),
+    "elemwise_add": ("elemwise_add", lambda mx, x, y, b, w: mx.nd.elemwise_add(x, y)),
+    "Activation(relu)": ("Activation", lambda mx, x, y, b, w: mx.nd.Activation(x, act_type="relu")),
+    "LeakyReLU(gelu)": ("LeakyReLU", lambda mx, x, y, b, w: mx.nd.LeakyReLU(x, act_type="gelu")),
+    "Concat": ("Concat", lambda mx, x, y, b, w: mx.nd.Concat(x, y, dim=1)),
+    "reshape": ("Reshape", lambda mx, x, y, b, w: mx.nd.reshape(x, shape=(0, -1))),
+    # the matrix ops (oneDNN kernels) that set a model's bf16 ceiling on this CPU
+    "Convolution 3x3": ("Convolution", lambda mx, x, y, b, w: mx.nd.Convolution(
+        x, w["3x3"], kernel=(3, 3), pad=(1, 1), num_filter=96, no_bias=True)),
+    "Convolution 3x3 depthwise": ("Convolution", lambda mx, x, y, b, w: mx.nd.Convolution(
+        x, w["dw"], kernel=(3, 3), pad=(1, 1), num_filter=x.shape[1], num_group=x.shape[1],
+        no_bias=True)),
+    "Convolution 1x1": ("Convolution", lambda mx, x, y, b, w: mx.nd.Convolution(
+        x, w["1x1"], kernel=(1, 1), num_filter=96, no_bias=True)),
+    "FullyConnected": ("FullyConnected", lambda mx, x, y, b, w: mx.nd.FullyConnected(
+        x, w["fc"], num_hidden=96, no_bias=True)),
+    "batch_dot": ("batch_dot", lambda mx, x, y, b, w: mx.nd.batch_dot(
+        x.reshape((-1, x.shape[-2], x.shape[-1])), y.reshape((-1, y.shape[-2], y.shape[-1])))),
 }
 
 
 def inputs(shape, dtype: str):
-    """``(x, y, b)``: two tensors of ``shape`` and a per-channel one, in ``dtype``."""
+    """``(x, y, b, w)``: two tensors of ``shape``, a per-channel one and a dict of weights
+    (96 output channels / units over ``shape``'s channels), in ``dtype``."""
     import mxnet as mx
     from mxnet_amp.params import cast_array
     rng = np.random.default_rng(0)
+    c = shape[1]
     arrays = [rng.uniform(-4, 4, s) for s in (shape, shape, shape[:2] + (1,) * (len(shape) - 2))]
+    weights = {"3x3": (96, c, 3, 3), "dw": (c, 1, 3, 3), "1x1": (96, c, 1, 1),
+               "fc": (96, int(np.prod(shape[1:])))}
     nd = [mx.nd.array(a, dtype="float32") for a in arrays]
-    return nd if dtype == "float32" else [cast_array(a, dtype) for a in nd]
+    w = {k: mx.nd.array(rng.normal(0, 0.05, s), dtype="float32") for k, s in weights.items()}
+    if dtype != "float32":
+        nd, w = [cast_array(a, dtype) for a in nd], {k: cast_array(a, dtype) for k, a in w.items()}
+    return [*nd, w]
 
 
 def measure(label: str, shape, rounds: int, inner: int, policy) -> dict:
@@ -83,7 +102,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tiny tensor, seconds (the smoke test)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/bf16_kernels.json)")
+    ap.add_argument("--amx", action="store_true",
+                    help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
     opts = ap.parse_args(argv)
+    amx = False
+    if opts.amx:   # before the first MXNet operation of the process
+        from mxnet_amp.hardware import enable_amx
+        amx = enable_amx()
     from mxnet_amp import load_policy
     from mxnet_amp.hardware import bf16_runs_natively
     shape, rounds, inner = ((2, 4, 8, 8), 2, 2) if opts.quick else ((8, 96, 28, 28), 7, 10)
@@ -94,9 +119,10 @@ def main(argv=None) -> int:
                   [[r["op"], r["bfloat16_category"], r.get("float32_ms"), r.get("bfloat16_ms"),
                     r.get("bf16_over_fp32"), r.get("bfloat16_error", r.get("float32_error", ""))]
                    for r in rows])
-    out = opts.out or C.default_out("bf16_kernels", opts.quick)
+    out = opts.out or C.default_out("bf16_kernels" + ("_amx" if amx else ""), opts.quick)
     C.write_json(out, {"benchmark": "bf16_kernels", "shape": list(shape), "rounds": rounds,
                        "calls_per_round": inner, "bf16_runs_natively": bf16_runs_natively(),
+                       "amx_enabled": amx,
                        "environment": {**C.environment(), "loadavg_start": load_start,
                                        "loadavg_end": os.getloadavg()},
                        "results": rows})

@@ -22,6 +22,15 @@ file says so and records what can be measured (conversion time, checkpoint bytes
                                                  # mobilenetv3_large/small bs8 (hard-swish),
                                                  # a BERT-base-style encoder bs8 (minutes)
     python benchmarks/cpu_inference.py --quick   # seconds: resnet18_v1 at 64x64, a tiny encoder
+
+``--per-path`` measures instead every way a user runs a model (benchmarks/_paths.py): the
+user's fp32 Gluon block, fp32 Module, the bf16 block ``convert_hybrid_block`` returns, its
+checkpoint in Module and via ``SymbolBlock.imports``, and contrib's best, at batch 1 and 8,
+each with its error against the fp32 block (results/cpu_inference_paths.json):
+
+    python benchmarks/cpu_inference.py --per-path                       # ~15 min, 2 idle cores
+    python benchmarks/cpu_inference.py --per-path --cases mobilenetv2_1.0 bert_base_seq128
+    python benchmarks/cpu_inference.py --per-path --quick               # seconds
 """
 from __future__ import annotations
 
@@ -219,7 +228,22 @@ def main(argv=None) -> int:
     ap.add_argument("--paths", nargs="+", default=list(PATHS), choices=sorted(RUNNERS),
                     help="how models run (default: module gluon; gluon_mkldnn = SymbolBlock "
                     "hybridized with backend='MKLDNN', oneDNN fusion in Gluon)")
+    ap.add_argument("--per-path", action="store_true",
+                    help="the per-path table instead (benchmarks/_paths.py): user's fp32 block, "
+                    "fp32 Module, our bf16 block, its checkpoint in Module / SymbolBlock.imports, "
+                    "contrib's best")
+    ap.add_argument("--ours-fp32-ops", nargs="+", metavar="OP",
+                    help="with --per-path: fp32_ops for our conversions (measure a list choice "
+                    "on every path, e.g. clip)")
+    ap.add_argument("--amx", action="store_true",
+                    help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
     opts = ap.parse_args(argv)
+    if opts.amx:   # before the first MXNet operation of the process
+        from mxnet_amp.hardware import enable_amx
+        opts.amx = enable_amx()
+    if opts.per_path:
+        import _paths
+        return _paths.main(opts)
     from mxnet_amp.hardware import bf16_runs_natively
     native = bf16_runs_natively()
     if not native:

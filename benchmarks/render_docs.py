@@ -171,6 +171,53 @@ def cpu_inference(data) -> list[str]:
     return lines
 
 
+PATH_NOTES = {
+    "fp32_block": "the user's fp32 Gluon block, `hybridize()`",
+    "fp32_module": "its checkpoint in `mx.mod.Module` (fused at bind)",
+    "ours_block": "`convert_hybrid_block(net, 'bfloat16', fold_batchnorm=True)` as returned",
+    "ours_block_unfolded": "the same, `fold_batchnorm=False`, as returned",
+    "ours_module": "`ours_block.export()` in `mx.mod.Module`",
+    "ours_imports": "that checkpoint, `SymbolBlock.imports` + `hybridize()`",
+    "ours_imports_mkldnn": "the same + `hybridize(backend='MKLDNN', static_alloc=True, static_shape=True)`",
+    "contrib_best": "`mx.contrib.amp.convert_model(cast_optional_params=True)` in `mx.mod.Module`",
+}
+
+
+def cpu_inference_paths(data) -> list[str]:
+    notes = ["oneDNN allowed to use AMX (`mxnet_amp.hardware.enable_amx()`, `--amx`)."
+             if data.get("amx_enabled") else "oneDNN's default ISA (no AMX)."]
+    if data.get("ours_fp32_ops"):
+        notes.append(f"Our conversions with `fp32_ops={data['ours_fp32_ops']}`.")
+    if not data.get("complete", True):
+        notes.append("Run stopped before its last cases (the cases below are complete).")
+    lines = [_env(data) + _load_env(data["environment"]) + " " + " ".join(notes), "",
+             "Every way a user runs the model, bf16 against fp32, per batch size: all paths of a "
+             "case interleaved round by round in one process; ms per batch is a median, the ratios "
+             "(x = fp32 time / this time, above 1 is faster) medians of per-round ratios; error = "
+             "max |out - ref| / max |ref|, ref the user's fp32 block on the same batch. Paths: "
+             + "; ".join(f"`{k}` = {v}" for k, v in PATH_NOTES.items()) + ".", ""]
+    rows = []
+    for c in data["results"]:
+        for b in c["batches"]:
+            for path, r in b["paths"].items():
+                name = path
+                if path.startswith("ours_block"):
+                    name += f" ({c.get(path + '_backend') or 'generic kernels'})"
+                rows.append([c["case"], b["batch"], name, _f(r.get("ms_per_batch")),
+                             _f(r.get("x_fp32_block")), _f(r.get("x_fp32_module")),
+                             _f(r.get("max_rel_err_vs_fp32_block")), r.get("error", "")])
+    lines += _table(["case", "bs", "path (ours_block: its backend)", "ms / batch", "x fp32 block",
+                     "x fp32 Module", "error vs fp32", "failed"], rows)
+    lines += ["", "Load average per case (start → end): " + "; ".join(
+        f"{c['case']} {c['load_start'][0]:.1f} → {c['load_end'][0]:.1f}" for c in data["results"]) + "."]
+    if data.get("targets"):
+        lines += ["", "Targets (ours_block >= 2x the fp32 block and >= 1.8x fp32 Module; no bf16 "
+                  "path slower than fp32 on its kind of path):", ""]
+        lines += _table(["target", "measured"], [[k, {True: "met", False: "**not met**"}.get(v, v)]
+                                                 for k, v in data["targets"].items()])
+    return lines
+
+
 def zoo_casts(data) -> list[str]:
     keys = ["float16", "float16_cast_optional_params", "bfloat16", "bfloat16_cast_optional_params"]
     rows = []
@@ -252,11 +299,19 @@ def gpu_inference(data) -> list[str]:
 
 
 SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
+            ("CPU inference per path: bfloat16 against fp32, every way a user runs a model",
+             "cpu_inference_paths", cpu_inference_paths),
+            ("CPU inference per path with AMX (`enable_amx()`)",
+             "cpu_inference_paths_amx", cpu_inference_paths),
             ("CPU inference, bfloat16", "cpu_inference", cpu_inference),
             ("CPU inference, bfloat16, Gluon with oneDNN fusion (`hybridize(backend='MKLDNN')`)",
              "cpu_inference_gluon_mkldnn", cpu_inference),
             ("Cast counts and low precision params across the zoo", "zoo_casts", zoo_casts),
             ("bfloat16 CPU kernels, one op at a time", "bf16_kernels", bf16_kernels),
+            ("bfloat16 CPU kernels, one op at a time, on the Xeon of the per-path runs (no AMX)",
+             "bf16_kernels_xeon", bf16_kernels),
+            ("bfloat16 CPU kernels, one op at a time, with AMX (`--amx`)", "bf16_kernels_amx",
+             bf16_kernels),
             ("Memory: converting a 2.68 GB checkpoint", "memory", memory),
             ("GPU inference", "gpu_inference", gpu_inference)]
 

@@ -27,6 +27,7 @@ __all__ = [
     "OutputPathError",
     "InputShapeError",
     "InputValueError",
+    "BackendError",
     "error_text",
 ]
 
@@ -118,6 +119,11 @@ class InputShapeError(AMPError, ValueError):
 class InputValueError(AMPError, ValueError):
     """A sample input (``sample_inputs``, ``--input``) holds values no model input takes
     (strings, objects) or nothing to check with (no finite value)."""
+
+
+class BackendError(AMPError, ValueError):
+    """A ``hybridize=`` value a converter cannot run the block with: neither a bool nor None
+    nor a subgraph backend this MXNet build registers (the message names it)."""
 
 
 class TargetDtypeError(AMPError, ValueError):

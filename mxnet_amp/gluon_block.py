@@ -5,6 +5,14 @@ called with ``remove_amp_cast=False``, so the ordinary ``net16.export(prefix)`` 
 converted block would write a graph that computes something else. This subclass keeps the
 casts by default. It imports mxnet, so :mod:`mxnet_amp.gluon` loads it only when a block is
 built (``import mxnet_amp`` does not import mxnet).
+
+The converter hybridizes the block with a subgraph backend (oneDNN's fused kernels on a CPU,
+``backend='MKLDNN'``), which MXNet applies to the cached graph at the first forward pass.
+MXNet 1.9.1 then *replaces* the block's ``_cached_graph`` by the partitioned graph, and a
+``SymbolBlock`` keeps it through ``hybridize()``: ``export()``, a symbolic call, a second
+``hybridize()`` (partitioning the partitioned graph) and a conversion would all read fused
+nodes no other MXNet loads. This class keeps its own graph as ``_cached_graph`` and holds the
+partitioned one apart (:attr:`AMPSymbolBlock.optimized_symbol`).
 """
 from __future__ import annotations
 
@@ -14,9 +22,13 @@ from typing import TYPE_CHECKING
 from mxnet import gluon
 
 if TYPE_CHECKING:
+    from mxnet.gluon import ParameterDict
     from mxnet.ndarray import NDArray
+    from mxnet.symbol import Symbol
 
 __all__ = ["AMPSymbolBlock"]
+
+_KEEP = object()   # hybridize() called without backend=: keep the block's default backend
 
 
 class AMPSymbolBlock(gluon.SymbolBlock):
@@ -25,7 +37,50 @@ class AMPSymbolBlock(gluon.SymbolBlock):
     Everything else is ``SymbolBlock``'s. The exported pair loads back with
     ``SymbolBlock.imports(json, input_names, params)`` (which returns a plain
     ``SymbolBlock``) or :func:`mxnet_amp.load_checkpoint`.
+
+    :meth:`hybridize` without ``backend=`` keeps the backend the converter chose
+    (:attr:`default_backend`); ``hybridize(backend=None)`` runs MXNet's generic kernels.
     """
+
+    def __init__(self, outputs: Symbol | list, inputs: Symbol | list,
+                 params: ParameterDict | None = None) -> None:
+        super().__init__(outputs, inputs, params)
+        self._amp_graph = self._cached_graph       # the graph as converted, never partitioned
+        self._amp_optimized = None                 # the partitioned graph the cached op runs
+        self.default_backend: str | None = None
+
+    @property
+    def optimized_symbol(self) -> Symbol | None:
+        """The graph the cached op runs after the backend partitioned it (fused nodes such as
+        ``_sg_mkldnn_conv``); None before the first forward pass or without a backend."""
+        return self._amp_optimized
+
+    def hybridize(self, active: bool = True, backend: str | None | object = _KEEP,
+                  **kwargs: object) -> None:
+        """``HybridBlock.hybridize``, except that leaving ``backend`` out keeps
+        :attr:`default_backend` (``'MKLDNN'`` as the converter returns the block on a CPU
+        with oneDNN); ``backend=None`` turns the subgraph backend off, a name picks another.
+        The other keywords (``static_alloc``, ``static_shape``, ...) are MXNet's."""
+        super().hybridize(active, self.default_backend if backend is _KEEP else backend, **kwargs)
+
+    def _build_cache(self, *args) -> None:
+        # MXNet builds the cached op from the partitioned graph and leaves that graph in
+        # _cached_graph; keep it apart and put the converted graph back
+        super()._build_cache(*args)
+        self._amp_optimized = self._cached_graph[1] if self._backend else None
+        self._cached_graph = self._amp_graph
+
+    def _clear_cached_op(self) -> None:
+        super()._clear_cached_op()
+        if hasattr(self, "_amp_graph"):
+            self._cached_graph = self._amp_graph
+            self._amp_optimized = None
+            # what the next _build_cache lists, so that MXNet's own export() finds the params
+            # before a forward pass rebuilds the cached op (hybridize() cleared it)
+            data = {s.name: i for i, s in enumerate(self._amp_graph[0])}
+            params = self.collect_params()
+            self._cached_op_args = [(True, data[n]) if n in data else (False, params[n])
+                                    for n in self._amp_graph[1].list_inputs()]
 
     def forward(self, x: NDArray | list | tuple, *args: NDArray) -> NDArray | list:
         """Run the block on arrays in its source block's input structure.

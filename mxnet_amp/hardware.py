@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
 
-__all__ = ["bf16_runs_natively", "fp16_runs_natively", "runs_natively", "native_note"]
+__all__ = ["bf16_runs_natively", "fp16_runs_natively", "runs_natively", "native_note",
+           "enable_amx"]
+
+_ARCH_REQ_XCOMP_PERM = 0x1023   # arch_prctl code: ask Linux for an extended CPU state
+_XFEATURE_XTILEDATA = 18        # AMX tile data
+_SYS_ARCH_PRCTL = 158           # x86_64 syscall number
 
 
 @lru_cache(maxsize=None)
@@ -88,3 +93,41 @@ def native_note(target_dtype: str) -> str | None:
             "iterator\"). Run it on a CPU with avx512_bf16 or AMX (Intel Cooper Lake, Sapphire "
             "Rapids or later; AMD Zen 4 or later); here, check its numerics with "
             "mxnet_amp.emulate_model (mxnet-amp auto --execution emulated).")
+
+
+def enable_amx() -> bool:
+    """Let MXNet's oneDNN run bfloat16 matrix ops on Intel AMX (Sapphire Rapids and later).
+
+    MXNet 1.9.1 ships oneDNN 2.4.4, which uses AMX only when ``DNNL_MAX_CPU_ISA`` allows it
+    and only once the process holds Linux's permission for the AMX tile state (kernel 5.16+
+    asks programs to request it; oneDNN 2.4 does not, and with the variable set but no
+    permission the first AMX instruction kills the process). Without AMX, oneDNN runs bf16
+    on avx512_bf16 instructions, which on these CPUs are no faster than fp32 FMA: a bf16 3x3
+    convolution (8x96x28x28) took 9.4-13.5 ms against 6.5-7.0 ms in fp32, on AMX 1.14 ms.
+
+    This changes the process, not a model: call it once, before the first MXNet operation
+    (oneDNN reads ``DNNL_MAX_CPU_ISA`` when it creates its first primitive, and ignores it
+    later). A ``DNNL_MAX_CPU_ISA`` the caller set is left as it is.
+
+    Returns
+    -------
+    bool
+        True when the CPU has AMX bf16 and Linux granted the permission (the variable is then
+        set); False elsewhere (nothing changed).
+    """
+    import ctypes
+    import os
+    import platform
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            if " amx_bf16" not in f.read():
+                return False
+        libc = ctypes.CDLL(None, use_errno=True)
+        granted = libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False
+    if granted:
+        os.environ.setdefault("DNNL_MAX_CPU_ISA", "AVX512_CORE_AMX")
+    return granted

@@ -83,6 +83,26 @@ def test_cpu_inference_quick(tmp_path):
                 assert "not measurable" in r[w]["items_per_s"]
 
 
+def test_cpu_inference_per_path_quick(tmp_path, native_bf16):
+    """Every path of the per-path table runs, with its error against the fp32 block."""
+    if not native_bf16:
+        pytest.skip("the per-path table times bf16 models natively (needs avx512)")
+    _, out = run_script("cpu_inference", tmp_path, "--per-path")
+    data = load(out)
+    assert data["complete"] and [c["case"] for c in data["results"]] == ["resnet18_v1_64px", "bert_1x32_seq8"]
+    paths = {"fp32_block", "fp32_module", "ours_block", "ours_block_unfolded", "ours_module",
+             "ours_imports", "ours_imports_mkldnn", "contrib_best"}
+    for case in data["results"]:
+        assert case["ours_block_backend"] == "MKLDNN"
+        for b in case["batches"]:
+            assert set(b["paths"]) == paths
+            for name, r in b["paths"].items():
+                assert "error" not in r, (name, r)
+                assert len(r["round_s"]) == b["rounds"] and r["ms_per_batch"] > 0
+                assert r["max_rel_err_vs_fp32_block"] < 0.1
+    assert any(k.endswith("paths slower than fp32") for k in data["targets"])
+
+
 def test_zoo_casts_quick(tmp_path):
     _, out = run_script("zoo_casts", tmp_path)
     data = load(out)

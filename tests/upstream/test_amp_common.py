@@ -38,6 +38,10 @@ from .amp_utils import DTYPES, net_stats, nodes, runs_natively
 def _hook_stats(net, lp_dtype: str, data: np.ndarray) -> tuple[int, int, int]:
     """Master's op-hook counting, on a block that runs natively."""
     counts = [0, 0, 0]
+    # every op of the converted graph, as master's unfused block runs them: on the fused
+    # oneDNN backend (the converted block's default on CPU) casts and FCs run inside
+    # subgraph nodes the hook does not see
+    net.hybridize(backend=None)
 
     def inspect_output(_tensor_name, op_name, handle):
         # the hook hands a new NDArray handle (as mx.monitor.Monitor takes it); wrap to read it

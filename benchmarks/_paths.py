@@ -1,0 +1,223 @@
+"""The per-path speed table of ``cpu_inference.py --per-path``: every way a user runs a model.
+
+For each model, from the user's fp32 Gluon block (a gluoncv zoo net, or a BERT-base-shaped
+encoder as a ``SymbolBlock``):
+
+  * ``fp32_block``          the user's fp32 block, ``hybridize()`` as users call it
+  * ``fp32_module``         its exported checkpoint in ``mx.mod.Module`` (MXNet fuses at bind)
+  * ``ours_block``          ``convert_hybrid_block(net, 'bfloat16', fold_batchnorm=True)`` as
+                            returned (the default backend: fused oneDNN kernels)
+  * ``ours_block_unfolded`` the same with ``fold_batchnorm=False`` as returned (a BatchNorm
+                            left after a bf16 conv keeps it on MXNet's generic kernels)
+  * ``ours_module``         ``ours_block.export()`` loaded into ``mx.mod.Module`` (fused at bind)
+  * ``ours_imports``        that checkpoint via ``SymbolBlock.imports`` + ``hybridize()``
+  * ``ours_imports_mkldnn`` the same + ``hybridize(backend='MKLDNN', static_alloc=True,
+                            static_shape=True)``
+  * ``contrib_best``        ``mx.contrib.amp.convert_model(..., cast_optional_params=True)``
+                            in ``mx.mod.Module`` (contrib's fastest path in cpu_inference.json)
+
+Each batch size is one timing phase: every runner called in interleaved rounds (order
+rotating), one process; figures are medians, ratios medians of per-round ratios. The error of
+each runner is its largest |out - ref| over the largest |ref|, ``ref`` the user's fp32 block on
+the same batch.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import numpy as np
+
+import _common as C
+
+BERT_BASE = dict(num_layers=12, units=768, heads=12, seq_len=128, vocab=8000)
+BLOCK_PATHS = ("ours_block", "ours_block_unfolded", "ours_imports", "ours_imports_mkldnn")
+MODULE_PATHS = ("ours_module", "contrib_best")
+
+# (label, builder spec, {batch: (rounds, batches per round)})
+FULL = [("resnet50_v1", ("zoo", "resnet50_v1", 224), {1: (4, 3), 8: (4, 1)}),
+        ("mobilenetv2_1.0", ("zoo", "mobilenetv2_1.0", 224), {1: (4, 6), 8: (4, 2)}),
+        ("mobilenetv3_large", ("zoo", "mobilenetv3_large", 224), {1: (4, 6), 8: (4, 2)}),
+        ("densenet121", ("zoo", "densenet121", 224), {1: (4, 3), 8: (4, 1)}),
+        ("inceptionv3", ("zoo", "inceptionv3", 299), {1: (4, 2), 8: (3, 1)}),
+        ("bert_base_seq128", ("bert", BERT_BASE), {1: (3, 1), 8: (3, 1)})]
+QUICK = [("resnet18_v1_64px", ("zoo", "resnet18_v1", 64), {1: (2, 1), 2: (2, 1)}),
+         ("bert_1x32_seq8", ("bert", dict(num_layers=1, units=32, heads=2, seq_len=8, vocab=100)),
+          {2: (2, 1)})]
+
+
+def user_block(spec):
+    """``(the user's fp32 block, make_input(batch), what it is)``."""
+    import mxnet as mx
+    from mxnet import gluon
+    if spec[0] == "zoo":
+        _, name, size = spec
+        net = C.zoo_net(name, size, calibrate=True)
+
+        def images(batch):
+            return mx.nd.array(np.random.default_rng(batch).uniform(-1, 1, (batch, 3, size, size)))
+        return net, images, f"gluoncv {name} (random He init, calibrated BatchNorm), {size}px"
+    cfg = spec[1]
+    sym, args, auxs = C.bert_encoder(**cfg)
+    net = gluon.SymbolBlock(sym, [mx.sym.var("data", dtype="float32")])
+    params = {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in auxs.items()}}
+    net.collect_params().load_dict(params, ctx=mx.cpu())
+    net.hybridize()
+
+    def tokens(batch):
+        return mx.nd.array(np.random.default_rng(batch).integers(0, cfg["vocab"], (batch, cfg["seq_len"])))
+    net(tokens(1))   # as a user's block that ran (export() needs a forward pass)
+    what = (f"BERT-shaped encoder {cfg['num_layers']}x{cfg['units']}, {cfg['heads']} heads, seq "
+            f"{cfg['seq_len']} (benchmarks/_common.bert_encoder; gluonnlp not used)")
+    return net, tokens, what
+
+
+def _block_run(block):
+    def run(x):
+        out = block(x)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        out.wait_to_read()
+        return out
+    return run
+
+
+def _module_run(sym, args, auxs):
+    """A function running a batch through ``mx.mod.Module`` (re-bound when the batch changes)."""
+    import mxnet as mx
+    state = {}
+
+    def run(x):
+        if state.get("shape") != x.shape:
+            mod = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
+            mod.bind(data_shapes=[("data", x.shape)], for_training=False, grad_req="null")
+            mod.set_params(args, auxs, allow_missing=False, allow_extra=False)
+            state.update(shape=x.shape, mod=mod)
+        state["mod"].forward(mx.io.DataBatch([x]), is_train=False)
+        out = state["mod"].get_outputs()[0]
+        out.wait_to_read()
+        return out
+    return run
+
+
+def runners(net, folder: str, fp32_ops=None) -> tuple[dict, dict]:
+    """Every path's runner, and what was converted (conversion seconds); ``fp32_ops`` go to
+    our conversions (a list decision measured on every path)."""
+    import mxnet as mx
+    from mxnet.contrib import amp as contrib
+
+    import mxnet_amp
+    info = {}
+    sym, args, auxs = C.block_checkpoint(net)
+    run = {"fp32_block": _block_run(net), "fp32_module": _module_run(sym, args, auxs)}
+    t0 = time.perf_counter()
+    ours = mxnet_amp.convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=True,
+                                          fp32_ops=fp32_ops)
+    info["ours_convert_s"] = time.perf_counter() - t0
+    info["ours_block_backend"] = ours.default_backend
+    unfolded = mxnet_amp.convert_hybrid_block(net, target_dtype="bfloat16", fold_batchnorm=False,
+                                              fp32_ops=fp32_ops)
+    info["ours_block_unfolded_backend"] = unfolded.default_backend
+    run.update(ours_block=_block_run(ours), ours_block_unfolded=_block_run(unfolded))
+    prefix = os.path.join(folder, "ours")
+    sym_file, params_file = ours.export(prefix)
+    run["ours_module"] = _module_run(*mx.model.load_checkpoint(prefix, 0))
+    plain = mx.gluon.SymbolBlock.imports(sym_file, ["data"], params_file)
+    plain.hybridize()
+    fused = mx.gluon.SymbolBlock.imports(sym_file, ["data"], params_file)
+    fused.hybridize(backend="MKLDNN", static_alloc=True, static_shape=True)
+    run.update(ours_imports=_block_run(plain), ours_imports_mkldnn=_block_run(fused))
+    csym, cargs, cauxs = contrib.convert_model(sym, dict(args), dict(auxs), target_dtype="bfloat16",
+                                               cast_optional_params=True)
+    run["contrib_best"] = _module_run(csym, cargs, cauxs)
+    return run, info
+
+
+def max_rel_err(out, ref: np.ndarray) -> float:
+    got = out.astype("float32").asnumpy()
+    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def phase(run: dict, x, rounds: int, inner: int) -> dict:
+    """One batch size: errors vs the fp32 block, then the interleaved timing."""
+    row: dict = {"batch": int(x.shape[0]), "rounds": rounds, "batches_per_round": inner, "paths": {}}
+    ref = run["fp32_block"](x).asnumpy()
+    fns = {}
+    for path, fn in run.items():
+        try:
+            out = fn(x)      # also the warm-up: a shape change re-plans / re-binds here
+        except Exception as err:  # noqa: BLE001 - a path that does not run is a result
+            row["paths"][path] = {"error": C.error_text(err)}
+            continue
+        row["paths"][path] = {"max_rel_err_vs_fp32_block": max_rel_err(out, ref)}
+        fns[path] = (lambda fn=fn: fn(x))
+    times = C.interleaved_times(fns, rounds, warmup=0, inner=inner)
+    for path, ts in times.items():
+        r = row["paths"][path]
+        r.update(round_s=ts, ms_per_batch=1e3 * C.median(ts) / inner,
+                 items_per_s=x.shape[0] * inner / C.median(ts))
+        for base in ("fp32_block", "fp32_module"):
+            if base in times and path != base:
+                r[f"x_{base}"] = C.paired_ratio(times[base], ts)
+    return row
+
+
+def run_case(label: str, spec, batches: dict, fp32_ops=None) -> dict:
+    net, make_input, what = user_block(spec)
+    with tempfile.TemporaryDirectory() as folder:
+        run, info = runners(net, folder, fp32_ops)
+        case = {"case": label, "model": what, **info, "load_start": os.getloadavg(), "batches": []}
+        for batch, (rounds, inner) in batches.items():
+            case["batches"].append(phase(run, make_input(batch), rounds, inner))
+    case["load_end"] = os.getloadavg()
+    return case
+
+
+def targets(cases: list) -> dict:
+    """The issue's targets on what was measured: ours_block >= 2x fp32_block and >= 1.8x
+    fp32_module; no bf16 path slower than fp32 on its own kind of path (block paths against
+    the fp32 block, module paths against the fp32 module)."""
+    out = {}
+    for c in cases:
+        for b in c["batches"]:
+            p, key = b["paths"], f"{c['case']} bs{b['batch']}"
+            ours = p.get("ours_block", {})
+            out[f"{key}: ours_block >= 2x fp32_block"] = ours.get("x_fp32_block", 0) >= 2
+            out[f"{key}: ours_block >= 1.8x fp32_module"] = ours.get("x_fp32_module", 0) >= 1.8
+            slower = [n for n in BLOCK_PATHS if p.get(n, {}).get("x_fp32_block", 1) < 1]
+            slower += [n for n in MODULE_PATHS if p.get(n, {}).get("x_fp32_module", 1) < 1]
+            out[f"{key}: paths slower than fp32"] = ", ".join(slower) or "none"
+    return out
+
+
+def print_case(case: dict) -> None:
+    rows = []
+    for b in case["batches"]:
+        for path, r in b["paths"].items():
+            rows.append([case["case"], b["batch"], path, r.get("ms_per_batch"), r.get("x_fp32_block"),
+                         r.get("x_fp32_module"), r.get("max_rel_err_vs_fp32_block"), r.get("error", "")])
+    C.print_table(["case", "bs", "path", "ms/batch", "x fp32 block", "x fp32 module", "err", "error"], rows)
+
+
+def main(opts) -> int:
+    from mxnet_amp.hardware import bf16_runs_natively
+    if not bf16_runs_natively():
+        print("bf16 does not run natively here: the per-path table needs an avx512 CPU")
+        return 0
+    env = {**C.environment(), "loadavg_start": os.getloadavg()}
+    name = "cpu_inference_paths" + ("_amx" if opts.amx else "")
+    out = opts.out or C.default_out(name, opts.quick)
+    chosen = [c for c in (QUICK if opts.quick else FULL) if not opts.cases or c[0] in opts.cases]
+    cases, t0 = [], time.perf_counter()
+    for label, spec, batches in chosen:
+        cases.append(run_case(label, spec, batches, opts.ours_fp32_ops))
+        print_case(cases[-1])
+        C.write_json(out, {"benchmark": "cpu_inference_paths", "target_dtype": "bfloat16",
+                           "ours_fp32_ops": opts.ours_fp32_ops, "amx_enabled": opts.amx,
+                           "environment": {**env, "loadavg_end": os.getloadavg()},
+                           "complete": len(cases) == len(chosen), "wall_s": time.perf_counter() - t0,
+                           "targets": targets(cases), "results": cases})
+    for k, v in targets(cases).items():
+        print(f"target: {k}: {v}")
+    print(f"wrote {out}")
+    return 0
