@@ -319,9 +319,8 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
         As in :func:`mxnet_amp.convert_model` (a given list replaces the shipped one).
     input_names : list of str, optional
         Names of the block's inputs, one per positional input (several inputs need them
-        when the block never ran hybridized). Default: those of its cached graph (``data``,
-        or ``data0``, ``data1``… as ``export()`` names them), else ``['data']``. These are
-        the ``input_names`` to give ``SymbolBlock.imports`` for the exported block.
+        when the block never ran hybridized). Default: its cached graph's (``data``, or
+        ``data0``, ``data1``…, as ``SymbolBlock.imports`` of the export takes them).
     ctx : Context or list of Context, optional
         Where the converted params live; default where the block's params live (unlike
         ``mx.contrib.amp``, never ``gpu(0)`` unasked).

@@ -173,9 +173,11 @@ def test_low_precision_conv_batchnorms_names_them():
     sym = mx.sym.relu(mx.sym.BatchNorm(conv, fix_gamma=False, name="bn"))
     args = {"conv_weight": mx.nd.ones((4, 3, 3, 3)), "bn_gamma": mx.nd.ones(4), "bn_beta": mx.nd.zeros(4)}
     auxs = {"bn_moving_mean": mx.nd.zeros(4), "bn_moving_var": mx.nd.ones(4)}
-    *_, conversion = convert_model_full(sym, args, auxs, make_options("bfloat16"))
+    unfolded = make_options("bfloat16", fold_batchnorm=False)
+    *_, conversion = convert_model_full(sym, args, auxs, unfolded)
     assert low_precision_conv_batchnorms(conversion) == ["bn"]
-    *_, conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", fp32_ops=["Convolution"]))
+    *_, conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", fp32_ops=["Convolution"],
+                                                                      fold_batchnorm=False))
     assert low_precision_conv_batchnorms(conversion) == []
     *_, conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", fold_batchnorm=True))
     assert low_precision_conv_batchnorms(conversion) == []
