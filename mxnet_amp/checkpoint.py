@@ -7,7 +7,7 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .convert import Conversion, convert_with_params
 from .errors import ParamError
@@ -17,6 +17,11 @@ from .params import (array_dtype, array_nbytes, cast_array, check_data_names, ch
                      check_params, default_data_names, name_list)
 from .paths import check_outputs, checkpoint_files
 from .progress import byte_bar
+
+if TYPE_CHECKING:
+    from mxnet.symbol import Symbol
+
+    from .graph import Graph
 
 __all__ = ["convert_checkpoint"]
 
@@ -122,28 +127,30 @@ def checkpoint_outputs(prefix: str, epoch: int, what: str = "epoch") -> list[tup
     return [("output symbol file", sym_file), ("output params file", params_file)]
 
 
-def _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
-                        shapes_from, sym_file, params_file) -> list[str]:
+def _checked_data_names(sym: Symbol, graph: Graph, arg_params: Mapping, aux_params: Mapping,
+                        data_names: str | Sequence[str] | None,
+                        data_shapes: Mapping[str, Sequence[int]] | None,
+                        shapes_from: str, sym_file: str, params_file: str) -> list[str]:
     """The model inputs, after checking the params fit the symbol (errors name the files)."""
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    data_names = name_list(data_names)
-    if data_names is not None:   # the caller's mistake, not the files': said without them
-        check_data_names(arg_names, arg_params, data_names)
+    names = name_list(data_names)
+    if names is not None:   # the caller's mistake, not the files': said without them
+        check_data_names(arg_names, arg_params, names)
     try:
-        if data_names is None:
-            data_names = default_data_names(arg_names, arg_params, where=params_file)
-        check_params(arg_names, aux_names, arg_params, aux_params, data_names)
+        if names is None:
+            names = default_data_names(arg_names, arg_params, where=params_file)
+        check_params(arg_names, aux_names, arg_params, aux_params, names)
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
                            shapes_from=shapes_from, input_names=arg_names + aux_names)
     except ParamError as err:
-        where = (f"{params_file}: " if getattr(err, "input_shapes", False)
+        where = (f"{params_file}: " if err.input_shapes
                  else f"{params_file} does not match {sym_file}: ")
         raise _in_files(err, where) from None
-    return data_names
+    return names
 
 
 def _recast_in_place(arg_params: dict, aux_params: dict, conversion: Conversion,
-                     progress) -> dict[str, int]:
+                     progress: bool | None) -> dict[str, int]:
     """Cast each param to its converted dtype in place, one at a time; the byte counts."""
     sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
     total = sum(array_nbytes(v) for params in (arg_params, aux_params) for v in params.values())
@@ -163,7 +170,6 @@ def _recast_in_place(arg_params: dict, aux_params: dict, conversion: Conversion,
 
 def _in_files(err: ParamError, where: str) -> ParamError:
     """``err`` with ``where`` in front of its message, its attributes kept."""
-    new = ParamError(where + str(err))
-    new.__dict__.update(err.__dict__)
-    return new
+    return ParamError(where + str(err), param=err.param, found=err.found, expected=err.expected,
+                      input_shapes=err.input_shapes)
 

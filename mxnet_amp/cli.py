@@ -9,13 +9,13 @@ traceback instead.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import sys
 import warnings
 from typing import TYPE_CHECKING, Sequence
 
+from .cli_output import (PROG, finish, say, with_extra, with_hardware_note)
 from .errors import AMPError, CLIError, error_text
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = ["main", "build_parser", "CLIError", "parse_input_spec"]
 
-PROG = "mxnet-amp"
 EXIT_ERROR = 2
 
 
@@ -179,10 +178,6 @@ def _version() -> str:
     return __version__
 
 
-def _say(*parts) -> None:
-    print(*parts, file=sys.stderr)
-
-
 def _check_prefix(prefix: str, epoch: int) -> None:
     from .paths import checkpoint_files
     for path in checkpoint_files(prefix, epoch):
@@ -190,7 +185,7 @@ def _check_prefix(prefix: str, epoch: int) -> None:
             raise CLIError(f"checkpoint file not found: {path}")
 
 
-def _check_values(args) -> None:
+def _check_values(args: argparse.Namespace) -> None:
     """Numbers out of range, named by their flag (argparse only checks their type)."""
     import math
     for flag, value, least in (("--epoch", getattr(args, "epoch", None), 0),
@@ -204,34 +199,36 @@ def _check_values(args) -> None:
             raise CLIError(f"--{flag} must be a finite number >= 0, got {value}")
 
 
-def _out_prefix(args) -> str | None:
+def _out_prefix(args: argparse.Namespace) -> str | None:
     """The output checkpoint prefix of a command that writes one (None for the others)."""
     if args.command not in ("convert", "auto"):
         return None
-    return args.out or args.prefix + "-amp"
+    return str(args.out or args.prefix + "-amp")
 
 
-def _files(args) -> tuple[list, list]:
+def _files(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], list[tuple[str, str | None]]]:
     """``(inputs, outputs)``: every file the command reads and writes, labelled."""
     from .checkpoint import checkpoint_inputs, checkpoint_outputs
-    inputs = checkpoint_inputs(args.prefix, args.epoch) if hasattr(args, "prefix") else []
+    inputs: list[tuple[str, str | None]] = []
+    if hasattr(args, "prefix"):
+        inputs += checkpoint_inputs(args.prefix, args.epoch)
     for spec in getattr(args, "inputs", None) or ():
         value = spec.partition(":")[2]
         if value.endswith(".npy"):
             inputs.append(("--input file", value))
     inputs.append(("--inputs-npz file", getattr(args, "inputs_npz", None)))
-    outputs = []
+    outputs: list[tuple[str, str | None]] = []
     out = _out_prefix(args)
     if out is not None:
         epoch = args.epoch if getattr(args, "out_epoch", None) is None else args.out_epoch
-        outputs = [(f"{what} (--out)", path) for what, path in checkpoint_outputs(out, epoch)]
+        outputs += [(f"{what} (--out)", path) for what, path in checkpoint_outputs(out, epoch)]
     outputs += [("--report file", getattr(args, "report", None)),
                 ("--graph file", getattr(args, "graph", None)),
                 ("--html file", getattr(args, "html", None))]
     return inputs, outputs
 
 
-def _check_outputs(args) -> None:
+def _check_outputs(args: argparse.Namespace) -> None:
     """Fail before any work on a number out of range, or an output that cannot be written
     or would overwrite an input (nothing half done, nothing lost)."""
     from .draw import check_graph_path
@@ -258,46 +255,6 @@ def _in_cli_terms(message: str) -> str:
     return _API_NAME.sub(lambda m: _FLAG_OF[m.group(1)], message)
 
 
-def _write_outputs(args, conversion, report) -> list[str]:
-    """Write --report / --graph / --html; returns what was written."""
-    from .draw import graph_svg, write_graph
-    from .io import atomic_write
-    from .report import report_html
-    written = []
-    limit = None if getattr(args, "detail", False) else 80
-
-    def text_writer(text):
-        def write(tmp):
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-        return write
-    if args.report:
-        atomic_write(args.report, text_writer(report.to_json()))
-        written.append(args.report)
-    if args.graph:
-        write_graph(conversion, args.graph, title=report.model or "", detail_limit=limit)
-        written.append(args.graph)
-    if args.html:
-        atomic_write(args.html, text_writer(report_html(report, graph_svg(conversion, report.model or "", limit))))
-        written.append(args.html)
-    return written
-
-
-def _finish(args, conversion, report, extra_lines=()) -> None:
-    written = _write_outputs(args, conversion, report)
-    if not args.quiet:
-        print(report.format_table())
-    lines = list(extra_lines)
-    if args.quiet:
-        # the report table is what --quiet leaves out; the command's own findings stay
-        while lines and not lines[0]:
-            lines.pop(0)
-    for line in lines:
-        print(line)
-    for path in written:
-        _say(f"{PROG}: wrote {path}")
-
-
 def _options(args: argparse.Namespace) -> ConvertOptions:
     """The conversion options the flags ask for (the op lists read once)."""
     from .options import make_options
@@ -318,10 +275,10 @@ def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, 
         data_shapes=shapes or None)
     report = build_report(conversion, new_arg_params=new_args, new_aux_params=new_aux,
                           model=os.path.basename(args.prefix))
-    return conversion, _with_hardware_note(report)
+    return conversion, with_hardware_note(report)
 
 
-def _folded_lines(conversion) -> list[str]:
+def _folded_lines(conversion: Conversion) -> list[str]:
     folded = conversion.folded_batchnorms
     if not folded:
         return []
@@ -330,18 +287,18 @@ def _folded_lines(conversion) -> list[str]:
 
 # --- commands -----------------------------------------------------------------------------
 
-def _cmd_convert(args) -> int:
+def _cmd_convert(args: argparse.Namespace) -> int:
     conversion, report = _convert_prefix(args, write=True)
     out = args.out or args.prefix + "-amp"
     epoch = args.epoch if args.out_epoch is None else args.out_epoch
-    _finish(args, conversion, report, _folded_lines(conversion))
-    _say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params")
+    finish(args, conversion, report, _folded_lines(conversion))
+    say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params")
     return 0
 
 
-def _cmd_inspect(args) -> int:
+def _cmd_inspect(args: argparse.Namespace) -> int:
     conversion, report = _convert_prefix(args, write=False)
-    _finish(args, conversion, report,
+    finish(args, conversion, report,
             _folded_lines(conversion) + ["", "(inspect: no checkpoint written)"])
     return 0
 
@@ -379,7 +336,7 @@ def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, 
     return name, shape
 
 
-def _sample_inputs(args) -> dict:
+def _sample_inputs(args: argparse.Namespace) -> dict:
     import numpy as np
     inputs = {}
     for k, spec in enumerate(args.inputs):
@@ -400,7 +357,7 @@ def _sample_inputs(args) -> dict:
     return inputs
 
 
-def _cmd_auto(args) -> int:
+def _cmd_auto(args: argparse.Namespace) -> int:
     try:
         from .auto import auto_convert, auto_settings
     except ImportError as err:
@@ -426,6 +383,7 @@ def _cmd_auto(args) -> int:
                        "(--input / --inputs-npz), so the converted model cannot be checked "
                        "against them; nothing written. Give representative inputs "
                        "(--input NAME:FILE.npy) or fix the float32 model first")
+    assert out is not None and auto.conversion is not None   # auto writes; its record is kept
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report reads what the pass decided for the returned model
     conversion = auto.conversion
@@ -433,51 +391,10 @@ def _cmd_auto(args) -> int:
                for k in auto.kept_fp32 if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
                           model=os.path.basename(args.prefix), reasons=reasons)
-    report = _with_extra(report, {"auto": auto.to_dict()})
-    _finish(args, conversion, report, ["", auto.summary()])
-    _say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")
+    report = with_extra(report, {"auto": auto.to_dict()})
+    finish(args, conversion, report, ["", auto.summary()])
+    say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")
     return 0
-
-
-def _with_extra(report, extra: dict):
-    import dataclasses
-    return dataclasses.replace(report, extra={**report.extra, **extra})
-
-
-def _with_note(report, note: str):
-    """``report`` with ``note`` added to ``extra['notes']`` (shown in the table and HTML)."""
-    return _with_extra(report, {"notes": [*report.extra.get("notes", ()), note]})
-
-
-def _with_hardware_note(report):
-    """Say now, on stderr and in the report, when this machine cannot run the model."""
-    from .hardware import native_note
-    with _native_log_silenced():
-        note = native_note(report.target_dtype)
-    if note is None:
-        return report
-    _say(f"{PROG}: note: {note}")
-    return _with_note(report, note[0].upper() + note[1:])
-
-
-@contextlib.contextmanager
-def _native_log_silenced():
-    """Hide what MXNet's C++ side logs on fd 2 while the hardware probe fails on purpose
-    (oneDNN's "could not create a primitive descriptor iterator")."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -501,16 +418,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             _check_outputs(args)
-            code = args.run(args)
+            code = int(args.run(args))
         shown = set()
         for w in caught:
             text = error_text(w.message)
             if issubclass(w.category, (UserWarning, RuntimeWarning)) and text not in shown:
                 shown.add(text)
-                _say(f"{PROG}: warning: {text}")
+                say(f"{PROG}: warning: {text}")
         return code
     except KeyboardInterrupt:
-        _say(f"{PROG}: interrupted")
+        say(f"{PROG}: interrupted")
         return 130
     except Exception as err:  # every failure ends as one line unless --debug
         if args.debug:
@@ -523,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = "MXNet: " + error_text(err)
         else:
             msg = f"{type(err).__name__}: {error_text(err)} (run with --debug for the traceback)"
-        _say(f"{PROG}: error: {msg}")
+        say(f"{PROG}: error: {msg}")
         return EXIT_ERROR
 
 

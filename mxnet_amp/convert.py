@@ -4,7 +4,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code, is_float
 from .errors import AlreadyConvertedError, GraphError, TypeInferenceError
@@ -38,28 +38,30 @@ class Conversion:
     policy: OpPolicy
     data_names: tuple[str, ...]
     param_dtypes: Mapping[str, str]
-    arg_dtypes: Mapping[str, str]
-    aux_dtypes: Mapping[str, str]
+    # None: MXNet's type inference left it undecided (it stays as stored)
+    arg_dtypes: Mapping[str, str | None]
+    aux_dtypes: Mapping[str, str | None]
     # each weight's dtype as given, before cast_optional_params chose new ones (for reports)
     input_param_dtypes: Mapping[str, str] = field(default_factory=dict)
     # the converted graph as an mx.sym.Symbol (built once; MXNet symbols are immutable)
-    symbol: object = None
+    symbol: Any = None
     # (BatchNorm name, producer name) of each BatchNorm folded away before conversion
     folded_batchnorms: tuple[tuple[str, str], ...] = ()
     # node names the caller excluded (they compute in float32 whatever their op)
     excluded: frozenset[str] = frozenset()
 
 
-def _data_names(graph: Graph, data_names, param_names) -> list[str]:
+def _data_names(graph: Graph, data_names: Sequence[str] | str | None,
+                param_names: Iterable[str] | None) -> list[str]:
     variables = [n for n in graph.variables()]
-    if data_names is not None:
-        data_names = name_list(data_names)
+    given = name_list(data_names)
+    if given is not None:
         names = {n.name for n in variables}
-        unknown = [d for d in data_names if d not in names]
+        unknown = [d for d in given if d not in names]
         if unknown:
             raise GraphError(f"data_names {unknown} are not inputs of the symbol "
                              f"(its inputs: {sorted(names)[:20]})")
-        return list(data_names)
+        return given
     if param_names is not None:
         return [n.name for n in variables if n.name not in param_names]
     # as mx.contrib.amp: inputs without a __dtype__ attribute are data
@@ -273,7 +275,7 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
 
 
 def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
-               keep: Sequence[str] | None = None) -> tuple[Graph, dict, dict, tuple]:
+               keep: Iterable[str] | None = None) -> tuple[Graph, dict, dict, tuple[tuple[str, str], ...]]:
     """:func:`~mxnet_amp.passes.fold_batchnorm.fold_batchnorm` on a model: returns the new
     graph, arg params, aux params and the ``(BatchNorm, producer)`` pairs folded. Inputs are
     not modified; arrays that do not change are shared."""
@@ -333,11 +335,11 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     return conversion.symbol, new_args, new_aux, conversion
 
 
-def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
+def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
                         options: ConvertOptions, *, data_names: Sequence[str],
                         input_dtypes: Mapping[str, str] | None = None,
                         output_dtype: str | None = "float32"
-                        ) -> tuple[Conversion, Mapping, Mapping, dict[str, str]]:
+                        ) -> tuple[Conversion, dict, dict, dict[str, str]]:
     """Fold BatchNorms when ``options`` asks, then convert ``graph`` with its weights'
     dtypes read from the params.
 
@@ -348,7 +350,7 @@ def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
         converted graph reads (new dicts when folded; the arrays are not recast) and each
         of those params' dtype.
     """
-    folded = ()
+    folded: tuple[tuple[str, str], ...] = ()
     if options.fold_batchnorm:
         graph, arg_params, aux_params, folded = fold_model(graph, arg_params, aux_params,
                                                            options.excluded)

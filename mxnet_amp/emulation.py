@@ -76,7 +76,7 @@ def round_numpy(values: np.typing.ArrayLike, dtype: str) -> np.ndarray:
     return _bf16_round_np(values)
 
 
-def _bf16_round_np(x):
+def _bf16_round_np(x: np.ndarray) -> np.ndarray:
     """float32 numpy array rounded to bfloat16 as MXNet's amp_cast does it on this machine:
     to nearest even, float32 subnormals flushed to zero, NaN kept quiet. The zero's sign is
     the machine's: oneDNN's AVX512-BF16 conversion keeps it, MXNet's kernel elsewhere
@@ -104,7 +104,7 @@ def _subnormal_flush_sign_mask() -> int:
 
 def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   input_dtypes: Mapping[str, str] | None = None, rounding: str = "nearest", *,
-                  copy_params: bool = True, stored_dtypes: Mapping[str, str] | None = None
+                  copy_params: bool = True, stored_dtypes: Mapping[str, str | None] | None = None
                   ) -> tuple[Symbol, dict, dict]:
     """A float32 model that simulates the low precision model ``(sym, arg_params, aux_params)``.
 

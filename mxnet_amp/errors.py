@@ -6,6 +6,7 @@ there is one, how to fix it. Callers can catch :class:`AMPError` for all of them
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 __all__ = [
     "AMPError",
@@ -36,7 +37,7 @@ class AMPError(Exception):
 class UnknownOpError(AMPError, ValueError):
     """An op name (in a list file or a user override) is not in the live MXNet registry."""
 
-    def __init__(self, names, where: str):
+    def __init__(self, names: Iterable[str], where: str) -> None:
         self.names = tuple(sorted(names))
         self.where = where
         super().__init__(
@@ -75,7 +76,21 @@ class CLIError(AMPError, ValueError):
 
 
 class ParamError(AMPError, ValueError):
-    """arg/aux params do not match the symbol (missing, extra, wrong shape or dtype)."""
+    """arg/aux params do not match the symbol (missing, extra, wrong shape or dtype).
+
+    A shape mismatch names the ``param``, the shape ``found`` and the shape ``expected``;
+    ``input_shapes`` is True when the given input shapes may be what is wrong. Every
+    ParamError has these attributes (None / False when they do not apply).
+    """
+
+    def __init__(self, message: str, *, param: str | None = None,
+                 found: tuple[int, ...] | None = None, expected: object = None,
+                 input_shapes: bool = False) -> None:
+        super().__init__(message)
+        self.param = param
+        self.found = found
+        self.expected = expected
+        self.input_shapes = input_shapes
 
 
 class AlreadyConvertedError(AMPError, ValueError):

@@ -14,7 +14,7 @@ keeps them, and :func:`export_block` writes any block with its casts, atomically
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .convert import convert_model_full
 from .errors import DeferredInitError, GraphError, ParamError, error_text
@@ -38,12 +38,12 @@ def _gluon():
     return gluon
 
 
-def _flat_outputs(sym) -> list:
+def _flat_outputs(sym: Symbol) -> list:
     """One single-output symbol per output of ``sym``."""
     return [sym[k] for k in range(len(sym.list_outputs()))]
 
 
-def _traced_graph(block, input_names: Sequence[str]):
+def _traced_graph(block: HybridBlock, input_names: Sequence[str]) -> Any:
     """``(input names, output symbol, input format, output format)`` by calling ``block`` on
     symbol variables; the block is not hybridized and keeps its cached state."""
     import mxnet as mx
@@ -76,7 +76,7 @@ def _cached_graph(block):
     return [s.name for s in syms], out, block._in_format, block._out_format
 
 
-def _rename_inputs(sym, old: Sequence[str], new: Sequence[str]):
+def _rename_inputs(sym: Symbol, old: Sequence[str], new: Sequence[str]) -> Symbol:
     """``sym`` with its input variables ``old`` renamed ``new`` (a new symbol)."""
     if list(old) == list(new):
         return sym
@@ -93,7 +93,7 @@ def _rename_inputs(sym, old: Sequence[str], new: Sequence[str]):
     return graph_to_symbol(Graph(nodes, graph.heads, graph.attrs))
 
 
-def _block_graph(block, input_names: Sequence[str] | None):
+def _block_graph(block: HybridBlock, input_names: Sequence[str] | None) -> Any:
     """The block's graph: ``(input names, output symbol, input format, output format)``."""
     gluon = _gluon()
     if not isinstance(block, gluon.HybridBlock):
@@ -156,7 +156,8 @@ def block_model(block: HybridBlock, input_names: Sequence[str] | None = None
 
 def _model_params(block, sym, names):
     params = {p.name: p for p in block.collect_params().values()}
-    arg_params, aux_params = {}, {}
+    arg_params: dict[str, Any] = {}
+    aux_params: dict[str, Any] = {}
     for group, wanted in ((arg_params, sym.list_arguments()), (aux_params, sym.list_auxiliary_states())):
         for name in wanted:
             if name in names:
@@ -179,7 +180,8 @@ def _contexts(block, ctx):
     return [mx.current_context()]
 
 
-def _symbol_block(sym, names: Sequence[str], in_format, out_format, params: Mapping, ctx):
+def _symbol_block(sym: Symbol, names: Sequence[str], in_format: Any, out_format: Any, params: Mapping,
+                  ctx: Any) -> AMPSymbolBlock:
     """A SymbolBlock running ``sym`` with copies of ``params`` (each keeps its dtype)."""
     import mxnet as mx
     from mxnet.gluon.block import _regroup

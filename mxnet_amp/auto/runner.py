@@ -17,6 +17,7 @@ from .records import AutoSettings, OutputCheck, SearchStep
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
     from mxnet.symbol import Symbol
+    from tqdm import tqdm
 
 
 class _Runs:
@@ -24,7 +25,7 @@ class _Runs:
 
     def __init__(self, *, sym: Symbol, arg_params: dict, aux_params: dict, inputs: dict,
                  ctx: Context, options: ConvertOptions, data_names: Sequence[str],
-                 settings: AutoSettings, execution: str, progress) -> None:
+                 settings: AutoSettings, execution: str, progress: tqdm) -> None:
         self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
         self.inputs, self.ctx = inputs, ctx
         self.options, self.data_names = options, list(data_names)
@@ -67,7 +68,7 @@ class _Runs:
             auxs = recast_params(auxs, conversion.aux_dtypes, sequential=True)
         return sym, args, auxs, conversion
 
-    def forward(self, sym, arg_params, aux_params) -> list[np.ndarray]:
+    def forward(self, sym: Symbol, arg_params: Mapping, aux_params: Mapping) -> list[np.ndarray]:
         """One model execution. Through a CachedOp, as Gluon runs models: ``Symbol.bind``
         applies MXNet 1.9's MKLDNN subgraph fusion, which returns wrong values for a fused
         FullyConnected+relu when both outputs are graph outputs (the instrumented run)."""
@@ -92,7 +93,7 @@ class _Runs:
         self.executions += 1
         self.progress.update(1)
 
-    def run_reference(self, instrumented_sym) -> list[np.ndarray]:
+    def run_reference(self, instrumented_sym: Symbol) -> list[np.ndarray]:
         outs = self.forward(instrumented_sym, self.arg_params, self.aux_params)
         self.steps.append(SearchStep("reference", 0, None, None, None))
         return outs
@@ -111,11 +112,13 @@ class _Runs:
                                             stored_dtypes={**conversion.arg_dtypes,
                                                            **conversion.aux_dtypes})
         outs = self.forward(sym, args, auxs)
-        result = check_outputs(self.reference, outs, self.target_dtype, self.tolerance,
+        assert self.reference is not None, "run_reference first"
+        reference = self.reference
+        result = check_outputs(reference, outs, self.target_dtype, self.tolerance,
                                self.rtol, self.atol)
         if self.validate is not None:
             result = replace(result, criterion="validate",
-                             passed=bool(self.validate([r.copy() for r in self.reference], outs)))
+                             passed=bool(self.validate([r.copy() for r in reference], outs)))
         self.results[excluded] = result
         self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
                                      result.max_abs_error, result.relative_error,
@@ -137,7 +140,7 @@ def _context(ctx):
     return ctx
 
 
-def _execution_mode(target_dtype: str, ctx, execution: str) -> tuple[str, str | None]:
+def _execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str, str | None]:
     """``('native'|'emulated', note)``; ``execution='auto'`` picks native where it runs."""
     from ..hardware import bf16_runs_natively, fp16_runs_natively
     if execution not in ("auto", "native", "emulated"):
@@ -155,7 +158,7 @@ def _execution_mode(target_dtype: str, ctx, execution: str) -> tuple[str, str | 
                         "avx512); the checks ran the converted model through mxnet_amp.emulation")
 
 
-def _sample_inputs(sample_inputs, data_names: Sequence[str], ctx) -> dict:
+def _sample_inputs(sample_inputs: object, data_names: Sequence[str], ctx: Context) -> dict:
     import mxnet as mx
     if isinstance(sample_inputs, Mapping):
         given = dict(sample_inputs)
@@ -190,4 +193,4 @@ def _input_names(sym: Symbol, arg_params: Mapping, data_names: Sequence[str] | N
     """The model inputs: ``data_names``, else the arguments without a param."""
     if data_names is None:
         return [n for n in sym.list_arguments() if n not in arg_params]
-    return name_list(data_names)
+    return name_list(data_names) or []

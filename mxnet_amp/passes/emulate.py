@@ -4,7 +4,7 @@ converted graph holds in low precision (the numerics are described in
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..dtypes import LOW_PRECISION, MX_CODE
 from ..graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
@@ -34,7 +34,7 @@ def _check_rounding(rounding: str) -> None:
         raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
 
 
-def _truncates(node: Node, dtype: str, rounding: str) -> bool:
+def _truncates(node: Node, dtype: str | None, rounding: str) -> bool:
     """Whether ``node``'s ``dtype`` output is truncated rather than rounded (module doc)."""
     return rounding == "mxnet-cpu" and dtype == "bfloat16" and node.op not in _ONEDNN_BF16_OPS
 
@@ -82,7 +82,7 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
                                                 "float32")))
             env.append([e])
             continue
-        inputs = tuple(env[e.node][e.index] for e in node.inputs)
+        inputs = tuple(env[e.node][e.output] for e in node.inputs)
         # a single cast (a multicast has no dtype attr) to low precision: round there
         if node.op in ANY_CAST_OPS and node.attrs.get("dtype") in LOW_PRECISION:
             low = node.attrs["dtype"]
@@ -113,10 +113,10 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
                                             Entry(to_low), "float32")))
             outs.append(e)
         env.append(outs)
-    heads = [env[e.node][e.index] for e in graph.heads]
+    heads = [env[e.node][e.output] for e in graph.heads]
     return builder.build(heads, graph.attrs)
 
 
-def _entry_dtype(dtypes, e: Entry) -> str | None:
+def _entry_dtype(dtypes: Sequence[tuple[str | None, ...]], e: Entry) -> str | None:
     out = dtypes[e.node]
-    return out[e.index] if e.index < len(out) else None
+    return out[e.output] if e.output < len(out) else None

@@ -15,6 +15,6 @@ def expose_outputs(graph: Graph) -> tuple[Graph, list[tuple[int, int]]]:
         if not node.is_variable:
             keys.extend((i, k) for k in range(used[i]))
     seen = set(keys)
-    keys.extend((e.node, e.index) for e in graph.heads if (e.node, e.index) not in seen)
+    keys.extend((e.node, e.output) for e in graph.heads if (e.node, e.output) not in seen)
     heads = tuple(Entry(i, k) for i, k in keys)
     return Graph(graph.nodes, heads, graph.attrs), keys

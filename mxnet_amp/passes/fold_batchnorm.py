@@ -106,10 +106,11 @@ class _Plan:
 
 
 def _moved(entry: Entry, where: list) -> Entry:
-    return Entry(where[entry.node].node, entry.index, entry.version)
+    return Entry(where[entry.node].node, entry.output, entry.version)
 
 
-def _plan(graph: Graph, params: Mapping[str, Any], keep: frozenset[str]):
+def _plan(graph: Graph, params: Mapping[str, Any],
+          keep: frozenset[str]) -> tuple[dict[int, _Plan], list[tuple[str, str]]]:
     """``({bn index: _Plan}, [(bn name, why skipped)])``."""
     consumers = graph.consumers()
     head_nodes = {e.node for e in graph.heads}
@@ -126,7 +127,8 @@ def _plan(graph: Graph, params: Mapping[str, Any], keep: frozenset[str]):
     return plans, skipped
 
 
-def _why_not(graph: Graph, i: int, params, keep, consumers, head_nodes) -> str | None:
+def _why_not(graph: Graph, i: int, params: Mapping[str, Any], keep: frozenset[str],
+             consumers: list[list[tuple[int, int]]], head_nodes: set[int]) -> str | None:
     """Why the BatchNorm at ``i`` cannot be folded, or None when it can."""
     bn = graph.nodes[i]
     if len(bn.inputs) != 5:
@@ -141,9 +143,9 @@ def _why_not(graph: Graph, i: int, params, keep, consumers, head_nodes) -> str |
         return "it is a model output (folding would rename the output)"
     if src.node in head_nodes or [c for c, _ in consumers[src.node]] != [i]:
         return f"the output of {prod.name!r} is read by another node or is a model output"
-    if any(graph.nodes[c].inputs[pos].index != 0 for c, pos in consumers[i]):
+    if any(graph.nodes[c].inputs[pos].output != 0 for c, pos in consumers[i]):
         return "its batch mean / var outputs are read"
-    if prod.subgraphs or any(e.index != 0 for e in bn.inputs[1:]):
+    if prod.subgraphs or any(e.output != 0 for e in bn.inputs[1:]):
         return "unsupported graph structure around it"
     axis = _channel_axis(prod)
     if axis is None or _bn_axis(bn, prod) != axis:
@@ -205,11 +207,11 @@ def _dropped_variables(graph: Graph, plans: Mapping[int, _Plan]) -> set[int]:
     return {k for k in candidates if all(c in plans for c, _ in consumers[k])}
 
 
-def _numpy(array) -> np.ndarray:
+def _numpy(array: Any) -> np.ndarray:
     return array.asnumpy() if hasattr(array, "asnumpy") else np.asarray(array)
 
 
-def _like(value: np.ndarray, template):
+def _like(value: np.ndarray, template: Any) -> Any:
     """``value`` (float32) as the same kind of array as ``template`` (NDArray on its context)."""
     if isinstance(template, np.ndarray):
         return value
@@ -217,7 +219,8 @@ def _like(value: np.ndarray, template):
     return mx.nd.array(value, ctx=template.context, dtype="float32")
 
 
-def _scale_shift(bn: Node, graph_params: Mapping[str, Any], names: list[str]):
+def _scale_shift(bn: Node, graph_params: Mapping[str, Any],
+                 names: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Per channel ``(s, t)`` of the BatchNorm, in float64."""
     gamma, beta, mean, var = (_numpy(graph_params[n]).astype(np.float64) for n in names)
     if _flag(bn.attrs, "fix_gamma", True):

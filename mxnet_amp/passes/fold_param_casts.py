@@ -47,11 +47,12 @@ def prune(graph: Graph) -> Graph:
         if not keep[i]:
             keep[i] = True
             stack.extend(e.node for e in graph.nodes[i].inputs)
-    new_index, nodes = {}, []
+    new_index: dict[int, int] = {}
+    nodes: list[Node] = []
     for i, node in enumerate(graph.nodes):
         if keep[i]:
             new_index[i] = len(nodes)
-            nodes.append(node.replace(inputs=tuple(Entry(new_index[e.node], e.index, e.version)
+            nodes.append(node.replace(inputs=tuple(Entry(new_index[e.node], e.output, e.version)
                                                    for e in node.inputs)) if node.inputs else node)
-    heads = tuple(Entry(new_index[e.node], e.index, e.version) for e in graph.heads)
+    heads = tuple(Entry(new_index[e.node], e.output, e.version) for e in graph.heads)
     return Graph(tuple(nodes), heads, graph.attrs)

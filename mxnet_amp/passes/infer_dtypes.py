@@ -23,13 +23,13 @@ def infer_dtypes(graph: Graph, var_dtypes: Mapping[str, str],
         if node.is_variable:
             out.append([var_dtypes.get(node.name)])
             continue
-        ins = [out[e.node][e.index] for e in node.inputs]
+        ins = [out[e.node][e.output] for e in node.inputs]
         try:
             filled, outs = op_types.infer(node, ins, used[len(out)])
         except InferenceFailed as err:
             raise InferenceFailed(f"node {node.name!r} ({node.op}): {err}") from None
         for e, d in zip(node.inputs, filled):
-            if out[e.node][e.index] is None and graph.nodes[e.node].is_variable:
-                out[e.node][e.index] = d
+            if out[e.node][e.output] is None and graph.nodes[e.node].is_variable:
+                out[e.node][e.output] = d
         out.append(list(outs))
     return [tuple(o) for o in out]

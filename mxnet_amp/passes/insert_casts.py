@@ -22,7 +22,7 @@ from typing import Mapping
 from ..dtypes import FLOAT_DTYPES, LOW_PRECISION, dtype_of_code, is_float, widest
 from ..errors import AlreadyConvertedError
 from ..graph import Entry, Graph, GraphBuilder, Node, cast_node, multicast_node
-from ..optypes import InferenceFailed, OpTypes
+from ..optypes import Dtypes, InferenceFailed, OpTypes
 from ..policy import Category, Decision, OpPolicy
 from ..registry import op_input_names
 
@@ -177,7 +177,7 @@ class _CastInserter:
     def _heads(self) -> list[Entry]:
         heads = []
         for e in self.graph.heads:
-            new = self.env[e.node][e.index]
+            new = self.env[e.node][e.output]
             if self.output_dtype is not None and self.dtype_of.get(new) in LOW_PRECISION:
                 new = self._cast(new, self.output_dtype)
             heads.append(new)
@@ -204,7 +204,7 @@ class _CastInserter:
 
     def _split(self, node: Node) -> _Split:
         env, dtype_of, param_node = self.env, self.dtype_of, self.param_node
-        ins = [env[e.node][e.index] for e in node.inputs]
+        ins = [env[e.node][e.output] for e in node.inputs]
         cur = [dtype_of.get(e) for e in ins]
         index_pos = self._index_positions(node.op)
         acts, params = [], []
@@ -252,7 +252,8 @@ class _CastInserter:
 
     # --- choosing a plan -----------------------------------------------------------------
 
-    def _choose(self, i: int, node: Node, probe_node: Node, split: _Split, cat: Category):
+    def _choose(self, i: int, node: Node, probe_node: Node, split: _Split,
+                cat: Category) -> tuple[Plan, dict[int, str], Dtypes, Node]:
         """The first plan MXNet's type inference accepts: ``(plan, desired input dtypes,
         (filled-in input dtypes, output dtypes), node as probed)``."""
         plans = _plans(cat, split.cur, split.acts, self.target, new_body=probe_node is not node)
@@ -289,7 +290,7 @@ class _CastInserter:
                 and all((split.ins[k], self.target) in self.cast_cache
                         for k in split.acts if split.cur[k] != self.target))
 
-    def _attempt(self, i: int, probe_node: Node, split: _Split, desired: dict[int, str]):
+    def _attempt(self, i: int, probe_node: Node, split: _Split, desired: dict[int, str]) -> Dtypes:
         probe_in = list(split.cur)
         for k, d in desired.items():
             probe_in[k] = d
@@ -308,7 +309,7 @@ class _CastInserter:
     # --- rewiring ------------------------------------------------------------------------
 
     def _rewire(self, node: Node, split: _Split, plan: Plan, desired: dict[int, str],
-                filled_in) -> list[Entry]:
+                filled_in: tuple[str | None, ...]) -> list[Entry]:
         """The node's new inputs: casts (or one multicast) where a dtype changes."""
         ins, cur, acts = split.ins, split.cur, split.acts
         new_ins = list(ins)
@@ -340,7 +341,7 @@ class _CastInserter:
         """``src`` cast to ``dtype``: one amp_cast per (tensor, dtype), shared by consumers."""
         hit = self.cast_cache.get((src, dtype))
         if hit is None:
-            base = self.builder.nodes[src.node].name + (f"_out{src.index}" if src.index else "")
+            base = self.builder.nodes[src.node].name + (f"_out{src.output}" if src.output else "")
             name = self.builder.fresh_name(f"{base}_amp_cast_{dtype}")
             hit = self.cast_cache[(src, dtype)] = Entry(self.builder.add(cast_node(name, src, dtype)))
             self.dtype_of[hit] = dtype
@@ -376,7 +377,7 @@ def _plans(cat: Category, cur: list, acts: list[int], target: str,
     return plans
 
 
-def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded, op_types: OpTypes) -> Graph:
+def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded: frozenset[str], op_types: OpTypes) -> Graph:
     """A loop/cond body converted with a float32 interface, so the outer op's typing holds."""
     data = {n.name: dtype_of_code(n.attrs.get("__dtype__")) or "float32"
             for n in graph.variables()}

@@ -36,7 +36,7 @@ def strip_casts(graph: Graph) -> Graph:
 
     def moved(e: Entry) -> Entry:
         where = new_index[e.node]
-        return where[e.index] if isinstance(where, tuple) else Entry(where, e.index)
+        return where[e.output] if isinstance(where, tuple) else Entry(where, e.output)
 
     for node in graph.nodes:
         inputs = tuple(moved(e) for e in node.inputs)
