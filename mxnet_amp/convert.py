@@ -13,8 +13,8 @@ from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .options import ConvertOptions, make_options
 from .optypes import OpTypes
-from .params import (array_dtype, check_param_shapes, check_params, default_data_names, name_list,
-                     param_dict, recast_params)
+from .params import (array_dtype, check_param_shapes, check_params, default_data_names, model_inputs,
+                     name_list, param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.insert_casts import CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
@@ -63,7 +63,7 @@ def _data_names(graph: Graph, data_names: Sequence[str] | str | None,
                              f"(its inputs: {sorted(names)[:20]})")
         return given
     if param_names is not None:
-        return [n.name for n in variables if n.name not in param_names]
+        return default_data_names([n.name for n in variables], dict.fromkeys(param_names), "param_dtypes")
     # as mx.contrib.amp: inputs without a __dtype__ attribute are data
     return [n.name for n in variables if "__dtype__" not in n.attrs]
 
@@ -318,9 +318,7 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    data_names = name_list(data_names)
-    if data_names is None:
-        data_names = default_data_names(arg_names, arg_params)
+    data_names = model_inputs(arg_names, arg_params, data_names)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names)
     if check_shapes:
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,

@@ -63,5 +63,5 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         if remove_amp_cast:
             super().export(os.fspath(path), epoch, remove_amp_cast=True)
             return None
-        from .gluon import export_block
+        from .block_model import export_block
         return export_block(self, path, epoch)

@@ -82,7 +82,8 @@ def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
         return _parse_graph(obj, where)
 
 
-def _graph_obj(graph: Graph) -> dict[str, Any]:
+def graph_obj(graph: Graph) -> dict[str, Any]:
+    """``graph`` as the JSON object MXNet reads (casts kept), before serialisation."""
     nodes: list[dict[str, Any]] = []
     append = nodes.append
     for node in graph.nodes:
@@ -91,7 +92,7 @@ def _graph_obj(graph: Graph) -> dict[str, Any]:
             raw["attrs"] = dict(node.attrs)
         raw["inputs"] = node.inputs   # Entry tuples: json writes them as [node, index, version]
         if node.subgraphs:
-            raw["subgraphs"] = [_graph_obj(g) for g in node.subgraphs]
+            raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
         if node.extra:
             raw.update(node.extra)
         append(raw)
@@ -111,7 +112,7 @@ def graph_to_json(graph: Graph, indent: int | None = None) -> str:
     Names are written as they are, not as ``\\u`` escapes, which MXNet's JSON reader does
     not know; without ``indent`` the text is compact (quicker to write and to load)."""
     with gc_paused():
-        return json.dumps(_graph_obj(graph), indent=indent, ensure_ascii=False,
+        return json.dumps(graph_obj(graph), indent=indent, ensure_ascii=False,
                           separators=(",", ":") if indent is None else None)
 
 
@@ -231,7 +232,7 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
         Show a bar of the bytes written on stderr (None: only when stderr is a terminal).
     """
     import mxnet as mx
-    from .params import array_nbytes
+    from .dtypes import array_nbytes
     from .progress import byte_bar, watch_growth
     from .paths import checkpoint_files
     params_file, sym_file = checkpoint_files(prefix, epoch)[::-1]

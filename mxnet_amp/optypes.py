@@ -72,13 +72,13 @@ class OpTypes:
     def _probe(self, node: Node, input_dtypes: Sequence[str | None],
                num_outputs: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
         import mxnet as mx
-        from .io import _graph_obj
+        from .io import graph_obj
         self.probes += 1
         n = len(input_dtypes)
         raw: dict[str, object] = {"op": node.op, "name": "probe", "attrs": dict(node.attrs),
                "inputs": [[i, 0, 0] for i in range(n)]}
         if node.subgraphs:
-            raw["subgraphs"] = [_graph_obj(g) for g in node.subgraphs]
+            raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
         graph = {
             "nodes": [{"op": "null", "name": f"in{i}", "inputs": []} for i in range(n)] + [raw],
             "arg_nodes": list(range(n)),

@@ -5,7 +5,7 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
-from .dtypes import dtype_name
+from .dtypes import array_dtype, array_nbytes
 from .errors import ParamError
 from .shapes import check_param_shapes
 
@@ -13,27 +13,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
 
 __all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params",
-           "default_data_names", "name_list", "check_param_shapes", "check_data_names", "param_dict"]
-
-
-# NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
-_NAME_OF_ARRAY_DTYPE: dict = {}
-
-
-def array_dtype(array: NDArray) -> str:
-    """dtype name of an NDArray (bfloat16 included)."""
-    dtype = array.dtype
-    name = _NAME_OF_ARRAY_DTYPE.get(dtype)
-    if name is None:
-        name = _NAME_OF_ARRAY_DTYPE[dtype] = dtype_name(dtype)
-    return name
-
-
-def array_nbytes(array: NDArray) -> int:
-    """Bytes of an NDArray's data (bfloat16 counted as 2 bytes)."""
-    import numpy as np
-    from .dtypes import np_dtype
-    return int(np.prod(array.shape, dtype=np.int64)) * np_dtype(array_dtype(array)).itemsize
+           "default_data_names", "model_inputs", "name_list", "check_param_shapes", "check_data_names", "param_dict"]
 
 
 def cast_array(array: NDArray, dtype: str) -> NDArray:
@@ -94,6 +74,14 @@ def name_list(names: str | Iterable[str] | None) -> list[str] | None:
     if names is None:
         return None
     return [names] if isinstance(names, str) else list(names)
+
+
+def model_inputs(arg_names: Sequence[str], arg_params: Mapping,
+                 data_names: str | Iterable[str] | None, where: str = "arg_params") -> list[str]:
+    """The model inputs: ``data_names`` as given (a string is one name), else
+    :func:`default_data_names` (the one rule every entry point uses)."""
+    names = name_list(data_names)
+    return names if names is not None else default_data_names(arg_names, arg_params, where)
 
 
 def default_data_names(arg_names: Sequence[str], arg_params: Mapping, where: str = "arg_params") -> list[str]:

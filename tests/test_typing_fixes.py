@@ -33,3 +33,24 @@ def test_category_of_names_the_category_of_each_list():
                           (Category.WIDEST, policy.widest), (Category.FOLLOW, policy.follow)):
         op = sorted(ops)[0]
         assert policy.category_of(op) is category
+
+
+def _fc_without_bias_param():
+    data = mx.sym.var("data")
+    sym = mx.sym.FullyConnected(data, num_hidden=4, name="fc1")
+    args = {"fc1_weight": mx.nd.ones((4, 3))}   # fc1_bias is missing
+    return sym, args
+
+
+@pytest.mark.parametrize("entry", ["convert_model", "auto_convert_model"])
+def test_a_missing_bias_is_a_param_error_in_every_entry_point(entry):
+    # one rule decides which inputs are data: auto's own lacked the weight-suffix guard, so
+    # there a missing fc1_bias was a "missing sample input" (GraphError)
+    import mxnet_amp as amp
+    sym, args = _fc_without_bias_param()
+    with pytest.raises(ParamError, match="fc1_bias"):
+        if entry == "convert_model":
+            amp.convert_model(sym, args, {}, target_dtype="bfloat16")
+        else:
+            amp.auto_convert_model(sym, args, {}, {"data": mx.nd.ones((2, 3))},
+                                   target_dtype="bfloat16", execution="emulated")

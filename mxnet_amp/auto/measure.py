@@ -144,8 +144,8 @@ def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
                        rel_max, flips, rows)
 
 
-def _offending(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits,
-               underflow_fraction: float) -> list[tuple[tuple[int, int], str, float]]:
+def offending_tensors(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits,
+                      underflow_fraction: float) -> list[tuple[tuple[int, int], str, float]]:
     """``(key, reason, value)`` for each tensor out of range, in graph order."""
     found: list[tuple[tuple[int, int], str, float]] = []
     for key in sorted(stats):
@@ -159,7 +159,7 @@ def _offending(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits
     return found
 
 
-def _reference_ranges(original: Graph, keys: Sequence[tuple[int, int]], outs: Sequence[np.ndarray],
+def reference_ranges(original: Graph, keys: Sequence[tuple[int, int]], outs: Sequence[np.ndarray],
                       inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], limits: DtypeLimits
                       ) -> tuple[list[np.ndarray], dict[tuple[int, int], TensorRange]]:
     """The float32 reference outputs and the range of every float tensor (op outputs from

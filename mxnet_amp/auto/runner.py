@@ -10,7 +10,7 @@ import numpy as np
 from ..convert import Conversion, convert_model_full
 from ..errors import GraphError, ParamError
 from ..options import ConvertOptions
-from ..params import name_list, recast_params
+from ..params import recast_params
 from .measure import check_outputs
 from .records import AutoSettings, OutputCheck, SearchStep
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from tqdm import tqdm
 
 
-class _Runs:
+class Runs:
     """Executes configurations, counts executions, caches check results per exclusion set."""
 
     def __init__(self, *, sym: Symbol, arg_params: dict, aux_params: dict, inputs: dict,
@@ -94,6 +94,7 @@ class _Runs:
         self.progress.update(1)
 
     def run_reference(self, instrumented_sym: Symbol) -> list[np.ndarray]:
+        """Run the instrumented float32 model once (every used tensor an output)."""
         outs = self.forward(instrumented_sym, self.arg_params, self.aux_params)
         self.steps.append(SearchStep("reference", 0, None, None, None))
         return outs
@@ -127,11 +128,13 @@ class _Runs:
         return result.passed, result.tolerance_ratio, result.max_abs_error
 
     def input_dtypes(self) -> dict[str, str]:
+        """The sample inputs' dtype names."""
         from ..dtypes import dtype_name
         return {k: dtype_name(v.dtype) for k, v in self.inputs.items()}
 
 
-def _context(ctx):
+def context_of(ctx: object) -> Context:
+    """``ctx`` checked (None: the CPU); TypeError for anything but an mx.Context."""
     import mxnet as mx
     if ctx is None:
         return mx.cpu()
@@ -140,7 +143,7 @@ def _context(ctx):
     return ctx
 
 
-def _execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str, str | None]:
+def execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str, str | None]:
     """``('native'|'emulated', note)``; ``execution='auto'`` picks native where it runs."""
     from ..hardware import bf16_runs_natively, fp16_runs_natively
     if execution not in ("auto", "native", "emulated"):
@@ -158,7 +161,9 @@ def _execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[st
                         "avx512); the checks ran the converted model through mxnet_amp.emulation")
 
 
-def _sample_inputs(sample_inputs: object, data_names: Sequence[str], ctx: Context) -> dict:
+def sample_input_arrays(sample_inputs: object, data_names: Sequence[str], ctx: Context) -> dict:
+    """``sample_inputs`` (a dict, a list in ``data_names`` order, or the one array) as NDArrays
+    on ``ctx``, copied; GraphError unless they give exactly the model inputs."""
     import mxnet as mx
     if isinstance(sample_inputs, Mapping):
         given = dict(sample_inputs)
@@ -187,10 +192,3 @@ def _sample_inputs(sample_inputs: object, data_names: Sequence[str], ctx: Contex
             arr = np.asarray(value)
             out[name] = mx.nd.array(arr, ctx=ctx, dtype=arr.dtype if arr.dtype.kind in "iuf" else np.float32)
     return out
-
-
-def _input_names(sym: Symbol, arg_params: Mapping, data_names: Sequence[str] | None) -> list[str]:
-    """The model inputs: ``data_names``, else the arguments without a param."""
-    if data_names is None:
-        return [n for n in sym.list_arguments() if n not in arg_params]
-    return name_list(data_names) or []

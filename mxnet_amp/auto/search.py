@@ -11,10 +11,10 @@ from ..dtypes import LOW_PRECISION
 from ..graph import CAST_OPS, Entry, Graph
 from ..io import graph_to_symbol
 from ..policy import Category
-from .measure import _offending, _reference_ranges
+from .measure import offending_tensors, reference_ranges
 from .records import DTYPE_LIMITS, AutoSettings, DtypeLimits, KeptNode, TensorRange
 from ..passes.expose_outputs import expose_outputs
-from .runner import _Runs
+from .runner import Runs
 
 # each float tensor's range in the float32 reference run, by (node, output)
 Stats = Mapping[tuple[int, int], TensorRange]
@@ -66,11 +66,11 @@ def _low_holders(original: Graph, converted: Graph,
     return holders
 
 
-def _range_exclusions(runs: _Runs, original: Graph, stats: Stats, limits: DtypeLimits,
+def _range_exclusions(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits,
                       underflow_fraction: float,
                       user_excluded: frozenset) -> tuple[frozenset, dict[str, KeptNode]]:
     """Grow the exclusion set until no out of range tensor is held in low precision."""
-    offending = _offending(stats, limits, underflow_fraction)
+    offending = offending_tensors(stats, limits, underflow_fraction)
     excluded = set(user_excluded)
     kept: dict[str, KeptNode] = {}
     ops = {n.name: n.op for n in original.nodes}
@@ -108,12 +108,13 @@ def _holders_of(conversion: Conversion) -> dict[tuple[str, int], set[str]]:
     return _low_holders(conversion.original, conversion.graph, dtypes, conversion.result.categories)
 
 
-def _low_nodes(conversion: Conversion) -> list[str]:
+def low_nodes(conversion: Conversion) -> list[str]:
+    """The original graph's nodes the conversion runs in low precision."""
     return [n.name for n in conversion.original.nodes if not n.is_variable
             and conversion.result.node_dtypes.get(n.name) in LOW_PRECISION]
 
 
-def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats: Stats,
+def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
                      notes: list[str]) -> tuple[frozenset, dict[str, KeptNode]]:
     """Bisect for the nodes whose low precision breaks validation (module doc, step 4).
 
@@ -127,7 +128,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats: Stats
         return max((stats[(i, k)].subnormal for k in range(used[i]) if (i, k) in stats), default=0.0)
 
     _, _, _, conversion = runs.convert(base)
-    cands = sorted(_low_nodes(conversion), key=lambda n: (-suspicion(n), index[n]))
+    cands = sorted(low_nodes(conversion), key=lambda n: (-suspicion(n), index[n]))
     ops = {n.name: n.op for n in original.nodes}
     kept: dict[str, KeptNode] = {}
     found: list[str] = []
@@ -176,7 +177,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats: Stats
         lo, hi = 0, len(cands)
 
 
-def _search(runs: _Runs, original: Graph, stats: Stats, limits: DtypeLimits, underflow_fraction: float,
+def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, underflow_fraction: float,
             user_excluded: frozenset, notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...]]:
     """Steps 2-4 of the module doc: the exclusion set to return and why each node is in it."""
     # 2. nodes holding out of range tensors in low precision: float32 (no execution)
@@ -194,14 +195,14 @@ def _search(runs: _Runs, original: Graph, stats: Stats, limits: DtypeLimits, und
     return excluded, tuple(kept_nodes)
 
 
-def _reference_and_search(runs: _Runs, original: Graph, settings: AutoSettings,
+def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings,
                           notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...], bool]:
     """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite)``."""
     limits = DTYPE_LIMITS[runs.target_dtype]
     # 1. one float32 run with every op output: reference and per-tensor ranges
     probe, keys = expose_outputs(original)
     outs = runs.run_reference(graph_to_symbol(probe))
-    runs.reference, stats = _reference_ranges(original, keys, outs, runs.inputs,
+    runs.reference, stats = reference_ranges(original, keys, outs, runs.inputs,
                                               {**runs.arg_params, **runs.aux_params}, limits)
     del outs
     reference_finite = all(np.isfinite(r).all() for r in runs.reference)
