@@ -14,6 +14,7 @@ __all__ = [
     "ListError",
     "GraphError",
     "GraphCheckError",
+    "PassNodeError",
     "TypeInferenceError",
     "InferenceFailed",
     "DrawError",
@@ -57,6 +58,12 @@ class GraphError(AMPError, ValueError):
 class GraphCheckError(GraphError):
     """A graph breaks an invariant every pass keeps (:func:`mxnet_amp.verify.verify_graph`):
     the message names the node and shows the nodes around it."""
+
+
+class PassNodeError(AMPError, RuntimeError):
+    """A graph pass failed on one node for a reason that is no typed error of its own (a bug,
+    or input the pass does not expect): the message names the pass, the node and its op;
+    the original exception is the ``__cause__``."""
 
 
 class TypeInferenceError(AMPError):

