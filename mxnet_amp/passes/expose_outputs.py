@@ -20,6 +20,7 @@ class ExposeOutputs(GraphPass[list[tuple[int, int]]]):
     name = "expose_outputs"
 
     def call(self, graph: Graph) -> PassResult[list[tuple[int, int]]]:
+        """Run the pass on ``graph`` (see the class)."""
         return _expose(graph)
 
 

@@ -67,6 +67,7 @@ class FoldParamCasts(GraphPass[dict[str, tuple[str, str]]]):
         self.params = params
 
     def call(self, graph: Graph) -> PassResult[dict[str, tuple[str, str]]]:
+        """Run the pass on ``graph`` (see the class)."""
         folder = _Folder(graph, self.params)
         folded = folder.run()
         if not folder.rounded:
@@ -104,6 +105,7 @@ class Prune(GraphPass[None]):
     cast_chains = True
 
     def call(self, graph: Graph) -> PassResult[None]:
+        """Run the pass on ``graph`` (see the class)."""
         new = _pruned(graph)
         return PassResult(new, None, new is not graph)
 

@@ -22,6 +22,7 @@ class InferDtypes(GraphPass[list[tuple[str | None, ...]]]):
         self.var_dtypes, self.op_types = var_dtypes, op_types
 
     def call(self, graph: Graph) -> PassResult[list[tuple[str | None, ...]]]:
+        """Run the pass on ``graph`` (see the class)."""
         return PassResult(graph, _infer(graph, self.var_dtypes, self.op_types), False)
 
 

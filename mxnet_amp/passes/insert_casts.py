@@ -114,6 +114,7 @@ class InsertCasts(GraphPass[CastResult]):
         self.excluded, self.output_dtype, self.op_types = excluded, output_dtype, op_types
 
     def call(self, graph: Graph) -> PassResult[CastResult]:
+        """Run the pass on ``graph`` (see the class)."""
         refuse_converted(graph)
         result = _CastInserter(graph, self.policy, self.data_dtypes, self.param_dtypes, self.excluded,
                                self.output_dtype, self.op_types or OpTypes()).result()

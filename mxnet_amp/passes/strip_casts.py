@@ -36,6 +36,7 @@ class StripCasts(GraphPass[None]):
     name = "strip_casts"
 
     def call(self, graph: Graph) -> PassResult[None]:
+        """Run the pass on ``graph`` (see the class)."""
         new = _Stripper(graph).run()
         changed = new != graph
         return PassResult(new if changed else graph, None, changed)

@@ -30,6 +30,7 @@ class TagParamDtypes(GraphPass[None]):
         self.dtypes = dtypes
 
     def call(self, graph: Graph) -> PassResult[None]:
+        """Run the pass on ``graph`` (see the class)."""
         new = _tagged(graph, self.dtypes)
         return PassResult(new, None, new is not graph)
 
