@@ -28,8 +28,9 @@ import numpy as np
 
 from ..dtypes import dtype_name
 from ..graph import Entry, Graph, GraphBuilder, Node
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["FoldResult", "fold_batchnorm", "FOLDABLE_OPS"]
+__all__ = ["FoldResult", "fold_batchnorm", "FoldBatchnorm", "FOLDABLE_OPS"]
 
 # ops whose output channel is an affine function of a weight slice plus a bias
 FOLDABLE_OPS = frozenset({"Convolution", "FullyConnected", "Deconvolution"})
@@ -72,41 +73,63 @@ def fold_batchnorm(graph: Graph, params: Mapping[str, Any],
     FoldResult
         The new graph, its params, and what was folded or skipped and why.
     """
-    plans, skipped = _plan(graph, params, keep)
-    if not plans:
-        return FoldResult(graph, dict(params), (), tuple(skipped))
-    new_params = dict(params)
-    dropped = _dropped_variables(graph, plans)
-    for i in dropped:
-        new_params.pop(graph.nodes[i].name, None)
-    producers = {plan.producer: plan for plan in plans.values()}
-    builder = GraphBuilder()
-    builder.names.update(n.name for n in graph.nodes)  # a new bias name must clash with none
-    where: list[Entry | None] = [None] * len(graph.nodes)
-    for i, node in enumerate(graph.nodes):
-        if i in dropped:
-            continue
-        if i in plans:
+    return FoldBatchnorm(params, keep)(graph).decided
+
+
+class FoldBatchnorm(GraphPass[FoldResult]):
+    """:func:`fold_batchnorm` as a pass: decides a :class:`FoldResult` (graph and params)."""
+
+    name = "fold_batchnorm"
+
+    def __init__(self, params: Mapping[str, Any], keep: frozenset[str] = frozenset(), *,
+                 verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        self.params, self.keep = params, keep
+
+    def call(self, graph: Graph) -> PassResult[FoldResult]:
+        """Run the pass on ``graph`` (see the class)."""
+        plans, skipped = _plan(graph, self.params, self.keep)
+        if not plans:
+            return PassResult(graph, FoldResult(graph, dict(self.params), (), tuple(skipped)), False)
+        folder = _Folder(graph, self.params, plans)
+        new = folder.run()
+        folded = tuple((graph.nodes[b].name, graph.nodes[p.producer].name) for b, p in plans.items())
+        return PassResult(new, FoldResult(new, folder.new_params, folded, tuple(skipped)), True)
+
+
+class _Folder(Rewriter):
+    """The node loop of a fold: drops the folded BatchNorms and their variables, and rewrites
+    each producer with its folded weights."""
+
+    name = "fold_batchnorm"
+
+    def __init__(self, graph: Graph, params: Mapping[str, Any], plans: dict[int, _Plan]) -> None:
+        super().__init__(graph)
+        self.params, self.plans = params, plans
+        self.new_params = dict(params)
+        self.dropped = _dropped_variables(graph, plans)
+        for i in self.dropped:
+            self.new_params.pop(graph.nodes[i].name, None)
+        self.producers = {plan.producer: plan for plan in plans.values()}
+        self.builder.names.update(n.name for n in graph.nodes)  # a new bias name must clash with none
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        if i in self.dropped:
+            return ()   # nothing kept reads it
+        if i in self.plans:
             # readers of the BatchNorm read its producer, which now computes the same values
-            where[i] = where[plans[i].producer]
-            continue
-        inputs = tuple(_moved(e, where) for e in node.inputs)
-        if i in producers:
-            node, inputs = _fold_into(builder, graph, producers[i], inputs, params, new_params)
-        where[i] = Entry(builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node))
-    heads = [_moved(e, where) for e in graph.heads]
-    folded = tuple((graph.nodes[b].name, graph.nodes[p.producer].name) for b, p in plans.items())
-    return FoldResult(builder.build(heads, graph.attrs), new_params, folded, tuple(skipped))
+            return self.env[self.plans[i].producer]
+        if i not in self.producers:
+            return super().rewrite_node(i, node)
+        node, inputs = _fold_into(self.builder, self.graph, self.producers[i], self.inputs(node),
+                                  self.params, self.new_params)
+        return self.emit(node.replace(inputs=inputs) if inputs != node.inputs else node)
 
 
 @dataclass(frozen=True)
 class _Plan:
     producer: int        # index of the Convolution / FullyConnected / Deconvolution
     bn: int              # index of the BatchNorm
-
-
-def _moved(entry: Entry, where: list) -> Entry:
-    return Entry(where[entry.node].node, entry.output, entry.version)
 
 
 def _plan(graph: Graph, params: Mapping[str, Any],
