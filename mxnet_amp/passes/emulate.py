@@ -7,10 +7,11 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from ..dtypes import LOW_PRECISION, MX_CODE
-from ..graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
+from ..graph import ANY_CAST_OPS, Entry, Graph, Node, cast_node
 from .infer_dtypes import infer_dtypes
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["emulate_graph", "ROUNDINGS"]
+__all__ = ["emulate_graph", "EmulateGraph", "ROUNDINGS"]
 
 # how each low precision op output is rounded (module doc): the dtype's own rounding, or
 # MXNet 1.9.1's CPU kernels (bfloat16 ops outside oneDNN truncate)
@@ -60,37 +61,75 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
     ``rounding``: ``'nearest'`` (the dtype's rounding) or ``'mxnet-cpu'`` (bfloat16 outputs
     of ops outside oneDNN truncated, as MXNet 1.9.1's CPU kernels do; module doc).
     """
-    _check_rounding(rounding)
-    dtypes = infer_dtypes(graph, var_dtypes)
-    used = graph.num_used_outputs()
-    builder = GraphBuilder()
-    builder.names.update(n.name for n in graph.nodes)
-    env: list[list[Entry]] = []
-    for i, node in enumerate(graph.nodes):
+    return EmulateGraph(var_dtypes, rounding, keep_low_variables, round_low_variables)(graph).graph
+
+
+class EmulateGraph(GraphPass[None]):
+    """:func:`emulate_graph` as a pass (its output holds round trips: cast chains on purpose)."""
+
+    name = "emulate_graph"
+    cast_chains = True
+
+    def __init__(self, var_dtypes: Mapping[str, str], rounding: str = "nearest",
+                 keep_low_variables: bool = False, round_low_variables: bool = False, *,
+                 verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        _check_rounding(rounding)
+        self.var_dtypes, self.rounding = var_dtypes, rounding
+        self.keep_low_variables, self.round_low_variables = keep_low_variables, round_low_variables
+
+    def call(self, graph: Graph) -> PassResult[None]:
+        """Run the pass on ``graph`` (see the class)."""
+        return PassResult(_Emulator(graph, self).run(), None, True)
+
+
+class _Emulator(Rewriter):
+    name = "emulate_graph"
+
+    def __init__(self, graph: Graph, options: EmulateGraph) -> None:
+        super().__init__(graph)
+        self.var_dtypes, self.rounding = options.var_dtypes, options.rounding
+        self.keep_low_variables = options.keep_low_variables
+        self.round_low_variables = options.round_low_variables
+        self.dtypes = infer_dtypes(graph, self.var_dtypes)
+        self.used = graph.num_used_outputs()
+        self.builder.names.update(n.name for n in graph.nodes)
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
         if node.is_variable:
-            low = var_dtypes.get(node.name)
-            low = low if low in LOW_PRECISION else None
-            if low and not keep_low_variables and "__dtype__" in node.attrs:
-                node = node.replace(attrs=MappingProxyType({**node.attrs,
-                                                            "__dtype__": str(MX_CODE["float32"])}))
-            e = Entry(builder.add(node))
-            if low and round_low_variables:
-                # the rounding the conversion would do to the stored weight (amp_cast: nearest)
-                e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), e, low)))
-            if low and (keep_low_variables or round_low_variables):
-                e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
-                                                "float32")))
-            env.append([e])
-            continue
-        inputs = tuple(env[e.node][e.output] for e in node.inputs)
+            return self._variable(node)
         # a single cast (a multicast has no dtype attr) to low precision: round there
         if node.op in ANY_CAST_OPS and node.attrs.get("dtype") in LOW_PRECISION:
-            low = node.attrs["dtype"]
-            # keep the node's name on the float32 result so names stay stable
-            first = builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
-                op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
-            env.append([Entry(builder.add(cast_node(node.name, Entry(first), "float32")))])
-            continue
+            return self._cast(node, self.inputs(node))
+        return self._op(i, node, self.inputs(node))
+
+    def _variable(self, node: Node) -> Outputs:
+        builder = self.builder
+        keep_low_variables, round_low_variables = self.keep_low_variables, self.round_low_variables
+        low = self.var_dtypes.get(node.name)
+        low = low if low in LOW_PRECISION else None
+        if low and not keep_low_variables and "__dtype__" in node.attrs:
+            node = node.replace(attrs=MappingProxyType({**node.attrs,
+                                                        "__dtype__": str(MX_CODE["float32"])}))
+        e = Entry(builder.add(node))
+        if low and round_low_variables:
+            # the rounding the conversion would do to the stored weight (amp_cast: nearest)
+            e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), e, low)))
+        if low and (keep_low_variables or round_low_variables):
+            e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
+                                            "float32")))
+        return [e]
+
+    def _cast(self, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
+        builder, rounding = self.builder, self.rounding
+        low = node.attrs["dtype"]
+        # keep the node's name on the float32 result so names stay stable
+        first = builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
+            op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
+        return [Entry(builder.add(cast_node(node.name, Entry(first), "float32")))]
+
+    def _op(self, i: int, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
+        builder, rounding, dtypes = self.builder, self.rounding, self.dtypes
         if node.subgraphs:
             # loop / cond bodies were converted with a float32 interface: emulate inside
             node = node.replace(subgraphs=tuple(
@@ -101,7 +140,7 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
             node = _truncated_scalar(node)
         idx = builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node)
         outs = []
-        for k in range(used[i]):
+        for k in range(self.used[i]):
             e = Entry(idx, k)
             low = dtypes[i][k] if k < len(dtypes[i]) else None
             if low in LOW_PRECISION:
@@ -110,11 +149,9 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
                 to_low = builder.add(cast_node(builder.fresh_name(f"{base}_round_{low}"), e, low)._replace(
                     op="Cast" if _truncates(node, low, rounding) else "amp_cast"))
                 e = Entry(builder.add(cast_node(builder.fresh_name(f"{base}_round_float32"),
-                                            Entry(to_low), "float32")))
+                                                Entry(to_low), "float32")))
             outs.append(e)
-        env.append(outs)
-    heads = [env[e.node][e.output] for e in graph.heads]
-    return builder.build(heads, graph.attrs)
+        return outs
 
 
 def _entry_dtype(dtypes: Sequence[tuple[str | None, ...]], e: Entry) -> str | None:
