@@ -40,7 +40,7 @@ from .dtypes import LOW_PRECISION
 from .errors import TargetDtypeError
 from .io import graph_from_symbol, graph_to_symbol
 from .params import array_dtype, cast_array
-from .passes.emulate import ROUNDINGS, emulate_graph
+from .passes.emulate import ROUNDINGS, EmulateGraph, emulate_graph
 from .passes.fold_param_casts import fold_param_casts
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -48,7 +48,11 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
     from mxnet.symbol import Symbol
 
-__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "round_numpy", "ROUNDINGS"]
+    from .convert import Conversion
+
+__all__ = ["emulate", "emulate_graph", "emulate_model", "emulate_conversion", "round_array", "round_numpy",
+           "ROUNDINGS"]
+
 
 def round_array(array: NDArray, dtype: str) -> NDArray:
     """``array`` rounded to ``dtype`` and returned as float32 (a new NDArray, same context).
@@ -169,6 +173,42 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         return {k: (cast_array(v, "float32") if copy_params and array_dtype(v) in LOW_PRECISION
                     else v) for k, v in params.items() if k in wanted}
     return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)
+
+
+def emulate_conversion(conversion: Conversion, arg_params: Mapping, aux_params: Mapping,
+                       input_dtypes: Mapping[str, str] | None = None,
+                       rounding: str = "nearest") -> tuple[Symbol, dict, dict]:
+    """:func:`emulate_model` of a conversion's model from the float32 originals it was
+    converted from (``convert_model_full(..., cast_params=False)``), reading what the
+    conversion decided instead of deriving it again: its graph (no symbol to JSON to graph),
+    each tensor's dtype as the pass gave it (no type inference) and each param's stored
+    dtype. Same model as ``emulate_model(conversion.symbol, arg_params, aux_params,
+    input_dtypes, rounding, stored_dtypes=...)``; what the automatic mode's checks run.
+    """
+    from .graph import Entry
+    graph = conversion.graph
+    var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    stored = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    given_low = sorted(k for k in stored if var_dtypes.get(k, "float32") != "float32")
+    if given_low:
+        raise ValueError(f"emulate_conversion: the params must be the float32 originals; "
+                         f"{given_low[:5]} are {var_dtypes[given_low[0]]}")
+    var_dtypes.update((k, d) for k, d in stored.items() if k in var_dtypes and d)
+    tensor = conversion.result.tensor_dtypes
+    used = graph.num_used_outputs()
+    node_dtypes: list[tuple[str | None, ...]] = []
+    for i, node in enumerate(graph.nodes):
+        if node.is_variable:
+            var_dtypes.setdefault(node.name, (input_dtypes or {}).get(node.name, "float32"))
+            node_dtypes.append((var_dtypes[node.name],))
+        else:
+            node_dtypes.append(tuple(tensor.get(Entry(i, k)) for k in range(used[i])))
+    emulated = graph_to_symbol(EmulateGraph(var_dtypes, rounding, round_low_variables=True,
+                                            node_dtypes=node_dtypes)(graph).graph)
+    arg_names = set(emulated.list_arguments())
+    aux_names = set(emulated.list_auxiliary_states())
+    return (emulated, {k: v for k, v in arg_params.items() if k in arg_names},
+            {k: v for k, v in aux_params.items() if k in aux_names})
 
 
 def emulate(sym: Symbol, arg_params: Mapping, aux_params: Mapping,

@@ -106,12 +106,11 @@ class Runs:
             return hit.passed, hit.tolerance_ratio, hit.max_abs_error
         sym, args, auxs, conversion = self.convert(excluded)
         if self.execution == "emulated":
-            from ..emulation import emulate_model
+            from ..emulation import emulate_conversion
             # no param copies: each check emulates once and runs once, so rounding weights
-            # in the graph costs what rounding them ahead would, without holding a copy
-            sym, args, auxs = emulate_model(sym, args, auxs, input_dtypes=self.input_dtypes(),
-                                            stored_dtypes={**conversion.arg_dtypes,
-                                                           **conversion.aux_dtypes})
+            # in the graph costs what rounding them ahead would, without holding a copy; the
+            # conversion's record gives the graph and every dtype (no inference again)
+            sym, args, auxs = emulate_conversion(conversion, args, auxs, self.input_dtypes())
         outs = self.forward(sym, args, auxs)
         assert self.reference is not None, "run_reference first"
         reference = self.reference

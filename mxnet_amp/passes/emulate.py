@@ -72,9 +72,13 @@ class EmulateGraph(GraphPass[None]):
 
     def __init__(self, var_dtypes: Mapping[str, str], rounding: str = "nearest",
                  keep_low_variables: bool = False, round_low_variables: bool = False, *,
+                 node_dtypes: Sequence[tuple[str | None, ...]] | None = None,
                  verify: bool = True) -> None:
+        # node_dtypes: each node's output dtypes where the caller knows them already (the
+        # conversion's record); else MXNet's type inference gives them (infer_dtypes)
         super().__init__(verify=verify)
         _check_rounding(rounding)
+        self.node_dtypes = node_dtypes
         self.var_dtypes, self.rounding = var_dtypes, rounding
         self.keep_low_variables, self.round_low_variables = keep_low_variables, round_low_variables
 
@@ -91,7 +95,8 @@ class _Emulator(Rewriter):
         self.var_dtypes, self.rounding = options.var_dtypes, options.rounding
         self.keep_low_variables = options.keep_low_variables
         self.round_low_variables = options.round_low_variables
-        self.dtypes = infer_dtypes(graph, self.var_dtypes)
+        self.dtypes = (options.node_dtypes if options.node_dtypes is not None
+                       else infer_dtypes(graph, self.var_dtypes))
         self.used = graph.num_used_outputs()
         self.builder.names.update(n.name for n in graph.nodes)
 
