@@ -148,16 +148,9 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         The caller's symbol and dicts are not modified.
     """
     graph = graph_from_symbol(sym)
-    var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
-    if stored_dtypes is not None:
-        given_low = sorted(k for k in stored_dtypes if var_dtypes.get(k, "float32") != "float32")
-        if given_low:
-            raise ValueError(f"stored_dtypes: the params must be the float32 originals; "
-                             f"{given_low[:5]} are {var_dtypes[given_low[0]]}")
-        var_dtypes.update((k, d) for k, d in stored_dtypes.items() if k in var_dtypes and d)
-        copy_params = False
-    for n in graph.variables():
-        var_dtypes.setdefault(n.name, (input_dtypes or {}).get(n.name, "float32"))
+    var_dtypes = _variable_dtypes(arg_params, aux_params, stored_dtypes, "stored_dtypes")
+    copy_params = copy_params and stored_dtypes is None
+    var_dtypes = {**{n.name: (input_dtypes or {}).get(n.name, "float32") for n in graph.variables()}, **var_dtypes}
     emulated = emulate_graph(graph, var_dtypes, rounding, keep_low_variables=not copy_params
                              and stored_dtypes is None, round_low_variables=stored_dtypes is not None)
     rounded = {}
@@ -175,6 +168,20 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)
 
 
+def _variable_dtypes(arg_params: Mapping, aux_params: Mapping,
+                     stored_dtypes: Mapping[str, str | None] | None, what: str) -> dict[str, str]:
+    """Each param's dtype in the emulated model: its array's, or with ``stored_dtypes`` (the
+    params then must be float32 originals) the dtype the converted model stores it in."""
+    var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    if stored_dtypes is not None:
+        given_low = sorted(k for k in stored_dtypes if var_dtypes.get(k, "float32") != "float32")
+        if given_low:
+            raise ValueError(f"{what}: the params must be the float32 originals; "
+                             f"{given_low[:5]} are {var_dtypes[given_low[0]]}")
+        var_dtypes.update((k, d) for k, d in stored_dtypes.items() if k in var_dtypes and d)
+    return var_dtypes
+
+
 def emulate_conversion(conversion: Conversion, arg_params: Mapping, aux_params: Mapping,
                        input_dtypes: Mapping[str, str] | None = None,
                        rounding: str = "nearest") -> tuple[Symbol, dict, dict]:
@@ -187,13 +194,8 @@ def emulate_conversion(conversion: Conversion, arg_params: Mapping, aux_params: 
     """
     from .graph import Entry
     graph = conversion.graph
-    var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     stored = {**conversion.arg_dtypes, **conversion.aux_dtypes}
-    given_low = sorted(k for k in stored if var_dtypes.get(k, "float32") != "float32")
-    if given_low:
-        raise ValueError(f"emulate_conversion: the params must be the float32 originals; "
-                         f"{given_low[:5]} are {var_dtypes[given_low[0]]}")
-    var_dtypes.update((k, d) for k, d in stored.items() if k in var_dtypes and d)
+    var_dtypes = _variable_dtypes(arg_params, aux_params, stored, "emulate_conversion")
     tensor = conversion.result.tensor_dtypes
     used = graph.num_used_outputs()
     node_dtypes: list[tuple[str | None, ...]] = []
