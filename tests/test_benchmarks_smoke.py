@@ -170,3 +170,12 @@ def test_trained_accuracy_quick(tmp_path):
     assert rows["overflow"]["float16"]["auto"]["kept_fp32"] == ["raw_dense0_fwd"]
     text = md.read_text()
     assert "| cnn | 450 |" in text and "## Automatic mode" in text
+
+
+@pytest.mark.parametrize("name, ratio", [("pass_verify_cost", "checked/unchecked"),
+                                         ("auto_check_speed", "record/rederived")])
+def test_same_run_ratio_scripts_quick(tmp_path, name, ratio):
+    _, out = run_script(name, tmp_path)
+    data = load(out)
+    for r in data["results"]:
+        assert r[ratio] > 0 and r["rounds"] >= 3
