@@ -122,3 +122,19 @@ def test_a_pass_result_says_whether_it_changed_the_graph():
     result = StripCasts()(converted)
     assert result.changed and [n.name for n in result.graph.nodes] == ["x", "w", "fc", "relu"]
     assert result.graph == g      # versions kept: the original comes back
+
+
+def test_a_pass_is_not_blamed_for_what_its_input_broke_already():
+    # MXNet accepts duplicate node names (a Gluon block can produce them): a pass keeps them
+    g = small()
+    nodes = list(g.nodes)
+    nodes[3] = nodes[3]._replace(name="fc")
+    given = Graph(tuple(nodes), g.heads)
+
+    class Copies(GraphPass):
+        name = "copies"
+
+        def call(self, graph):
+            return PassResult(CastBeforeFC(graph).run(), None, True)
+
+    assert [n.name for n in Copies()(given).graph.nodes] == ["x", "w", "fc_in16", "fc", "fc"]
