@@ -23,7 +23,7 @@ setup(
         "cpu": ["mxnet==1.9.1"],
         "gpu": ["mxnet-cu112==1.9.1"],
         "zoo": GLUONCV,
-        "test": ["pytest>=7", "hypothesis>=6", "pdoc>=16,<17", "scikit-learn>=1.3"] + GLUONCV,
+        "test": ["pytest>=7", "hypothesis>=6", "pdoc>=16,<17", "scikit-learn>=1.3", "mypy>=1.10"] + GLUONCV,
         "docs": ["pdoc>=16,<17"],
         "png": ["cairosvg"],
         # gluonnlp 0.10 builds a Cython extension: install cython, wheel and setuptools<70

@@ -8,6 +8,8 @@ Drop-in for ``mx.contrib.amp`` callers::
 """
 from __future__ import annotations
 
+from typing import Callable, NoReturn
+
 from .auto import auto_convert_block, auto_convert_model
 from .bucketing import convert_bucketing_module
 from .checkpoint import convert_checkpoint, load_checkpoint
@@ -36,7 +38,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def _op_lister(name: str, category: str, summary: str):
+def _op_lister(name: str, category: str, summary: str) -> Callable[[str], list[str]]:
     """One ``list_*`` function of mx.contrib.amp: the sorted ops of ``category``."""
     def lister(target_dtype: str = "float16") -> list[str]:
         return sorted(getattr(load_policy(target_dtype), category))
@@ -123,7 +125,7 @@ def list_lp16_use_fp32_params(target_dtype: str = "float16") -> dict[str, list[s
 _TRAINING_API = frozenset({"init", "init_trainer", "scale_loss", "unscale"})
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> NoReturn:
     """Say why ``amp.init()`` and the rest of contrib's training API are missing."""
     if name in _TRAINING_API:
         raise AttributeError(

@@ -11,7 +11,7 @@ wants another dtype), so all buckets agree on the shared params.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .convert import convert_graph, convert_model_full
 from .errors import GraphError, ParamError
@@ -21,18 +21,19 @@ from .params import array_dtype
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.module import BucketingModule
+    from mxnet.symbol import Symbol
 
 __all__ = ["convert_bucketing_module"]
 
 
-def _generate(sym_gen: Callable, key):
+def _generate(sym_gen: Callable, key: object) -> Any:
     """``sym_gen(key)`` under a fresh name scope, as BucketingModule calls it."""
     import mxnet as mx
     with mx.name.NameManager():
         return sym_gen(key)
 
 
-def _node_names(sym) -> set[str]:
+def _node_names(sym: Symbol) -> set[str]:
     return {n.name for n in graph_from_symbol(sym).nodes}
 
 

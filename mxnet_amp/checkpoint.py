@@ -25,6 +25,8 @@ from .stripped_casts import stripped_dtype, stripped_message
 if TYPE_CHECKING:
     from mxnet.symbol import Symbol
 
+    from .graph import Graph
+
 __all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load"]
 
 
@@ -199,28 +201,31 @@ def checkpoint_outputs(prefix: str, epoch: int, what: str = "epoch") -> list[tup
     return [("output symbol file", sym_file), ("output params file", params_file)]
 
 
-def _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
-                        shapes_from, sym_file, params_file, strict: bool) -> list[str]:
+def _checked_data_names(sym: Symbol, graph: Graph, arg_params: Mapping, aux_params: Mapping,
+                        data_names: str | Sequence[str] | None,
+                        data_shapes: Mapping[str, Sequence[int]] | None,
+                        shapes_from: str, sym_file: str, params_file: str,
+                        strict: bool) -> list[str]:
     """The model inputs, after checking the params fit the symbol (errors name the files)."""
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    data_names = name_list(data_names)
-    if data_names is not None:   # the caller's mistake, not the files': said without them
-        check_data_names(arg_names, arg_params, data_names)
+    names = name_list(data_names)
+    if names is not None:   # the caller's mistake, not the files': said without them
+        check_data_names(arg_names, arg_params, names)
     try:
-        if data_names is None:
-            data_names = default_data_names(arg_names, arg_params, where=params_file)
-        check_params(arg_names, aux_names, arg_params, aux_params, data_names, strict)
+        if names is None:
+            names = default_data_names(arg_names, arg_params, where=params_file)
+        check_params(arg_names, aux_names, arg_params, aux_params, names, strict)
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
                            shapes_from=shapes_from, input_names=arg_names + aux_names)
     except ParamError as err:
-        where = (f"{params_file}: " if getattr(err, "input_shapes", False)
+        where = (f"{params_file}: " if err.input_shapes
                  else f"{params_file} does not match {sym_file}: ")
         raise _in_files(err, where) from None
-    return data_names
+    return names
 
 
 def _recast_in_place(arg_params: dict, aux_params: dict, conversion: Conversion,
-                     progress) -> dict[str, int]:
+                     progress: bool | None) -> dict[str, int]:
     """Cast each param to its converted dtype in place, one at a time; the byte counts."""
     sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
     total = sum(array_nbytes(v) for params in (arg_params, aux_params) for v in params.values())
@@ -240,7 +245,6 @@ def _recast_in_place(arg_params: dict, aux_params: dict, conversion: Conversion,
 
 def _in_files(err: ParamError, where: str) -> ParamError:
     """``err`` with ``where`` in front of its message, its attributes kept."""
-    new = ParamError(where + str(err))
-    new.__dict__.update(err.__dict__)
-    return new
+    return ParamError(where + str(err), param=err.param, found=err.found, expected=err.expected,
+                      input_shapes=err.input_shapes)
 

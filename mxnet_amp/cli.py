@@ -16,6 +16,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Sequence
 
+from .cli_output import (PROG, finish, say, with_extra, with_hardware_note)
 from .errors import AMPError, CLIError, error_text
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["main", "build_parser", "CLIError", "parse_input_spec"]
 
-PROG = "mxnet-amp"
 EXIT_ERROR = 2
 
 
@@ -42,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
     too: ``add_subparsers`` makes them with the class of their parent)."""
 
     def error(self, message: str):
-        _say(f"{PROG}: error: {message} (see '{self.prog} --help')")
+        say(f"{PROG}: error: {message} (see '{self.prog} --help')")
         raise SystemExit(EXIT_ERROR)
 
 
@@ -196,10 +196,6 @@ def _version() -> str:
     return __version__
 
 
-def _say(*parts) -> None:
-    print(*parts, file=sys.stderr)
-
-
 def _check_prefix(prefix: str, epoch: int) -> None:
     from .paths import checkpoint_files
     for path in checkpoint_files(prefix, epoch):
@@ -207,7 +203,7 @@ def _check_prefix(prefix: str, epoch: int) -> None:
             raise CLIError(f"checkpoint file not found: {path}")
 
 
-def _check_values(args) -> None:
+def _check_values(args: argparse.Namespace) -> None:
     """Numbers out of range, named by their flag (argparse only checks their type)."""
     import math
     for flag, value, least in (("--epoch", getattr(args, "epoch", None), 0),
@@ -228,34 +224,36 @@ def _check_values(args) -> None:
                        "emulation, and run the converted model on a GPU")
 
 
-def _out_prefix(args) -> str | None:
+def _out_prefix(args: argparse.Namespace) -> str | None:
     """The output checkpoint prefix of a command that writes one (None for the others)."""
     if args.command not in ("convert", "auto"):
         return None
-    return args.out or args.prefix + "-amp"
+    return str(args.out or args.prefix + "-amp")
 
 
-def _files(args) -> tuple[list, list]:
+def _files(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], list[tuple[str, str | None]]]:
     """``(inputs, outputs)``: every file the command reads and writes, labelled."""
     from .checkpoint import checkpoint_inputs, checkpoint_outputs
-    inputs = checkpoint_inputs(args.prefix, args.epoch) if hasattr(args, "prefix") else []
+    inputs: list[tuple[str, str | None]] = []
+    if hasattr(args, "prefix"):
+        inputs += checkpoint_inputs(args.prefix, args.epoch)
     for spec in getattr(args, "inputs", None) or ():
         value = spec.partition(":")[2]
         if value.endswith(".npy"):
             inputs.append(("--input file", value))
     inputs.append(("--inputs-npz file", getattr(args, "inputs_npz", None)))
-    outputs = []
+    outputs: list[tuple[str, str | None]] = []
     out = _out_prefix(args)
     if out is not None:
         epoch = args.epoch if getattr(args, "out_epoch", None) is None else args.out_epoch
-        outputs = [(f"{what} (--out)", path) for what, path in checkpoint_outputs(out, epoch)]
+        outputs += [(f"{what} (--out)", path) for what, path in checkpoint_outputs(out, epoch)]
     outputs += [("--report file", getattr(args, "report", None)),
                 ("--graph file", getattr(args, "graph", None)),
                 ("--html file", getattr(args, "html", None))]
     return inputs, outputs
 
 
-def _check_outputs(args) -> None:
+def _check_outputs(args: argparse.Namespace) -> None:
     """Fail before any work on a number out of range, or an output that cannot be written
     or would overwrite an input (nothing half done, nothing lost)."""
     from .draw import check_graph_path
@@ -282,46 +280,6 @@ def _in_cli_terms(message: str) -> str:
     return _API_NAME.sub(lambda m: _FLAG_OF[m.group(1)], message)
 
 
-def _write_outputs(args, conversion, report) -> list[str]:
-    """Write --report / --graph / --html; returns what was written."""
-    from .draw import graph_svg, write_graph
-    from .io import atomic_write
-    from .report import report_html
-    written = []
-    limit = None if getattr(args, "detail", False) else 80
-
-    def text_writer(text):
-        def write(tmp):
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-        return write
-    if args.report:
-        atomic_write(args.report, text_writer(report.to_json()))
-        written.append(args.report)
-    if args.graph:
-        write_graph(conversion, args.graph, title=report.model or "", detail_limit=limit)
-        written.append(args.graph)
-    if args.html:
-        atomic_write(args.html, text_writer(report_html(report, graph_svg(conversion, report.model or "", limit))))
-        written.append(args.html)
-    return written
-
-
-def _finish(args, conversion, report, extra_lines=()) -> None:
-    written = _write_outputs(args, conversion, report)
-    if not args.quiet:
-        print(report.format_table())
-    lines = list(extra_lines)
-    if args.quiet:
-        # the report table is what --quiet leaves out; the command's own findings stay
-        while lines and not lines[0]:
-            lines.pop(0)
-    for line in lines:
-        print(line)
-    for path in written:
-        _say(f"{PROG}: wrote {path}")
-
-
 def _options(args: argparse.Namespace) -> ConvertOptions:
     """The conversion options the flags ask for (the op lists read once)."""
     from .options import make_options
@@ -344,31 +302,31 @@ def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, 
         data_shapes=shapes or None)
     report = build_report(conversion, new_arg_params=new_args, new_aux_params=new_aux,
                           model=os.path.basename(args.prefix))
-    return conversion, _with_hardware_note(report)
+    return conversion, with_hardware_note(report)
 
 
 # --- commands -----------------------------------------------------------------------------
 
-def _cmd_convert(args) -> int:
+def _cmd_convert(args: argparse.Namespace) -> int:
     conversion, report = _convert_prefix(args, write=True)
     out = args.out or args.prefix + "-amp"
     epoch = args.epoch if args.out_epoch is None else args.out_epoch
-    _finish(args, conversion, report)
-    _say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params")
+    finish(args, conversion, report)
+    say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params")
     return 0
 
 
-def _cmd_inspect(args) -> int:
+def _cmd_inspect(args: argparse.Namespace) -> int:
     from .errors import StrippedCastsError
     try:
         conversion, report = _convert_prefix(args, write=False)
     except StrippedCastsError:
         return _inspect_stripped(args)
-    _finish(args, conversion, report, ["", "(inspect: no checkpoint written)"])
+    finish(args, conversion, report, ["", "(inspect: no checkpoint written)"])
     return 0
 
 
-def _inspect_stripped(args) -> int:
+def _inspect_stripped(args: argparse.Namespace) -> int:
     """A converted model saved without its amp casts: say so, and report on the model with
     its casts restored (a StrippedCastsError where they cannot be)."""
     from .checkpoint import restoring_load
@@ -377,7 +335,7 @@ def _inspect_stripped(args) -> int:
     report = build_report(conversion, new_arg_params=arg_params, new_aux_params=aux_params,
                           model=os.path.basename(args.prefix))
     casts = sum(n.op in ("amp_cast", "amp_multicast") for n in conversion.graph.nodes)
-    _finish(args, conversion, report, [
+    finish(args, conversion, report, [
         "", f"{args.prefix}: a {conversion.policy.target_dtype} "
         "mixed precision model saved without its amp casts (mx.model.save_checkpoint, export() "
         "and Symbol.save drop them unless given remove_amp_cast=False); MXNet cannot bind it "
@@ -420,7 +378,7 @@ def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, 
     return name, shape
 
 
-def _sample_inputs(args) -> tuple[dict, dict[str, str]]:
+def _sample_inputs(args: argparse.Namespace) -> tuple[dict, dict[str, str]]:
     """The sample inputs, and the flag that gave each (errors name that flag)."""
     import numpy as np
     inputs, sources = {}, {}
@@ -467,7 +425,7 @@ def _inputs_named_by_flag(sources: dict[str, str]):
             raise
 
 
-def _cmd_auto(args) -> int:
+def _cmd_auto(args: argparse.Namespace) -> int:
     try:
         from .auto import auto_convert, auto_settings
     except ImportError as err:
@@ -494,6 +452,7 @@ def _cmd_auto(args) -> int:
                        "(--input / --inputs-npz), so the converted model cannot be checked "
                        "against them; nothing written. Give representative inputs "
                        "(--input NAME:FILE.npy) or fix the float32 model first")
+    assert out is not None and auto.conversion is not None   # auto writes; its record is kept
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report reads what the pass decided for the returned model
     conversion = auto.conversion
@@ -501,51 +460,10 @@ def _cmd_auto(args) -> int:
                for k in auto.kept_fp32 if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
                           model=os.path.basename(args.prefix), reasons=reasons)
-    report = _with_extra(report, {"auto": auto.to_dict()})
-    _finish(args, conversion, report, ["", auto.summary()])
-    _say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")
+    report = with_extra(report, {"auto": auto.to_dict()})
+    finish(args, conversion, report, ["", auto.summary()])
+    say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")
     return 0
-
-
-def _with_extra(report, extra: dict):
-    import dataclasses
-    return dataclasses.replace(report, extra={**report.extra, **extra})
-
-
-def _with_note(report, note: str):
-    """``report`` with ``note`` added to ``extra['notes']`` (shown in the table and HTML)."""
-    return _with_extra(report, {"notes": [*report.extra.get("notes", ()), note]})
-
-
-def _with_hardware_note(report):
-    """Say now, on stderr and in the report, when this machine cannot run the model."""
-    from .hardware import native_note
-    with _native_log_silenced():
-        note = native_note(report.target_dtype)
-    if note is None:
-        return report
-    _say(f"{PROG}: note: {note}")
-    return _with_note(report, note[0].upper() + note[1:])
-
-
-@contextlib.contextmanager
-def _native_log_silenced():
-    """Hide what MXNet's C++ side logs on fd 2 while the hardware probe fails on purpose
-    (oneDNN's "could not create a primitive descriptor iterator")."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -563,7 +481,7 @@ def _warnings_said_at_once():
         text = _in_cli_terms(error_text(message))
         if issubclass(category, (UserWarning, RuntimeWarning)) and text not in shown:
             shown.add(text)
-            _say(f"{PROG}: warning: {text}")
+            say(f"{PROG}: warning: {text}")
     with warnings.catch_warnings():   # restores the filters and showwarning on exit
         warnings.simplefilter("always")
         warnings.showwarning = show
@@ -585,9 +503,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _warnings_said_at_once():
             _check_outputs(args)
-            return args.run(args)
+            return int(args.run(args))
     except KeyboardInterrupt:
-        _say(f"{PROG}: interrupted")
+        say(f"{PROG}: interrupted")
         return 130
     except Exception as err:  # every failure ends as one line unless --debug
         if args.debug:
@@ -600,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = "MXNet: " + error_text(err)
         else:
             msg = f"{type(err).__name__}: {error_text(err)} (run with --debug for the traceback)"
-        _say(f"{PROG}: error: {msg}")
+        say(f"{PROG}: error: {msg}")
         return EXIT_ERROR
 
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code, is_float
+from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code
 from .errors import AlreadyConvertedError, GraphError, TypeInferenceError
 from .gcpause import gc_paused
 from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .options import ConvertOptions, make_options
 from .optypes import OpTypes
-from .params import (array_dtype, array_nbytes, check_param_shapes, check_params, default_data_names, name_list,
-                     param_dict, recast_params)
+from .params import (array_dtype, array_nbytes, check_param_shapes, check_params, default_data_names,
+                     model_inputs, name_list, param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.insert_casts import CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
@@ -38,12 +38,13 @@ class Conversion:
     policy: OpPolicy
     data_names: tuple[str, ...]
     param_dtypes: Mapping[str, str]
-    arg_dtypes: Mapping[str, str]
-    aux_dtypes: Mapping[str, str]
+    # None: MXNet's type inference left it undecided (it stays as stored)
+    arg_dtypes: Mapping[str, str | None]
+    aux_dtypes: Mapping[str, str | None]
     # each weight's dtype as given, before cast_optional_params chose new ones (for reports)
     input_param_dtypes: Mapping[str, str] = field(default_factory=dict)
     # the converted graph as an mx.sym.Symbol (built once; MXNet symbols are immutable)
-    symbol: object = None
+    symbol: Any = None
     # (BatchNorm name, producer name) of each BatchNorm folded away before conversion
     folded_batchnorms: tuple[tuple[str, str], ...] = ()
     # (BatchNorm name, why it was kept) of each BatchNorm folding left in the graph
@@ -55,18 +56,19 @@ class Conversion:
     excluded: frozenset[str] = frozenset()
 
 
-def _data_names(graph: Graph, data_names, param_names) -> list[str]:
+def _data_names(graph: Graph, data_names: Sequence[str] | str | None,
+                param_names: Iterable[str] | None) -> list[str]:
     variables = [n for n in graph.variables()]
-    if data_names is not None:
-        data_names = name_list(data_names)
+    given = name_list(data_names)
+    if given is not None:
         names = {n.name for n in variables}
-        unknown = [d for d in data_names if d not in names]
+        unknown = [d for d in given if d not in names]
         if unknown:
             raise GraphError(f"data_names {unknown} are not inputs of the symbol "
                              f"(its inputs: {sorted(names)[:20]})")
-        return list(data_names)
+        return given
     if param_names is not None:
-        return [n.name for n in variables if n.name not in param_names]
+        return default_data_names([n.name for n in variables], dict.fromkeys(param_names), "param_dtypes")
     # as mx.contrib.amp: inputs without a __dtype__ attribute are data
     return [n.name for n in variables if "__dtype__" not in n.attrs]
 
@@ -293,7 +295,8 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
 
 
 def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
-               keep: Sequence[str] | None = None) -> tuple[Graph, dict, dict, tuple, tuple]:
+               keep: Iterable[str] | None = None
+               ) -> tuple[Graph, dict, dict, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """:func:`~mxnet_amp.passes.fold_batchnorm.fold_batchnorm` on a model: returns the new
     graph, arg params, aux params, the ``(BatchNorm, producer)`` pairs folded and the
     ``(BatchNorm, why)`` pairs kept. Inputs are not modified; arrays that do not change are
@@ -350,9 +353,7 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    data_names = name_list(data_names)
-    if data_names is None:
-        data_names = default_data_names(arg_names, arg_params)
+    data_names = model_inputs(arg_names, arg_params, data_names)
     check_params(arg_names, aux_names, arg_params, aux_params, data_names, options.strict_params)
     if check_shapes:
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
@@ -367,11 +368,11 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     return conversion.symbol, new_args, new_aux, conversion
 
 
-def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
+def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
                         options: ConvertOptions, *, data_names: Sequence[str],
                         input_dtypes: Mapping[str, str] | None = None,
                         output_dtype: str | None = "float32"
-                        ) -> tuple[Conversion, Mapping, Mapping, dict[str, str]]:
+                        ) -> tuple[Conversion, dict, dict, dict[str, str]]:
     """Fold BatchNorms when ``options`` asks (the default), then convert ``graph`` with its
     weights' dtypes read from the params.
 
@@ -384,7 +385,8 @@ def convert_with_params(graph: Graph, arg_params: Mapping, aux_params: Mapping,
         of those params' dtype.
     """
     figures = input_figures(graph, arg_params, aux_params)
-    folded = kept = ()
+    folded: tuple[tuple[str, str], ...] = ()
+    kept: tuple[tuple[str, str], ...] = ()
     if options.fold_batchnorm:
         # the names are the caller's, of the graph as given (folding drops BatchNorm params)
         options.check_excluded(graph)

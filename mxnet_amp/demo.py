@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from .cli import _finish, _native_log_silenced, _with_extra, _with_hardware_note, _with_note
+from .cli_output import finish, native_log_silenced, with_extra, with_hardware_note, with_note
 from .errors import CLIError, error_text
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def run_demo(args: argparse.Namespace) -> int:
         sym, arg_params, aux_params,
         make_options(args.target_dtype, cast_optional_params=args.cast_optional_params,
                      fold_batchnorm=args.fold_bn))
-    report = _with_hardware_note(build_report(conversion, arg_params, aux_params, new_args, new_aux,
+    report = with_hardware_note(build_report(conversion, arg_params, aux_params, new_args, new_aux,
                                               model=args.model))
     bar.update(1)
     native = _runs_natively(args.target_dtype)
@@ -48,20 +48,20 @@ def run_demo(args: argparse.Namespace) -> int:
     if not native:
         # the hardware note already says why it cannot run here: add only what was done
         said = bool(report.extra.get("notes"))
-        report = _with_note(report, f"The {args.target_dtype} model was checked by emulation "
+        report = with_note(report, f"The {args.target_dtype} model was checked by emulation "
                             "(every low precision tensor rounded), so no speed ratio was "
                             "measured." if said else lines[-1])
     bar.close()
     report, rel, agree = _accuracy_lines(ref, low, how, conversion, lines, report)
     if low_times is not None:
         report = _speed_line(args, fp32_times, low_times, lines, report)
-    report = _with_extra(report, {"native": native, "execution": how, "input": shape,
+    report = with_extra(report, {"native": native, "execution": how, "input": shape,
                                   "relative_max_error": rel, "top1_agreement": agree})
-    _finish(args, conversion, report, lines)
+    finish(args, conversion, report, lines)
     return 0
 
 
-def _low_precision_runs(args: argparse.Namespace, model: tuple, x: np.ndarray, native: bool,
+def _low_precision_runs(args: argparse.Namespace, model: tuple[Any, dict, dict], x: np.ndarray, native: bool,
                         bar: tqdm, lines: list[str]) -> tuple[list, list | None, str]:
     """``(outputs, run times or None, how it ran)`` of the converted model: timed where it
     runs natively, else once through emulation (a line in ``lines`` says so)."""
@@ -94,13 +94,13 @@ def _accuracy_lines(ref: list, low: list, how: str, conversion: Conversion, line
     if not np.isfinite(scale) or scale < 1e-6:
         lines.append(f"Note: the float32 outputs are degenerate with these random weights "
                      f"(max |fp32| = {scale:.3g}); the accuracy figures say little.")
-        report = _with_note(report, lines[-1][len("Note: "):])
+        report = with_note(report, lines[-1][len("Note: "):])
     selecting = sorted(_SELECTING_OPS & conversion.original.ops())
     if selecting:
         lines.append(f"Note: the outputs come through {', '.join(selecting)}: with random weights "
                      "scores nearly tie, so any rounding selects other boxes or classes there and "
                      "the error above says little (the zoo sweep compares the tensors before them).")
-        report = _with_note(report, lines[-1][len("Note: "):])
+        report = with_note(report, lines[-1][len("Note: "):])
     return report, rel, agree
 
 
@@ -110,11 +110,11 @@ def _speed_line(args: argparse.Namespace, fp32_times: list[float], low_times: li
     t32, t16 = float(np.median(fp32_times)), float(np.median(low_times))
     lines.append(f"Speed (median of {args.runs} runs, same process): float32 {t32 * 1e3:.1f} ms, "
                  f"{args.target_dtype} {t16 * 1e3:.1f} ms, speed-up x{t32 / t16:.2f}")
-    return _with_extra(report, {"speedup": t32 / t16, "fp32_ms": t32 * 1e3, "low_ms": t16 * 1e3,
+    return with_extra(report, {"speedup": t32 / t16, "fp32_ms": t32 * 1e3, "low_ms": t16 * 1e3,
                                 "runs": args.runs})
 
 
-def _demo_model(name: str, size: int, batch: int, seed: int):
+def _demo_model(name: str, size: int, batch: int, seed: int) -> Any:
     """A model zoo network with random weights, as (sym, arg_params, aux_params, input)."""
     import mxnet as mx
     mx.random.seed(seed)
@@ -151,7 +151,7 @@ def _demo_model(name: str, size: int, batch: int, seed: int):
     return sym, arg_params, aux_params, x
 
 
-def _zoo_model(name: str):
+def _zoo_model(name: str) -> Any:
     """``name`` from MXNet's model zoo, else from gluoncv's when it is installed; no weights
     downloaded (``pretrained=False``, and ``pretrained_base=False`` where gluoncv takes it)."""
     from mxnet.gluon.model_zoo import vision
@@ -173,7 +173,8 @@ def _zoo_model(name: str):
         return get_model(name, pretrained=False)
 
 
-def _timed_runs(sym, arg_params, aux_params, x, runs: int, bar):
+def _timed_runs(sym: Any, arg_params: Mapping, aux_params: Mapping, x: np.ndarray, runs: int,
+                bar: tqdm) -> tuple[list[np.ndarray], list[float]]:
     """Outputs of ``sym`` on ``x`` (float32 numpy) and the wall time of each of ``runs`` runs."""
     import mxnet as mx
     # copies: the float32 and the converted model share the arrays of float32 params, and
@@ -197,11 +198,11 @@ def _timed_runs(sym, arg_params, aux_params, x, runs: int, bar):
 
 def _runs_natively(target_dtype: str) -> bool:
     from .hardware import bf16_runs_natively, fp16_runs_natively
-    with _native_log_silenced():
+    with native_log_silenced():
         return bf16_runs_natively() if target_dtype == "bfloat16" else fp16_runs_natively()
 
 
-def _progress(total: int, desc: str):
+def _progress(total: int, desc: str) -> tqdm:
     """A progress bar on stderr, shown only on a terminal."""
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, file=sys.stderr, disable=None, leave=False)

@@ -25,11 +25,11 @@ import shutil
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .dtypes import is_float
 from .errors import DrawError
-from .graph import CAST_OPS, Entry, Graph
+from .graph import CAST_OPS, Entry, Graph, Node
 
 if TYPE_CHECKING:   # only annotations name it
     from .convert import Conversion
@@ -74,7 +74,7 @@ class Picture:
 
 
 def _dtype_key(dtype: str | None) -> str:
-    return dtype if is_float(dtype) else "non-float"
+    return dtype if dtype is not None and is_float(dtype) else "non-float"
 
 
 def node_dtypes(conversion: Conversion) -> list[str]:
@@ -124,10 +124,10 @@ def _group_key(short: str) -> str:
     return "_".join(p for p in parts[:-1][:2] if p)
 
 
-def _make_box(graph, idx: Sequence[int], dtypes: list[str], title: str, repeat: int = 1,
+def _make_box(graph: Graph, idx: Sequence[int], dtypes: list[str], title: str, repeat: int = 1,
               kind: str = "group") -> Box:
-    ops = Counter()
-    per = Counter()
+    ops: Counter[str] = Counter()
+    per: Counter[str] = Counter()
     casts = 0
     for i in idx:
         node = graph.nodes[i]
@@ -189,7 +189,7 @@ def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: i
     return _collapsed(graph, groups, dtypes, short, node_edges, title)
 
 
-def _title(name: str, graph, dtypes: list[str], target: str) -> str:
+def _title(name: str, graph: Graph, dtypes: list[str], target: str) -> str:
     """``name: 348 op nodes: 208 bfloat16, 140 float32; 35 casts inserted`` (how many
     compute in which dtype: "in bfloat16 mixed precision" read as all of them)."""
     per = Counter(dtypes[i] for i, n in enumerate(graph.nodes)
@@ -201,14 +201,15 @@ def _title(name: str, graph, dtypes: list[str], target: str) -> str:
     return f"{name}: {summary}" if name else summary
 
 
-def _box_kind(node) -> str:
+def _box_kind(node: Node) -> str:
     return "input" if node.is_variable else "cast" if node.op in CAST_OPS else "op"
 
 
-def _detailed(graph, drawn, dtypes, prefix, short, node_edges, title) -> Picture:
+def _detailed(graph: Graph, drawn: Sequence[int], dtypes: list[str], prefix: str, short: Mapping[int, str],
+              node_edges: Sequence[tuple[int, int]], title: str) -> Picture:
     """One box per drawn node."""
-    boxes = []
-    where = {}
+    boxes: list[Box] = []
+    where: dict[int, int] = {}
     for i in drawn:
         node = graph.nodes[i]
         kind = _box_kind(node)
@@ -225,7 +226,7 @@ def _detailed(graph, drawn, dtypes, prefix, short, node_edges, title) -> Picture
     return Picture(tuple(boxes), edges, False, title)
 
 
-def _segments(drawn: list[int], node_edges) -> list[list[int]]:
+def _segments(drawn: list[int], node_edges: Sequence[tuple[int, int]]) -> list[list[int]]:
     """``drawn`` cut at the positions no edge jumps over."""
     pos = {i: p for p, i in enumerate(drawn)}
     jumped = [0] * (len(drawn) + 1)
@@ -247,15 +248,16 @@ def _segments(drawn: list[int], node_edges) -> list[list[int]]:
     return segments
 
 
-def _core(graph, seg) -> list[int]:
+def _core(graph: Graph, seg: Sequence[int]) -> list[int]:
     return [i for i in seg if graph.nodes[i].op not in CAST_OPS]
 
 
-def _name_key(short, i) -> str:
+def _name_key(short: Mapping[int, str], i: int) -> str:
     return _group_key(_base_name(short[i]))
 
 
-def _repeat_groups(graph, segments, dtypes, short, drawn_set) -> list[tuple[list[int], int, list[int]]]:
+def _repeat_groups(graph: Graph, segments: list[list[int]], dtypes: list[str], short: Mapping[int, str],
+                   drawn_set: set[int]) -> list[tuple[list[int], int, list[int]]]:
     """(nodes of one block, repeat count, every node the group stands for) for each group."""
     def signature(seg):
         local = {i: k for k, i in enumerate(seg)}
@@ -287,9 +289,10 @@ def _repeat_groups(graph, segments, dtypes, short, drawn_set) -> list[tuple[list
     return groups
 
 
-def _collapsed(graph, groups, dtypes, short, node_edges, title) -> Picture:
+def _collapsed(graph: Graph, groups: list[tuple[list[int], int, list[int]]], dtypes: list[str],
+               short: Mapping[int, str], node_edges: Sequence[tuple[int, int]], title: str) -> Picture:
     """One box per group; edges between boxes."""
-    boxes = []
+    boxes: list[Box] = []
     box_of = {}
     for block, n, every in groups:
         names = [short[i] for i in _core(graph, every)] or [short[i] for i in every]
@@ -357,12 +360,12 @@ def fp32_islands(graph: Graph, dtypes: list[str], target: str) -> set[int]:
             and any(dtypes[k] == target for k in ops_near(i))}
 
 
-def _mixed(graph, nodes: Sequence[int], dtypes: list[str], target: str) -> bool:
+def _mixed(graph: Graph, nodes: Sequence[int], dtypes: list[str], target: str) -> bool:
     have = {dtypes[i] for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in CAST_OPS}
     return "float32" in have and target in have
 
 
-def _dtype_runs(graph, nodes: list[int], dtypes: list[str], islands: set[int]) -> list[list[int]]:
+def _dtype_runs(graph: Graph, nodes: list[int], dtypes: list[str], islands: set[int]) -> list[list[int]]:
     """``nodes`` (a stretch of a topological order) reordered so that nodes of one dtype come
     together, then cut into runs of one dtype; each island is a run of its own. A cast
     joins the run of the node that reads it. Every run is still a stretch of a topological
@@ -417,7 +420,7 @@ def _dtype_runs(graph, nodes: list[int], dtypes: list[str], islands: set[int]) -
     return runs
 
 
-def _run_class(graph, nodes: Sequence[int], dtypes: list[str], islands: set[int]):
+def _run_class(graph: Graph, nodes: Sequence[int], dtypes: list[str], islands: set[int]) -> object:
     """What a group may be merged with: groups of the same class (None: never)."""
     ops = [i for i in nodes if not graph.nodes[i].is_variable and graph.nodes[i].op not in CAST_OPS]
     if any(i in islands for i in ops):
@@ -426,7 +429,7 @@ def _run_class(graph, nodes: Sequence[int], dtypes: list[str], islands: set[int]
     return next(iter(kinds)) if len(kinds) == 1 else ("mixed",)
 
 
-def _merge_to(groups: list, max_boxes: int, klass) -> list:
+def _merge_to(groups: list, max_boxes: int, klass: Callable[[Any], object]) -> list:
     """Merge neighbouring groups of one class pairwise (chain order kept) until at most
     ``max_boxes`` remain or nothing more may merge."""
     while len(groups) > max_boxes:
@@ -593,7 +596,7 @@ def _layout(pic: Picture, target: str) -> _Layout:
     return _Layout(geom, lines, paths, width, y + 10 - _GAP_Y + 10)
 
 
-def _place_rows(pic: Picture, layer, slots: dict, n_layers: int, width_of: dict) -> dict:
+def _place_rows(pic: Picture, layer: list[int], slots: dict, n_layers: int, width_of: dict) -> dict:
     """The x centre of each slot (box or edge lane), row by row."""
     x_mid: dict = {}
     preds_of: dict = {}
@@ -628,7 +631,8 @@ def _place_rows(pic: Picture, layer, slots: dict, n_layers: int, width_of: dict)
     return x_mid
 
 
-def _edge_path(k, u, v, layer, geom, x_mid, y_top, band_h, out_x, in_x) -> str:
+def _edge_path(k: int, u: int, v: int, layer: list[int], geom: dict, x_mid: dict, y_top: Mapping[int, float],
+               band_h: Mapping[int, float], out_x: dict, in_x: dict) -> str:
     """SVG path of edge ``k`` from box ``u`` to box ``v`` (see :func:`_layout`)."""
     x, yu, w, h = geom[u]
     px, py = out_x[k], yu + h
@@ -649,7 +653,7 @@ def _edge_path(k, u, v, layer, geom, x_mid, y_top, band_h, out_x, in_x) -> str:
     return " ".join(d)
 
 
-def _spread(edges_at: dict, geom: dict, other_end) -> dict:
+def _spread(edges_at: dict, geom: dict, other_end: Callable[[int], float]) -> dict:
     """x of each edge along its box's border, spread evenly in the order of ``other_end``."""
     out = {}
     for b, ks in edges_at.items():
@@ -659,12 +663,12 @@ def _spread(edges_at: dict, geom: dict, other_end) -> dict:
     return out
 
 
-def _next_slot(edge, k: int, layer: list[int]):
+def _next_slot(edge: tuple[int, int, str], k: int, layer: list[int]) -> tuple:
     u, v, _ = edge
     return ("lane", k, layer[u] + 1) if layer[v] - layer[u] > 1 else ("box", v)
 
 
-def _prev_slot(edge, k: int, layer: list[int]):
+def _prev_slot(edge: tuple[int, int, str], k: int, layer: list[int]) -> tuple:
     u, v, _ = edge
     return ("lane", k, layer[v] - 1) if layer[v] - layer[u] > 1 else ("box", u)
 
@@ -819,10 +823,10 @@ def write_graph(conversion: Conversion, path: str | os.PathLike, title: str = ""
     return fmt
 
 
-def _png(conversion, title: str, detail_limit: int | None = 80) -> bytes:
+def _png(conversion: Conversion, title: str, detail_limit: int | None = 80) -> bytes:
     cairosvg = _cairosvg()
     if cairosvg is not None:
-        return cairosvg.svg2png(bytestring=graph_svg(conversion, title, detail_limit).encode())
+        return bytes(cairosvg.svg2png(bytestring=graph_svg(conversion, title, detail_limit).encode()))
     dot = shutil.which("dot")
     if dot is not None:
         done = subprocess.run([dot, "-Tpng"], input=graph_dot(conversion, title, detail_limit).encode(),

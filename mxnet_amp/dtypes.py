@@ -5,11 +5,14 @@ numpy has no bfloat16, so names rather than numpy dtypes are what the graph carr
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-__all__ = ["FLOAT_DTYPES", "LOW_PRECISION", "MX_CODE", "MX_NAME", "DTYPE_ALIASES", "dtype_name",
+if TYPE_CHECKING:
+    from mxnet.ndarray import NDArray
+
+__all__ = ["array_dtype", "array_nbytes", "FLOAT_DTYPES", "LOW_PRECISION", "MX_CODE", "MX_NAME", "DTYPE_ALIASES", "dtype_name",
            "is_float", "widest", "bfloat16_np", "dtype_of_code"]
 
 # mshadow type flags (include/mshadow/base.h)
@@ -77,3 +80,21 @@ def is_float(dtype: str | None) -> bool:
 def widest(dtypes: Iterable[str]) -> str:
     """The widest float dtype among ``dtypes`` (names), as amp_multicast picks it."""
     return max(dtypes, key=lambda d: _WIDTH[d])
+
+
+# NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
+_NAME_OF_ARRAY_DTYPE: dict[Any, str] = {}
+
+
+def array_dtype(array: NDArray) -> str:
+    """dtype name of an NDArray (bfloat16 included)."""
+    dtype = array.dtype
+    name = _NAME_OF_ARRAY_DTYPE.get(dtype)
+    if name is None:
+        name = _NAME_OF_ARRAY_DTYPE[dtype] = dtype_name(dtype)
+    return name
+
+
+def array_nbytes(array: NDArray) -> int:
+    """Bytes of an NDArray's data (bfloat16 counted as 2 bytes)."""
+    return int(np.prod(array.shape, dtype=np.int64)) * np_dtype(array_dtype(array)).itemsize

@@ -48,7 +48,7 @@ from .dtypes import LOW_PRECISION
 from .errors import TargetDtypeError
 from .io import graph_from_symbol, graph_to_symbol
 from .params import array_dtype, cast_array
-from .passes.emulate import BIAS_ROUNDINGS, ROUNDINGS, emulate_graph
+from .passes.emulate import BIAS_ROUNDINGS, ROUNDINGS, EmulateGraph, emulate_graph
 from .passes.fold_param_casts import fold_param_casts
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -56,8 +56,12 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
     from mxnet.symbol import Symbol
 
-__all__ = ["emulate", "emulate_graph", "emulate_model", "round_array", "round_numpy", "ROUNDINGS",
-           "BIAS_ROUNDINGS"]
+    from .convert import Conversion
+    from .graph import Graph
+
+__all__ = ["emulate", "emulate_graph", "emulate_model", "emulate_conversion", "round_array", "round_numpy",
+           "ROUNDINGS", "BIAS_ROUNDINGS"]
+
 
 def round_array(array: NDArray, dtype: str) -> NDArray:
     """``array`` rounded to ``dtype`` and returned as float32 (a new NDArray, same context).
@@ -85,7 +89,7 @@ def round_numpy(values: np.typing.ArrayLike, dtype: str) -> np.ndarray:
     return _bf16_round_np(values)
 
 
-def _bf16_round_np(x):
+def _bf16_round_np(x: np.ndarray) -> np.ndarray:
     """float32 numpy array rounded to bfloat16 as MXNet's amp_cast does it on this machine:
     to nearest even, float32 subnormals flushed to zero, NaN kept quiet. The zero's sign is
     the machine's: oneDNN's AVX512-BF16 conversion keeps it, MXNet's kernel elsewhere
@@ -113,7 +117,7 @@ def _subnormal_flush_sign_mask() -> int:
 
 def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   input_dtypes: Mapping[str, str] | None = None, rounding: str = "nearest", *,
-                  copy_params: bool = True, stored_dtypes: Mapping[str, str] | None = None,
+                  copy_params: bool = True, stored_dtypes: Mapping[str, str | None] | None = None,
                   bias_rounding: str = "auto") -> tuple[Symbol, dict, dict]:
     """A float32 model that simulates the low precision model ``(sym, arg_params, aux_params)``.
 
@@ -159,17 +163,11 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         The caller's symbol and dicts are not modified.
     """
     graph = graph_from_symbol(sym)
-    var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
-    _refuse_stripped(graph, sym, var_dtypes, input_dtypes)
-    if stored_dtypes is not None:
-        given_low = sorted(k for k in stored_dtypes if var_dtypes.get(k, "float32") != "float32")
-        if given_low:
-            raise ValueError(f"stored_dtypes: the params must be the float32 originals; "
-                             f"{given_low[:5]} are {var_dtypes[given_low[0]]}")
-        var_dtypes.update((k, d) for k, d in stored_dtypes.items() if k in var_dtypes and d)
-        copy_params = False
-    for n in graph.variables():
-        var_dtypes.setdefault(n.name, (input_dtypes or {}).get(n.name, "float32"))
+    var_dtypes = _variable_dtypes(arg_params, aux_params, stored_dtypes, "stored_dtypes")
+    if stored_dtypes is None:   # (given float32 originals, nothing can be stripped)
+        _refuse_stripped(graph, sym, var_dtypes, input_dtypes)
+    copy_params = copy_params and stored_dtypes is None
+    var_dtypes = {**{n.name: (input_dtypes or {}).get(n.name, "float32") for n in graph.variables()}, **var_dtypes}
     emulated = emulate_graph(graph, var_dtypes, rounding, keep_low_variables=not copy_params
                              and stored_dtypes is None, round_low_variables=stored_dtypes is not None,
                              bias_rounding=bias_rounding)
@@ -188,7 +186,7 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)
 
 
-def _refuse_stripped(graph, sym: Symbol, param_dtypes: Mapping[str, str],
+def _refuse_stripped(graph: Graph, sym: Symbol, param_dtypes: Mapping[str, str],
                      input_dtypes: Mapping[str, str] | None) -> None:
     """:class:`~mxnet_amp.errors.StrippedCastsError` for a converted model saved without its
     casts (MXNet's "This layer requires uniform type" otherwise)."""
@@ -197,6 +195,49 @@ def _refuse_stripped(graph, sym: Symbol, param_dtypes: Mapping[str, str],
     if low is not None:
         from .errors import StrippedCastsError
         raise StrippedCastsError(stripped_message("emulate_model: the model", param_dtypes, low))
+def _variable_dtypes(arg_params: Mapping, aux_params: Mapping,
+                     stored_dtypes: Mapping[str, str | None] | None, what: str) -> dict[str, str]:
+    """Each param's dtype in the emulated model: its array's, or with ``stored_dtypes`` (the
+    params then must be float32 originals) the dtype the converted model stores it in."""
+    var_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    if stored_dtypes is not None:
+        given_low = sorted(k for k in stored_dtypes if var_dtypes.get(k, "float32") != "float32")
+        if given_low:
+            raise ValueError(f"{what}: the params must be the float32 originals; "
+                             f"{given_low[:5]} are {var_dtypes[given_low[0]]}")
+        var_dtypes.update((k, d) for k, d in stored_dtypes.items() if k in var_dtypes and d)
+    return var_dtypes
+
+
+def emulate_conversion(conversion: Conversion, arg_params: Mapping, aux_params: Mapping,
+                       input_dtypes: Mapping[str, str] | None = None,
+                       rounding: str = "nearest") -> tuple[Symbol, dict, dict]:
+    """:func:`emulate_model` of a conversion's model from the float32 originals it was
+    converted from (``convert_model_full(..., cast_params=False)``), reading what the
+    conversion decided instead of deriving it again: its graph (no symbol to JSON to graph),
+    each tensor's dtype as the pass gave it (no type inference) and each param's stored
+    dtype. Same model as ``emulate_model(conversion.symbol, arg_params, aux_params,
+    input_dtypes, rounding, stored_dtypes=...)``; what the automatic mode's checks run.
+    """
+    from .graph import Entry
+    graph = conversion.graph
+    stored = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    var_dtypes = _variable_dtypes(arg_params, aux_params, stored, "emulate_conversion")
+    tensor = conversion.result.tensor_dtypes
+    used = graph.num_used_outputs()
+    node_dtypes: list[tuple[str | None, ...]] = []
+    for i, node in enumerate(graph.nodes):
+        if node.is_variable:
+            var_dtypes.setdefault(node.name, (input_dtypes or {}).get(node.name, "float32"))
+            node_dtypes.append((var_dtypes[node.name],))
+        else:
+            node_dtypes.append(tuple(tensor.get(Entry(i, k)) for k in range(used[i])))
+    emulated = graph_to_symbol(EmulateGraph(var_dtypes, rounding, round_low_variables=True,
+                                            node_dtypes=node_dtypes)(graph).graph)
+    arg_names = set(emulated.list_arguments())
+    aux_names = set(emulated.list_auxiliary_states())
+    return (emulated, {k: v for k, v in arg_params.items() if k in arg_names},
+            {k: v for k, v in aux_params.items() if k in aux_names})
 
 
 def emulate(sym: Symbol, arg_params: Mapping, aux_params: Mapping,

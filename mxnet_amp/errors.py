@@ -6,6 +6,7 @@ there is one, how to fix it. Callers can catch :class:`AMPError` for all of them
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 __all__ = [
     "AMPError",
@@ -13,6 +14,7 @@ __all__ = [
     "ListError",
     "GraphError",
     "GraphCheckError",
+    "PassNodeError",
     "TypeInferenceError",
     "InferenceFailed",
     "DrawError",
@@ -39,7 +41,7 @@ class AMPError(Exception):
 class UnknownOpError(AMPError, ValueError):
     """An op name (in a list file or a user override) is not in the live MXNet registry."""
 
-    def __init__(self, names, where: str):
+    def __init__(self, names: Iterable[str], where: str) -> None:
         self.names = tuple(sorted(names))
         self.where = where
         super().__init__(
@@ -61,6 +63,12 @@ class GraphCheckError(GraphError):
     the message names the node and shows the nodes around it."""
 
 
+class PassNodeError(AMPError, RuntimeError):
+    """A graph pass failed on one node for a reason that is no typed error of its own (a bug,
+    or input the pass does not expect): the message names the pass, the node and its op;
+    the original exception is the ``__cause__``."""
+
+
 class TypeInferenceError(AMPError):
     """MXNet type inference failed on a graph the pass produced or was given."""
 
@@ -78,7 +86,21 @@ class CLIError(AMPError, ValueError):
 
 
 class ParamError(AMPError, ValueError):
-    """arg/aux params do not match the symbol (missing, extra, wrong shape or dtype)."""
+    """arg/aux params do not match the symbol (missing, extra, wrong shape or dtype).
+
+    A shape mismatch names the ``param``, the shape ``found`` and the shape ``expected``;
+    ``input_shapes`` is True when the given input shapes may be what is wrong. Every
+    ParamError has these attributes (None / False when they do not apply).
+    """
+
+    def __init__(self, message: str, *, param: str | None = None,
+                 found: tuple[int, ...] | None = None, expected: object = None,
+                 input_shapes: bool = False) -> None:
+        super().__init__(message)
+        self.param = param
+        self.found = found
+        self.expected = expected
+        self.input_shapes = input_shapes
 
 
 class AlreadyConvertedError(AMPError, ValueError):

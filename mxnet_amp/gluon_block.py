@@ -116,6 +116,7 @@ class AMPSymbolBlock(gluon.SymbolBlock):
             ``HybridBlock.export`` returns nothing).
         """
         if remove_amp_cast:
-            return super().export(os.fspath(path), epoch, remove_amp_cast=True)
-        from .gluon import export_block
+            super().export(os.fspath(path), epoch, remove_amp_cast=True)
+            return None
+        from .block_model import export_block
         return export_block(self, path, epoch)

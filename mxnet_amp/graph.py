@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 __all__ = ["Entry", "Node", "Graph", "GraphBuilder", "CAST_OPS", "ANY_CAST_OPS", "cast_node", "multicast_node"]
 
@@ -25,7 +25,7 @@ class Entry(NamedTuple):
     """One output of one node: ``(node index, output index)`` as in MXNet's JSON."""
 
     node: int
-    index: int = 0
+    output: int = 0
     version: int = 0
 
 
@@ -48,8 +48,9 @@ class Node(NamedTuple):
     def is_variable(self) -> bool:
         return self.op == "null"
 
-    def replace(self, **changes: object) -> Node:
-        """A copy with ``changes`` applied (self when there are none)."""
+    def replace(self, **changes: Any) -> Node:
+        """A copy with ``changes`` applied (self when there are none); keys are field names
+        (typed Any: NamedTuple's ``_replace`` checks the names, its fields differ in type)."""
         return self._replace(**changes) if changes else self
 
 
@@ -60,7 +61,7 @@ class Graph:
     nodes: tuple[Node, ...]
     heads: tuple[Entry, ...]
     attrs: Mapping[str, object] = field(default_factory=lambda: _EMPTY)
-    _consumers: list = field(default=None, repr=False, compare=False)  # lazily derived
+    _consumers: list[list[tuple[int, int]]] | None = field(default=None, repr=False, compare=False)  # lazily derived
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -74,24 +75,25 @@ class Graph:
 
     def consumers(self) -> list[list[tuple[int, int]]]:
         """For node ``i``, the ``(consumer node, input position)`` pairs reading any of its outputs."""
-        if self._consumers is None:
-            users: list[list[tuple[int, int]]] = [[] for _ in self.nodes]
-            for i, node in enumerate(self.nodes):
-                for pos, entry in enumerate(node.inputs):
-                    users[entry.node].append((i, pos))
-            object.__setattr__(self, "_consumers", users)
-        return self._consumers
+        if self._consumers is not None:
+            return self._consumers
+        users: list[list[tuple[int, int]]] = [[] for _ in self.nodes]
+        for i, node in enumerate(self.nodes):
+            for pos, entry in enumerate(node.inputs):
+                users[entry.node].append((i, pos))
+        object.__setattr__(self, "_consumers", users)
+        return users
 
     def num_used_outputs(self) -> list[int]:
         """For each node, one more than the highest output index any consumer or head reads."""
         used = [1] * len(self.nodes)
         for node in self.nodes:
             for e in node.inputs:
-                if e.index + 1 > used[e.node]:
-                    used[e.node] = e.index + 1
+                if e.output + 1 > used[e.node]:
+                    used[e.node] = e.output + 1
         for e in self.heads:
-            if e.index + 1 > used[e.node]:
-                used[e.node] = e.index + 1
+            if e.output + 1 > used[e.node]:
+                used[e.node] = e.output + 1
         return used
 
     def ops(self) -> set[str]:

@@ -24,7 +24,7 @@ __all__ = ["graph_from_json", "graph_to_json", "graph_from_symbol", "graph_to_sy
            "existing_checkpoint_files"]
 
 _NODE_KEYS = frozenset({"op", "name", "inputs", "attrs", "attr", "param", "subgraphs"})
-_EMPTY = MappingProxyType({})
+_EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 def _parse_graph(obj: Any, where: str) -> Graph:
@@ -41,7 +41,7 @@ def _parse_graph(obj: Any, where: str) -> Graph:
             raise GraphError(f"{where}: node {i} is malformed (needs 'op', 'name' and "
                              f"[node, index, version] inputs): {str(raw)[:160]}") from None
         for e in inputs:
-            if type(e.node) is not int or type(e.index) is not int or type(e.version) is not int:
+            if type(e.node) is not int or type(e.output) is not int or type(e.version) is not int:
                 raise GraphError(f"{where}: node {name!r} has a malformed input {list(raw['inputs'])!r}"
                                  " (each input is [node, index, version] integers)")
             if not 0 <= e.node < i:
@@ -53,11 +53,11 @@ def _parse_graph(obj: Any, where: str) -> Graph:
             if not all(type(v) is str for v in attrs.values()):
                 attrs = {str(k): str(v) for k, v in attrs.items()}
             attrs = MappingProxyType(attrs)
-        subgraphs = ()
+        subgraphs: tuple[Graph, ...] = ()
         if "subgraphs" in raw:
             subgraphs = tuple(_parse_graph(g, f"{where}: subgraph of {name!r}")
                               for g in raw["subgraphs"])
-        extra = _EMPTY
+        extra: Mapping[str, object] = _EMPTY
         if len(raw) > 3 and not _NODE_KEYS.issuperset(raw):
             extra = MappingProxyType({k: v for k, v in raw.items() if k not in _NODE_KEYS})
         append(Node(op, name, inputs, attrs, subgraphs, extra))
@@ -82,8 +82,9 @@ def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
         return _parse_graph(obj, where)
 
 
-def _graph_obj(graph: Graph) -> dict:
-    nodes = []
+def graph_obj(graph: Graph) -> dict[str, Any]:
+    """``graph`` as the JSON object MXNet reads (casts kept), before serialisation."""
+    nodes: list[dict[str, Any]] = []
     append = nodes.append
     for node in graph.nodes:
         raw: dict[str, Any] = {"op": node.op, "name": node.name}
@@ -91,7 +92,7 @@ def _graph_obj(graph: Graph) -> dict:
             raw["attrs"] = dict(node.attrs)
         raw["inputs"] = node.inputs   # Entry tuples: json writes them as [node, index, version]
         if node.subgraphs:
-            raw["subgraphs"] = [_graph_obj(g) for g in node.subgraphs]
+            raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
         if node.extra:
             raw.update(node.extra)
         append(raw)
@@ -111,13 +112,13 @@ def graph_to_json(graph: Graph, indent: int | None = None) -> str:
     Names are written as they are, not as ``\\u`` escapes, which MXNet's JSON reader does
     not know; without ``indent`` the text is compact (quicker to write and to load)."""
     with gc_paused():
-        return json.dumps(_graph_obj(graph), indent=indent, ensure_ascii=False,
+        return json.dumps(graph_obj(graph), indent=indent, ensure_ascii=False,
                           separators=(",", ":") if indent is None else None)
 
 
 def symbol_json(sym: Symbol) -> str:
     """JSON of an ``mx.sym.Symbol`` with its amp casts kept."""
-    return sym.tojson(remove_amp_cast=False)
+    return str(sym.tojson(remove_amp_cast=False))
 
 
 def graph_from_symbol(sym: Symbol) -> Graph:
@@ -147,7 +148,7 @@ def graph_to_symbol(graph: Graph) -> Symbol:
         from .registry import registry_op_names
         registry_op_names.cache_clear()  # a plugin library may have added ops since
         known = registry_op_names()
-        unknown = {}
+        unknown: dict[str, object] = {}
         stack = [graph]
         while stack:
             g = stack.pop()
@@ -219,8 +220,8 @@ def _temp_beside(path: str) -> str:
     return tmp
 
 
-def _text_writer(text: str):
-    def write(tmp):
+def _text_writer(text: str) -> Callable[[str], None]:
+    def write(tmp: str) -> None:
         with open(tmp, "w") as f:
             f.write(text)
     return write
@@ -247,7 +248,7 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
         Show a bar of the bytes written on stderr (None: only when stderr is a terminal).
     """
     import mxnet as mx
-    from .params import array_nbytes
+    from .dtypes import array_nbytes
     from .progress import byte_bar, watch_growth
     from .paths import checkpoint_files
     params_file, sym_file = checkpoint_files(prefix, epoch)[::-1]

@@ -8,7 +8,7 @@ it builds a one-node graph and runs MXNet's ``FInferType`` on it. Answers are ca
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Sequence, Union
 
 from .errors import error_text
 from .graph import Node
@@ -19,7 +19,8 @@ __all__ = ["OpTypes", "InferenceFailed"]
 
 # answers depend only on the op, its attributes, the input dtypes and the MXNet build, so
 # conversions in one process share them (a memo, like functools.lru_cache; bounded)
-_SHARED: dict = {}
+Dtypes = tuple[tuple[Union[str, None], ...], tuple[Union[str, None], ...]]
+_SHARED: dict[tuple[object, ...], Dtypes | InferenceFailed] = {}
 _SHARED_MAX = 200_000
 
 
@@ -34,7 +35,7 @@ class OpTypes:
 
     __slots__ = ("_cache", "probes")
 
-    def __init__(self, cache: dict | None = None) -> None:
+    def __init__(self, cache: dict[tuple[object, ...], Dtypes | InferenceFailed] | None = None) -> None:
         if cache is None:
             if len(_SHARED) > _SHARED_MAX:
                 _SHARED.clear()
@@ -68,15 +69,16 @@ class OpTypes:
             self._cache[key] = result
         return result
 
-    def _probe(self, node: Node, input_dtypes, num_outputs):
+    def _probe(self, node: Node, input_dtypes: Sequence[str | None],
+               num_outputs: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
         import mxnet as mx
-        from .io import _graph_obj
+        from .io import graph_obj
         self.probes += 1
         n = len(input_dtypes)
-        raw = {"op": node.op, "name": "probe", "attrs": dict(node.attrs),
+        raw: dict[str, object] = {"op": node.op, "name": "probe", "attrs": dict(node.attrs),
                "inputs": [[i, 0, 0] for i in range(n)]}
         if node.subgraphs:
-            raw["subgraphs"] = [_graph_obj(g) for g in node.subgraphs]
+            raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
         graph = {
             "nodes": [{"op": "null", "name": f"in{i}", "inputs": []} for i in range(n)] + [raw],
             "arg_nodes": list(range(n)),

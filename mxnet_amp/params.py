@@ -4,9 +4,9 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
-from .dtypes import dtype_name
+from .dtypes import array_dtype, array_nbytes
 from .errors import ParamError
 from .shapes import check_param_shapes
 
@@ -14,27 +14,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
 
 __all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params",
-           "default_data_names", "name_list", "check_param_shapes", "check_data_names", "param_dict"]
-
-
-# NDArray.dtype is a numpy type (np.float32) or MXNet's bf16 stand-in: a few distinct values
-_NAME_OF_ARRAY_DTYPE: dict = {}
-
-
-def array_dtype(array: NDArray) -> str:
-    """dtype name of an NDArray (bfloat16 included)."""
-    dtype = array.dtype
-    name = _NAME_OF_ARRAY_DTYPE.get(dtype)
-    if name is None:
-        name = _NAME_OF_ARRAY_DTYPE[dtype] = dtype_name(dtype)
-    return name
-
-
-def array_nbytes(array: NDArray) -> int:
-    """Bytes of an NDArray's data (bfloat16 counted as 2 bytes)."""
-    import numpy as np
-    from .dtypes import np_dtype
-    return int(np.prod(array.shape, dtype=np.int64)) * np_dtype(array_dtype(array)).itemsize
+           "default_data_names", "model_inputs", "name_list", "check_param_shapes", "check_data_names", "param_dict"]
 
 
 def cast_array(array: NDArray, dtype: str) -> NDArray:
@@ -74,7 +54,7 @@ def _invoke(op: str, arrays: list, attrs: tuple) -> list:
 
 
 @functools.lru_cache(maxsize=256)
-def _op_call(op: str, attrs: tuple):
+def _op_call(op: str, attrs: tuple[tuple[str, str], ...]) -> tuple[Any, Any, Any]:
     """``(op handle, attribute names, attribute values)`` as the C API takes them, built once."""
     import ctypes
 
@@ -97,6 +77,14 @@ def name_list(names: str | Iterable[str] | None) -> list[str] | None:
     return [names] if isinstance(names, str) else list(names)
 
 
+def model_inputs(arg_names: Sequence[str], arg_params: Mapping,
+                 data_names: str | Iterable[str] | None, where: str = "arg_params") -> list[str]:
+    """The model inputs: ``data_names`` as given (a string is one name), else
+    :func:`default_data_names` (the one rule every entry point uses)."""
+    names = name_list(data_names)
+    return names if names is not None else default_data_names(arg_names, arg_params, where)
+
+
 def default_data_names(arg_names: Sequence[str], arg_params: Mapping, where: str = "arg_params") -> list[str]:
     """The model inputs when the caller names none: the arguments without a param.
 
@@ -115,19 +103,19 @@ def default_data_names(arg_names: Sequence[str], arg_params: Mapping, where: str
     return inputs
 
 
-def _where_they_are(missing, arg_params: Mapping, aux_params: Mapping | None = None) -> str:
+def _where_they_are(missing: Sequence[str], arg_params: Mapping, aux_params: Mapping | None = None) -> str:
     """Where params the symbol misses are after all ('' if nowhere): under the ``arg:`` /
     ``aux:`` keys of a raw params file, or in the other of the two dicts."""
-    missing = set(missing)
+    wanted = set(missing)
     given = {**arg_params, **(aux_params or {})}
-    prefixed = [k for k in given if k[:4] in ("arg:", "aux:") and k[4:] in missing]
+    prefixed = [k for k in given if k[:4] in ("arg:", "aux:") and k[4:] in wanted]
     if prefixed:
         return (f"; the params hold {', '.join(map(repr, sorted(prefixed)[:3]))}: keys with the "
                 "'arg:'/'aux:' prefix of a params file (mx.nd.load), which "
                 "mx.model.load_checkpoint strips; strip it")
     for name, here, there in (("arg_params", arg_params, "aux_params"),
                               ("aux_params", aux_params or {}, "arg_params")):
-        misplaced = sorted(missing & set(here))
+        misplaced = sorted(wanted & set(here))
         if misplaced:
             return f"; {', '.join(misplaced[:10])} are in {name}: pass them in {there}"
     return ""
@@ -144,8 +132,8 @@ def check_params(arg_names: Sequence[str], aux_names: Sequence[str], arg_params:
     in ``data_names`` that the symbol does not have, or a float param that is neither
     float32 nor already low precision (float64: cast the model to float32 first)."""
     check_data_names(arg_names, arg_params, data_names)
-    data_names = set(data_names)
-    missing_arg = [n for n in arg_names if n not in data_names and n not in arg_params]
+    data = set(data_names)
+    missing_arg = [n for n in arg_names if n not in data and n not in arg_params]
     missing_aux = [n for n in aux_names if n not in aux_params]
     if missing_arg or missing_aux:
         hint = _where_they_are(missing_arg + missing_aux, arg_params, aux_params)
@@ -202,7 +190,7 @@ def param_dict(params: Mapping | None, what: str) -> dict:
     return dict(params)
 
 
-def recast_params(params: Mapping, dtypes: Mapping[str, str],
+def recast_params(params: Mapping, dtypes: Mapping[str, str | None],
                   current: Mapping[str, str] | None = None, sequential: bool = False) -> dict:
     """A new dict with each array cast to ``dtypes[name]``; arrays already right are shared.
 
@@ -238,7 +226,7 @@ _BATCH_MAX_SIZE = 1 << 16
 _BATCH_MAX_BYTES = 16 << 20
 
 
-def _batch_key(array, have: str, want: str) -> tuple:
+def _batch_key(array: Any, have: str, want: str) -> tuple[Any, ...]:
     """Arrays with one key can be cast by one :func:`_cast_together` call; a key of its own
     (``None`` first) for an array cast alone."""
     shape = array.shape
@@ -247,7 +235,7 @@ def _batch_key(array, have: str, want: str) -> tuple:
     return (shape, array.ctx, have, want)
 
 
-def _chunks(names: list[str], key: tuple):
+def _chunks(names: list[str], key: tuple[Any, ...]) -> Iterator[list[str]]:
     """``names`` (of one :func:`_batch_key`) in groups of at most ``_BATCH_MAX_BYTES``; one
     by one for a key of an array cast alone."""
     if key[0] is None:

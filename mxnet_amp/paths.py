@@ -18,7 +18,7 @@ __all__ = ["checkpoint_files", "check_epoch", "refuse_overwrite", "check_writabl
            "check_outputs"]
 
 # (what the file is, its path): e.g. ("output symbol", "m-amp-symbol.json")
-Labelled = Tuple[str, "str | os.PathLike"]
+Labelled = Tuple[str, "str | os.PathLike | None"]   # None: the file is not written
 
 
 def check_epoch(epoch: object, what: str = "epoch") -> int:

@@ -21,7 +21,6 @@ __all__ = ["Category", "Decision", "OpPolicy", "load_policy", "lists_dir", "SUPP
            "check_target_dtype", "OVERRIDE_MODES"]
 
 SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
-_MISSING = object()
 
 
 class Category(str, enum.Enum):
@@ -105,10 +104,10 @@ class OpPolicy:
 
     def category_of(self, op: str) -> Category | None:
         """The category ``op`` is listed in (or matched by a pattern); None when unlisted."""
-        for name, cat in ((Category.TARGET, self.target), (Category.FP32, self.fp32),
-                          (Category.WIDEST, self.widest), (Category.FOLLOW, self.follow)):
-            if op in cat:
-                return name
+        for category, ops in ((Category.TARGET, self.target), (Category.FP32, self.fp32),
+                              (Category.WIDEST, self.widest), (Category.FOLLOW, self.follow)):
+            if op in ops:
+                return category
         if any(c[0] == op for c in self.conditional):
             return Category.CONDITIONAL
         for prefix, cat in self.patterns:
@@ -124,8 +123,9 @@ class OpPolicy:
     def decide(self, op: str, attrs: Mapping[str, str]) -> Category | None:
         """The category a node with ``op`` and ``attrs`` runs under (conditions resolved)."""
         table = self._categories
-        cat = table.get(op, _MISSING)
-        if cat is _MISSING:
+        if op in table:
+            cat = table[op]
+        else:
             cat = table[op] = self.category_of(op)
         if cat is Category.CONDITIONAL:
             for cop, attr, values in self.conditional:
@@ -141,9 +141,8 @@ class OpPolicy:
 
     def explain(self, op: str, attrs: Mapping[str, str]) -> Decision | None:
         """:meth:`decide`'s answer with the list rule behind it; None when ``op`` is unlisted."""
-        hit = self._explained.get(op, _MISSING)
-        if hit is not _MISSING:
-            return hit
+        if op in self._explained:
+            return self._explained[op]
         decision = self._explain(op, attrs)
         if self._categories.get(op) is not Category.CONDITIONAL:
             self._explained[op] = decision
@@ -214,7 +213,7 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
             seen[op] = cat.value
             cats[cat].add(op)
             reasons[op] = reason
-    conditional = []
+    conditional: list[tuple[str, str, tuple[str, ...]]] = []
     for k, cond in enumerate(data.get("conditional", ())):
         try:
             op, attr, values = cond["op"], cond["attr"], tuple(str(v) for v in cond["values"])
@@ -231,7 +230,8 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
     loss_outputs, fp32_params = _contrib_tables(data, path)
     _check_ops(set(seen) | set(index_inputs) | reuse | set(loss_outputs) | set(fp32_params or ()),
                str(path))
-    return OpPolicy(target_dtype, *(frozenset(cats[c]) for c in cats), tuple(conditional),
+    return OpPolicy(target_dtype, frozenset(cats[Category.TARGET]), frozenset(cats[Category.FP32]),
+                    frozenset(cats[Category.WIDEST]), frozenset(cats[Category.FOLLOW]), tuple(conditional),
                     patterns, MappingProxyType(index_inputs), MappingProxyType(reasons), reuse,
                     loss_outputs, fp32_params)
 
@@ -258,7 +258,7 @@ def _reuse_casts(data: dict, path: Path) -> frozenset[str]:
     return frozenset(table.get("ops", ()))
 
 
-def _names(value, what: str) -> list[str]:
+def _names(value: object, what: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str) or not isinstance(value, Iterable):
@@ -434,7 +434,7 @@ def _check_conditions(conds: Iterable[tuple[str, str, tuple[str, ...]]]) -> None
                             f"{', '.join(sorted(params))})")
         choices = _attr_choices(params[attr])
         wrong = [v for v in values if choices is not None and v not in choices]
-        if wrong:
+        if wrong and choices is not None:
             raise ListError(f"conditional_fp32_ops ({op!r}, {attr!r}, ...): {attr} never takes "
                             f"{', '.join(map(repr, wrong))} (its values: "
                             f"{', '.join(map(repr, sorted(choices)))})")

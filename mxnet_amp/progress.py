@@ -56,7 +56,7 @@ def watch_growth(path: str, bar: tqdm, interval: float = 0.2) -> Iterator[None]:
     """While the block runs, advance ``bar`` to the size of the file ``path`` grows to."""
     stop = threading.Event()
 
-    def poll():
+    def poll() -> None:
         seen = 0
         while not stop.wait(interval):
             try:

@@ -9,7 +9,7 @@ import ctypes
 from array import array
 from functools import lru_cache
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from .dtypes import MX_CODE, MX_NAME
 from .errors import InferenceFailed, error_text
@@ -20,7 +20,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 __all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names", "infer_types", "InferenceFailed"]
 
 
-def _lib():
+def _lib() -> Any:
     from mxnet.base import _LIB
     return _LIB
 
@@ -109,4 +109,5 @@ def infer_types(sym: Symbol, known: Mapping[str, str]
         from mxnet.base import py_str
         message = py_str(_lib().MXGetLastError())
         raise InferenceFailed(error_text(message))
-    return tuple([MX_NAME.get(datas[j][i]) for i in range(sizes[j].value)] for j in range(3))
+    args, outs, auxs = ([MX_NAME.get(datas[j][i]) for i in range(sizes[j].value)] for j in range(3))
+    return args, outs, auxs

@@ -11,7 +11,7 @@ import json
 import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
@@ -112,7 +112,7 @@ class ConversionReport:
     excluded: tuple[str, ...] = ()
     fallbacks: tuple[tuple[str, str], ...] = ()
     unlisted_ops: tuple[str, ...] = ()
-    extra: Mapping[str, object] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
     folded_batchnorms: tuple[str, ...] = ()
     kept_batchnorms: tuple[tuple[str, str], ...] = ()
     input_model: Mapping[str, object] | None = None
@@ -239,7 +239,7 @@ def _itemsize(dtype: str) -> int:
     return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
 
 
-def _stats_of(dtype_shapes) -> ParamStats:
+def _stats_of(dtype_shapes: Iterable[tuple[str, tuple[int, ...]]]) -> ParamStats:
     """Count and bytes per dtype of ``(dtype name, shape)`` pairs."""
     by: dict[str, dict[str, int]] = {}
     total = count = 0
@@ -253,12 +253,10 @@ def _stats_of(dtype_shapes) -> ParamStats:
     return ParamStats(count, total, by)
 
 
-def _param_stats(arrays: Mapping | None, dtypes: Mapping[str, str] | None) -> ParamStats | None:
+def _param_stats(arrays: Mapping | None, dtypes: Mapping[str, str | None]) -> ParamStats:
     """Stats from arrays when given, else from a name -> dtype mapping (no bytes)."""
     if arrays is not None:
         return _stats_of((dtype_name(v.dtype), v.shape) for v in arrays.values())
-    if dtypes is None:
-        return None
     counts = Counter(d for d in dtypes.values() if d is not None)
     return ParamStats(sum(counts.values()), None, {d: {"count": n, "bytes": None} for d, n in counts.items()})
 
@@ -274,7 +272,7 @@ def _fp32_reason(name: str, decision: Decision | None, fallbacks: Mapping[str, s
     if name in fallbacks:
         return "fell back: " + fallbacks[name].split(";")[0][:160]
     category = decision.category if decision else None
-    if category is Category.FP32:
+    if decision is not None and category is Category.FP32:
         return decision.reason
     if category is Category.WIDEST:
         return "widest op: the widest of its inputs is float32"
@@ -283,8 +281,9 @@ def _fp32_reason(name: str, decision: Decision | None, fallbacks: Mapping[str, s
     return f"{category.value if category else 'unknown'} op computes in float32"
 
 
-def _params_before_after(conversion, arg_params, aux_params, new_arg_params,
-                         new_aux_params) -> tuple[ParamStats, ParamStats]:
+def _params_before_after(conversion: Conversion, arg_params: Mapping | None,
+                         aux_params: Mapping | None, new_arg_params: Mapping | None,
+                         new_aux_params: Mapping | None) -> tuple[ParamStats, ParamStats]:
     """Param stats before and after the conversion (from the arrays where given, else from
     the dtypes the conversion recorded)."""
     before_arrays = None if arg_params is None and aux_params is None else {
@@ -339,7 +338,7 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
     result = conversion.result
     original: Graph = conversion.original
     excluded_set = set(excluded) if excluded is not None else set(conversion.excluded)
-    fallbacks = {}
+    fallbacks: dict[str, str] = {}
     for name, why in result.fallbacks:
         fallbacks.setdefault(name, why)
     by_op: dict[str, Counter] = {}
@@ -409,7 +408,7 @@ WEIGHT_CAST_HINT = ("{n} of the amp_casts convert weights at every run; cast_opt
                     "(--cast-optional-params) stores them converted")
 
 
-def _fmt(x, spec: str = ".3g") -> str:
+def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "?" if x is None else format(x, spec)
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from .errors import InputShapeError, ParamError, error_text
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node
+from .passes.kernel import Outputs, Rewriter
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -62,11 +63,11 @@ def _ints(text: str | None) -> tuple[int, ...]:
     return tuple(int(v) for v in re.findall(r"-?\d+", text or ""))
 
 
-def _reader_guess(node: Node, given: Mapping[str, tuple], graph: Graph):
+def _reader_guess(node: Node, given: Mapping[str, tuple],
+                  graph: Graph) -> tuple[tuple[int, ...], bool] | None:
     """``(shape, rank_is_certain)`` a reader proves of its data input, or None."""
     attrs = node.attrs
-    weight = graph.nodes[node.inputs[1].node].name if len(node.inputs) > 1 else None
-    w = given.get(weight)
+    w = given.get(graph.nodes[node.inputs[1].node].name) if len(node.inputs) > 1 else None
     unknown = _unknown()
     if node.op in ("Convolution", "Deconvolution") and w is not None:
         kernel = _ints(attrs.get("kernel"))
@@ -91,7 +92,9 @@ def _guess_input_shapes(graph: Graph, data: list[str], given: Mapping[str, tuple
             start = graph.index_of(name)
         except KeyError:
             continue
-        certain, loose, other = set(), set(), False
+        certain: set[tuple[int, ...]] = set()
+        loose: set[tuple[int, ...]] = set()
+        other = False
         stack, seen = [start], {start}
         while stack:
             for j, pos in consumers[stack.pop()]:
@@ -113,13 +116,13 @@ def _guess_input_shapes(graph: Graph, data: list[str], given: Mapping[str, tuple
     return guesses
 
 
-def _input_names(sym) -> list[str]:
+def _input_names(sym: Symbol) -> list[str]:
     """``sym``'s arguments, then its aux states (each list costs a walk of the graph in MXNet:
     callers keep it)."""
-    return sym.list_arguments() + sym.list_auxiliary_states()
+    return list(sym.list_arguments()) + list(sym.list_auxiliary_states())
 
 
-def _infer(sym, shapes: Mapping[str, tuple], names: list[str] | None = None) -> dict:
+def _infer(sym: Symbol, shapes: Mapping[str, tuple], names: list[str] | None = None) -> dict:
     """``{input name: shape}`` by MXNet's partial inference (unknown dims as reported);
     raises MXNetError on a contradiction. ``names``: :func:`_input_names` of ``sym``."""
     if names is None:
@@ -153,7 +156,8 @@ def _pooled_shape(graph: Graph, node: Node, shapes: Mapping[str, tuple]) -> tupl
     return (shape[0], shape[1]) + (unknown,) * (len(shape) - 2)
 
 
-def _cut(graph: Graph, name: str, given: Mapping[str, tuple], shapes: Mapping[str, tuple]):
+def _cut(graph: Graph, name: str, given: Mapping[str, tuple],
+         shapes: Mapping[str, tuple]) -> tuple[Graph, dict[str, tuple]] | None:
     """``(graph, input shapes)`` letting inference go on past node ``name``, whose shape
     function stopped on an unknown dimension; None when it cannot.
 
@@ -171,12 +175,37 @@ def _cut(graph: Graph, name: str, given: Mapping[str, tuple], shapes: Mapping[st
     guess = _reader_guess(node, given, graph) if node.op == "FullyConnected" else None
     cut_name = name + "__shape_check_cut"
     if guess is None:
-        nodes = list(graph.nodes)
-        nodes[i] = Node("null", cut_name, (), {}, (), {})
         shape = _pooled_shape(graph, node, shapes) if node.op == "Pooling" else None
-        return (Graph(tuple(nodes), graph.heads + node.inputs, graph.attrs),
+        return (_ShapeCut(graph, {i: cut_name}, as_input=True).run(i),
                 {cut_name: shape} if shape else {})
     return _fresh_inputs(graph, {i: cut_name}), {cut_name: guess[0]}
+
+
+class _ShapeCut(Rewriter):
+    """Cuts for shape inference (see :func:`_cut`): node ``i`` of ``readers`` becomes a
+    variable ``readers[i]`` (``as_input``), or reads its first input from a new variable
+    ``readers[i]`` inserted just before it; what it read becomes an output either way."""
+
+    name = "shape_check_cut"
+
+    def __init__(self, graph: Graph, readers: Mapping[int, str], as_input: bool = False) -> None:
+        super().__init__(graph)
+        self.readers, self.as_input = readers, as_input
+        self.read: list[Entry] = []
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        name = self.readers.get(i)
+        if name is None:
+            return super().rewrite_node(i, node)
+        inputs = self.inputs(node)
+        self.read.extend(inputs if self.as_input else inputs[:1])
+        variable = self.emit(Node("null", name, (), {}, (), {}))
+        if self.as_input:
+            return variable
+        return self.emit(node._replace(inputs=(Entry(variable, 0, 0),) + inputs[1:]))
+
+    def heads(self) -> list[Entry]:
+        return super().heads() + self.read
 
 
 def _fresh_inputs(graph: Graph, readers: Mapping[int, str]) -> Graph:
@@ -184,23 +213,16 @@ def _fresh_inputs(graph: Graph, readers: Mapping[int, str]) -> Graph:
     ``readers[i]`` (inserted just before it); what it read before becomes an output."""
     # nodes before the first reader keep their index and are shared (a cut near the
     # output of a 100k-node graph then rebuilds only what follows it)
-    first = min(readers)
-    new_index: list[int] = list(range(first))
-    nodes: list[Node] = list(graph.nodes[:first])
-    heads = []
-    for i in range(first, len(graph.nodes)):
-        node = graph.nodes[i]
-        inputs = node.inputs
-        if any(new_index[e.node] != e.node for e in inputs):
-            inputs = tuple(e._replace(node=new_index[e.node]) for e in inputs)
-        if i in readers:
-            heads.append(inputs[0])
-            nodes.append(Node("null", readers[i], (), {}, (), {}))
-            inputs = (Entry(len(nodes) - 1, 0, 0),) + inputs[1:]
-        new_index.append(len(nodes))
-        nodes.append(node if inputs is node.inputs else node._replace(inputs=inputs))
-    heads = [e._replace(node=new_index[e.node]) for e in graph.heads] + heads
-    return Graph(tuple(nodes), tuple(heads), graph.attrs)
+    return _ShapeCut(graph, readers).run(min(readers))
+
+
+class _PoolsAsCopies(Rewriter):
+    name = "pools_as_copies"
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        if _windowed_pool(node):
+            return self.emit(Node("_copy", node.name, self.inputs(node)[:1], {}, (), {}))
+        return super().rewrite_node(i, node)
 
 
 def _pools_as_copies(graph: Graph) -> Graph:
@@ -209,13 +231,8 @@ def _pools_as_copies(graph: Graph) -> Graph:
     While the spatial size is unknown a pooling's output is its input's batch and channels
     with unknown spatial dimensions, which a copy gives too; MXNet's own Pooling shape
     function instead stops on the unknown size (each stop costs a rebuilt graph)."""
-    nodes = list(graph.nodes)
-    for i, node in enumerate(nodes):
-        if _windowed_pool(node):
-            nodes[i] = Node("_copy", node.name, node.inputs[:1], {}, (), {})
-    if all(a is b for a, b in zip(nodes, graph.nodes)):
-        return graph
-    return Graph(tuple(nodes), graph.heads, graph.attrs)
+    first = next((i for i, node in enumerate(graph.nodes) if _windowed_pool(node)), None)
+    return graph if first is None else _PoolsAsCopies(graph).run(first)
 
 
 def _windowed_pool(node: Node) -> bool:
@@ -248,7 +265,7 @@ class _Checker:
     """Shape inference on a graph, going past nodes whose shape function stops on an
     unknown dimension (see :func:`_cut`); the cuts are kept for later calls."""
 
-    def __init__(self, graph: Graph, sym, given: Mapping[str, tuple], *, strict: bool = False,
+    def __init__(self, graph: Graph, sym: Symbol | None, given: Mapping[str, tuple], *, strict: bool = False,
                  cut_shapes: Mapping[str, tuple] | None = None,
                  names: list[str] | None = None) -> None:
         # strict: the input shapes are all known, so every failure is a contradiction;
@@ -318,7 +335,7 @@ class _Checker:
         return hi - 1
 
 
-def _show(shape) -> str:
+def _show(shape: tuple | None) -> str:
     if shape is None:
         return "another shape"
     unknown = _unknown()
@@ -342,12 +359,12 @@ def _readers(graph: Graph, name: str) -> str:
     return ", ".join(users) or "no node"
 
 
-def _param_error(graph, name, have, want, context: str, blame: str = "") -> ParamError:
-    err = ParamError(f"param {name!r} has shape {tuple(have)} but the symbol expects "
-                     f"{_show(want)} there{context} (read by {_readers(graph, name)}){blame}")
-    err.param, err.found, err.expected = name, tuple(have), want
-    err.input_shapes = bool(context)   # the given input shapes may be what is wrong
-    return err
+def _param_error(graph: Graph, name: str, have: Sequence[int], want: tuple | None, context: str,
+                 blame: str = "") -> ParamError:
+    # input_shapes: the given input shapes may be what is wrong
+    return ParamError(f"param {name!r} has shape {tuple(have)} but the symbol expects "
+                      f"{_show(want)} there{context} (read by {_readers(graph, name)}){blame}",
+                      param=name, found=tuple(have), expected=want, input_shapes=bool(context))
 
 
 def input_shapes(data_shapes: Mapping | Sequence | None, shapes_from: str = "data_shapes") -> dict[str, tuple[int, ...]]:
@@ -366,7 +383,7 @@ def input_shapes(data_shapes: Mapping | Sequence | None, shapes_from: str = "dat
             raise InputShapeError(f"{shapes_from}: expected {{name: shape}} or [(name, shape), "
                                   f"...] as Module.bind takes, got {item!r}") from None
         if not shape or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
-                                and d > 0 for d in shape):
+                                and int(d) > 0 for d in shape):
             raise InputShapeError(f"{shapes_from}: the shape of {name!r} must be a tuple of "
                                   f"positive integers, got {item[1]!r}")
         known[str(name)] = tuple(int(d) for d in shape)
@@ -374,7 +391,7 @@ def input_shapes(data_shapes: Mapping | Sequence | None, shapes_from: str = "dat
 
 
 def check_param_shapes(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
-                       data_shapes: Mapping[str, tuple] | None = None, *,
+                       data_shapes: Mapping[str, Sequence[int]] | None = None, *,
                        graph: Graph | None = None, shapes_from: str = "data_shapes",
                        input_names: list[str] | None = None) -> None:
     """Raise :class:`ParamError` when a param's shape contradicts the symbol.
@@ -412,8 +429,9 @@ def check_param_shapes(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                             input_names)
 
 
-def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_from,
-                        input_names=None) -> None:
+def _check_param_shapes(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
+                        data_shapes: Mapping[str, Sequence[int]] | None, graph: Graph | None,
+                        shapes_from: str, input_names: list[str] | None = None) -> None:
     import mxnet as mx
     if graph is None:
         from .io import graph_from_symbol
@@ -435,9 +453,9 @@ def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_
     try:
         checker.infer(known)
     except mx.base.MXNetError as err:
-        names = list(known)
-        k = checker.first_breaking({}, names, known)
-        raise InputShapeError(f"input {names[k]!r} of shape {known[names[k]]} ({shapes_from}) "
+        known_names = list(known)
+        k = checker.first_breaking({}, known_names, known)
+        raise InputShapeError(f"input {known_names[k]!r} of shape {known[known_names[k]]} ({shapes_from}) "
                               f"does not fit the symbol: {error_text(err)}") from None
     try:
         _check_against(checker, graph, known, order, given,
@@ -449,7 +467,7 @@ def _check_param_shapes(sym, arg_params, aux_params, data_shapes, graph, shapes_
         raise
 
 
-def _check_params_alone(graph: Graph, sym, given: Mapping, order: list[str], data: list[str],
+def _check_params_alone(graph: Graph, sym: Symbol, given: Mapping, order: list[str], data: list[str],
                         inputs: list[str]) -> None:
     """The params against each other, the model inputs given what their readers prove.
 
@@ -526,6 +544,8 @@ def _doubt_at(checker: _Checker, sized: Mapping, given: Mapping, order: list[str
         inferred = checker.infer({**sized, **given})
     except mx.base.MXNetError as err:
         return error_text(err)
+    if inferred is None:   # nothing can be told: no doubt to report
+        return None
     unknown = _unknown()
     for name in order:
         if not _fits(inferred.get(name), given[name], unknown):
@@ -542,7 +562,7 @@ def _size_hint(text: str, tried: int) -> int | None:
     """The one size other than ``tried`` that the shapes in an MXNet message name (a map's
     from its third dimension on, a weight matrix's all), or None: where a layer pins the
     input size, its contradiction says which size it wants."""
-    sizes = set()
+    sizes: set[int] = set()
     for m in _SHAPE_IN_TEXT.finditer(text):
         dims = _ints(m.group(1))
         sizes.update(dims[2:] if len(dims) > 2 else dims)

@@ -43,8 +43,8 @@ def verify_graph(graph: Graph, *, cast_chains: bool = False) -> Graph:
                 raise GraphCheckError(_message(g, i, problem))
             stack.extend(node.subgraphs)
         for k, e in enumerate(g.heads):
-            if not 0 <= e.node < len(g.nodes) or e.index < 0:
-                raise GraphCheckError(f"head {k} reads node {e.node} output {e.index}, "
+            if not 0 <= e.node < len(g.nodes) or e.output < 0:
+                raise GraphCheckError(f"head {k} reads node {e.node} output {e.output}, "
                                       f"but the graph has {len(g.nodes)} nodes")
     return graph
 
@@ -62,8 +62,8 @@ def _node_problem(g: Graph, i: int, cast_chains: bool) -> str | None:
     """Why node ``i`` breaks a rule, or None."""
     node = g.nodes[i]
     for pos, e in enumerate(node.inputs):
-        if not 0 <= e.node < len(g.nodes) or e.index < 0:
-            return f"input {pos} reads node {e.node} output {e.index}, which does not exist"
+        if not 0 <= e.node < len(g.nodes) or e.output < 0:
+            return f"input {pos} reads node {e.node} output {e.output}, which does not exist"
         if e.node >= i:
             return f"input {pos} reads node {e.node}, which comes later (not topological order)"
     if node.op == "amp_cast":
@@ -86,6 +86,6 @@ def _message(g: Graph, i: int, problem: str) -> str:
     lines = [f"node {i} {g.nodes[i].name!r} ({g.nodes[i].op}): {problem}"]
     for j in range(lo, hi):
         n = g.nodes[j]
-        ins = ", ".join(f"{e.node}:{e.index}" for e in n.inputs)
+        ins = ", ".join(f"{e.node}:{e.output}" for e in n.inputs)
         lines.append(f"{'>' if j == i else ' '} {j:4d} {n.name} = {n.op}({ins})")
     return "\n".join(lines)

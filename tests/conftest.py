@@ -23,7 +23,7 @@ def native_bf16():
 
 @pytest.fixture(scope="module")
 def verified_passes():
-    """Every graph pass the conversion and emulation run is checked by verify_graph."""
+    """Counts the checks the pass runner makes (each pass checks its own output graph)."""
     from helpers import VerifiedPasses
     mp = pytest.MonkeyPatch()
     try:

@@ -143,30 +143,20 @@ def assert_dtype_tags(sym, arg_params, aux_params):
 
 
 class VerifiedPasses:
-    """Runs :func:`mxnet_amp.verify.verify_graph` on what each graph pass returns, for the
-    tests of the conversion and emulation passes (installed by the ``verified_passes`` fixture)."""
+    """Counts the postcondition checks (:func:`mxnet_amp.verify.verify_graph`) that the pass
+    runner (:class:`mxnet_amp.passes.kernel.GraphPass`) makes: every pass checks its own
+    output, so tests no longer wrap pass functions; this only observes that it happens."""
 
     def __init__(self, monkeypatch):
-        import mxnet_amp.convert as convert
-        import mxnet_amp.emulation as emulation
+        import mxnet_amp.passes.kernel as kernel
         from mxnet_amp.verify import verify_graph
         self.calls = 0
 
-        def checked(fn, get_graph, **kw):
-            def run_and_verify(*args, **kwargs):
-                out = fn(*args, **kwargs)
-                verify_graph(get_graph(out), **kw)
-                self.calls += 1
-                return out
-            return run_and_verify
+        def counted(graph, **kw):
+            self.calls += 1
+            return verify_graph(graph, **kw)
 
-        monkeypatch.setattr(convert, "insert_casts", checked(convert.insert_casts, lambda r: r.graph))
-        monkeypatch.setattr(convert, "tag_param_dtypes", checked(convert.tag_param_dtypes, lambda g: g))
-        # emulation's round trips amp_cast(amp_cast(x, low), float32) are chains on purpose
-        monkeypatch.setattr(emulation, "emulate_graph",
-                            checked(emulation.emulate_graph, lambda g: g, cast_chains=True))
-        monkeypatch.setattr(emulation, "fold_param_casts",
-                            checked(emulation.fold_param_casts, lambda r: r[0], cast_chains=True))
+        monkeypatch.setattr(kernel, "verify_graph", counted)
 
 
 def op_compute_dtypes(sym, data_names) -> dict:
@@ -187,7 +177,7 @@ def op_compute_dtypes(sym, data_names) -> dict:
     for i, node in enumerate(graph.nodes):
         if node.is_variable or node.op in CAST_OPS:
             continue
-        ins = [outs[e.node][e.index] for e in node.inputs]
+        ins = [outs[e.node][e.output] for e in node.inputs]
         floats = [d for d in ins if d is not None and is_float(d)]
         floats = floats or [d for d in outs[i] if d is not None and is_float(d)]
         found[node.name] = floats[0] if floats else None

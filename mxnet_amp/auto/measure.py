@@ -3,7 +3,7 @@ outputs judged against the float32 reference."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -144,10 +144,10 @@ def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
                        rel_max, flips, rows)
 
 
-def _offending(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits,
-               underflow_fraction: float):
+def offending_tensors(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits,
+                      underflow_fraction: float) -> list[tuple[tuple[int, int], str, float]]:
     """``(key, reason, value)`` for each tensor out of range, in graph order."""
-    found = []
+    found: list[tuple[tuple[int, int], str, float]] = []
     for key in sorted(stats):
         r = stats[key]
         # inf and nan from the float32 run count too (tensor_range's max_abs is nan when
@@ -159,18 +159,20 @@ def _offending(stats: Mapping[tuple[int, int], TensorRange], limits: DtypeLimits
     return found
 
 
-def _reference_ranges(original: Graph, keys, outs, inputs, params, limits):
+def reference_ranges(original: Graph, keys: Sequence[tuple[int, int]], outs: Sequence[np.ndarray],
+                      inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], limits: DtypeLimits
+                      ) -> tuple[list[np.ndarray], dict[tuple[int, int], TensorRange]]:
     """The float32 reference outputs and the range of every float tensor (op outputs from
     the instrumented run, model inputs and weights as given)."""
     by_key = dict(zip(keys, outs))
-    reference = [by_key[(e.node, e.index)] for e in original.heads]
+    reference = [by_key[(e.node, e.output)] for e in original.heads]
     stats: dict[tuple[int, int], TensorRange] = {}
     for key, value in by_key.items():
         if value.dtype.kind == "f":
             stats[key] = tensor_range(value, limits)
     for i, node in enumerate(original.nodes):
         if node.is_variable:
-            value = inputs[node.name] if node.name in inputs else params.get(node.name)
-            if value is not None and np.dtype(value.dtype).kind == "f":
-                stats[(i, 0)] = tensor_range(value, limits)
+            given = inputs[node.name] if node.name in inputs else params.get(node.name)
+            if given is not None and np.dtype(given.dtype).kind == "f":
+                stats[(i, 0)] = tensor_range(given, limits)
     return reference, stats

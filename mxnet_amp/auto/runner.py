@@ -3,7 +3,7 @@ emulated), execution counting and the per-configuration cache."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -17,14 +17,15 @@ from .records import AutoSettings, OutputCheck, SearchStep
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
     from mxnet.symbol import Symbol
+    from tqdm import tqdm
 
 
-class _Runs:
+class Runs:
     """Executes configurations, counts executions, caches check results per exclusion set."""
 
     def __init__(self, *, sym: Symbol, arg_params: dict, aux_params: dict, inputs: dict,
                  ctx: Context, options: ConvertOptions, data_names: Sequence[str],
-                 settings: AutoSettings, execution: str, progress) -> None:
+                 settings: AutoSettings, execution: str, progress: tqdm) -> None:
         self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
         self.inputs, self.ctx = inputs, ctx
         self.options, self.data_names = options, list(data_names)
@@ -67,7 +68,7 @@ class _Runs:
             auxs = recast_params(auxs, conversion.aux_dtypes, sequential=True)
         return sym, args, auxs, conversion
 
-    def forward(self, sym, arg_params, aux_params) -> list[np.ndarray]:
+    def forward(self, sym: Symbol, arg_params: Mapping, aux_params: Mapping) -> list[np.ndarray]:
         """One model execution. Through a CachedOp, as Gluon runs models: ``Symbol.bind``
         applies MXNet 1.9's MKLDNN subgraph fusion, which returns wrong values for a fused
         FullyConnected+relu when both outputs are graph outputs (the instrumented run)."""
@@ -92,7 +93,8 @@ class _Runs:
         self.executions += 1
         self.progress.update(1)
 
-    def run_reference(self, instrumented_sym) -> list[np.ndarray]:
+    def run_reference(self, instrumented_sym: Symbol) -> list[np.ndarray]:
+        """Run the instrumented float32 model once (every used tensor an output)."""
         outs = self.forward(instrumented_sym, self.arg_params, self.aux_params)
         self.steps.append(SearchStep("reference", 0, None, None, None))
         return outs
@@ -104,18 +106,19 @@ class _Runs:
             return hit.passed, hit.tolerance_ratio, hit.max_abs_error
         sym, args, auxs, conversion = self.convert(excluded)
         if self.execution == "emulated":
-            from ..emulation import emulate_model
+            from ..emulation import emulate_conversion
             # no param copies: each check emulates once and runs once, so rounding weights
-            # in the graph costs what rounding them ahead would, without holding a copy
-            sym, args, auxs = emulate_model(sym, args, auxs, input_dtypes=self.input_dtypes(),
-                                            stored_dtypes={**conversion.arg_dtypes,
-                                                           **conversion.aux_dtypes})
+            # in the graph costs what rounding them ahead would, without holding a copy; the
+            # conversion's record gives the graph and every dtype (no inference again)
+            sym, args, auxs = emulate_conversion(conversion, args, auxs, self.input_dtypes())
         outs = self.forward(sym, args, auxs)
-        result = check_outputs(self.reference, outs, self.target_dtype, self.tolerance,
+        assert self.reference is not None, "run_reference first"
+        reference = self.reference
+        result = check_outputs(reference, outs, self.target_dtype, self.tolerance,
                                self.rtol, self.atol)
         if self.validate is not None:
             result = replace(result, criterion="validate",
-                             passed=bool(self.validate([r.copy() for r in self.reference], outs)))
+                             passed=bool(self.validate([r.copy() for r in reference], outs)))
         self.results[excluded] = result
         self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
                                      result.max_abs_error, result.relative_error,
@@ -124,11 +127,13 @@ class _Runs:
         return result.passed, result.tolerance_ratio, result.max_abs_error
 
     def input_dtypes(self) -> dict[str, str]:
+        """The sample inputs' dtype names."""
         from ..dtypes import dtype_name
         return {k: dtype_name(v.dtype) for k, v in self.inputs.items()}
 
 
-def _context(ctx):
+def context_of(ctx: object) -> Context:
+    """``ctx`` checked (None: the CPU); TypeError for anything but an mx.Context."""
     import mxnet as mx
     if ctx is None:
         return mx.cpu()
@@ -137,7 +142,7 @@ def _context(ctx):
     return ctx
 
 
-def _execution_mode(target_dtype: str, ctx, execution: str) -> tuple[str, str | None]:
+def execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str, str | None]:
     """``('native'|'emulated', note)``; ``execution='auto'`` picks native where it runs."""
     from ..hardware import bf16_runs_natively, fp16_runs_natively
     if execution not in ("auto", "native", "emulated"):

@@ -11,10 +11,13 @@ from ..dtypes import LOW_PRECISION
 from ..graph import CAST_OPS, Entry, Graph
 from ..io import graph_to_symbol
 from ..policy import Category
-from .measure import _offending, _reference_ranges
-from .records import DTYPE_LIMITS, AutoSettings, KeptNode
+from .measure import offending_tensors, reference_ranges
+from .records import DTYPE_LIMITS, AutoSettings, DtypeLimits, KeptNode, TensorRange
 from ..passes.expose_outputs import expose_outputs
-from .runner import _Runs
+from .runner import Runs
+
+# each float tensor's range in the float32 reference run, by (node, output)
+Stats = Mapping[tuple[int, int], TensorRange]
 
 
 def _tensor_name(graph: Graph, key: tuple[int, int]) -> str:
@@ -43,12 +46,12 @@ def _low_holders(original: Graph, converted: Graph,
     names = {n.name for n in original.nodes}
     holders: dict[tuple[str, int], set[str]] = {}
 
-    def source(e: Entry):
+    def source(e: Entry) -> tuple[tuple[str, int], str | None, bool]:
         node = converted.nodes[e.node]
         if node.op in CAST_OPS and node.name not in names:
-            src = node.inputs[0] if node.op == "amp_cast" else node.inputs[e.index]
-            return (converted.nodes[src.node].name, src.index), dtypes[e.node][e.index], True
-        return (node.name, e.index), dtypes[e.node][e.index], False
+            src = node.inputs[0] if node.op == "amp_cast" else node.inputs[e.output]
+            return (converted.nodes[src.node].name, src.output), dtypes[e.node][e.output], True
+        return (node.name, e.output), dtypes[e.node][e.output], False
 
     for j, node in enumerate(converted.nodes):
         if node.is_variable or node.name not in names:
@@ -63,10 +66,11 @@ def _low_holders(original: Graph, converted: Graph,
     return holders
 
 
-def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fraction,
+def _range_exclusions(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits,
+                      underflow_fraction: float,
                       user_excluded: frozenset) -> tuple[frozenset, dict[str, KeptNode]]:
     """Grow the exclusion set until no out of range tensor is held in low precision."""
-    offending = _offending(stats, limits, underflow_fraction)
+    offending = offending_tensors(stats, limits, underflow_fraction)
     excluded = set(user_excluded)
     kept: dict[str, KeptNode] = {}
     ops = {n.name: n.op for n in original.nodes}
@@ -95,7 +99,7 @@ def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fra
     return frozenset(excluded), kept
 
 
-def _holders_of(conversion: Conversion):
+def _holders_of(conversion: Conversion) -> dict[tuple[str, int], set[str]]:
     # the dtype of every tensor of the converted graph, as the pass gave it
     tensor = conversion.result.tensor_dtypes
     used = conversion.graph.num_used_outputs()
@@ -104,12 +108,13 @@ def _holders_of(conversion: Conversion):
     return _low_holders(conversion.original, conversion.graph, dtypes, conversion.result.categories)
 
 
-def _low_nodes(conversion: Conversion) -> list[str]:
+def low_nodes(conversion: Conversion) -> list[str]:
+    """The original graph's nodes the conversion runs in low precision."""
     return [n.name for n in conversion.original.nodes if not n.is_variable
             and conversion.result.node_dtypes.get(n.name) in LOW_PRECISION]
 
 
-def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
+def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
                      notes: list[str]) -> tuple[frozenset, dict[str, KeptNode]]:
     """Bisect for the nodes whose low precision breaks validation (module doc, step 4).
 
@@ -123,7 +128,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
         return max((stats[(i, k)].subnormal for k in range(used[i]) if (i, k) in stats), default=0.0)
 
     _, _, _, conversion = runs.convert(base)
-    cands = sorted(_low_nodes(conversion), key=lambda n: (-suspicion(n), index[n]))
+    cands = sorted(low_nodes(conversion), key=lambda n: (-suspicion(n), index[n]))
     ops = {n.name: n.op for n in original.nodes}
     kept: dict[str, KeptNode] = {}
     found: list[str] = []
@@ -131,7 +136,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
     def config(prefix: int) -> frozenset:
         return base | frozenset(found) | frozenset(cands[:prefix])
 
-    def undecided(prefix: int):
+    def undecided(prefix: int) -> tuple[frozenset, dict[str, KeptNode]]:
         """Out of budget: keep the candidates not yet cleared in float32 (that passed)."""
         notes.append(f"the execution budget ({runs.max_executions}) ran out during the accuracy "
                      f"search; kept {prefix} undecided candidates in float32")
@@ -172,7 +177,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
         lo, hi = 0, len(cands)
 
 
-def _search(runs: _Runs, original: Graph, stats, limits, underflow_fraction: float,
+def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, underflow_fraction: float,
             user_excluded: frozenset, notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...]]:
     """Steps 2-4 of the module doc: the exclusion set to return and why each node is in it."""
     # 2. nodes holding out of range tensors in low precision: float32 (no execution)
@@ -190,14 +195,14 @@ def _search(runs: _Runs, original: Graph, stats, limits, underflow_fraction: flo
     return excluded, tuple(kept_nodes)
 
 
-def _reference_and_search(runs: _Runs, original: Graph, settings: AutoSettings,
+def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings,
                           notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...], bool]:
     """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite)``."""
     limits = DTYPE_LIMITS[runs.target_dtype]
     # 1. one float32 run with every op output: reference and per-tensor ranges
     probe, keys = expose_outputs(original)
     outs = runs.run_reference(graph_to_symbol(probe))
-    runs.reference, stats = _reference_ranges(original, keys, outs, runs.inputs,
+    runs.reference, stats = reference_ranges(original, keys, outs, runs.inputs,
                                               {**runs.arg_params, **runs.aux_params}, limits)
     del outs
     reference_finite = all(np.isfinite(r).all() for r in runs.reference)

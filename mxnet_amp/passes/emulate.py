@@ -4,13 +4,14 @@ converted graph holds in low precision (the numerics are described in
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..dtypes import LOW_PRECISION, MX_CODE
 from ..graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
 from .infer_dtypes import infer_dtypes
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["emulate_graph", "ROUNDINGS", "BIAS_ROUNDINGS"]
+__all__ = ["emulate_graph", "EmulateGraph", "ROUNDINGS", "BIAS_ROUNDINGS"]
 
 # how each low precision op output is rounded (module doc): the dtype's own rounding, or
 # MXNet 1.9.1's CPU kernels (bfloat16 ops outside oneDNN truncate)
@@ -49,7 +50,7 @@ def _check_rounding(rounding: str, bias_rounding: str = "auto") -> None:
         raise ValueError(f"bias_rounding must be one of {BIAS_ROUNDINGS}, got {bias_rounding!r}")
 
 
-def _truncates(node: Node, dtype: str, rounding: str) -> bool:
+def _truncates(node: Node, dtype: str | None, rounding: str) -> bool:
     """Whether ``node``'s ``dtype`` output is truncated rather than rounded (module doc)."""
     return rounding == "mxnet-cpu" and dtype == "bfloat16" and node.op not in _ONEDNN_BF16_OPS
 
@@ -80,68 +81,110 @@ def emulate_graph(graph: Graph, var_dtypes: Mapping[str, str], rounding: str = "
     MXNet's GPU kernels: the product rounded, then the bias added and the sum rounded;
     bfloat16 as oneDNN: the sum rounded once), ``'separate'`` or ``'fused'`` for every dtype.
     """
-    _check_rounding(rounding, bias_rounding)
-    dtypes = infer_dtypes(graph, var_dtypes)
-    used = graph.num_used_outputs()
-    builder = GraphBuilder()
-    builder.names.update(n.name for n in graph.nodes)
-    env: list[list[Entry]] = []
-    for i, node in enumerate(graph.nodes):
+    return EmulateGraph(var_dtypes, rounding, keep_low_variables, round_low_variables,
+                        bias_rounding=bias_rounding)(graph).graph
+
+
+class EmulateGraph(GraphPass[None]):
+    """:func:`emulate_graph` as a pass (its output holds round trips: cast chains on purpose)."""
+
+    name = "emulate_graph"
+    cast_chains = True
+
+    def __init__(self, var_dtypes: Mapping[str, str], rounding: str = "nearest",
+                 keep_low_variables: bool = False, round_low_variables: bool = False, *,
+                 node_dtypes: Sequence[tuple[str | None, ...]] | None = None,
+                 bias_rounding: str = "auto", verify: bool = True) -> None:
+        # node_dtypes: each node's output dtypes where the caller knows them already (the
+        # conversion's record); else MXNet's type inference gives them (infer_dtypes)
+        super().__init__(verify=verify)
+        _check_rounding(rounding, bias_rounding)
+        self.node_dtypes, self.bias_rounding = node_dtypes, bias_rounding
+        self.var_dtypes, self.rounding = var_dtypes, rounding
+        self.keep_low_variables, self.round_low_variables = keep_low_variables, round_low_variables
+
+    def call(self, graph: Graph) -> PassResult[None]:
+        """Run the pass on ``graph`` (see the class)."""
+        return PassResult(_Emulator(graph, self).run(), None, True)
+
+
+class _Emulator(Rewriter):
+    name = "emulate_graph"
+
+    def __init__(self, graph: Graph, options: EmulateGraph) -> None:
+        super().__init__(graph)
+        self.var_dtypes, self.rounding = options.var_dtypes, options.rounding
+        self.bias_rounding = options.bias_rounding
+        self.keep_low_variables = options.keep_low_variables
+        self.round_low_variables = options.round_low_variables
+        self.dtypes = (options.node_dtypes if options.node_dtypes is not None
+                       else infer_dtypes(graph, self.var_dtypes))
+        self.used = graph.num_used_outputs()
+        self.builder.names.update(n.name for n in graph.nodes)
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
         if node.is_variable:
-            low = var_dtypes.get(node.name)
-            low = low if low in LOW_PRECISION else None
-            if low and not keep_low_variables and "__dtype__" in node.attrs:
-                node = node.replace(attrs=MappingProxyType({**node.attrs,
-                                                            "__dtype__": str(MX_CODE["float32"])}))
-            e = Entry(builder.add(node))
-            if low and round_low_variables:
-                # the rounding the conversion would do to the stored weight (amp_cast: nearest)
-                e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), e, low)))
-            if low and (keep_low_variables or round_low_variables):
-                e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
-                                                "float32")))
-            env.append([e])
-            continue
-        inputs = tuple(env[e.node][e.index] for e in node.inputs)
+            return self._variable(node)
         # a single cast (a multicast has no dtype attr) to low precision: round there
         if node.op in ANY_CAST_OPS and node.attrs.get("dtype") in LOW_PRECISION:
-            low = node.attrs["dtype"]
-            # keep the node's name on the float32 result so names stay stable
-            first = builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
-                op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
-            env.append([Entry(builder.add(cast_node(node.name, Entry(first), "float32")))])
-            continue
+            return self._cast(node, self.inputs(node))
+        return self._op(i, node, self.inputs(node))
+
+    def _variable(self, node: Node) -> Outputs:
+        builder = self.builder
+        keep_low_variables, round_low_variables = self.keep_low_variables, self.round_low_variables
+        low = self.var_dtypes.get(node.name)
+        low = low if low in LOW_PRECISION else None
+        if low and not keep_low_variables and "__dtype__" in node.attrs:
+            node = node.replace(attrs=MappingProxyType({**node.attrs,
+                                                        "__dtype__": str(MX_CODE["float32"])}))
+        e = Entry(builder.add(node))
+        if low and round_low_variables:
+            # the rounding the conversion would do to the stored weight (amp_cast: nearest)
+            e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), e, low)))
+        if low and (keep_low_variables or round_low_variables):
+            e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
+                                            "float32")))
+        return [e]
+
+    def _cast(self, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
+        builder, rounding = self.builder, self.rounding
+        low = node.attrs["dtype"]
+        # keep the node's name on the float32 result so names stay stable
+        first = builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
+            op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
+        return [Entry(builder.add(cast_node(node.name, Entry(first), "float32")))]
+
+    def _op(self, i: int, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
+        builder, rounding, dtypes = self.builder, self.rounding, self.dtypes
         if node.subgraphs:
             # loop / cond bodies were converted with a float32 interface: emulate inside
             node = node.replace(subgraphs=tuple(
                 emulate_graph(g, {v.name: "float32" for v in g.variables()}, rounding,
-                              bias_rounding=bias_rounding)
+                              bias_rounding=self.bias_rounding)
                 for g in node.subgraphs))
         if (node.op in _SCALAR_OPS and "scalar" in node.attrs and node.inputs
                 and _truncates(node, _entry_dtype(dtypes, node.inputs[0]), rounding)):
             node = _truncated_scalar(node)
         out_dtype = dtypes[i][0] if dtypes[i] else None
-        if _adds_bias_separately(node, out_dtype, bias_rounding):
-            env.append([_bias_step(builder, node, inputs, out_dtype,
-                                   _rounding_op(node, out_dtype, rounding))])
-            continue
+        if out_dtype is not None and _adds_bias_separately(node, out_dtype, self.bias_rounding):
+            return [_bias_step(builder, node, inputs, out_dtype,
+                               _rounding_op(node, out_dtype, rounding))]
         idx = builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node)
         outs = []
-        for k in range(used[i]):
+        for k in range(self.used[i]):
             e = Entry(idx, k)
             low = dtypes[i][k] if k < len(dtypes[i]) else None
             if low in LOW_PRECISION:
                 e = _round(builder, e, low, node.name + (f"_out{k}" if k else ""),
                            _rounding_op(node, low, rounding))
             outs.append(e)
-        env.append(outs)
-    heads = [env[e.node][e.index] for e in graph.heads]
-    return builder.build(heads, graph.attrs)
+        return outs
 
 
-def _entry_dtype(dtypes, e: Entry) -> str | None:
+def _entry_dtype(dtypes: Sequence[tuple[str | None, ...]], e: Entry) -> str | None:
     out = dtypes[e.node]
-    return out[e.index] if e.index < len(out) else None
+    return out[e.output] if e.output < len(out) else None
 
 
 def _rounding_op(node: Node, dtype: str, rounding: str) -> str:
@@ -194,7 +237,8 @@ def _bias_step(builder: GraphBuilder, node: Node, inputs: tuple[Entry, ...], low
     sum passes through MXNet's ``_identity_with_attr_like_rhs`` (a copy whose shape is tied
     to the rounded product's), so the product's shape can come from what reads the sum (an
     unrolled LSTM's first step learns its batch size so)."""
-    def add(op_name: str, suffix: str, ins: tuple[Entry, ...], attrs=None) -> Entry:
+    def add(op_name: str, suffix: str, ins: tuple[Entry, ...],
+            attrs: Mapping[str, str] | None = None) -> Entry:
         return Entry(builder.add(Node(op_name, builder.fresh_name(node.name + suffix), ins,
                                       MappingProxyType(attrs or {}))))
     bias = inputs[2]

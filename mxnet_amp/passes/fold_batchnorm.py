@@ -35,8 +35,9 @@ import numpy as np
 from ..dtypes import dtype_name
 from ..errors import ParamError
 from ..graph import Entry, Graph, GraphBuilder, Node
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["FoldResult", "fold_batchnorm", "FOLDABLE_OPS"]
+__all__ = ["FoldResult", "fold_batchnorm", "FoldBatchnorm", "FOLDABLE_OPS"]
 
 # ops whose output channel is an affine function of a weight slice plus a bias
 FOLDABLE_OPS = frozenset({"Convolution", "FullyConnected", "Deconvolution"})
@@ -85,33 +86,59 @@ def fold_batchnorm(graph: Graph, params: Mapping[str, Any],
         A BatchNorm to fold has a negative or non-finite ``moving_var``, or a non-finite
         gamma, beta or ``moving_mean`` (checked before anything is built).
     """
-    plans, skipped = _plan(graph, params, keep)
-    for plan in plans.values():
-        _check_statistics(graph, graph.nodes[plan.bn], params)
-    if not plans:
-        return FoldResult(graph, dict(params), (), tuple(skipped))
-    new_params = dict(params)
-    dropped = _dropped_variables(graph, plans)
-    for i in dropped:
-        new_params.pop(graph.nodes[i].name, None)
-    producers = {plan.producer: plan for plan in plans.values()}
-    builder = GraphBuilder()
-    builder.names.update(n.name for n in graph.nodes)  # a new bias name must clash with none
-    where: list[Entry | None] = [None] * len(graph.nodes)
-    for i, node in enumerate(graph.nodes):
-        if i in dropped:
-            continue
-        if i in plans:
+    return FoldBatchnorm(params, keep)(graph).decided
+
+
+class FoldBatchnorm(GraphPass[FoldResult]):
+    """:func:`fold_batchnorm` as a pass: decides a :class:`FoldResult` (graph and params)."""
+
+    name = "fold_batchnorm"
+
+    def __init__(self, params: Mapping[str, Any], keep: frozenset[str] = frozenset(), *,
+                 verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        self.params, self.keep = params, keep
+
+    def call(self, graph: Graph) -> PassResult[FoldResult]:
+        """Run the pass on ``graph`` (see the class)."""
+        plans, skipped = _plan(graph, self.params, self.keep)
+        for plan in plans.values():   # before anything is built
+            _check_statistics(graph, graph.nodes[plan.bn], self.params)
+        if not plans:
+            return PassResult(graph, FoldResult(graph, dict(self.params), (), tuple(skipped)), False)
+        folder = _Folder(graph, self.params, plans)
+        new = folder.run()
+        folded = tuple((graph.nodes[b].name, graph.nodes[p.producer].name) for b, p in plans.items())
+        return PassResult(new, FoldResult(new, folder.new_params, folded, tuple(skipped)), True)
+
+
+class _Folder(Rewriter):
+    """The node loop of a fold: drops the folded BatchNorms and their variables, and rewrites
+    each producer with its folded weights."""
+
+    name = "fold_batchnorm"
+
+    def __init__(self, graph: Graph, params: Mapping[str, Any], plans: dict[int, _Plan]) -> None:
+        super().__init__(graph)
+        self.params, self.plans = params, plans
+        self.new_params = dict(params)
+        self.dropped = _dropped_variables(graph, plans)
+        for i in self.dropped:
+            self.new_params.pop(graph.nodes[i].name, None)
+        self.producers = {plan.producer: plan for plan in plans.values()}
+        self.builder.names.update(n.name for n in graph.nodes)  # a new bias name must clash with none
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        if i in self.dropped:
+            return ()   # nothing kept reads it
+        if i in self.plans:
             # readers of the BatchNorm read its producer, which now computes the same values
-            where[i] = where[plans[i].producer]
-            continue
-        inputs = tuple(_moved(e, where) for e in node.inputs)
-        if i in producers:
-            node, inputs = _fold_into(builder, graph, producers[i], inputs, params, new_params)
-        where[i] = Entry(builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node))
-    heads = [_moved(e, where) for e in graph.heads]
-    folded = tuple((graph.nodes[b].name, graph.nodes[p.producer].name) for b, p in plans.items())
-    return FoldResult(builder.build(heads, graph.attrs), new_params, folded, tuple(skipped))
+            return self.env[self.plans[i].producer]
+        if i not in self.producers:
+            return super().rewrite_node(i, node)
+        node, inputs = _fold_into(self.builder, self.graph, self.producers[i], self.inputs(node),
+                                  self.params, self.new_params)
+        return self.emit(node.replace(inputs=inputs) if inputs != node.inputs else node)
 
 
 @dataclass(frozen=True)
@@ -120,11 +147,8 @@ class _Plan:
     bn: int              # index of the BatchNorm
 
 
-def _moved(entry: Entry, where: list) -> Entry:
-    return Entry(where[entry.node].node, entry.index, entry.version)
-
-
-def _plan(graph: Graph, params: Mapping[str, Any], keep: frozenset[str]):
+def _plan(graph: Graph, params: Mapping[str, Any],
+          keep: frozenset[str]) -> tuple[dict[int, _Plan], list[tuple[str, str]]]:
     """``({bn index: _Plan}, [(bn name, why skipped)])``."""
     consumers = graph.consumers()
     head_nodes = {e.node for e in graph.heads}
@@ -141,7 +165,8 @@ def _plan(graph: Graph, params: Mapping[str, Any], keep: frozenset[str]):
     return plans, skipped
 
 
-def _why_not(graph: Graph, i: int, params, keep, consumers, head_nodes) -> str | None:
+def _why_not(graph: Graph, i: int, params: Mapping[str, Any], keep: frozenset[str],
+             consumers: list[list[tuple[int, int]]], head_nodes: set[int]) -> str | None:
     """Why the BatchNorm at ``i`` cannot be folded, or None when it can."""
     bn = graph.nodes[i]
     if len(bn.inputs) != 5:
@@ -158,9 +183,9 @@ def _why_not(graph: Graph, i: int, params, keep, consumers, head_nodes) -> str |
         return "it is a model output (folding would rename the output)"
     if src.node in head_nodes or [c for c, _ in consumers[src.node]] != [i]:
         return f"the output of {prod.name!r} is read by another node or is a model output"
-    if any(graph.nodes[c].inputs[pos].index != 0 for c, pos in consumers[i]):
+    if any(graph.nodes[c].inputs[pos].output != 0 for c, pos in consumers[i]):
         return "its batch mean / var outputs are read"
-    if prod.subgraphs or any(e.index != 0 for e in bn.inputs[1:]):
+    if prod.subgraphs or any(e.output != 0 for e in bn.inputs[1:]):
         return "unsupported graph structure around it"
     axis = _channel_axis(prod)
     if axis is None or _bn_axis(bn, prod) != axis:
@@ -244,11 +269,11 @@ def _dropped_variables(graph: Graph, plans: Mapping[int, _Plan]) -> set[int]:
     return {k for k in candidates if all(c in plans for c, _ in consumers[k])}
 
 
-def _numpy(array) -> np.ndarray:
+def _numpy(array: Any) -> np.ndarray:
     return array.asnumpy() if hasattr(array, "asnumpy") else np.asarray(array)
 
 
-def _like(value: np.ndarray, template):
+def _like(value: np.ndarray, template: Any) -> Any:
     """``value`` (float32) as the same kind of array as ``template`` (NDArray on its context)."""
     if isinstance(template, np.ndarray):
         return value
@@ -256,7 +281,8 @@ def _like(value: np.ndarray, template):
     return mx.nd.array(value, ctx=template.context, dtype="float32")
 
 
-def _scale_shift(bn: Node, graph_params: Mapping[str, Any], names: list[str]):
+def _scale_shift(bn: Node, graph_params: Mapping[str, Any],
+                 names: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Per channel ``(s, t)`` of the BatchNorm, in float64."""
     gamma, beta, mean, var = (_numpy(graph_params[n]).astype(np.float64) for n in names)
     if _flag(bn.attrs, "fix_gamma", True):

@@ -5,9 +5,10 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..dtypes import LOW_PRECISION
-from ..graph import Entry, Graph, Node
+from ..graph import Graph, Node
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["fold_param_casts", "prune"]
+__all__ = ["fold_param_casts", "prune", "FoldParamCasts", "Prune"]
 
 
 def fold_param_casts(graph: Graph, params: Mapping) -> tuple[Graph, dict[str, tuple[str, str]]]:
@@ -19,27 +20,74 @@ def fold_param_casts(graph: Graph, params: Mapping) -> tuple[Graph, dict[str, tu
     instead of at every run: bfloat16 rounding is slow on CPU (a resnet18's weights cost
     seconds per forward pass). Returns the graph, without nodes nothing reads any more, and
     for each new variable ``(weight name, low precision dtype)``: what to round into it."""
-    nodes = list(graph.nodes)
-    rounded = {}
-    for i, node in enumerate(graph.nodes):
+    result = FoldParamCasts(params)(graph)
+    return result.graph, result.decided
+
+
+class _Folder(Rewriter):
+    name = "fold_param_casts"
+
+    def __init__(self, graph: Graph, params: Mapping) -> None:
+        super().__init__(graph)
+        self.params = params
+        self.rounded: dict[str, tuple[str, str]] = {}
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        source = self._rounded_weight(node)
+        if source is None:
+            return super().rewrite_node(i, node)
+        src, dtype = source
+        attrs = {k: v for k, v in src.attrs.items() if k != "__dtype__"}
+        self.rounded[node.name] = (src.name, dtype)
+        return self.emit(Node("null", node.name, (), MappingProxyType(attrs)))
+
+    def _rounded_weight(self, node: Node) -> tuple[Node, str] | None:
+        """``(weight variable, low dtype)`` when ``node`` is the outer cast of a weight's
+        round trip, else None."""
+        graph = self.graph
         if node.op != "amp_cast" or node.attrs.get("dtype") != "float32":
-            continue
+            return None
         inner = graph.nodes[node.inputs[0].node]
         if inner.op != "amp_cast" or inner.attrs.get("dtype") not in LOW_PRECISION:
-            continue
+            return None
         src = graph.nodes[inner.inputs[0].node]
-        if not src.is_variable or src.name not in params:
-            continue
-        attrs = {k: v for k, v in src.attrs.items() if k != "__dtype__"}
-        nodes[i] = Node("null", node.name, (), MappingProxyType(attrs))
-        rounded[node.name] = (src.name, inner.attrs["dtype"])
-    if not rounded:
-        return graph, {}
-    return prune(Graph(tuple(nodes), graph.heads, graph.attrs)), rounded
+        if not src.is_variable or src.name not in self.params:
+            return None
+        return src, inner.attrs["dtype"]
 
 
-def prune(graph: Graph) -> Graph:
-    """``graph`` without the nodes its heads do not depend on."""
+class FoldParamCasts(GraphPass[dict[str, tuple[str, str]]]):
+    """:func:`fold_param_casts` as a pass; decides what to round into each new variable."""
+
+    name = "fold_param_casts"
+    cast_chains = True   # the activations' round trips stay
+
+    def __init__(self, params: Mapping, *, verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        self.params = params
+
+    def call(self, graph: Graph) -> PassResult[dict[str, tuple[str, str]]]:
+        """Run the pass on ``graph`` (see the class)."""
+        folder = _Folder(graph, self.params)
+        folded = folder.run()
+        if not folder.rounded:
+            return PassResult(graph, {}, False)
+        return PassResult(_pruned(folded), folder.rounded, True)
+
+
+class _Pruner(Rewriter):
+    name = "prune"
+
+    def __init__(self, graph: Graph, keep: list[bool]) -> None:
+        super().__init__(graph)
+        self.keep = keep
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        # a dropped node's outputs go nowhere: nothing kept reads them
+        return super().rewrite_node(i, node) if self.keep[i] else ()
+
+
+def _pruned(graph: Graph) -> Graph:
     keep = [False] * len(graph.nodes)
     stack = [e.node for e in graph.heads]
     while stack:
@@ -47,11 +95,21 @@ def prune(graph: Graph) -> Graph:
         if not keep[i]:
             keep[i] = True
             stack.extend(e.node for e in graph.nodes[i].inputs)
-    new_index, nodes = {}, []
-    for i, node in enumerate(graph.nodes):
-        if keep[i]:
-            new_index[i] = len(nodes)
-            nodes.append(node.replace(inputs=tuple(Entry(new_index[e.node], e.index, e.version)
-                                                   for e in node.inputs)) if node.inputs else node)
-    heads = tuple(Entry(new_index[e.node], e.index, e.version) for e in graph.heads)
-    return Graph(tuple(nodes), heads, graph.attrs)
+    return _Pruner(graph, keep).run() if not all(keep) else graph
+
+
+class Prune(GraphPass[None]):
+    """:func:`prune` as a pass."""
+
+    name = "prune"
+    cast_chains = True
+
+    def call(self, graph: Graph) -> PassResult[None]:
+        """Run the pass on ``graph`` (see the class)."""
+        new = _pruned(graph)
+        return PassResult(new, None, new is not graph)
+
+
+def prune(graph: Graph) -> Graph:
+    """``graph`` without the nodes its heads do not depend on."""
+    return Prune()(graph).graph

@@ -21,12 +21,13 @@ from typing import Mapping
 
 from ..dtypes import FLOAT_DTYPES, LOW_PRECISION, dtype_of_code, is_float, widest
 from ..errors import AlreadyConvertedError
-from ..graph import Entry, Graph, GraphBuilder, Node, cast_node, multicast_node
-from ..optypes import InferenceFailed, OpTypes
+from ..graph import Entry, Graph, Node, cast_node, multicast_node
+from ..optypes import Dtypes, InferenceFailed, OpTypes
 from ..policy import Category, Decision, OpPolicy
 from ..registry import op_input_names
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["CastResult", "Plan", "insert_casts", "refuse_converted"]
+__all__ = ["CastResult", "Plan", "insert_casts", "InsertCasts", "refuse_converted"]
 
 
 EXCLUDED_REASON = "excluded by name (excluded_sym_names / --exclude)"
@@ -95,9 +96,29 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
     output_dtype : str or None
         Float outputs in low precision are cast to this dtype; None leaves them.
     """
-    refuse_converted(graph)
-    return _CastInserter(graph, policy, data_dtypes, param_dtypes, excluded, output_dtype,
-                         op_types or OpTypes()).run()
+    return InsertCasts(policy, data_dtypes=data_dtypes, param_dtypes=param_dtypes, excluded=excluded,
+                       output_dtype=output_dtype, op_types=op_types)(graph).decided
+
+
+class InsertCasts(GraphPass[CastResult]):
+    """:func:`insert_casts` as a pass: decides a :class:`CastResult` (which holds the graph too)."""
+
+    name = "insert_casts"
+
+    def __init__(self, policy: OpPolicy, *, data_dtypes: Mapping[str, str],
+                 param_dtypes: Mapping[str, str | None], excluded: frozenset[str] = frozenset(),
+                 output_dtype: str | None = "float32", op_types: OpTypes | None = None,
+                 verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        self.policy, self.data_dtypes, self.param_dtypes = policy, data_dtypes, param_dtypes
+        self.excluded, self.output_dtype, self.op_types = excluded, output_dtype, op_types
+
+    def call(self, graph: Graph) -> PassResult[CastResult]:
+        """Run the pass on ``graph`` (see the class)."""
+        refuse_converted(graph)
+        result = _CastInserter(graph, self.policy, self.data_dtypes, self.param_dtypes, self.excluded,
+                               self.output_dtype, self.op_types or OpTypes()).result()
+        return PassResult(result.graph, result, True)
 
 
 def refuse_converted(graph: Graph) -> None:
@@ -123,20 +144,21 @@ class _Split:
     flexible: list[int]        # undecided weights read as data (their dtype is decided later)
 
 
-class _CastInserter:
+class _CastInserter(Rewriter):
     """One forward walk over ``graph``'s nodes building the converted graph (module doc)."""
+
+    name = "insert_casts"
 
     def __init__(self, graph: Graph, policy: OpPolicy, data_dtypes: Mapping[str, str],
                  param_dtypes: Mapping[str, str | None], excluded: frozenset[str],
                  output_dtype: str | None, op_types: OpTypes) -> None:
-        self.graph, self.policy, self.op_types = graph, policy, op_types
+        super().__init__(graph)
+        self.policy, self.op_types = policy, op_types
         self.data_dtypes, self.param_dtypes = data_dtypes, param_dtypes
         self.excluded, self.output_dtype = excluded, output_dtype
         self.target = policy.target_dtype
         self.used = graph.num_used_outputs()
-        self.builder = GraphBuilder()
         self.builder.names.update(n.name for n in graph.nodes)
-        self.env: list[list[Entry]] = []            # original node -> new entry of each output
         self.dtype_of: dict[Entry, str | None] = {}  # new entry -> dtype
         self.cast_cache: dict[tuple[Entry, str], Entry] = {}
         self.param_node: set[int] = set()           # original indices of weight/aux variables
@@ -148,14 +170,10 @@ class _CastInserter:
         self.index_pos: dict[str, frozenset[int]] = {}
         self.casts = self.multicasts = 0
 
-    def run(self) -> CastResult:
-        for i, node in enumerate(self.graph.nodes):
-            if node.is_variable:
-                self._variable(i, node)
-            else:
-                self._op(i, node)
-        heads = self._heads()
-        return CastResult(self.builder.build(heads, self.graph.attrs),
+    def result(self) -> CastResult:
+        """Walk the graph (:meth:`Rewriter.run`); the new graph and what was decided."""
+        graph = self.run()
+        return CastResult(graph,
                           MappingProxyType(self.node_dtypes), MappingProxyType(self.decisions),
                           MappingProxyType({k: frozenset(v) for k, v in self.wants.items()}),
                           tuple(self.fallbacks), frozenset(self.unlisted), self.op_types.probes,
@@ -163,7 +181,10 @@ class _CastInserter:
 
     # --- variables and heads -------------------------------------------------------------
 
-    def _variable(self, i: int, node: Node) -> None:
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        return self._variable(i, node) if node.is_variable else self._op(i, node)
+
+    def _variable(self, i: int, node: Node) -> Outputs:
         if node.name in self.param_dtypes:
             self.param_node.add(i)
             # __dtype__ tags are written once the param dtypes are final (tag_param_dtypes)
@@ -172,12 +193,12 @@ class _CastInserter:
             dt = self.data_dtypes.get(node.name, "float32")
         e = Entry(self.builder.add(node))
         self.dtype_of[e] = dt
-        self.env.append([e])
+        return (e,)
 
-    def _heads(self) -> list[Entry]:
+    def heads(self) -> list[Entry]:
         heads = []
         for e in self.graph.heads:
-            new = self.env[e.node][e.index]
+            new = self.entry(e)
             if self.output_dtype is not None and self.dtype_of.get(new) in LOW_PRECISION:
                 new = self._cast(new, self.output_dtype)
             heads.append(new)
@@ -185,7 +206,7 @@ class _CastInserter:
 
     # --- one op node ---------------------------------------------------------------------
 
-    def _op(self, i: int, node: Node) -> None:
+    def _op(self, i: int, node: Node) -> Outputs:
         split = self._split(node)
         decision, subgraphs = self._decide(node)
         self.decisions[node.name] = decision
@@ -199,12 +220,12 @@ class _CastInserter:
         entries = [Entry(idx, k) for k in range(self.used[i])]
         for e, d in zip(entries, outs):
             self.dtype_of[e] = d
-        self.env.append(entries)
         self.node_dtypes[node.name] = next((d for d in outs if is_float(d)), None)
+        return entries
 
     def _split(self, node: Node) -> _Split:
-        env, dtype_of, param_node = self.env, self.dtype_of, self.param_node
-        ins = [env[e.node][e.index] for e in node.inputs]
+        entry, dtype_of, param_node = self.entry, self.dtype_of, self.param_node
+        ins = [entry(e) for e in node.inputs]
         cur = [dtype_of.get(e) for e in ins]
         index_pos = self._index_positions(node.op)
         acts, params = [], []
@@ -252,7 +273,8 @@ class _CastInserter:
 
     # --- choosing a plan -----------------------------------------------------------------
 
-    def _choose(self, i: int, node: Node, probe_node: Node, split: _Split, cat: Category):
+    def _choose(self, i: int, node: Node, probe_node: Node, split: _Split,
+                cat: Category) -> tuple[Plan, dict[int, str], Dtypes, Node]:
         """The first plan MXNet's type inference accepts: ``(plan, desired input dtypes,
         (filled-in input dtypes, output dtypes), node as probed)``."""
         plans = _plans(cat, split.cur, split.acts, self.target, new_body=probe_node is not node)
@@ -289,7 +311,7 @@ class _CastInserter:
                 and all((split.ins[k], self.target) in self.cast_cache
                         for k in split.acts if split.cur[k] != self.target))
 
-    def _attempt(self, i: int, probe_node: Node, split: _Split, desired: dict[int, str]):
+    def _attempt(self, i: int, probe_node: Node, split: _Split, desired: dict[int, str]) -> Dtypes:
         probe_in = list(split.cur)
         for k, d in desired.items():
             probe_in[k] = d
@@ -308,7 +330,7 @@ class _CastInserter:
     # --- rewiring ------------------------------------------------------------------------
 
     def _rewire(self, node: Node, split: _Split, plan: Plan, desired: dict[int, str],
-                filled_in) -> list[Entry]:
+                filled_in: tuple[str | None, ...]) -> list[Entry]:
         """The node's new inputs: casts (or one multicast) where a dtype changes."""
         ins, cur, acts = split.ins, split.cur, split.acts
         new_ins = list(ins)
@@ -340,7 +362,7 @@ class _CastInserter:
         """``src`` cast to ``dtype``: one amp_cast per (tensor, dtype), shared by consumers."""
         hit = self.cast_cache.get((src, dtype))
         if hit is None:
-            base = self.builder.nodes[src.node].name + (f"_out{src.index}" if src.index else "")
+            base = self.builder.nodes[src.node].name + (f"_out{src.output}" if src.output else "")
             name = self.builder.fresh_name(f"{base}_amp_cast_{dtype}")
             hit = self.cast_cache[(src, dtype)] = Entry(self.builder.add(cast_node(name, src, dtype)))
             self.dtype_of[hit] = dtype
@@ -376,7 +398,7 @@ def _plans(cat: Category, cur: list, acts: list[int], target: str,
     return plans
 
 
-def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded, op_types: OpTypes) -> Graph:
+def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded: frozenset[str], op_types: OpTypes) -> Graph:
     """A loop/cond body converted with a float32 interface, so the outer op's typing holds."""
     data = {n.name: dtype_of_code(n.attrs.get("__dtype__")) or "float32"
             for n in graph.variables()}

@@ -11,9 +11,35 @@ the numbers (the zoo sweep's structure check). MXNet's own
 """
 from __future__ import annotations
 
-from ..graph import CAST_OPS, Entry, Graph, GraphBuilder
+from ..graph import CAST_OPS, Graph, Node
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["strip_casts"]
+__all__ = ["strip_casts", "StripCasts"]
+
+
+class _Stripper(Rewriter):
+    name = "strip_casts"
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        if node.op in CAST_OPS:
+            # whatever read the cast reads its input (a multicast's output k: its input k)
+            return self.inputs(node)
+        return super().rewrite_node(i, node)
+
+    def rewrite_subgraph(self, body: Graph) -> Graph:
+        return _Stripper(body).run()
+
+
+class StripCasts(GraphPass[None]):
+    """:func:`strip_casts` as a pass (what it decides: nothing beyond the graph)."""
+
+    name = "strip_casts"
+
+    def call(self, graph: Graph) -> PassResult[None]:
+        """Run the pass on ``graph`` (see the class)."""
+        new = _Stripper(graph).run()
+        changed = new != graph
+        return PassResult(new if changed else graph, None, changed)
 
 
 def strip_casts(graph: Graph) -> Graph:
@@ -31,19 +57,4 @@ def strip_casts(graph: Graph) -> Graph:
         and attributes, each input that read a cast rewired to that cast's input; the graph
         outputs rewired the same way. A graph without AMP casts comes back equal.
     """
-    builder = GraphBuilder()
-    new_index: list[int | tuple[Entry, ...]] = []  # a node's new index, or a cast's inputs
-
-    def moved(e: Entry) -> Entry:
-        where = new_index[e.node]
-        return where[e.index] if isinstance(where, tuple) else Entry(where, e.index)
-
-    for node in graph.nodes:
-        inputs = tuple(moved(e) for e in node.inputs)
-        if node.op in CAST_OPS:
-            new_index.append(inputs)
-            continue
-        if node.subgraphs:
-            node = node.replace(subgraphs=tuple(strip_casts(g) for g in node.subgraphs))
-        new_index.append(builder.add(node.replace(inputs=inputs)))
-    return builder.build([moved(h) for h in graph.heads], graph.attrs)
+    return StripCasts()(graph).graph

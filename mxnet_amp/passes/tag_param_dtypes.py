@@ -15,8 +15,24 @@ from typing import Mapping
 
 from ..dtypes import MX_CODE
 from ..graph import Graph, Node
+from .kernel import GraphPass, PassResult
 
-__all__ = ["tag_param_dtypes"]
+__all__ = ["tag_param_dtypes", "TagParamDtypes"]
+
+
+class TagParamDtypes(GraphPass[None]):
+    """:func:`tag_param_dtypes` as a pass, for the variables named in ``dtypes``."""
+
+    name = "tag_param_dtypes"
+
+    def __init__(self, dtypes: Mapping[str, str], *, verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        self.dtypes = dtypes
+
+    def call(self, graph: Graph) -> PassResult[None]:
+        """Run the pass on ``graph`` (see the class)."""
+        new = _tagged(graph, self.dtypes)
+        return PassResult(new, None, new is not graph)
 
 
 def tag_param_dtypes(graph: Graph, dtypes: Mapping[str, str]) -> Graph:
@@ -34,6 +50,10 @@ def tag_param_dtypes(graph: Graph, dtypes: Mapping[str, str]) -> Graph:
     Graph
         A new graph (``graph`` itself when every tag is already right).
     """
+    return TagParamDtypes(dtypes)(graph).graph
+
+
+def _tagged(graph: Graph, dtypes: Mapping[str, str]) -> Graph:
     codes = {name: str(code) for name, code in MX_CODE.items()}
     nodes = list(graph.nodes)
     changed = False

@@ -142,7 +142,7 @@ def _with_heads(sym, entries):
         if n.op == "amp_cast" and n.attrs.get("dtype") == "float32":
             inner = g.nodes[n.inputs[0].node]
             if inner.op in ANY_CAST_OPS and inner.attrs.get("dtype") != "float32":
-                rounded[(inner.inputs[0].node, inner.inputs[0].index)] = j
+                rounded[(inner.inputs[0].node, inner.inputs[0].output)] = j
     heads = list(g.heads)
     for name, occurrence, k in entries:
         i = index[(name, occurrence)]

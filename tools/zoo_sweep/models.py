@@ -203,7 +203,7 @@ def calibrate_graph_batchnorm(sym, args: dict, auxs: dict, shape: tuple[int, ...
                 values.append([data if node.name == "data" else
                                args.get(node.name, new_auxs.get(node.name))])
                 continue
-            inputs = [values[e.node][e.index] for e in node.inputs]
+            inputs = [values[e.node][e.output] for e in node.inputs]
             if i in todo:
                 inputs[3], inputs[4] = _batch_stats(inputs[0], int(node.attrs.get("axis", 1)))
                 new_auxs[graph.nodes[node.inputs[3].node].name] = inputs[3]

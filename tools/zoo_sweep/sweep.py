@@ -76,7 +76,7 @@ class _Model:
         self.n_heads = len(g32.heads)
         dense, self.after, extra = checked_entries(g32)
         where = {i: key for key, i in _named(g32).items()}
-        self.extra_names = [(*where[e.node], e.index) for e in extra]
+        self.extra_names = [(*where[e.node], e.output) for e in extra]
         t1 = time.time()
         ref = _bind_forward(self.probe(self.sym), self.args, self.auxs, self.data)
         self.rec["fp32_run_s"] = round(time.time() - t1, 2)

@@ -1,0 +1,110 @@
+"""What every ``mxnet-amp`` command prints and writes: stderr messages, the report table,
+``--report`` / ``--graph`` / ``--html`` files, notes added to a report. Shared by
+:mod:`mxnet_amp.cli` (the commands) and :mod:`mxnet_amp.demo` (the ``demo`` command).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import sys
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from .convert import Conversion
+    from .report import ConversionReport
+
+__all__ = ["PROG", "say", "write_outputs", "finish", "with_extra", "with_note", "with_hardware_note",
+           "native_log_silenced"]
+
+PROG = "mxnet-amp"
+
+
+def say(*parts: object) -> None:
+    """Print ``parts`` on stderr (messages; stdout carries the report)."""
+    print(*parts, file=sys.stderr)
+
+
+def write_outputs(args: argparse.Namespace, conversion: Conversion, report: ConversionReport) -> list[str]:
+    """Write --report / --graph / --html; returns what was written."""
+    from .draw import graph_svg, write_graph
+    from .io import atomic_write
+    from .report import report_html
+    written: list[str] = []
+    limit = None if getattr(args, "detail", False) else 80
+
+    def text_writer(text: str) -> Callable[[str], None]:
+        def write(tmp: str) -> None:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+        return write
+    if args.report:
+        atomic_write(args.report, text_writer(report.to_json()))
+        written.append(args.report)
+    if args.graph:
+        write_graph(conversion, args.graph, title=report.model or "", detail_limit=limit)
+        written.append(args.graph)
+    if args.html:
+        atomic_write(args.html, text_writer(report_html(report, graph_svg(conversion, report.model or "", limit))))
+        written.append(args.html)
+    return written
+
+
+def finish(args: argparse.Namespace, conversion: Conversion, report: ConversionReport,
+           extra_lines: Sequence[str] = ()) -> None:
+    """Write the files the flags ask for, print the report table (unless ``--quiet``) and
+    ``extra_lines``, then say on stderr what was written."""
+    written = write_outputs(args, conversion, report)
+    if not args.quiet:
+        print(report.format_table())
+    lines = list(extra_lines)
+    if args.quiet:
+        # the report table is what --quiet leaves out; the command's own findings stay
+        while lines and not lines[0]:
+            lines.pop(0)
+    for line in lines:
+        print(line)
+    for path in written:
+        say(f"{PROG}: wrote {path}")
+
+
+def with_extra(report: ConversionReport, extra: dict) -> ConversionReport:
+    """``report`` with ``extra`` merged into its ``extra`` mapping."""
+    return dataclasses.replace(report, extra={**report.extra, **extra})
+
+
+def with_note(report: ConversionReport, note: str) -> ConversionReport:
+    """``report`` with ``note`` added to ``extra['notes']`` (shown in the table and HTML)."""
+    return with_extra(report, {"notes": [*report.extra.get("notes", ()), note]})
+
+
+def with_hardware_note(report: ConversionReport) -> ConversionReport:
+    """Say now, on stderr and in the report, when this machine cannot run the model."""
+    from .hardware import native_note
+    with native_log_silenced():
+        note = native_note(report.target_dtype)
+    if note is None:
+        return report
+    say(f"{PROG}: note: {note}")
+    return with_note(report, note[0].upper() + note[1:])
+
+
+@contextlib.contextmanager
+def native_log_silenced() -> Iterator[None]:
+    """Hide what MXNet's C++ side logs on fd 2 while the hardware probe fails on purpose
+    (oneDNN's "could not create a primitive descriptor iterator")."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -1,0 +1,177 @@
+"""The frame every graph pass runs in: one node loop, one result type, one postcondition.
+
+Learning from ``torch.fx.Transformer`` (a class owns the loop over nodes and the map from old
+values to new; a pass overrides the per-node hook it cares about; an error inside a node is
+re-raised naming that node) and onnx-ir's ``PassBase`` / ``PassResult`` (a pass returns the
+model and whether it changed it; a checker runs after each pass):
+
+* :class:`Rewriter` owns the loop over a graph's nodes in topological order, the map from
+  each old :class:`~mxnet_amp.graph.Entry` to the new one (:meth:`Rewriter.entry`), loop/cond
+  bodies (:meth:`Rewriter.rewrite_subgraph`) and node-context errors. A pass overrides
+  :meth:`Rewriter.rewrite_node` (reading the node's new inputs with :meth:`Rewriter.inputs`), which returns where the node's outputs went: a new node
+  index (output ``k`` is then ``Entry(index, k, version)``, versions kept) or one new entry per
+  used output (the pass builds those entries itself).
+* :class:`PassResult` is what every pass returns: the graph, what the pass decided (a record
+  of its own type) and whether anything changed.
+* :class:`GraphPass` runs a pass and checks :func:`mxnet_amp.verify.verify_graph` on its
+  output as the postcondition of every pass whose input keeps the invariants (MXNet accepts
+  graphs with duplicate node names: a pass is not blamed for what it was given) (on by default: it costs a few percent of a
+  conversion, measured in ``benchmarks/pass_verify_cost.py``; ``verify=False`` skips it).
+
+A node-context error: a typed :class:`~mxnet_amp.errors.AMPError` raised in a node's hook
+keeps its type and message (it names what is wrong already) and gets a note naming the pass
+and node; any other exception becomes a :class:`~mxnet_amp.errors.PassNodeError` naming the
+pass, the node and its op, with the original as its cause.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Generic, Sequence, TypeVar, Union
+
+from ..errors import AMPError, GraphCheckError, PassNodeError
+from ..graph import Entry, Graph, GraphBuilder, Node
+from ..verify import verify_graph
+
+__all__ = ["PassResult", "GraphPass", "Rewriter", "Outputs", "node_context"]
+
+T = TypeVar("T")
+
+# where a node's outputs went: a new node index, or one new entry per used output
+Outputs = Union[int, Sequence[Entry]]
+
+
+@dataclass(frozen=True)
+class PassResult(Generic[T]):
+    """What a pass returns: the new ``graph``, what the pass ``decided`` (its own record
+    type; None for a pass that decides nothing beyond the graph) and whether it ``changed``
+    anything (False: ``graph`` is the input graph itself)."""
+
+    graph: Graph
+    decided: T
+    changed: bool
+
+
+def node_context(err: Exception, pass_name: str, index: int, node: Node) -> Exception:
+    """The exception to raise for ``err``, raised by ``pass_name`` at node ``index``: a typed
+    error with a note naming the node, anything else as a :class:`PassNodeError`."""
+    where = f"in pass {pass_name}, at node {index} {node.name!r} (op {node.op})"
+    if isinstance(err, AMPError):
+        err.add_note(where)
+        return err
+    return PassNodeError(f"{where}: {type(err).__name__}: {err}")
+
+
+class Rewriter:
+    """Owns a pass's loop over ``graph``'s nodes (see the module doc).
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to rewrite; not modified.
+    """
+
+    name: ClassVar[str] = "rewrite"
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.builder = GraphBuilder()
+        # old node index -> where its outputs went (see Outputs)
+        self.env: list[Outputs] = []
+
+    def entry(self, e: Entry) -> Entry:
+        """The new entry of the old entry ``e`` (a node already rewritten)."""
+        where = self.env[e.node]
+        if isinstance(where, int):
+            return Entry(where, e.output, e.version)
+        return where[e.output]
+
+    def inputs(self, node: Node) -> tuple[Entry, ...]:
+        """``node``'s inputs as new entries."""
+        return tuple(self.entry(e) for e in node.inputs)
+
+    def emit(self, node: Node) -> int:
+        """Append ``node`` to the new graph; its index."""
+        return self.builder.add(node)
+
+    def rewrite_subgraph(self, body: Graph) -> Graph:
+        """A loop/cond body of a node being copied: unchanged unless a pass overrides it."""
+        return body
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        """The hook: add what replaces old node ``i`` (:meth:`inputs` gives its inputs as new
+        entries); return where its outputs went. By default a copy, bodies through
+        :meth:`rewrite_subgraph`."""
+        inputs = self.inputs(node)
+        subgraphs = tuple(self.rewrite_subgraph(g) for g in node.subgraphs) if node.subgraphs else ()
+        if inputs != node.inputs or subgraphs != node.subgraphs:
+            node = Node(node.op, node.name, inputs, node.attrs, subgraphs, node.extra)
+        return self.emit(node)
+
+    def heads(self) -> list[Entry]:
+        """The new graph's outputs: the old heads' new entries."""
+        return [self.entry(h) for h in self.graph.heads]
+
+    def run(self, start: int = 0) -> Graph:
+        """Rewrite every node in order; the new graph. The nodes before ``start`` are kept
+        as they are, at their index, without calling the hook (a pass that knows nothing
+        changes there: a rewrite near the end of a 100k-node graph copies no prefix)."""
+        nodes, env = self.graph.nodes, self.env
+        if start:
+            self.builder.nodes.extend(nodes[:start])
+            self.builder.names.update(n.name for n in nodes[:start])
+            env.extend(range(start))
+        rewrite = self.rewrite_node
+        i = -1
+        try:
+            for i in range(start, len(nodes)):
+                env.append(rewrite(i, nodes[i]))
+        except Exception as err:
+            if i < 0:
+                raise
+            raise node_context(err, self.name, i, nodes[i]) from (None if isinstance(err, AMPError) else err)
+        return self.builder.build(self.heads(), self.graph.attrs)
+
+
+class GraphPass(Generic[T]):
+    """A pass with its postcondition: :meth:`call` does the work, calling the pass checks the
+    output graph with :func:`~mxnet_amp.verify.verify_graph`.
+
+    Parameters
+    ----------
+    verify : bool, default True
+        Check the output graph (a broken one raises :class:`GraphCheckError` naming the pass
+        and the node).
+    """
+
+    name: ClassVar[str] = "pass"
+    # the output may hold amp_cast(amp_cast(x, low), float32) on purpose (emulation)
+    cast_chains: ClassVar[bool] = False
+
+    def __init__(self, *, verify: bool = True) -> None:
+        self.verify = verify
+
+    def call(self, graph: Graph) -> PassResult[T]:
+        """The pass itself (subclasses)."""
+        raise NotImplementedError
+
+    def __call__(self, graph: Graph) -> PassResult[T]:
+        result = self.call(graph)
+        if self.verify and result.changed:
+            try:
+                verify_graph(result.graph, cast_chains=self.cast_chains)
+            except GraphCheckError as err:
+                # the precondition: a pass answers for the invariants only on a graph that
+                # kept them (MXNet accepts graphs with duplicate node names, say: a pass
+                # passes that through, it does not break it)
+                if _breaks_invariants(graph, self.cast_chains):
+                    return result
+                raise GraphCheckError(f"after pass {self.name}: {err}") from None
+        return result
+
+
+def _breaks_invariants(graph: Graph, cast_chains: bool) -> bool:
+    try:
+        verify_graph(graph, cast_chains=cast_chains)
+    except GraphCheckError:
+        return True
+    return False

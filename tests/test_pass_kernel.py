@@ -1,0 +1,140 @@
+"""The pass kernel (mxnet_amp.passes.kernel): the node loop, entry remapping, node-context
+errors, and verify_graph as every pass's postcondition."""
+from types import MappingProxyType
+
+import pytest
+
+from mxnet_amp.errors import GraphCheckError, PassNodeError, TypeInferenceError
+from mxnet_amp.graph import Entry, Graph, Node, cast_node
+from mxnet_amp.passes.kernel import GraphPass, PassResult, Rewriter
+from mxnet_amp.passes.strip_casts import StripCasts
+
+
+def fc(name, *inputs):
+    return Node("FullyConnected", name, tuple(inputs), MappingProxyType({"num_hidden": "4"}))
+
+
+def small():
+    # x, w -> fc -> relu ; w read with version 1 (as MXNet writes a mutable input)
+    return Graph((Node("null", "x"), Node("null", "w"), fc("fc", Entry(0), Entry(1, 0, 1)),
+                  Node("Activation", "relu", (Entry(2),), MappingProxyType({"act_type": "relu"}))),
+                 (Entry(3),))
+
+
+class CastBeforeFC(Rewriter):
+    """Puts a float16 cast on an FC's first input: a node-to-many rewrite."""
+    name = "cast_before_fc"
+
+    def rewrite_node(self, i, node):
+        if node.op != "FullyConnected":
+            return super().rewrite_node(i, node)
+        inputs = self.inputs(node)
+        cast = self.emit(cast_node(self.builder.fresh_name(node.name + "_in16"), inputs[0], "float16"))
+        return self.emit(node._replace(inputs=(Entry(cast),) + inputs[1:]))
+
+
+def test_the_rewriter_remaps_entries_and_keeps_versions():
+    g = CastBeforeFC(small()).run()
+    assert [n.name for n in g.nodes] == ["x", "w", "fc_in16", "fc", "relu"]
+    assert g.nodes[3].inputs == (Entry(2), Entry(1, 0, 1))   # the weight's version kept
+    assert g.nodes[4].inputs == (Entry(3),) and g.heads == (Entry(4),)
+
+
+def test_run_from_a_start_keeps_the_prefix_without_calling_the_hook():
+    seen = []
+
+    class Watch(Rewriter):
+        def rewrite_node(self, i, node):
+            seen.append(i)
+            return super().rewrite_node(i, node)
+
+    g = small()
+    assert Watch(g).run(start=2) == g and seen == [2, 3]
+
+
+class BreaksNames(GraphPass):
+    """A broken pass: renames the FC to the name of its input variable."""
+    name = "breaks_names"
+
+    def call(self, graph):
+        nodes = list(graph.nodes)
+        nodes[2] = nodes[2]._replace(name="x")
+        return PassResult(Graph(tuple(nodes), graph.heads, graph.attrs), None, True)
+
+
+def test_a_pass_that_breaks_an_invariant_is_caught_with_the_node_named():
+    with pytest.raises(GraphCheckError) as info:
+        BreaksNames()(small())
+    text = str(info.value)
+    assert "after pass breaks_names" in text and "duplicate node name" in text and "'x'" in text
+    # the check can be switched off (measured: benchmarks/pass_verify_cost.py)
+    assert BreaksNames(verify=False)(small()).changed
+
+
+def test_a_cast_chain_is_caught_unless_the_pass_declares_it():
+    class Chain(GraphPass):
+        name = "chain"
+
+        def call(self, graph):
+            return PassResult(CastBeforeFC(CastBeforeFC(graph).run()).run(), None, True)
+
+    with pytest.raises(GraphCheckError, match="after pass chain: node 3 'fc_in16_1'"):
+        Chain()(small())
+    Chain.cast_chains = True
+    assert Chain()(small()).changed
+
+
+def test_an_error_inside_a_node_names_the_pass_the_node_and_its_op():
+    class Fails(Rewriter):
+        name = "fails"
+
+        def rewrite_node(self, i, node):
+            if node.op == "Activation":
+                return {}["missing"]
+            return super().rewrite_node(i, node)
+
+    with pytest.raises(PassNodeError) as info:
+        Fails(small()).run()
+    assert "pass fails" in str(info.value) and "'relu'" in str(info.value)
+    assert "Activation" in str(info.value) and "KeyError" in str(info.value)
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_a_typed_error_inside_a_node_keeps_its_type_and_message():
+    class Refuses(Rewriter):
+        name = "refuses"
+
+        def rewrite_node(self, i, node):
+            if node.op == "FullyConnected":
+                raise TypeInferenceError("fc does not type-check")
+            return super().rewrite_node(i, node)
+
+    with pytest.raises(TypeInferenceError) as info:
+        Refuses(small()).run()
+    assert str(info.value) == "fc does not type-check"
+    assert any("'fc'" in note and "refuses" in note for note in info.value.__notes__)
+
+
+def test_a_pass_result_says_whether_it_changed_the_graph():
+    g = small()
+    assert StripCasts()(g) == PassResult(g, None, False)
+    converted = CastBeforeFC(g).run()
+    result = StripCasts()(converted)
+    assert result.changed and [n.name for n in result.graph.nodes] == ["x", "w", "fc", "relu"]
+    assert result.graph == g      # versions kept: the original comes back
+
+
+def test_a_pass_is_not_blamed_for_what_its_input_broke_already():
+    # MXNet accepts duplicate node names (a Gluon block can produce them): a pass keeps them
+    g = small()
+    nodes = list(g.nodes)
+    nodes[3] = nodes[3]._replace(name="fc")
+    given = Graph(tuple(nodes), g.heads)
+
+    class Copies(GraphPass):
+        name = "copies"
+
+        def call(self, graph):
+            return PassResult(CastBeforeFC(graph).run(), None, True)
+
+    assert [n.name for n in Copies()(given).graph.nodes] == ["x", "w", "fc_in16", "fc", "fc"]
