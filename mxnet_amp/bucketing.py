@@ -23,6 +23,8 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.module import BucketingModule
     from mxnet.symbol import Symbol
 
+    from .graph import Graph
+
 __all__ = ["convert_bucketing_module"]
 
 
@@ -37,8 +39,8 @@ def _node_names(sym: Symbol) -> set[str]:
     return {n.name for n in graph_from_symbol(sym).nodes}
 
 
-def _folded_bucket(graph, originals: Mapping, options: ConvertOptions, present: set[str],
-                   param_dtypes: Mapping[str, str]):
+def _folded_bucket(graph: Graph, originals: Mapping, options: ConvertOptions, present: set[str],
+                   param_dtypes: Mapping[str, str]) -> Graph:
     """``graph`` with its BatchNorms folded as the default bucket's were (from the original
     float32 params: the same arithmetic gives the same folded weights); a bucket where
     folding reads a param the default bucket's folding did not produce is refused."""

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import warnings
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Sequence
 
 from .cli_output import (PROG, finish, say, with_extra, with_hardware_note)
 from .errors import AMPError, CLIError, error_text
@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
     and exit code 2, instead of the whole usage text (subcommand parsers are of this class
     too: ``add_subparsers`` makes them with the class of their parent)."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         say(f"{PROG}: error: {message} (see '{self.prog} --help')")
         raise SystemExit(EXIT_ERROR)
 
@@ -332,6 +332,8 @@ def _inspect_stripped(args: argparse.Namespace) -> int:
     from .checkpoint import restoring_load
     from .report import build_report
     _, arg_params, aux_params, conversion = restoring_load(args.prefix, args.epoch, progress=None)
+    if conversion is None:   # nothing was stripped: the plain inspect would have run
+        raise CLIError(f"{args.prefix}: not a model saved without its amp casts")
     report = build_report(conversion, new_arg_params=arg_params, new_aux_params=aux_params,
                           model=os.path.basename(args.prefix))
     casts = sum(n.op in ("amp_cast", "amp_multicast") for n in conversion.graph.nodes)
@@ -407,14 +409,14 @@ def _input_flag(sources: dict[str, str], message: str = "") -> str:
 
 
 @contextlib.contextmanager
-def _inputs_named_by_flag(sources: dict[str, str]):
+def _inputs_named_by_flag(sources: dict[str, str]) -> Iterator[None]:
     """In the errors and warnings of the block, ``sample_inputs`` becomes the flag that gave
     the input named (``--input`` or ``--inputs-npz``)."""
     def rename(text: str) -> str:
         return text.replace("sample_inputs", _input_flag(sources, text))
     outer = warnings.showwarning
 
-    def show(message, category, *rest, **kwargs) -> None:
+    def show(message: Warning | str, category: type[Warning], *rest: Any, **kwargs: Any) -> None:
         outer(rename(str(message)), category, *rest, **kwargs)
     with warnings.catch_warnings():   # puts the outer showwarning back on exit
         warnings.showwarning = show
@@ -472,12 +474,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _warnings_said_at_once():
+def _warnings_said_at_once() -> Iterator[None]:
     """Print each warning (once per text) on stderr the moment it is given: before the
     "wrote ..." lines it concerns, and not lost when the command fails afterwards."""
     shown: set[str] = set()
 
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
         text = _in_cli_terms(error_text(message))
         if issubclass(category, (UserWarning, RuntimeWarning)) and text not in shown:
             shown.add(text)

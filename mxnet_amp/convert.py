@@ -51,7 +51,7 @@ class Conversion:
     kept_batchnorms: tuple[tuple[str, str], ...] = ()
     # the model as given, before folding: {'op_nodes', 'params', 'param_bytes', 'by_dtype'} (None when
     # no params were given; ``original`` is the graph converted, folded where folding ran)
-    input_figures: Mapping[str, object] | None = None
+    input_figures: Mapping[str, Any] | None = None
     # node names the caller excluded (they compute in float32 whatever their op)
     excluded: frozenset[str] = frozenset()
 

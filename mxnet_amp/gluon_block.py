@@ -17,7 +17,7 @@ partitioned one apart (:attr:`AMPSymbolBlock.optimized_symbol`).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mxnet import gluon
 
@@ -42,11 +42,13 @@ class AMPSymbolBlock(gluon.SymbolBlock):
     (:attr:`default_backend`); ``hybridize(backend=None)`` runs MXNet's generic kernels.
     """
 
+    _cached_graph: Any   # SymbolBlock's (inputs, outputs) pair, as MXNet sets it
+
     def __init__(self, outputs: Symbol | list, inputs: Symbol | list,
                  params: ParameterDict | None = None) -> None:
         super().__init__(outputs, inputs, params)
-        self._amp_graph = self._cached_graph       # the graph as converted, never partitioned
-        self._amp_optimized = None                 # the partitioned graph the cached op runs
+        self._amp_graph: Any = self._cached_graph  # the graph as converted, never partitioned
+        self._amp_optimized: Any = None                 # the partitioned graph the cached op runs
         self.default_backend: str | None = None
 
     @property
@@ -63,11 +65,12 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         The other keywords (``static_alloc``, ``static_shape``, ...) are MXNet's."""
         super().hybridize(active, self.default_backend if backend is _KEEP else backend, **kwargs)
 
-    def _build_cache(self, *args) -> None:
+    def _build_cache(self, *args: Any) -> None:
         # MXNet builds the cached op from the partitioned graph and leaves that graph in
         # _cached_graph; keep it apart and put the converted graph back
         super()._build_cache(*args)
-        self._amp_optimized = self._cached_graph[1] if self._backend else None
+        cached: Any = self._cached_graph
+        self._amp_optimized = cached[1] if self._backend else None
         self._cached_graph = self._amp_graph
 
     def _clear_cached_op(self) -> None:

@@ -125,7 +125,7 @@ def enable_amx() -> bool:
             if " amx_bf16" not in f.read():
                 return False
         libc = ctypes.CDLL(None, use_errno=True)
-        granted = libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+        granted = bool(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0)
     except (OSError, AttributeError):
         return False
     if granted:

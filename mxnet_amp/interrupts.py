@@ -31,7 +31,7 @@ class TerminationSignal(BaseException):
         self.signum = signum
 
 
-def _raise(signum: int, frame) -> None:
+def _raise(signum: int, frame: object) -> None:
     raise TerminationSignal(signum)
 
 

@@ -178,15 +178,15 @@ def atomic_writes(files: Sequence[tuple[str | os.PathLike, Callable[[str], objec
     is written."""
     from .interrupts import signals_unwind
     from .paths import check_writable
-    files = [(os.fspath(path), write) for path, write in files]
-    check_writable([("output file", path) for path, _ in files])
+    named = [(str(os.fspath(path)), write) for path, write in files]
+    check_writable([("output file", path) for path, _ in named])
     umask = os.umask(0)
     os.umask(umask)
     done: list[tuple[str, str]] = []
     # SIGTERM / SIGHUP unwind like Ctrl-C, so the temporary files go with the write
-    with signals_unwind("writing " + ", ".join(path for path, _ in files)):
+    with signals_unwind("writing " + ", ".join(path for path, _ in named)):
         try:
-            for path, write in files:
+            for path, write in named:
                 done.append((_temp_beside(path), path))
                 write(done[-1][0])
                 with open(done[-1][0], "rb") as f:

@@ -333,7 +333,8 @@ def load_policy(target_dtype: str = "float16",
     conditional = tuple(c for c in base.conditional if c[0] not in named)
     dropped: dict[str, str] = {}   # op -> the category whose shipped list was replaced
     if overrides == "replace":
-        given = {cat for cat, ops in lists.items() if ops is not None and cat is not Category.FOLLOW}
+        given: set[Category] = {cat for cat, ops in lists.items()
+                                if ops is not None and cat is not Category.FOLLOW}
         if conditional_fp32_ops is not None:
             given.add(Category.CONDITIONAL)
         conditional = _replace(sets, conditional, given, dropped)
@@ -376,7 +377,7 @@ def _user_reasons(shipped: Mapping[str, str], dropped: Mapping[str, str],
     return MappingProxyType(reasons)
 
 
-def _conditions(items) -> list[tuple[str, str, tuple[str, ...]]]:
+def _conditions(items: Iterable | None) -> list[tuple[str, str, tuple[str, ...]]]:
     """The ``conditional_fp32_ops`` ``items`` as ``(op, attr, values)`` tuples of strings."""
     conds = []
     for item in items or ():
@@ -394,7 +395,8 @@ def _conditions(items) -> list[tuple[str, str, tuple[str, ...]]]:
     return conds
 
 
-def _named_once(moves: Mapping[Category, list[str]], conds) -> dict[str, str]:
+def _named_once(moves: Mapping[Category, list[str]],
+                conds: Sequence[tuple[str, str, tuple[str, ...]]]) -> dict[str, str]:
     """Each op the overrides name, with its category; :class:`ListError` for one named in
     two of them."""
     named: dict[str, str] = {}

@@ -115,7 +115,7 @@ class ConversionReport:
     extra: Mapping[str, Any] = field(default_factory=dict)
     folded_batchnorms: tuple[str, ...] = ()
     kept_batchnorms: tuple[tuple[str, str], ...] = ()
-    input_model: Mapping[str, object] | None = None
+    input_model: Mapping[str, Any] | None = None
 
     def fp32_reasons(self) -> dict[str, list[str]]:
         """Reason -> names of the float32 nodes kept for it (in graph order)."""

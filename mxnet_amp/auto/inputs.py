@@ -84,7 +84,7 @@ def _by_name(given: Any, names: list[str]) -> dict:
     raise GraphError(f"the model has inputs {names}: pass sample_inputs as a dict of name to array")
 
 
-def _as_input(name: str, value: Any, declared: str | None, ctx: Context):
+def _as_input(name: str, value: Any, declared: str | None, ctx: Context) -> Any:
     """``value`` as an NDArray on ``ctx`` (never the caller's own array), checked."""
     import mxnet as mx
     if isinstance(value, mx.nd.NDArray):
