@@ -12,7 +12,7 @@ from ..options import ConvertOptions, make_options
 from ..params import check_param_shapes, param_dict
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
-from .records import AutoReport, AutoSettings, KeptNode, OutputCheck
+from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck
 from .runner import _context, _execution_mode, _input_names, _Runs, _sample_inputs
 from .search import _low_nodes, _reference_and_search
 
@@ -27,14 +27,14 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | None = None,
                   validate: Callable[[list, list], bool] | None = None,
                   tolerance: float | None = None, underflow_fraction: float = 0.1,
-                  max_executions: int | None = None) -> AutoSettings:
+                  max_executions: int | None = None, search: str = "attribution") -> AutoSettings:
     """The :class:`AutoSettings` of :func:`auto_convert_model`'s keywords, defaults filled in.
 
     Raises
     ------
     ValueError
-        A tolerance that is negative or not finite, ``max_executions`` below 2, or
-        ``underflow_fraction`` outside (0, 1].
+        A tolerance that is negative or not finite, ``max_executions`` below 2,
+        ``underflow_fraction`` outside (0, 1], or ``search`` not one of ``SEARCHES``.
     """
     target_dtype = check_target_dtype(target_dtype)
     if rtol is not None or atol is not None:
@@ -50,7 +50,10 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
         raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
     if not 0 < underflow_fraction <= 1:
         raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
-    return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions)
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+    return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions,
+                        search)
 
 
 def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
@@ -66,7 +69,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        data_names: Sequence[str] | None = None, cast_optional_params: bool = True,
                        fold_batchnorm: bool = False, underflow_fraction: float = 0.1,
                        max_executions: int | None = None, quiet: bool = False,
-                       follow_ops: Sequence[str] | None = None
+                       follow_ops: Sequence[str] | None = None, search: str = "attribution"
                        ) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
@@ -110,6 +113,10 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         undecided candidates stay float32 (the last configuration seen to pass).
     quiet : bool, default False
         No progress bar.
+    search : {'attribution', 'bisection'}, default 'attribution'
+        How accuracy culprits are found when the check fails with no range culprit left:
+        one attribution run (teacher forcing) ranks the nodes and the top ones are
+        validated, the bisection taking over only when that fails; or the bisection alone.
 
     Returns
     -------
@@ -123,7 +130,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         Bad sample inputs, or params that do not fit the symbol.
     """
     settings = auto_settings(target_dtype, rtol, atol, validate, tolerance, underflow_fraction,
-                             max_executions)
+                             max_executions, search)
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm)
@@ -157,11 +164,13 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
                      execution=mode, progress=progress)
         # the first conversion checks params against the symbol (typed errors) before a run
         runs.convert(options.excluded)
-        excluded, kept, reference_finite = _reference_and_search(runs, original, settings, notes)
+        excluded, kept, reference_finite, errors = _reference_and_search(runs, original,
+                                                                         settings, notes)
         model = runs.final(excluded)
     finally:
         progress.close()
-    report = _auto_report(runs, original, excluded, kept, model[3], notes, reference_finite)
+    report = _auto_report(runs, original, excluded, kept, model[3], notes, reference_finite,
+                          tuple(errors))
     if not report.validated:
         import warnings
         warnings.warn("auto_convert_model: the returned model did not validate "
@@ -170,7 +179,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
 
 
 def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[KeptNode, ...],
-                 conversion: Conversion, notes: list[str], reference_finite: bool) -> AutoReport:
+                 conversion: Conversion, notes: list[str], reference_finite: bool,
+                 attribution: tuple[NodeError, ...] = ()) -> AutoReport:
     """The :class:`AutoReport` of the returned model (``excluded`` kept in float32)."""
     result = runs.results.get(excluded) or OutputCheck(
         "scale" if runs.rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
@@ -184,7 +194,7 @@ def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[
         tolerance=runs.tolerance if result.criterion == "scale" else None,
         relative_error=result.relative_error, top1_flips=result.top1_flips,
         top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
-        reference_finite=reference_finite, conversion=conversion)
+        reference_finite=reference_finite, attribution=attribution, conversion=conversion)
 
 
 def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str = "float16",

@@ -31,6 +31,7 @@ class _Runs:
         self.target_dtype, self.execution = options.target_dtype, execution
         self.tolerance, self.rtol, self.atol = settings.tolerance, settings.rtol, settings.atol
         self.validate, self.max_executions = settings.validate, settings.max_executions
+        self.search = settings.search
         self.progress = progress
         self.executions = 0
         self.steps: list[SearchStep] = []
@@ -122,6 +123,14 @@ class _Runs:
                                      result.top1_flips))
         self.progress.set_postfix(kept_fp32=len(excluded), ok=result.passed, refresh=False)
         return result.passed, result.tolerance_ratio, result.max_abs_error
+
+    def criterion_words(self) -> str:
+        """The check's bound in words ("tolerance 0.01", "rtol 0.01, atol 0.001", ...)."""
+        if self.validate is not None:
+            return "the caller's validate()"
+        if self.rtol is not None:
+            return f"allclose rtol {self.rtol:g}, atol {self.atol:g}"
+        return f"tolerance {self.tolerance:g}"
 
     def input_dtypes(self) -> dict[str, str]:
         from ..dtypes import dtype_name

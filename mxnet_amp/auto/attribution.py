@@ -1,0 +1,180 @@
+"""Single-run error attribution (step 4 of :mod:`mxnet_amp.auto`).
+
+One execution of the teacher-forced graph (:func:`mxnet_amp.passes.teacher_force`) gives,
+for every node computing in low precision, its *local* error (its low precision output
+computed from the exact float32 inputs, minus the reference) and, for every op, its error
+*gain* (a finite difference: the change of its float32 output when its inputs move by a
+relative ``2**-10``, over the size of that move). The contribution of a node at the model
+outputs is its local error times the largest product of gains along a path to an output,
+over that output's scale: an estimate, in the units of the default check
+(``max|out - ref| / max|ref|``), of how much of the outputs' error the node causes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..graph import Graph
+from ..io import graph_to_symbol
+from ..passes.emulate import emulate_graph
+from ..passes.teacher_force import ForcedGraph, teacher_force
+from .records import DTYPE_LIMITS, NodeError, SearchStep
+from .runner import _Runs
+
+# the relative size of the finite-difference perturbation: a few float16 roundings, far
+# above float32's own noise (2**-24) and small enough to stay linear
+PERTURBATION = 2.0 ** -10
+_SEED = 0
+
+
+@dataclass(frozen=True)
+class _Measured:
+    local: dict[str, float]          # node -> max |forced - ref| over its outputs
+    local_scale: dict[str, float]    # node -> max |ref| over its outputs
+    gain: dict[str, float]           # node -> max |perturbed - ref| / max |perturbation|
+    index: dict[str, tuple[int, int]]  # node -> its reference tensor's key (_ref_index)
+
+
+def _ref_index(original: Graph, folded: tuple[tuple[str, str], ...]) -> dict[str, tuple[int, int]]:
+    """Node name -> the key of the reference tensor that is its output 0. A producer that
+    absorbed a folded BatchNorm outputs what that BatchNorm did."""
+    index = {n.name: (i, 0) for i, n in enumerate(original.nodes)}
+    for bn, producer in folded:
+        if bn in index:
+            index[producer] = index[bn]
+    return index
+
+
+def _tensor(tensors: Mapping, index: dict, name: str, k: int) -> np.ndarray:
+    i, k0 = index[name]
+    return tensors[(i, k0 + k)]
+
+
+def _feeds(runs: _Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: Mapping,
+           conversion) -> tuple[dict, dict[str, float]]:
+    """The arrays of every variable of the attribution graph, and the size of each
+    perturbation (max |delta|) by feed name."""
+    import mxnet as mx
+
+    from ..emulation import round_array
+    feeds: dict = {}
+    stored = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    for name in fg.graph.variables():
+        name = name.name
+        if name in fg.reference_feeds:
+            feeds[name] = mx.nd.array(_tensor(tensors, index, *fg.reference_feeds[name]), ctx=runs.ctx)
+        elif name in fg.param_aliases:
+            src = fg.param_aliases[name]
+            feeds[name] = runs.inputs.get(src, {**runs.arg_params, **runs.aux_params}.get(src))
+        elif name in params:
+            low = stored.get(name)
+            # the stored low precision weight, rounded as the conversion's cast rounds it
+            feeds[name] = round_array(params[name], low) if low in DTYPE_LIMITS else params[name]
+    sizes: dict[str, float] = {}
+    rng = np.random.RandomState(_SEED)
+    for name, tensor in fg.perturbed_feeds.items():
+        ref = _tensor(tensors, index, *tensor)
+        mag = np.abs(ref)
+        floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
+        delta = (PERTURBATION * (mag + floor)).astype(np.float32)
+        delta *= rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
+        sizes[name] = float(np.abs(delta).max(initial=0.0))
+        feeds[name] = mx.nd.array(ref + delta, ctx=runs.ctx)
+    return feeds, sizes
+
+
+def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
+    if a.shape != b.shape:
+        return math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(a.astype(np.float64) - b)
+    d = np.where(np.isnan(d) & ~(np.isnan(a) & np.isnan(b)), np.inf, d)
+    return float(np.nan_to_num(d, nan=0.0).max(initial=0.0))
+
+
+def _measure(runs: _Runs, original: Graph, excluded: frozenset, tensors: Mapping) -> _Measured:
+    """Build, emulate and run the attribution graph once; local errors and gains."""
+    _, args, auxs, conversion = runs.convert(excluded)
+    dtypes = conversion.result.node_dtypes
+    forced = [n.name for n in conversion.graph.nodes
+              if not n.subgraphs and dtypes.get(n.name) in DTYPE_LIMITS]
+    fg = teacher_force(conversion.graph, original, forced, conversion.result.tensor_dtypes)
+    var_dtypes = {**conversion.arg_dtypes, **conversion.aux_dtypes, **runs.input_dtypes(),
+                  **fg.var_dtypes}
+    # emulated: the rounding rules are the emulation's own, whatever runs the checks
+    sym = graph_to_symbol(emulate_graph(fg.graph, var_dtypes))
+    index = _ref_index(original, conversion.folded_batchnorms)
+    positions = {n.name: i for i, n in enumerate(original.nodes)}
+    feeds, sizes = _feeds(runs, fg, tensors, index, {**args, **auxs}, conversion)
+    outs = runs.forward(sym, feeds, {})
+    runs.steps.append(SearchStep("attribution", len(excluded), None, None, None))
+    del feeds
+    local: dict[str, float] = {}
+    scale: dict[str, float] = {}
+    change: dict[str, float] = {}
+    for (kind, name, k), out in zip(fg.outputs, outs):
+        if kind == "forced":
+            ref = _tensor(tensors, index, name, k)
+            local[name] = max(local.get(name, 0.0), _max_diff(out, ref))
+            scale[name] = max(scale.get(name, 0.0), float(np.abs(ref).max(initial=0.0)))
+        else:
+            ref = tensors[(positions[name], k)]
+            change[name] = max(change.get(name, 0.0), _max_diff(out, ref))
+    size = _perturbed_sizes(original, fg, sizes)
+    gain = {n: (c / size[n] if size.get(n) else 0.0) for n, c in change.items()}
+    return _Measured(local, scale, gain, index)
+
+
+def _perturbed_sizes(original: Graph, fg: ForcedGraph, sizes: dict[str, float]) -> dict[str, float]:
+    """Node -> the largest perturbation among its inputs."""
+    by_tensor = {tensor: sizes[name] for name, tensor in fg.perturbed_feeds.items()}
+    out: dict[str, float] = {}
+    for node in original.nodes:
+        for e in node.inputs:
+            key = (original.nodes[e.node].name, e.index)
+            if key in by_tensor:
+                out[node.name] = max(out.get(node.name, 0.0), by_tensor[key])
+    return out
+
+
+def _sensitivity(original: Graph, gain: Mapping[str, float], tensors: Mapping) -> list[float]:
+    """For each node, how much an absolute error on its output grows into the outputs'
+    relative error: the largest product of gains along a path to an output, over that
+    output's scale (iterative, in reverse graph order: no recursion on deep graphs)."""
+    floor = DTYPE_LIMITS["float16"].min_normal
+    at_head: dict[int, float] = {}
+    for e in original.heads:
+        scale = max(float(np.abs(tensors[(e.node, e.index)]).max(initial=0.0)), floor)
+        at_head[e.node] = max(at_head.get(e.node, 0.0), 1.0 / scale)
+    users = original.consumers()
+    sens = [0.0] * len(original.nodes)
+    for j in range(len(original.nodes) - 1, -1, -1):
+        s = at_head.get(j, 0.0)
+        for c, _ in users[j]:
+            s = max(s, gain.get(original.nodes[c].name, 0.0) * sens[c])
+        sens[j] = min(s, 1e300)
+    return sens
+
+
+def attribute(runs: _Runs, original: Graph, excluded: frozenset,
+              tensors: Mapping[tuple[int, int], np.ndarray]) -> list[NodeError]:
+    """Each low precision node's local error and estimated contribution at the outputs,
+    largest contribution first (one execution)."""
+    measured = _measure(runs, original, excluded, tensors)
+    sens = _sensitivity(original, measured.gain, tensors)
+    ops = {n.name: n.op for n in original.nodes}
+    errors = []
+    for name, local in measured.local.items():
+        scale = measured.local_scale[name]
+        if name not in measured.index:
+            continue
+        s = sens[measured.index[name][0]]
+        contribution = min(local * s, math.inf) if local and s else 0.0
+        errors.append(NodeError(name, ops.get(name, ""), local,
+                                local / scale if scale else (0.0 if not local else math.inf),
+                                contribution))
+    errors.sort(key=lambda e: (-e.contribution, e.name))
+    return errors
