@@ -12,7 +12,7 @@ over that output's scale: an estimate, in the units of the default check
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -81,18 +81,22 @@ def _feeds(runs: _Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: 
         floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
         delta = (PERTURBATION * (mag + floor)).astype(np.float32)
         delta *= rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
-        sizes[name] = float(np.abs(delta).max(initial=0.0))
+        sizes[name] = float(np.dot(delta.ravel().astype(np.float64), delta.ravel()))
         feeds[name] = mx.nd.array(ref + delta, ctx=runs.ctx)
     return feeds, sizes
 
 
-def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
+def _sq_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """``sum((a - b)**2)``; inf where they differ by inf or nan (nan in both agrees)."""
     if a.shape != b.shape:
         return math.inf
     with np.errstate(invalid="ignore", over="ignore"):
-        d = np.abs(a.astype(np.float64) - b)
-    d = np.where(np.isnan(d) & ~(np.isnan(a) & np.isnan(b)), np.inf, d)
-    return float(np.nan_to_num(d, nan=0.0).max(initial=0.0))
+        d = a.astype(np.float64) - b
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    d = np.where(same, 0.0, d)
+    if not np.isfinite(d).all():
+        return math.inf
+    return float(np.dot(d.ravel(), d.ravel()))
 
 
 def _measure(runs: _Runs, original: Graph, excluded: frozenset, tensors: Mapping) -> _Measured:
@@ -112,57 +116,66 @@ def _measure(runs: _Runs, original: Graph, excluded: frozenset, tensors: Mapping
     outs = runs.forward(sym, feeds, {})
     runs.steps.append(SearchStep("attribution", len(excluded), None, None, None))
     del feeds
-    local: dict[str, float] = {}
+    local: dict[str, float] = {}     # squared norms first
     scale: dict[str, float] = {}
     change: dict[str, float] = {}
     for (kind, name, k), out in zip(fg.outputs, outs):
         if kind == "forced":
             ref = _tensor(tensors, index, name, k)
-            local[name] = max(local.get(name, 0.0), _max_diff(out, ref))
+            local[name] = local.get(name, 0.0) + _sq_diff(out, ref)
             scale[name] = max(scale.get(name, 0.0), float(np.abs(ref).max(initial=0.0)))
         else:
             ref = tensors[(positions[name], k)]
-            change[name] = max(change.get(name, 0.0), _max_diff(out, ref))
+            change[name] = change.get(name, 0.0) + _sq_diff(out, ref)
     size = _perturbed_sizes(original, fg, sizes)
-    gain = {n: (c / size[n] if size.get(n) else 0.0) for n, c in change.items()}
-    return _Measured(local, scale, gain, index)
+    gain = {n: (math.sqrt(c / size[n]) if size.get(n) else 0.0) for n, c in change.items()}
+    return _Measured({n: math.sqrt(v) for n, v in local.items()}, scale, gain, index)
 
 
 def _perturbed_sizes(original: Graph, fg: ForcedGraph, sizes: dict[str, float]) -> dict[str, float]:
-    """Node -> the largest perturbation among its inputs."""
+    """Node -> the squared norm of the perturbation of all its inputs together."""
     by_tensor = {tensor: sizes[name] for name, tensor in fg.perturbed_feeds.items()}
     out: dict[str, float] = {}
     for node in original.nodes:
         for e in node.inputs:
             key = (original.nodes[e.node].name, e.index)
             if key in by_tensor:
-                out[node.name] = max(out.get(node.name, 0.0), by_tensor[key])
+                out[node.name] = out.get(node.name, 0.0) + by_tensor[key]
     return out
 
 
 def _sensitivity(original: Graph, gain: Mapping[str, float], tensors: Mapping) -> list[float]:
-    """For each node, how much an absolute error on its output grows into the outputs'
-    relative error: the largest product of gains along a path to an output, over that
-    output's scale (iterative, in reverse graph order: no recursion on deep graphs)."""
+    """For each node, how much an error of norm 1 on its output grows into the outputs'
+    error per element over their scale: at an output ``1 / (max|ref| sqrt(size))``; through
+    a consumer times its gain; summed in quadrature over consumers (errors reaching an
+    output along different paths add like independent ones). Iterative, in reverse graph
+    order (no recursion on deep graphs)."""
     floor = DTYPE_LIMITS["float16"].min_normal
     at_head: dict[int, float] = {}
     for e in original.heads:
-        scale = max(float(np.abs(tensors[(e.node, e.index)]).max(initial=0.0)), floor)
-        at_head[e.node] = max(at_head.get(e.node, 0.0), 1.0 / scale)
+        ref = tensors[(e.node, e.index)]
+        scale = max(float(np.abs(ref).max(initial=0.0)), floor) * math.sqrt(max(ref.size, 1))
+        at_head[e.node] = at_head.get(e.node, 0.0) + scale ** -2
     users = original.consumers()
-    sens = [0.0] * len(original.nodes)
+    sq = [0.0] * len(original.nodes)
     for j in range(len(original.nodes) - 1, -1, -1):
         s = at_head.get(j, 0.0)
-        for c, _ in users[j]:
-            s = max(s, gain.get(original.nodes[c].name, 0.0) * sens[c])
-        sens[j] = min(s, 1e300)
-    return sens
+        for c in {c for c, _ in users[j]}:
+            s += gain.get(original.nodes[c].name, 0.0) ** 2 * sq[c]
+        sq[j] = min(s, 1e300)
+    return [math.sqrt(v) for v in sq]
 
 
 def attribute(runs: _Runs, original: Graph, excluded: frozenset,
-              tensors: Mapping[tuple[int, int], np.ndarray]) -> list[NodeError]:
+              tensors: Mapping[tuple[int, int], np.ndarray],
+              measured_error: float | None = None) -> list[NodeError]:
     """Each low precision node's local error and estimated contribution at the outputs,
-    largest contribution first (one execution)."""
+    largest contribution first (one execution).
+
+    ``measured_error``: the outputs' relative error ``max|out - ref| / max|ref|`` measured for
+    ``excluded`` (the failed check). The contributions are scaled so that they add up (in
+    quadrature) to it: the propagation model gives their proportions, the measurement their
+    size in the check's units."""
     measured = _measure(runs, original, excluded, tensors)
     sens = _sensitivity(original, measured.gain, tensors)
     ops = {n.name: n.op for n in original.nodes}
@@ -176,5 +189,9 @@ def attribute(runs: _Runs, original: Graph, excluded: frozenset,
         errors.append(NodeError(name, ops.get(name, ""), local,
                                 local / scale if scale else (0.0 if not local else math.inf),
                                 contribution))
+    total = math.sqrt(sum(e.contribution ** 2 for e in errors if math.isfinite(e.contribution)))
+    if measured_error is not None and math.isfinite(measured_error) and total > 0:
+        factor = measured_error / total
+        errors = [replace(e, contribution=e.contribution * factor) for e in errors]
     errors.sort(key=lambda e: (-e.contribution, e.name))
     return errors

@@ -221,7 +221,7 @@ def _attributed_search(runs: _Runs, original: Graph, base: frozenset, tensors,
     from ..errors import AMPError
     from .attribution import attribute
     try:
-        errors = attribute(runs, original, base, tensors)
+        errors = attribute(runs, original, base, tensors, runs.results[base].relative_error)
     except (AMPError, RuntimeError, ValueError) as err:   # MXNetError is a RuntimeError
         notes.append(f"the attribution run failed ({str(err).splitlines()[0][:200]}); "
                      "the accuracy search bisected")
