@@ -16,10 +16,8 @@ orthogonal FullyConnected layers accumulates ~0.02 of plain float16 rounding (me
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import platform
 import sys
 import time
 
@@ -27,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+from _common import default_out, environment, write_json  # noqa: E402
 from planted_culprits import planted  # noqa: E402
 
 TOLERANCE = 0.05
@@ -57,10 +56,8 @@ def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int) -> dict:
                     row["bisection_bound"] = 3 + k * (math.ceil(math.log2(p.op_nodes)) + 1)
                 rows.append(row)
                 print(_line(row), flush=True)
-    return {"rows": rows, "tolerance": TOLERANCE, "machine": platform.processor() or platform.machine(),
-            "load": os.getloadavg(), "bisection_max_n": bisection_max_n,
-            "bisection_max_k_beyond": bisection_max_k,
-            "command": " ".join(["python", "benchmarks/auto_attribution.py"] + sys.argv[1:])}
+    return {"rows": rows, "tolerance": TOLERANCE, "environment": environment(),
+            "bisection_max_n": bisection_max_n, "bisection_max_k_beyond": bisection_max_k}
 
 
 def _line(row: dict) -> str:
@@ -93,15 +90,13 @@ def main(argv=None) -> int:
                     help="run the bisection only on graphs up to this N (it is slow at 5000)")
     ap.add_argument("--bisection-max-k", type=int, default=8,
                     help="beyond --bisection-max-n, run the bisection only up to this k")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "auto_attribution.json"))
+    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.quick:
         result = run([50, 120], [1, 2], ["chain", "dag"], args.bisection_max_n, args.bisection_max_k)
     else:
         result = run([50, 400, 5000], [1, 2, 4, 8], ["chain", "dag"], args.bisection_max_n, args.bisection_max_k)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(args.out or default_out("auto_attribution", args.quick), result)
     print(markdown(result))
     return 0
 

@@ -1,6 +1,7 @@
 """Validation-driven automatic mixed precision (mxnet_amp.auto)."""
 import json
 import math
+import os
 
 import mxnet as mx
 import numpy as np
@@ -137,7 +138,8 @@ def test_underflow_branch_gets_exactly_its_offending_node_excluded():
 
 def test_accuracy_culprit_found_by_bounded_bisection():
     sym, args, x = cancellation_model()
-    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True,
+                                                             search="bisection")
     assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_c", "accuracy")]
     assert report.kept_fp32[0].value > 1          # its exclusion removed > 1x tolerance
     n = report.op_nodes                            # candidates: every node ran in fp16
@@ -147,9 +149,45 @@ def test_accuracy_culprit_found_by_bounded_bisection():
     assert within_tolerance(report, new_sym, new_args, new_auxs, x, run(sym, args, {}, x))
 
 
+def test_accuracy_culprit_found_by_one_attribution_run_and_validated():
+    """Reference, check, attribution, validation: 4 executions; the reason says what was
+    compared, with units."""
+    sym, args, x = cancellation_model()
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_c", "accuracy")]
+    assert [s.kind for s in report.steps] == ["reference", "check", "attribution", "validate"]
+    assert report.validated and report.executions == 4
+    assert report.attribution[0].name == "fc_c"
+    assert report.attribution[0].contribution > 10 * report.attribution[1].contribution
+    assert "relative error" in report.kept_fp32[0].detail
+    assert "> tolerance 0.01" in report.kept_fp32[0].detail
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, run(sym, args, {}, x))
+
+
+@pytest.mark.parametrize("shape,n,k", [("chain", 150, 3), ("dag", 150, 4)])
+def test_planted_culprits_found_exactly_in_at_most_2_plus_k_plus_1(shape, n, k):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    from planted_culprits import planted
+    p = planted(n, k, shape, seed=3)
+    assert p.op_nodes == n and len(p.culprits) == k
+    *_, report = auto_convert_model(p.sym, p.arg_params, {}, p.sample, quiet=True)
+    assert sorted(x.name for x in report.by_reason("accuracy")) == sorted(p.culprits)
+    assert report.validated and report.executions <= 2 + k + 1
+
+
+def test_overflow_culprits_need_no_attribution_run():
+    sym, args, x = overflow_model()
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert report.executions == 2 and not report.attribution
+    assert report.kept_fp32[0].detail.startswith("overflow: max |x| of ")
+    assert "> 65504" in report.kept_fp32[0].detail
+
+
 def test_execution_budget_keeps_a_configuration_seen_to_pass():
     sym, args, x = cancellation_model()
-    *_, report = auto_convert_model(sym, args, {}, x, quiet=True, max_executions=4)
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True, max_executions=4,
+                                    search="bisection")
     assert report.executions <= 4
     assert report.validated                        # the last passing superset is returned
     budget = report.by_reason("budget")
@@ -181,7 +219,8 @@ def test_user_validate_decides_and_sees_float32_arrays():
         return bool(np.abs(out[0] - ref[0]).max() < 1e-6)   # stricter than fp16 can do
     *_, report = auto_convert_model(sym, args, {}, x, validate=validate, quiet=True)
     assert seen and all(s == (1, np.float32, np.float32, (2, 4)) for s in seen)
-    assert len(seen) == report.executions - 1          # every check but the reference
+    # every check but the reference and the attribution run
+    assert len(seen) == report.executions - 1 - sum(s.kind == "attribution" for s in report.steps)
     assert report.validated
     assert report.kept_fp32 and all(k.reason == "accuracy" for k in report.kept_fp32)
 

@@ -170,3 +170,15 @@ def test_trained_accuracy_quick(tmp_path):
     assert rows["overflow"]["float16"]["auto"]["kept_fp32"] == ["raw_dense0_fwd"]
     text = md.read_text()
     assert "| cnn | 450 |" in text and "## Automatic mode" in text
+
+
+def test_auto_attribution_quick(tmp_path):
+    """Planted culprits: the attribution finds exactly them within 2 + k + 1 executions,
+    validated, and the bisection beside it does too (in more)."""
+    _, out = run_script("auto_attribution", tmp_path)
+    data = load(out)
+    assert data["rows"]
+    for row in data["rows"]:
+        a, b = row["attribution"], row["bisection"]
+        assert a["exact"] and a["validated"] and a["executions"] <= 2 + row["k"] + 1
+        assert b["exact"] and b["validated"] and b["executions"] > a["executions"]
