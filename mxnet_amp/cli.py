@@ -429,8 +429,9 @@ def _cmd_auto(args) -> int:
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report reads what the pass decided for the returned model
     conversion = auto.conversion
-    reasons = {k.name: f"auto: {k.reason}" + ("" if k.value is None else f" ({k.value:.3g})")
-               for k in auto.kept_fp32 if k.reason != "user"}
+    from .auto.records import kept_text
+    reasons = {k.name: f"auto: {k.reason}: {kept_text(k)}" for k in auto.kept_fp32
+               if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
                           model=os.path.basename(args.prefix), reasons=reasons)
     report = _with_extra(report, {"auto": auto.to_dict()})
