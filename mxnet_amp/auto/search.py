@@ -69,10 +69,39 @@ def _low_holders(original: Graph, converted: Graph,
     return holders
 
 
+def _costly(runs: _Runs, original: Graph, offending, stats, limits, notes: list[str]):
+    """``offending`` without the underflowing tensors whose lost values do not matter where
+    they are used (:mod:`mxnet_amp.auto.underflow`); those are named in ``notes``. An
+    underflow entry's value becomes ``(fraction flushed, cost)``."""
+    from .underflow import SHARE_OF_TOLERANCE, underflow_cost
+    params = {**runs.arg_params, **runs.aux_params}
+    bound = SHARE_OF_TOLERANCE * (runs.tolerance if runs.rtol is None else runs.rtol)
+    kept, ignored = [], []
+    for key, reason, value in offending:
+        if reason != "underflow":
+            kept.append((key, reason, value))
+            continue
+        cost = underflow_cost(original, key, stats, params, limits)
+        if cost >= bound:
+            kept.append((key, reason, (value, cost)))
+        else:
+            ignored.append((_tensor_name(original, key), cost))
+    if ignored:
+        worst = max(c for _, c in ignored)
+        names = ", ".join(n for n, _ in ignored[:8]) + (", ..." if len(ignored) > 8 else "")
+        notes.append(f"{len(ignored)} tensors have values that flush to zero but were left in "
+                     f"low precision: what they lose changes the outputs they feed by at most "
+                     f"{worst:.2g} of their scale (< {bound:.2g}, a tenth of the tolerance): "
+                     f"{names}")
+    return kept
+
+
 def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fraction,
-                      user_excluded: frozenset) -> tuple[frozenset, dict[str, KeptNode]]:
+                      user_excluded: frozenset, notes: list[str]
+                      ) -> tuple[frozenset, dict[str, KeptNode]]:
     """Grow the exclusion set until no out of range tensor is held in low precision."""
-    offending = _offending(stats, limits, underflow_fraction)
+    offending = _costly(runs, original, _offending(stats, limits, underflow_fraction), stats,
+                        limits, notes)
     excluded = set(user_excluded)
     kept: dict[str, KeptNode] = {}
     ops = {n.name: n.op for n in original.nodes}
@@ -92,9 +121,10 @@ def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fra
                 continue
             tensor = _tensor_name(original, key)
             detail = _range_detail(reason, value, tensor, limits)
+            fraction = value[0] if reason == "underflow" else value
             for holder in sorted(now):
-                selected.setdefault(holder, KeptNode(holder, ops[holder], reason, value, tensor,
-                                                     detail))
+                selected.setdefault(holder, KeptNode(holder, ops[holder], reason, fraction,
+                                                     tensor, detail))
             tainted |= _descendants(original, {index[h] for h in now})
         if not selected:
             break
@@ -103,12 +133,14 @@ def _range_exclusions(runs: _Runs, original: Graph, stats, limits, underflow_fra
     return frozenset(excluded), kept
 
 
-def _range_detail(reason: str, value: float, tensor: str, limits) -> str:
+def _range_detail(reason: str, value, tensor: str, limits) -> str:
     """A range reason in words, with the figures compared."""
     if reason == "overflow":
         return f"overflow: max |x| of {tensor} {value:.3g} > {limits.max:.6g}"
-    return (f"underflow: {value:.0%} of the nonzero values of {tensor} are below "
-            f"{limits.zero_below:.3g} and flush to zero")
+    fraction, cost = value
+    return (f"underflow: {fraction:.0%} of the nonzero values of {tensor} are below "
+            f"{limits.zero_below:.3g} and flush to zero, changing what it feeds by up to "
+            f"{cost:.2g} of its scale")
 
 
 def _holders_of(conversion: Conversion):
@@ -262,7 +294,7 @@ def _search(runs: _Runs, original: Graph, stats, limits, underflow_fraction: flo
     and the attribution's node errors (empty when it did not run)."""
     # 2. nodes holding out of range tensors in low precision: float32 (no execution)
     excluded, kept = _range_exclusions(runs, original, stats, limits, underflow_fraction,
-                                       user_excluded)
+                                       user_excluded, notes)
     # 3. one converted check
     ok, _, _ = runs.check(excluded, "check")
     errors: list[NodeError] = []
