@@ -146,6 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "native where the hardware runs the dtype)")
     p.add_argument("--max-executions", type=int, default=None, metavar="N",
                    help="upper bound on model runs during the search")
+    p.add_argument("--eval-data", metavar="X.npz", default=None,
+                   help="labelled evaluation inputs (one array per input name): judge each "
+                   "configuration by the task metric on them (with --labels) instead of "
+                   "output closeness; they are the sample inputs unless --input is given")
+    p.add_argument("--labels", metavar="y.npy", default=None,
+                   help="labels of --eval-data (class ids for top1/top5, targets for mse)")
+    p.add_argument("--metric", choices=("top1", "top5", "mse"), default="top1",
+                   help="task metric of the first output (default top1, in percent)")
+    p.add_argument("--max-drop", type=float, default=None, metavar="D",
+                   help="largest metric drop that passes (top1/top5: percentage points; mse: "
+                   "increase of the loss; with --drop relative: a fraction of the float32 "
+                   "score); default 0.5")
+    p.add_argument("--drop", choices=("absolute", "relative"), default="absolute",
+                   help="--max-drop in the metric's units (default) or relative to the float32 score")
     p.add_argument("--out", metavar="PREFIX2", default=None,
                    help="output checkpoint prefix (default PREFIX-amp)")
     p.set_defaults(run=_cmd_auto)
@@ -379,6 +393,33 @@ def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, 
     return name, shape
 
 
+def _eval_metric(args) -> tuple[dict, object]:
+    """``(inputs, metric)`` of ``--eval-data``/``--labels``/``--metric`` (``({}, None)``
+    without ``--eval-data``)."""
+    import numpy as np
+    if args.eval_data is None:
+        if args.labels is not None:
+            raise CLIError("--labels needs --eval-data (the inputs they label)")
+        return {}, None
+    if args.labels is None:
+        raise CLIError("--eval-data needs --labels (y.npy: what the metric compares with)")
+    for flag, path in (("--eval-data", args.eval_data), ("--labels", args.labels)):
+        if not os.path.isfile(path):
+            raise CLIError(f"{flag}: file not found: {path}")
+    try:
+        with np.load(args.eval_data, allow_pickle=False) as data:
+            inputs = {name: data[name] for name in data.files}
+        labels = np.load(args.labels, allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise CLIError(f"--eval-data/--labels: cannot read: {err}") from None
+    rows = {len(v) for v in inputs.values()}
+    if rows != {len(labels)}:
+        raise CLIError(f"--labels {args.labels} has {len(labels)} rows, --eval-data "
+                       f"{args.eval_data} has {sorted(rows)}")
+    from .auto.metrics import builtin_metric
+    return inputs, builtin_metric(args.metric, labels)
+
+
 def _sample_inputs(args) -> dict:
     import numpy as np
     inputs = {}
@@ -408,7 +449,12 @@ def _cmd_auto(args) -> int:
     from .io import load_checkpoint, save_checkpoint
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
-    inputs = _sample_inputs(args)
+    eval_inputs, metric = _eval_metric(args)
+    inputs = _sample_inputs(args) if (args.inputs or args.inputs_npz or not eval_inputs) \
+        else eval_inputs
+    if metric is not None and inputs is not eval_inputs:
+        raise CLIError("--eval-data gives the inputs the metric is measured on: leave out "
+                       "--input/--inputs-npz")
     out = _out_prefix(args)
     sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
     unknown = sorted(set(inputs) - set(sym.list_arguments()))
@@ -416,8 +462,14 @@ def _cmd_auto(args) -> int:
         raise CLIError(f"--input names {unknown}, which are not inputs of {args.prefix}-symbol.json "
                        f"(its inputs without params: "
                        f"{[n for n in sym.list_arguments() if n not in arg_params]})")
-    settings = auto_settings(args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
-                             max_executions=args.max_executions)
+    try:
+        settings = auto_settings(
+            args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
+            max_executions=args.max_executions, metric=metric,
+            max_drop=(0.5 if args.max_drop is None else args.max_drop) if metric else None,
+            drop=args.drop)
+    except ValueError as err:
+        raise CLIError(f"auto: {err}") from None
     new_sym, new_args, new_aux, auto = auto_convert(
         sym, arg_params, aux_params, inputs, _options(args), settings, execution=args.execution,
         data_names=args.data_names, quiet=not sys.stderr.isatty())

@@ -12,6 +12,7 @@ from ..options import ConvertOptions, make_options
 from ..params import check_param_shapes, param_dict
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
+from .metrics import MetricCheck
 from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck
 from .runner import _context, _execution_mode, _input_names, _Runs, _sample_inputs
 from .search import _low_nodes, _reference_and_search
@@ -27,14 +28,17 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | None = None,
                   validate: Callable[[list, list], bool] | None = None,
                   tolerance: float | None = None, underflow_fraction: float = 0.1,
-                  max_executions: int | None = None, search: str = "attribution") -> AutoSettings:
+                  max_executions: int | None = None, search: str = "attribution",
+                  metric: Callable[[list], float] | None = None, max_drop: float | None = None,
+                  drop: str = "absolute") -> AutoSettings:
     """The :class:`AutoSettings` of :func:`auto_convert_model`'s keywords, defaults filled in.
 
     Raises
     ------
     ValueError
         A tolerance that is negative or not finite, ``max_executions`` below 2,
-        ``underflow_fraction`` outside (0, 1], or ``search`` not one of ``SEARCHES``.
+        ``underflow_fraction`` outside (0, 1], ``search`` not one of ``SEARCHES``, a
+        ``metric`` without ``max_drop`` or with ``validate``, or a bad ``max_drop``/``drop``.
     """
     target_dtype = check_target_dtype(target_dtype)
     if rtol is not None or atol is not None:
@@ -52,6 +56,18 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
         raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
     if search not in SEARCHES:
         raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+    if metric is not None:
+        if validate is not None:
+            raise ValueError("give metric or validate, not both: both decide the check")
+        if max_drop is None:
+            raise ValueError("metric needs max_drop: the largest drop of the score from the "
+                             "float32 model's that passes (absolute, or relative with "
+                             "drop='relative')")
+        if not callable(metric):
+            raise ValueError(f"metric must be a callable of the model outputs, got {metric!r}")
+        # a fresh check per run: it remembers the float32 score of this model only
+        validate = MetricCheck(metric, float(max_drop), drop,
+                               getattr(metric, "__name__", "metric"))
     return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions,
                         search)
 
@@ -69,7 +85,9 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        data_names: Sequence[str] | None = None, cast_optional_params: bool = True,
                        fold_batchnorm: bool = False, underflow_fraction: float = 0.1,
                        max_executions: int | None = None, quiet: bool = False,
-                       follow_ops: Sequence[str] | None = None, search: str = "attribution"
+                       follow_ops: Sequence[str] | None = None, search: str = "attribution",
+                       metric: Callable[[list], float] | None = None,
+                       max_drop: float | None = None, drop: str = "absolute"
                        ) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
@@ -118,6 +136,19 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         one attribution run (teacher forcing) ranks the nodes and the top ones are
         validated, the bisection taking over only when that fails; or the bisection alone.
 
+    metric : callable, optional
+        ``metric(outputs) -> float``: a task score of the model outputs on the sample inputs
+        (a list of float32 numpy arrays in model output order; higher is better, e.g. top-1
+        accuracy against the sample's labels: :func:`mxnet_amp.auto.metrics.builtin_metric`).
+        Given, a configuration passes when its score is at most ``max_drop`` below the float32
+        model's, instead of the closeness check; nodes are kept in float32 only where the
+        score drops. The report's ``metric`` holds the figures.
+    max_drop : float
+        Required with ``metric``: the largest drop that passes.
+    drop : {'absolute', 'relative'}, default 'absolute'
+        ``max_drop`` in the score's own units, or as a fraction of the float32 score (as
+        Intel Neural Compressor's ``accuracy_criterion``).
+
     Returns
     -------
     (Symbol, dict, dict, AutoReport)
@@ -130,7 +161,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         Bad sample inputs, or params that do not fit the symbol.
     """
     settings = auto_settings(target_dtype, rtol, atol, validate, tolerance, underflow_fraction,
-                             max_executions, search)
+                             max_executions, search, metric, max_drop, drop)
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm)
@@ -194,7 +225,8 @@ def _auto_report(runs: _Runs, original: Graph, excluded: frozenset, kept: tuple[
         tolerance=runs.tolerance if result.criterion == "scale" else None,
         relative_error=result.relative_error, top1_flips=result.top1_flips,
         top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
-        reference_finite=reference_finite, attribution=attribution, conversion=conversion)
+        reference_finite=reference_finite, attribution=attribution,
+        metric=runs.metric_values.get(excluded), conversion=conversion)
 
 
 def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str = "float16",

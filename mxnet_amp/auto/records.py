@@ -48,8 +48,10 @@ class KeptNode:
 
     ``reason`` is ``'overflow'`` (``value``: the largest |value| of ``tensor`` in the float32
     run), ``'underflow'`` (``value``: the fraction of its nonzero values flushed to zero),
-    ``'accuracy'`` (``value``: how much excluding it lowered the error, in units of the
-    tolerance: see :attr:`AutoReport.tolerance_ratio`), ``'budget'`` (a candidate the accuracy
+    ``'accuracy'`` (``value``: its estimated contribution to the outputs' relative error when
+    the attribution found it, or how much excluding it lowered the error in units of the
+    tolerance when the bisection did), ``'metric'`` (the same, found under a user metric),
+    ``'budget'`` (a candidate the accuracy
     search had not cleared when ``max_executions`` ran out; ``value`` None) or ``'user'``
     (named in excluded_sym_names).
     """
@@ -140,8 +142,9 @@ class AutoReport:
         Op nodes in the float32 graph.
     low_precision_nodes : int
         Op nodes computing in ``target_dtype`` in the returned model.
-    criterion : {'scale', 'allclose', 'validate'}
-        What decided ``validated`` (:class:`OutputCheck`; ``'validate'``: the caller's function).
+    criterion : {'scale', 'allclose', 'validate', 'metric'}
+        What decided ``validated`` (:class:`OutputCheck`; ``'validate'``: the caller's
+        function; ``'metric'``: the caller's metric, figures in ``metric``).
     tolerance : float or None
         The bound on ``max|out - ref| / max|ref|`` of the ``'scale'`` criterion.
     relative_error : float
@@ -184,6 +187,9 @@ class AutoReport:
     notes: tuple[str, ...] = ()
     reference_finite: bool = True
     attribution: tuple[NodeError, ...] = ()
+    # under a user metric: its figures for the returned model (name, reference, value, drop,
+    # max_drop, criterion 'absolute'|'relative', passed)
+    metric: dict | None = None
     # the Conversion record of the returned model (what the pass decided, node by node)
     conversion: Conversion | None = field(default=None, repr=False, compare=False)
 
@@ -216,6 +222,10 @@ class AutoReport:
         if self.criterion == "allclose":
             return (f"allclose(rtol={self.rtol:g}, atol={self.atol:g}): error "
                     f"{self.max_abs_error:.3g}, {self.tolerance_ratio:.3g} x tolerance; {scale}{flips}")
+        if self.criterion == "metric" and self.metric:
+            m = self.metric
+            return (f"{m['name']} {m['value']:.4g} vs float32 {m['reference']:.4g}: drop "
+                    f"{m['drop']:.3g} (allowed {m['max_drop']:g}, {m['criterion']}); {scale}{flips}")
         return f"validate(); {scale}{flips}"
 
     def summary(self) -> str:

@@ -38,6 +38,8 @@ class _Runs:
         self.results: dict[frozenset, OutputCheck] = {}
         self.conversions: dict[frozenset, tuple] = {}
         self.reference: list[np.ndarray] | None = None
+        # the user metric's figures per configuration (metric=...)
+        self.metric_values: dict[frozenset, dict] = {}
 
     @property
     def budget_left(self) -> bool:
@@ -115,8 +117,12 @@ class _Runs:
         result = check_outputs(self.reference, outs, self.target_dtype, self.tolerance,
                                self.rtol, self.atol)
         if self.validate is not None:
-            result = replace(result, criterion="validate",
-                             passed=bool(self.validate([r.copy() for r in self.reference], outs)))
+            from .metrics import MetricCheck
+            passed = bool(self.validate([r.copy() for r in self.reference], outs))
+            metric = isinstance(self.validate, MetricCheck)
+            result = replace(result, criterion="metric" if metric else "validate", passed=passed)
+            if metric:
+                self.metric_values[excluded] = dict(self.validate.last)
         self.results[excluded] = result
         self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
                                      result.max_abs_error, result.relative_error,
@@ -124,8 +130,19 @@ class _Runs:
         self.progress.set_postfix(kept_fp32=len(excluded), ok=result.passed, refresh=False)
         return result.passed, result.tolerance_ratio, result.max_abs_error
 
+    @property
+    def accuracy_reason(self) -> str:
+        """The reason of a node kept because the check failed: ``'metric'`` under a user
+        metric, else ``'accuracy'``."""
+        from .metrics import MetricCheck
+        return "metric" if isinstance(self.validate, MetricCheck) else "accuracy"
+
     def criterion_words(self) -> str:
         """The check's bound in words ("tolerance 0.01", "rtol 0.01, atol 0.001", ...)."""
+        from .metrics import MetricCheck
+        if isinstance(self.validate, MetricCheck):
+            v = self.validate
+            return f"{v.name} drop allowed {v.max_drop:g} ({v.drop})"
         if self.validate is not None:
             return "the caller's validate()"
         if self.rtol is not None:

@@ -213,7 +213,7 @@ def _accuracy_search(runs: _Runs, original: Graph, base: frozenset, stats,
         before = runs.results[config(lo)].relative_error
         after = runs.results[config(hi)].relative_error
         kept[culprit] = KeptNode(
-            culprit, ops[culprit], "accuracy", float(contribution), culprit,
+            culprit, ops[culprit], runs.accuracy_reason, float(contribution), culprit,
             f"keeping it float32 took the outputs' relative error from {before:.3g} to "
             f"{after:.3g} (measured; {runs.criterion_words()})")
         found.append(culprit)
@@ -279,7 +279,7 @@ def _attributed(e: NodeError, total: float, runs: _Runs) -> KeptNode:
     """The :class:`KeptNode` of a culprit the attribution found."""
     tolerance = runs.tolerance if runs.rtol is None else runs.rtol
     alone = e.contribution > tolerance
-    return KeptNode(e.name, e.op, "accuracy", e.contribution, e.name,
+    return KeptNode(e.name, e.op, runs.accuracy_reason, e.contribution, e.name,
                     f"relative error ~{e.contribution:.3g} at outputs (estimated from its local "
                     f"error {e.local_error:.3g}, {e.relative_local_error:.3g} of its output)"
                     + (f" > tolerance {tolerance:g}" if alone else
