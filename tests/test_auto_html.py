@@ -85,3 +85,35 @@ def test_auto_page_states_allclose_bounds(tmp_path, capsys):
     rows = {r[0]: " ".join(r[1:]) for r in page.rows if r}
     assert "allclose rtol 0.02, atol 0.001" in rows["check"]
     assert f"{auto['max_abs_error']:.3g}" in rows["check"]
+
+
+def test_auto_eval_data_judges_by_the_metric_and_the_page_says_so(tmp_path, capsys):
+    from test_auto import run as run_model
+    sym, args, x = cancellation_model()
+    np.savez(tmp_path / "eval.npz", data=x)
+    np.save(tmp_path / "y.npy", run_model(sym, args, {}, x))   # regression targets
+    prefix = str(tmp_path / "m")
+    save_checkpoint(prefix, 0, sym, args, {})
+    page_path, rep = tmp_path / "a.html", tmp_path / "a.json"
+    assert main(["auto", prefix, "--epoch", "0", "--target-dtype", "float16", "--eval-data",
+                 str(tmp_path / "eval.npz"), "--labels", str(tmp_path / "y.npy"), "--metric",
+                 "mse", "--max-drop", "0.001", "--out", str(tmp_path / "o"), "--html",
+                 str(page_path), "--report", str(rep), "-q"]) == 0
+    auto = json.loads(rep.read_text())["extra"]["auto"]
+    assert auto["criterion"] == "metric" and auto["validated"]
+    assert auto["metric"]["name"] == "mse" and auto["metric"]["drop"] <= 0.001
+    assert [(k["name"], k["reason"]) for k in auto["kept_fp32"]] == [("fc_c", "metric")]
+    page = _Page()
+    page.feed(page_path.read_text())
+    rows = {r[0]: " ".join(r[1:]) for r in page.rows if r}
+    assert rows["metric"].startswith("mse: float32 ") and "allowed 0.001, absolute" in rows["metric"]
+    assert [r[2] for r in page.rows if r and r[0] == "fc_c"] == ["user metric"]
+
+
+def test_auto_eval_data_needs_labels(tmp_path, capsys):
+    sym, args, x = cancellation_model()
+    np.savez(tmp_path / "eval.npz", data=x)
+    prefix = str(tmp_path / "m")
+    save_checkpoint(prefix, 0, sym, args, {})
+    assert main(["auto", prefix, "--epoch", "0", "--eval-data", str(tmp_path / "eval.npz")]) == 2
+    assert "--eval-data needs --labels" in capsys.readouterr().err
