@@ -122,47 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     _input_shape_option(p)
     p.set_defaults(run=_cmd_inspect)
 
-    p = sub.add_parser("auto", help="automatic mode: choose float32 nodes from sample inputs",
-                       description="Convert, run sample inputs through the fp32 and the converted "
-                       "model, and keep in float32 what the accuracy check asks for.")
-    _conversion_options(p, dtype_required=False)
-    p.add_argument("--input", action="append", default=[], metavar="NAME:SPEC", dest="inputs",
-                   help="a sample input: NAME:1x3x224x224 (random normal values) or "
-                   "NAME:FILE.npy; repeat for several inputs")
-    p.add_argument("--inputs-npz", metavar="FILE.npz", default=None,
-                   help="sample inputs from an .npz file (one array per input name)")
-    p.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
-    p.add_argument("--tolerance", type=float, default=None, metavar="T",
-                   help="bound on each output's max|out-fp32|/max|fp32| (the default check, which "
-                   "also keeps every top-1 class); default 1e-2 float16, 5e-2 bfloat16")
-    p.add_argument("--rtol", type=float, default=None,
-                   help="check elementwise allclose instead, with this relative tolerance "
-                   "(default 1e-2 float16, 5e-2 bfloat16 when only --atol is given)")
-    p.add_argument("--atol", type=float, default=None,
-                   help="check elementwise allclose instead, with this absolute tolerance "
-                   "(default 1e-3 float16, 1e-2 bfloat16 when only --rtol is given)")
-    p.add_argument("--execution", choices=("auto", "native", "emulated"), default="auto",
-                   help="run the converted model natively or through emulation (default: "
-                   "native where the hardware runs the dtype)")
-    p.add_argument("--max-executions", type=int, default=None, metavar="N",
-                   help="upper bound on model runs during the search")
-    p.add_argument("--eval-data", metavar="X.npz", default=None,
-                   help="labelled evaluation inputs (one array per input name): judge each "
-                   "configuration by the task metric on them (with --labels) instead of "
-                   "output closeness; they are the sample inputs unless --input is given")
-    p.add_argument("--labels", metavar="y.npy", default=None,
-                   help="labels of --eval-data (class ids for top1/top5, targets for mse)")
-    p.add_argument("--metric", choices=("top1", "top5", "mse"), default="top1",
-                   help="task metric of the first output (default top1, in percent)")
-    p.add_argument("--max-drop", type=float, default=None, metavar="D",
-                   help="largest metric drop that passes (top1/top5: percentage points; mse: "
-                   "increase of the loss; with --drop relative: a fraction of the float32 "
-                   "score); default 0.5")
-    p.add_argument("--drop", choices=("absolute", "relative"), default="absolute",
-                   help="--max-drop in the metric's units (default) or relative to the float32 score")
-    p.add_argument("--out", metavar="PREFIX2", default=None,
-                   help="output checkpoint prefix (default PREFIX-amp)")
-    p.set_defaults(run=_cmd_auto)
+    _auto_parser(sub)
 
     p = sub.add_parser("demo", help="build a zoo model locally, convert it, run fp32 vs low precision",
                        description="Build a Gluon model zoo network with random weights (no "
@@ -391,6 +351,51 @@ def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, 
         raise CLIError(f"bad {flag} {spec!r}: expected NAME:SHAPE with SHAPE like 1x3x224x224 "
                        f"(positive integers joined by 'x'){', ' + other if other else ''}")
     return name, shape
+
+
+def _auto_parser(sub) -> None:
+    """The ``auto`` subcommand's arguments."""
+    p = sub.add_parser("auto", help="automatic mode: choose float32 nodes from sample inputs",
+                       description="Convert, run sample inputs through the fp32 and the converted "
+                       "model, and keep in float32 what the accuracy check asks for.")
+    _conversion_options(p, dtype_required=False)
+    p.add_argument("--input", action="append", default=[], metavar="NAME:SPEC", dest="inputs",
+                   help="a sample input: NAME:1x3x224x224 (random normal values) or "
+                   "NAME:FILE.npy; repeat for several inputs")
+    p.add_argument("--inputs-npz", metavar="FILE.npz", default=None,
+                   help="sample inputs from an .npz file (one array per input name)")
+    p.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    p.add_argument("--tolerance", type=float, default=None, metavar="T",
+                   help="bound on each output's max|out-fp32|/max|fp32| (the default check, which "
+                   "also keeps every top-1 class); default 1e-2 float16, 5e-2 bfloat16")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="check elementwise allclose instead, with this relative tolerance "
+                   "(default 1e-2 float16, 5e-2 bfloat16 when only --atol is given)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="check elementwise allclose instead, with this absolute tolerance "
+                   "(default 1e-3 float16, 1e-2 bfloat16 when only --rtol is given)")
+    p.add_argument("--execution", choices=("auto", "native", "emulated"), default="auto",
+                   help="run the converted model natively or through emulation (default: "
+                   "native where the hardware runs the dtype)")
+    p.add_argument("--max-executions", type=int, default=None, metavar="N",
+                   help="upper bound on model runs during the search")
+    p.add_argument("--eval-data", metavar="X.npz", default=None,
+                   help="labelled evaluation inputs (one array per input name): judge each "
+                   "configuration by the task metric on them (with --labels) instead of "
+                   "output closeness; they are the sample inputs unless --input is given")
+    p.add_argument("--labels", metavar="y.npy", default=None,
+                   help="labels of --eval-data (class ids for top1/top5, targets for mse)")
+    p.add_argument("--metric", choices=("top1", "top5", "mse"), default="top1",
+                   help="task metric of the first output (default top1, in percent)")
+    p.add_argument("--max-drop", type=float, default=None, metavar="D",
+                   help="largest metric drop that passes (top1/top5: percentage points; mse: "
+                   "increase of the loss; with --drop relative: a fraction of the float32 "
+                   "score); default 0.5")
+    p.add_argument("--drop", choices=("absolute", "relative"), default="absolute",
+                   help="--max-drop in the metric's units (default) or relative to the float32 score")
+    p.add_argument("--out", metavar="PREFIX2", default=None,
+                   help="output checkpoint prefix (default PREFIX-amp)")
+    p.set_defaults(run=_cmd_auto)
 
 
 def _eval_metric(args) -> tuple[dict, object]:

@@ -33,6 +33,27 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
                   drop: str = "absolute") -> AutoSettings:
     """The :class:`AutoSettings` of :func:`auto_convert_model`'s keywords, defaults filled in.
 
+    Parameters
+    ----------
+    target_dtype, rtol, atol, validate, tolerance, underflow_fraction, max_executions
+        As in :func:`auto_convert_model`.
+    search : {'attribution', 'bisection'}, default 'attribution'
+        How accuracy culprits are found when the check fails with no range culprit left:
+        one attribution run (teacher forcing) ranks the nodes and the top ones are
+        validated, the bisection taking over only when that fails; or the bisection alone.
+    metric : callable, optional
+        ``metric(outputs) -> float``: a task score of the model outputs on the sample inputs
+        (a list of float32 numpy arrays in model output order; higher is better, e.g. top-1
+        accuracy against the sample's labels: :func:`mxnet_amp.auto.metrics.builtin_metric`).
+        Given, a configuration passes when its score is at most ``max_drop`` below the float32
+        model's, instead of the closeness check; nodes are kept in float32 only where the
+        score drops. The report's ``metric`` holds the figures.
+    max_drop : float
+        Required with ``metric``: the largest drop that passes.
+    drop : {'absolute', 'relative'}, default 'absolute'
+        ``max_drop`` in the score's own units, or as a fraction of the float32 score (as
+        Intel Neural Compressor's ``accuracy_criterion``).
+
     Raises
     ------
     ValueError
@@ -131,23 +152,9 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         undecided candidates stay float32 (the last configuration seen to pass).
     quiet : bool, default False
         No progress bar.
-    search : {'attribution', 'bisection'}, default 'attribution'
-        How accuracy culprits are found when the check fails with no range culprit left:
-        one attribution run (teacher forcing) ranks the nodes and the top ones are
-        validated, the bisection taking over only when that fails; or the bisection alone.
-
-    metric : callable, optional
-        ``metric(outputs) -> float``: a task score of the model outputs on the sample inputs
-        (a list of float32 numpy arrays in model output order; higher is better, e.g. top-1
-        accuracy against the sample's labels: :func:`mxnet_amp.auto.metrics.builtin_metric`).
-        Given, a configuration passes when its score is at most ``max_drop`` below the float32
-        model's, instead of the closeness check; nodes are kept in float32 only where the
-        score drops. The report's ``metric`` holds the figures.
-    max_drop : float
-        Required with ``metric``: the largest drop that passes.
-    drop : {'absolute', 'relative'}, default 'absolute'
-        ``max_drop`` in the score's own units, or as a fraction of the float32 score (as
-        Intel Neural Compressor's ``accuracy_criterion``).
+    search, metric, max_drop, drop
+        As in :func:`auto_settings` (how accuracy culprits are found; a task metric's drop
+        as the check).
 
     Returns
     -------
