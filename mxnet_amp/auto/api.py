@@ -150,8 +150,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     max_executions : int, optional
         Upper bound on model executions (at least 2). When the accuracy search hits it, the
         undecided candidates stay float32 (the last configuration seen to pass).
-    quiet : bool, default False
-        No progress bar.
+    quiet : bool, default False: no progress bar.
     search, metric, max_drop, drop
         As in :func:`auto_settings` (how accuracy culprits are found; a task metric's drop
         as the check).
