@@ -43,8 +43,8 @@ def _one(p, search: str) -> dict:
             "steps": [s.kind for s in report.steps]}
 
 
-def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int) -> dict:
-    rows = []
+def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int, out: str | None = None) -> dict:
+    rows: list = []
     for shape in shapes:
         for n in ns:
             for k in ks:
@@ -56,6 +56,8 @@ def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int) -> dict:
                     row["bisection_bound"] = 3 + k * (math.ceil(math.log2(p.op_nodes)) + 1)
                 rows.append(row)
                 print(_line(row), flush=True)
+                if out:   # what finished so far, in case the run is cut short
+                    write_json(out, {"rows": rows, "partial": True})
     return {"rows": rows, "tolerance": TOLERANCE, "environment": environment(),
             "bisection_max_n": bisection_max_n, "bisection_max_k_beyond": bisection_max_k}
 
@@ -90,13 +92,17 @@ def main(argv=None) -> int:
                     help="run the bisection only on graphs up to this N (it is slow at 5000)")
     ap.add_argument("--bisection-max-k", type=int, default=8,
                     help="beyond --bisection-max-n, run the bisection only up to this k")
+    ap.add_argument("--shapes", default="chain,dag", help="comma-separated: chain, dag")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    out = args.out or default_out("auto_attribution", args.quick)
+    shapes = args.shapes.split(",")
     if args.quick:
-        result = run([50, 120], [1, 2], ["chain", "dag"], args.bisection_max_n, args.bisection_max_k)
+        result = run([50, 120], [1, 2], shapes, args.bisection_max_n, args.bisection_max_k, out)
     else:
-        result = run([50, 400, 5000], [1, 2, 4, 8], ["chain", "dag"], args.bisection_max_n, args.bisection_max_k)
-    write_json(args.out or default_out("auto_attribution", args.quick), result)
+        result = run([50, 400, 5000], [1, 2, 4, 8], shapes, args.bisection_max_n,
+                     args.bisection_max_k, out)
+    write_json(out, result)
     print(markdown(result))
     return 0
 

@@ -552,3 +552,27 @@ def test_metric_arguments_are_checked():
                            validate=lambda r, o: True)
     with pytest.raises(ValueError, match="drop must be"):
         auto_convert_model(sym, args, {}, x, metric=lambda o: 0.0, max_drop=1, drop="percent")
+
+
+def nms_model():
+    """A detector's tail: a FullyConnected gives 8 boxes ``[class, score, x1, y1, x2, y2]``
+    whose scores differ by 1e-5 (all 0.5 in float16: tied), then box_nms sorts them by
+    score. Rounding reorders the kept boxes; the dense boxes before NMS barely change."""
+    d = mx.sym.var("data")
+    boxes = mx.sym.reshape(fc(d, "head", 48), shape=(0, 8, 6), name="boxes")
+    out = mx.sym.contrib.box_nms(boxes, overlap_thresh=0.5, coord_start=2, score_index=1,
+                                 id_index=0, name="nms")
+    table = np.array([[0, 0.5 + 1e-5 * i, 10 * i, 0, 10 * i + 5, 5] for i in range(8)])
+    args = {"head_weight": np.zeros((48, 4)), "head_bias": table.ravel()}
+    return out, nd(args), np.ones((1, 4), np.float32)
+
+
+def test_outputs_after_nms_are_judged_by_the_dense_tensors_before_them():
+    sym, args, x = nms_model()
+    ref = run(sym, args, {}, x)
+    plain = run(*emulate_model(*convert_model(sym, args, {}, "float16")[:3]), x)
+    assert not check_outputs([ref], [plain], "float16").passed   # NMS output reordered
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert report.validated and report.executions == 2 and report.kept_fp32 == ()
+    note = next(n for n in report.notes if "box_nms" in n)
+    assert "dense tensors before them" in note and "boxes" in note

@@ -144,7 +144,8 @@ def _perturbed_sizes(original: Graph, fg: ForcedGraph, sizes: dict[str, float]) 
     return out
 
 
-def _sensitivity(original: Graph, gain: Mapping[str, float], tensors: Mapping) -> list[float]:
+def _sensitivity(original: Graph, gain: Mapping[str, float], tensors: Mapping,
+                 judged: list[tuple[int, int]]) -> list[float]:
     """For each node, how much an error of norm 1 on its output grows into the outputs'
     error per element over their scale: at an output ``1 / (max|ref| sqrt(size))``; through
     a consumer times its gain; summed in quadrature over consumers (errors reaching an
@@ -152,10 +153,10 @@ def _sensitivity(original: Graph, gain: Mapping[str, float], tensors: Mapping) -
     order (no recursion on deep graphs)."""
     floor = DTYPE_LIMITS["float16"].min_normal
     at_head: dict[int, float] = {}
-    for e in original.heads:
-        ref = tensors[(e.node, e.index)]
+    for key in judged:
+        ref = tensors[key]
         scale = max(float(np.abs(ref).max(initial=0.0)), floor) * math.sqrt(max(ref.size, 1))
-        at_head[e.node] = at_head.get(e.node, 0.0) + scale ** -2
+        at_head[key[0]] = at_head.get(key[0], 0.0) + scale ** -2
     users = original.consumers()
     sq = [0.0] * len(original.nodes)
     for j in range(len(original.nodes) - 1, -1, -1):
@@ -177,7 +178,10 @@ def attribute(runs: _Runs, original: Graph, excluded: frozenset,
     quadrature) to it: the propagation model gives their proportions, the measurement their
     size in the check's units."""
     measured = _measure(runs, original, excluded, tensors)
-    sens = _sensitivity(original, measured.gain, tensors)
+    positions = {n.name: i for i, n in enumerate(original.nodes)}
+    judged = [(positions[n], k) for n, k in runs.judged] or \
+        [(e.node, e.index) for e in original.heads]
+    sens = _sensitivity(original, measured.gain, tensors, judged)
     ops = {n.name: n.op for n in original.nodes}
     errors = []
     for name, local in measured.local.items():

@@ -40,6 +40,10 @@ class _Runs:
         self.reference: list[np.ndarray] | None = None
         # the user metric's figures per configuration (metric=...)
         self.metric_values: dict[frozenset, dict] = {}
+        # outputs after NMS / top-k / sorting: the checks judge these tensors instead,
+        # ``(node name, output)`` of the float32 graph (set by the search; empty: the heads)
+        self.judged: list[tuple[str, int]] = []
+        self.after_reference: list[np.ndarray] = []   # the heads past such ops
 
     @property
     def budget_left(self) -> bool:
@@ -106,6 +110,8 @@ class _Runs:
         if hit is not None:
             return hit.passed, hit.tolerance_ratio, hit.max_abs_error
         sym, args, auxs, conversion = self.convert(excluded)
+        if self.judged:
+            sym = _judged_symbol(conversion, self.judged)
         if self.execution == "emulated":
             from ..emulation import emulate_model
             # no param copies: each check emulates once and runs once, so rounding weights
@@ -114,8 +120,12 @@ class _Runs:
                                             stored_dtypes={**conversion.arg_dtypes,
                                                            **conversion.aux_dtypes})
         outs = self.forward(sym, args, auxs)
+        after = outs[len(self.reference):] if self.judged else []
+        outs = outs[:len(self.reference)]
         result = check_outputs(self.reference, outs, self.target_dtype, self.tolerance,
                                self.rtol, self.atol)
+        if not _finite_where(self.after_reference, after):
+            result = replace(result, passed=False)
         if self.validate is not None:
             from .metrics import MetricCheck
             passed = bool(self.validate([r.copy() for r in self.reference], outs))
@@ -152,6 +162,24 @@ class _Runs:
     def input_dtypes(self) -> dict[str, str]:
         from ..dtypes import dtype_name
         return {k: dtype_name(v.dtype) for k, v in self.inputs.items()}
+
+
+def _finite_where(reference: list[np.ndarray], outputs: list[np.ndarray]) -> bool:
+    """Whether ``outputs`` are finite wherever ``reference`` is."""
+    return all(o.shape == r.shape and np.isfinite(o[np.isfinite(r)]).all()
+               for r, o in zip(reference, outputs))
+
+
+def _judged_symbol(conversion: Conversion, judged: list[tuple[str, int]]):
+    """The converted graph with the judged tensors first as outputs, then its own heads
+    past a boundary op (checked for finiteness)."""
+    from ..graph import Entry, Graph
+    from ..io import graph_to_symbol
+    graph = conversion.graph
+    folded = {bn: producer for bn, producer in conversion.folded_batchnorms}
+    index = {n.name: i for i, n in enumerate(graph.nodes) if not n.is_variable}
+    heads = [Entry(index[folded.get(name, name)], k) for name, k in judged]
+    return graph_to_symbol(Graph(graph.nodes, tuple(heads) + tuple(graph.heads), graph.attrs))
 
 
 def _context(ctx):

@@ -315,6 +315,29 @@ def _search(runs: _Runs, original: Graph, stats, limits, underflow_fraction: flo
     return excluded, tuple(kept_nodes), errors[:_ATTRIBUTION_REPORTED]
 
 
+def _judge_dense(runs: _Runs, original: Graph, tensors, notes: list[str]) -> None:
+    """Outputs after NMS / top-k / sorting / comparisons: the checks judge the dense
+    tensors feeding the first such op instead (:mod:`mxnet_amp.passes.dense_outputs`), and
+    only ask the outputs to stay finite."""
+    from ..passes.dense_outputs import dense_outputs
+    split = dense_outputs(original)
+    if not split.after:
+        return
+    keys = [(original.heads[k].node, original.heads[k].index) for k in split.dense]
+    keys += [(e.node, e.index) for e in split.feeds if (e.node, e.index) not in keys]
+    keys = [k for k in keys if k in tensors and tensors[k].dtype.kind == "f"]
+    runs.judged = [(original.nodes[i].name, k) for i, k in keys]
+    runs.reference = [tensors[k] for k in keys]
+    runs.after_reference = [tensors[(e.node, e.index)] for e in original.heads]
+    shown = ", ".join(_tensor_name(original, k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
+    notes.append(f"{len(split.after)} of the {len(original.heads)} outputs follow "
+                 f"{', '.join(sorted({original.nodes[original.index_of(n)].op for n in split.ops}))}"
+                 f" ({', '.join(split.ops[:4])}): selections and orderings that any rounding "
+                 f"changes where scores tie, so the checks judged the {len(keys)} dense tensors "
+                 f"before them instead ({shown}) and only asked the outputs to stay finite; "
+                 "pass validate= to judge the final outputs your own way")
+
+
 def _reference_and_search(runs: _Runs, original: Graph, settings: AutoSettings, notes: list[str]
                           ) -> tuple[frozenset, tuple[KeptNode, ...], bool, list[NodeError]]:
     """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite, node
@@ -328,6 +351,8 @@ def _reference_and_search(runs: _Runs, original: Graph, settings: AutoSettings, 
     # every tensor is kept for the attribution run (it feeds them back as inputs)
     tensors = dict(zip(keys, outs))
     del outs
+    if runs.validate is None:
+        _judge_dense(runs, original, tensors, notes)
     reference_finite = all(np.isfinite(r).all() for r in runs.reference)
     if not reference_finite:
         notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
