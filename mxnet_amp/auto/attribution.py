@@ -28,6 +28,7 @@ from .runner import _Runs
 # above float32's own noise (2**-24) and small enough to stay linear
 PERTURBATION = 2.0 ** -10
 _SEED = 0
+_MAX_GAIN = 1e6
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,10 @@ def _measure(runs: _Runs, original: Graph, excluded: frozenset, tensors: Mapping
             ref = tensors[(positions[name], k)]
             change[name] = change.get(name, 0.0) + _sq_diff(out, ref)
     size = _perturbed_sizes(original, fg, sizes)
-    gain = {n: (math.sqrt(c / size[n]) if size.get(n) else 0.0) for n, c in change.items()}
+    # a gain beyond _MAX_GAIN (inf or nan where a perturbed copy overflowed) is no linear
+    # estimate: capped, so one such op cannot turn every contribution into inf or nan
+    gain = {n: (min(math.sqrt(c / size[n]), _MAX_GAIN) if size.get(n) and not math.isnan(c)
+                else 0.0) for n, c in change.items()}
     return _Measured({n: math.sqrt(v) for n, v in local.items()}, scale, gain, index)
 
 
@@ -193,7 +197,9 @@ def attribute(runs: _Runs, original: Graph, excluded: frozenset,
         errors.append(NodeError(name, ops.get(name, ""), local,
                                 local / scale if scale else (0.0 if not local else math.inf),
                                 contribution))
-    total = math.sqrt(sum(e.contribution ** 2 for e in errors if math.isfinite(e.contribution)))
+    finite = [e.contribution for e in errors if math.isfinite(e.contribution)]
+    top = max(finite, default=0.0)
+    total = top * math.sqrt(sum((c / top) ** 2 for c in finite)) if top > 0 else 0.0
     if measured_error is not None and math.isfinite(measured_error) and total > 0:
         factor = measured_error / total
         errors = [replace(e, contribution=e.contribution * factor) for e in errors]
