@@ -16,6 +16,7 @@ orthogonal FullyConnected layers accumulates ~0.02 of plain float16 rounding (me
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -85,6 +86,30 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def render(paths: list[str], doc: str) -> None:
+    """Write the table of the result files ``paths`` between the markers of ``doc``."""
+    rows, envs, commands = [], [], []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        rows += data["rows"]
+        envs.append(data.get("environment", {}))
+        commands.append(data.get("command", "") + (" (cut short)" if data.get("partial") else ""))
+    env = envs[0] if envs else {}
+    table = markdown({"rows": rows}) + (
+        f"\n\nMeasured {env.get('utc', '?')} on {env.get('cpu', '?')} ({env.get('cpu_count')} "
+        f"cores shared with other jobs, load average {env.get('loadavg')}): "
+        + "; ".join(f"`{c}`" for c in commands) + ". "
+        "Bisection at N = 5000 not run (about k log2 N executions of a 5000-node graph each: "
+        "too slow on this shared machine); its bound there is 3 + k (log2 5000 + 1) = 3 + 14k.")
+    with open(doc) as f:
+        text = f.read()
+    start, end = "<!-- auto_attribution:start -->", "<!-- auto_attribution:end -->"
+    i, j = text.index(start) + len(start), text.index(end)
+    with open(doc, "w") as f:
+        f.write(text[:i] + "\n" + table + "\n" + text[j:])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N 50 and 120, k 1 and 2")
@@ -93,8 +118,13 @@ def main(argv=None) -> int:
     ap.add_argument("--bisection-max-k", type=int, default=8,
                     help="beyond --bisection-max-n, run the bisection only up to this k")
     ap.add_argument("--shapes", default="chain,dag", help="comma-separated: chain, dag")
+    ap.add_argument("--render", nargs="+", metavar="RESULT.json", default=None,
+                    help="only write the table of these result files into docs/emulation_and_auto.md")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.render:
+        render(args.render, os.path.join(os.path.dirname(HERE), "docs", "emulation_and_auto.md"))
+        return 0
     out = args.out or default_out("auto_attribution", args.quick)
     shapes = args.shapes.split(",")
     if args.quick:
