@@ -159,7 +159,8 @@ def _sensitivity(original: Graph, gain: Mapping[str, float], tensors: Mapping,
     at_head: dict[int, float] = {}
     for key in judged:
         ref = tensors[key]
-        scale = max(float(np.abs(ref).max(initial=0.0)), floor) * math.sqrt(max(ref.size, 1))
+        finite = np.abs(ref[np.isfinite(ref)])   # inf/nan in the float32 run: not a scale
+        scale = max(float(finite.max(initial=0.0)), floor) * math.sqrt(max(finite.size, 1))
         at_head[key[0]] = at_head.get(key[0], 0.0) + scale ** -2
     users = original.consumers()
     sq = [0.0] * len(original.nodes)
@@ -167,7 +168,7 @@ def _sensitivity(original: Graph, gain: Mapping[str, float], tensors: Mapping,
         s = at_head.get(j, 0.0)
         for c in {c for c, _ in users[j]}:
             s += gain.get(original.nodes[c].name, 0.0) ** 2 * sq[c]
-        sq[j] = min(s, 1e300)
+        sq[j] = min(s, 1e300) if not math.isnan(s) else 0.0
     return [math.sqrt(v) for v in sq]
 
 
