@@ -4,10 +4,12 @@ One execution of the teacher-forced graph (:func:`mxnet_amp.passes.teacher_force
 for every node computing in low precision, its *local* error (its low precision output
 computed from the exact float32 inputs, minus the reference) and, for every op, its error
 *gain* (a finite difference: the change of its float32 output when its inputs move by a
-relative ``2**-10``, over the size of that move). The contribution of a node at the model
-outputs is its local error times the largest product of gains along a path to an output,
-over that output's scale: an estimate, in the units of the default check
-(``max|out - ref| / max|ref|``), of how much of the outputs' error the node causes.
+relative ``2**-10``, over the size of that move; L2 norms). The contribution of a node at
+the model outputs is its local error times its sensitivity (the gains after it, combined
+in quadrature over the paths to the judged outputs, over their scale), scaled so that all
+contributions add up in quadrature to the relative error the failed check measured: an
+estimate, in the units of the default check (``max|out - ref| / max|ref|``), of how much
+of the outputs' error the node causes.
 """
 from __future__ import annotations
 
