@@ -138,33 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _input_shape_option(p)
     p.set_defaults(run=_cmd_inspect)
 
-    p = sub.add_parser("auto", help="automatic mode: choose float32 nodes from sample inputs",
-                       description="Convert, run sample inputs through the fp32 and the converted "
-                       "model, and keep in float32 what the accuracy check asks for.")
-    _conversion_options(p, dtype_required=False)
-    p.add_argument("--input", action="append", default=[], metavar="NAME:SPEC", dest="inputs",
-                   help="a sample input: NAME:1x3x224x224 (random normal values) or "
-                   "NAME:FILE.npy; repeat for several inputs")
-    p.add_argument("--inputs-npz", metavar="FILE.npz", default=None,
-                   help="sample inputs from an .npz file (one array per input name)")
-    p.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
-    p.add_argument("--tolerance", type=float, default=None, metavar="T",
-                   help="bound on each output's max|out-fp32|/max|fp32| (the default check, which "
-                   "also keeps every top-1 class); default 1e-2 float16, 5e-2 bfloat16")
-    p.add_argument("--rtol", type=float, default=None,
-                   help="check elementwise allclose instead, with this relative tolerance "
-                   "(default 1e-2 float16, 5e-2 bfloat16 when only --atol is given)")
-    p.add_argument("--atol", type=float, default=None,
-                   help="check elementwise allclose instead, with this absolute tolerance "
-                   "(default 1e-3 float16, 1e-2 bfloat16 when only --rtol is given)")
-    p.add_argument("--execution", choices=("auto", "native", "emulated"), default="auto",
-                   help="run the converted model natively or through emulation (default: "
-                   "native where the hardware runs the dtype)")
-    p.add_argument("--max-executions", type=int, default=None, metavar="N",
-                   help="upper bound on model runs during the search")
-    p.add_argument("--out", metavar="PREFIX2", default=None,
-                   help="output checkpoint prefix (default PREFIX-amp)")
-    p.set_defaults(run=_cmd_auto)
+    _auto_parser(sub)
 
     p = sub.add_parser("demo", help="build a zoo model locally, convert it, run fp32 vs low precision",
                        description="Build a Gluon model zoo network with random weights (no "
@@ -380,6 +354,78 @@ def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, 
     return name, shape
 
 
+def _auto_parser(sub: Any) -> None:
+    """The ``auto`` subcommand's arguments."""
+    p = sub.add_parser("auto", help="automatic mode: choose float32 nodes from sample inputs",
+                       description="Convert, run sample inputs through the fp32 and the converted "
+                       "model, and keep in float32 what the accuracy check asks for.")
+    _conversion_options(p, dtype_required=False)
+    p.add_argument("--input", action="append", default=[], metavar="NAME:SPEC", dest="inputs",
+                   help="a sample input: NAME:1x3x224x224 (random normal values) or "
+                   "NAME:FILE.npy; repeat for several inputs")
+    p.add_argument("--inputs-npz", metavar="FILE.npz", default=None,
+                   help="sample inputs from an .npz file (one array per input name)")
+    p.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    p.add_argument("--tolerance", type=float, default=None, metavar="T",
+                   help="bound on each output's max|out-fp32|/max|fp32| (the default check, which "
+                   "also keeps every top-1 class); default 1e-2 float16, 5e-2 bfloat16")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="check elementwise allclose instead, with this relative tolerance "
+                   "(default 1e-2 float16, 5e-2 bfloat16 when only --atol is given)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="check elementwise allclose instead, with this absolute tolerance "
+                   "(default 1e-3 float16, 1e-2 bfloat16 when only --rtol is given)")
+    p.add_argument("--execution", choices=("auto", "native", "emulated"), default="auto",
+                   help="run the converted model natively or through emulation (default: "
+                   "native where the hardware runs the dtype)")
+    p.add_argument("--max-executions", type=int, default=None, metavar="N",
+                   help="upper bound on model runs during the search")
+    p.add_argument("--eval-data", metavar="X.npz", default=None,
+                   help="labelled evaluation inputs (one array per input name): judge each "
+                   "configuration by the task metric on them (with --labels) instead of "
+                   "output closeness; they are the sample inputs unless --input is given")
+    p.add_argument("--labels", metavar="y.npy", default=None,
+                   help="labels of --eval-data (class ids for top1/top5, targets for mse)")
+    p.add_argument("--metric", choices=("top1", "top5", "mse"), default="top1",
+                   help="task metric of the first output (default top1, in percent)")
+    p.add_argument("--max-drop", type=float, default=None, metavar="D",
+                   help="largest metric drop that passes (top1/top5: percentage points; mse: "
+                   "increase of the loss; with --drop relative: a fraction of the float32 "
+                   "score); default 0.5")
+    p.add_argument("--drop", choices=("absolute", "relative"), default="absolute",
+                   help="--max-drop in the metric's units (default) or relative to the float32 score")
+    p.add_argument("--out", metavar="PREFIX2", default=None,
+                   help="output checkpoint prefix (default PREFIX-amp)")
+    p.set_defaults(run=_cmd_auto)
+
+
+def _eval_metric(args: argparse.Namespace) -> tuple[dict, Any]:
+    """``(inputs, metric)`` of ``--eval-data``/``--labels``/``--metric`` (``({}, None)``
+    without ``--eval-data``)."""
+    import numpy as np
+    if args.eval_data is None:
+        if args.labels is not None:
+            raise CLIError("--labels needs --eval-data (the inputs they label)")
+        return {}, None
+    if args.labels is None:
+        raise CLIError("--eval-data needs --labels (y.npy: what the metric compares with)")
+    for flag, path in (("--eval-data", args.eval_data), ("--labels", args.labels)):
+        if not os.path.isfile(path):
+            raise CLIError(f"{flag}: file not found: {path}")
+    try:
+        with np.load(args.eval_data, allow_pickle=False) as data:
+            inputs = {name: data[name] for name in data.files}
+        labels = np.load(args.labels, allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise CLIError(f"--eval-data/--labels: cannot read: {err}") from None
+    rows = {len(v) for v in inputs.values()}
+    if rows != {len(labels)}:
+        raise CLIError(f"--labels {args.labels} has {len(labels)} rows, --eval-data "
+                       f"{args.eval_data} has {sorted(rows)}")
+    from .auto.metrics import builtin_metric
+    return inputs, builtin_metric(args.metric, labels)
+
+
 def _sample_inputs(args: argparse.Namespace) -> tuple[dict, dict[str, str]]:
     """The sample inputs, and the flag that gave each (errors name that flag)."""
     import numpy as np
@@ -435,7 +481,14 @@ def _cmd_auto(args: argparse.Namespace) -> int:
     from .io import load_checkpoint, save_checkpoint
     from .report import build_report
     _check_prefix(args.prefix, args.epoch)
-    inputs, sources = _sample_inputs(args)
+    eval_inputs, metric = _eval_metric(args)
+    if args.inputs or args.inputs_npz or not eval_inputs:
+        inputs, sources = _sample_inputs(args)
+    else:
+        inputs, sources = eval_inputs, dict.fromkeys(eval_inputs, "--eval-data")
+    if metric is not None and inputs is not eval_inputs:
+        raise CLIError("--eval-data gives the inputs the metric is measured on: leave out "
+                       "--input/--inputs-npz")
     out = _out_prefix(args)
     sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
     unknown = sorted(set(inputs) - set(sym.list_arguments()))
@@ -443,8 +496,14 @@ def _cmd_auto(args: argparse.Namespace) -> int:
         raise CLIError(f"{_input_flag({n: sources[n] for n in unknown})} names {unknown}, which "
                        f"are not inputs of {args.prefix}-symbol.json (its inputs without params: "
                        f"{[n for n in sym.list_arguments() if n not in arg_params]})")
-    settings = auto_settings(args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
-                             max_executions=args.max_executions)
+    try:
+        settings = auto_settings(
+            args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
+            max_executions=args.max_executions, metric=metric,
+            max_drop=(0.5 if args.max_drop is None else args.max_drop) if metric else None,
+            drop=args.drop)
+    except ValueError as err:
+        raise CLIError(f"auto: {err}") from None
     with _inputs_named_by_flag(sources):
         new_sym, new_args, new_aux, auto = auto_convert(
             sym, arg_params, aux_params, inputs, _options(args), settings,
@@ -458,8 +517,9 @@ def _cmd_auto(args: argparse.Namespace) -> int:
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report reads what the pass decided for the returned model
     conversion = auto.conversion
-    reasons = {k.name: f"auto: {k.reason}" + ("" if k.value is None else f" ({k.value:.3g})")
-               for k in auto.kept_fp32 if k.reason != "user"}
+    from .auto.records import kept_text
+    reasons = {k.name: f"auto: {k.reason}: {kept_text(k)}" for k in auto.kept_fp32
+               if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
                           model=os.path.basename(args.prefix), reasons=reasons)
     report = with_extra(report, {"auto": auto.to_dict()})

@@ -457,17 +457,8 @@ def result_rows(report: ConversionReport) -> list[tuple[str, str]]:
     rows = []
     auto = x.get("auto")
     if isinstance(auto, Mapping):
-        ok = auto.get("validated")
-        rows += [("validated", "yes" if ok else "NO: the returned model fails the output check"),
-                 ("executions", str(auto.get("executions"))),
-                 ("execution", f"{auto.get('execution')} on {auto.get('context')}"),
-                 ("error vs tolerance",
-                  f"{_fmt(auto.get('tolerance_ratio'))} x tolerance (max |out - fp32| = "
-                  f"{_fmt(auto.get('max_abs_error'))}; rtol {_fmt(auto.get('rtol'))}, "
-                  f"atol {_fmt(auto.get('atol'))}; 1 or less passes)"),
-                 (f"op nodes in {report.target_dtype}",
-                  f"{auto.get('low_precision_nodes')} of {auto.get('op_nodes')}"),
-                 ("kept in float32 by automatic mode", str(len(auto.get("kept_fp32", ()))))]
+        from .auto.html import auto_result_rows
+        rows += auto_result_rows(auto)
     if "relative_max_error" in x:
         rows += [("execution", str(x.get("execution", "native" if x.get("native") else "emulated"))),
                  ("input", str(x.get("input", "?"))),
@@ -546,13 +537,9 @@ def report_html(report: ConversionReport, svg: str | None = None) -> str:
     if report.unlisted_ops:
         parts.append("<p>Ops in no list (kept in float32): " + e(", ".join(report.unlisted_ops)) + "</p>")
     auto = report.extra.get("auto")
-    if isinstance(auto, Mapping) and auto.get("kept_fp32"):
-        parts.append("<h2>Kept in float32 by automatic mode</h2><table><tr><th>node</th><th>op</th>"
-                     "<th>reason</th><th>measured</th><th>tensor</th></tr>" + "".join(
-                         f"<tr><td>{e(k['name'])}</td><td>{e(k['op'])}</td><td>{e(k['reason'])}</td>"
-                         f"<td>{_fmt(k.get('value'), '.4g') if k.get('value') is not None else ''}</td>"
-                         f"<td>{e(k.get('tensor') or '')}</td></tr>" for k in auto["kept_fp32"])
-                     + "</table>")
+    if isinstance(auto, Mapping):
+        from .auto.html import auto_sections_html
+        parts.append(auto_sections_html(auto))
     if svg:
         body = svg[svg.index("<svg"):] if "<svg" in svg else svg
         parts.append(f"<h2>Graph</h2><div class='pic'>{body}</div>")

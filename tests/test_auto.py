@@ -1,6 +1,7 @@
 """Validation-driven automatic mixed precision (mxnet_amp.auto)."""
 import json
 import math
+import os
 
 import mxnet as mx
 import numpy as np
@@ -137,7 +138,8 @@ def test_underflow_branch_gets_exactly_its_offending_node_excluded():
 
 def test_accuracy_culprit_found_by_bounded_bisection():
     sym, args, x = cancellation_model()
-    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True,
+                                                             search="bisection")
     assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_c", "accuracy")]
     assert report.kept_fp32[0].value > 1          # its exclusion removed > 1x tolerance
     n = report.op_nodes                            # candidates: every node ran in fp16
@@ -147,9 +149,45 @@ def test_accuracy_culprit_found_by_bounded_bisection():
     assert within_tolerance(report, new_sym, new_args, new_auxs, x, run(sym, args, {}, x))
 
 
+def test_accuracy_culprit_found_by_one_attribution_run_and_validated():
+    """Reference, check, attribution, validation: 4 executions; the reason says what was
+    compared, with units."""
+    sym, args, x = cancellation_model()
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_c", "accuracy")]
+    assert [s.kind for s in report.steps] == ["reference", "check", "attribution", "validate"]
+    assert report.validated and report.executions == 4
+    assert report.attribution[0].name == "fc_c"
+    assert report.attribution[0].contribution > 10 * report.attribution[1].contribution
+    assert "relative error" in report.kept_fp32[0].detail
+    assert "> tolerance 0.01" in report.kept_fp32[0].detail
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, run(sym, args, {}, x))
+
+
+@pytest.mark.parametrize("shape,n,k", [("chain", 150, 3), ("dag", 150, 4)])
+def test_planted_culprits_found_exactly_in_at_most_2_plus_k_plus_1(shape, n, k):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    from planted_culprits import planted
+    p = planted(n, k, shape, seed=3)
+    assert p.op_nodes == n and len(p.culprits) == k
+    *_, report = auto_convert_model(p.sym, p.arg_params, {}, p.sample, quiet=True)
+    assert sorted(x.name for x in report.by_reason("accuracy")) == sorted(p.culprits)
+    assert report.validated and report.executions <= 2 + k + 1
+
+
+def test_overflow_culprits_need_no_attribution_run():
+    sym, args, x = overflow_model()
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert report.executions == 2 and not report.attribution
+    assert report.kept_fp32[0].detail.startswith("overflow: max |x| of ")
+    assert "> 65504" in report.kept_fp32[0].detail
+
+
 def test_execution_budget_keeps_a_configuration_seen_to_pass():
     sym, args, x = cancellation_model()
-    *_, report = auto_convert_model(sym, args, {}, x, quiet=True, max_executions=4)
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True, max_executions=4,
+                                    search="bisection")
     assert report.executions <= 4
     assert report.validated                        # the last passing superset is returned
     budget = report.by_reason("budget")
@@ -181,7 +219,8 @@ def test_user_validate_decides_and_sees_float32_arrays():
         return bool(np.abs(out[0] - ref[0]).max() < 1e-6)   # stricter than fp16 can do
     *_, report = auto_convert_model(sym, args, {}, x, validate=validate, quiet=True)
     assert seen and all(s == (1, np.float32, np.float32, (2, 4)) for s in seen)
-    assert len(seen) == report.executions - 1          # every check but the reference
+    # every check but the reference and the attribution run
+    assert len(seen) == report.executions - 1 - sum(s.kind == "attribution" for s in report.steps)
     assert report.validated
     assert report.kept_fp32 and all(k.reason == "accuracy" for k in report.kept_fp32)
 
@@ -441,3 +480,99 @@ def test_rtol_or_atol_switch_auto_to_allclose_and_the_report_says_so():
     assert f"max|out-ref|/max|ref| {report.relative_error:.3g} (tolerance 0.01)" in report.summary()
     with pytest.raises(ValueError, match="tolerance"):
         auto_convert_model(sym, args, {}, x, tolerance=0, quiet=True)
+
+
+def padding_tap_model(seed=0):
+    """A 3x3 convolution on 1x1 feature maps: only the centre tap meets data, the eight
+    others only meet zero padding, and weight decay left them at ~1e-8 (below float16's
+    2**-25): 8/9 of the weight flushes to zero in float16, and nothing is lost. Its bias
+    (1e-9, all of it flushed) sits before a BatchNorm that subtracts it anyway."""
+    rng = np.random.RandomState(seed)
+    d = mx.sym.var("data")
+    w = rng.uniform(1e-8, 2e-8, (16, 8, 3, 3)) * rng.choice([-1, 1], (16, 8, 3, 3))
+    w[:, :, 1, 1] = rng.uniform(0.05, 0.26, (16, 8)) * rng.choice([-1, 1], (16, 8))
+    conv = mx.sym.Convolution(d, kernel=(3, 3), pad=(1, 1), num_filter=16, name="conv")
+    bn = mx.sym.BatchNorm(conv, fix_gamma=False, name="bn")
+    h = mx.sym.Activation(bn, act_type="relu", name="relu")
+    out = fc(mx.sym.flatten(h, name="flat"), "head", 5)
+    args = {"conv_weight": w, "conv_bias": rng.uniform(1e-9, 2e-9, 16),
+            "bn_gamma": np.ones(16), "bn_beta": np.zeros(16),
+            "head_weight": rng.uniform(-0.3, 0.3, (5, 16)), "head_bias": np.zeros(5)}
+    x = rng.uniform(-1, 1, (8, 8, 1, 1)).astype(np.float32)
+    conv_out = np.einsum("oi,bi->bo", w[:, :, 1, 1], x[:, :, 0, 0])
+    auxs = {"bn_moving_mean": conv_out.mean(0), "bn_moving_var": conv_out.var(0) + 1e-3}
+    return out, nd(args), nd(auxs), x
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_underflow_that_costs_nothing_keeps_nothing_in_float32(fold):
+    sym, args, auxs, x = padding_tap_model()
+    *_, report = auto_convert_model(sym, args, auxs, x, quiet=True, fold_batchnorm=fold)
+    assert report.kept_fp32 == () and report.validated and report.executions == 2
+    # the tensors were seen and left in low precision on purpose, and the report says why
+    note = next(n for n in report.notes if "flush to zero but were left" in n)
+    assert "conv_weight" in note
+
+
+def test_underflow_that_costs_accuracy_is_still_kept():
+    """The underflow model's fc_u outputs ~1e-9 everywhere: all of it is lost."""
+    sym, args, x = underflow_model()
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_u", "underflow")]
+    assert "of its scale" in report.kept_fp32[0].detail
+
+
+def test_metric_keeps_a_node_in_float32_only_where_the_metric_drops():
+    """The cancellation model's output columns 0-3 come from fc_c (wrecked in float16),
+    4-19 from the clean tanh stack. A metric of the clean columns does not drop: nothing is
+    kept (the default check keeps fc_c). One of fc_c's columns drops: fc_c is kept, for the
+    metric."""
+    sym, args, x = cancellation_model()
+    ref = run(sym, args, {}, x)
+
+    def clean(outs):
+        return -float(np.abs(outs[0][:, 4:] - ref[:, 4:]).max())
+
+    def wrecked(outs):
+        return -float(np.abs(outs[0][:, :4] - ref[:, :4]).max())
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True, metric=clean, max_drop=0.01)
+    assert report.kept_fp32 == () and report.executions == 2 and report.criterion == "metric"
+    assert report.metric["name"] == "clean" and report.metric["drop"] <= 0.01
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True, metric=wrecked, max_drop=0.01)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_c", "metric")]
+    assert report.validated and "wrecked" in report.criterion_text()
+
+
+def test_metric_arguments_are_checked():
+    sym, args, x = clean_model()
+    with pytest.raises(ValueError, match="max_drop"):
+        auto_convert_model(sym, args, {}, x, metric=lambda o: 0.0)
+    with pytest.raises(ValueError, match="not both"):
+        auto_convert_model(sym, args, {}, x, metric=lambda o: 0.0, max_drop=1,
+                           validate=lambda r, o: True)
+    with pytest.raises(ValueError, match="drop must be"):
+        auto_convert_model(sym, args, {}, x, metric=lambda o: 0.0, max_drop=1, drop="percent")
+
+
+def nms_model():
+    """A detector's tail: a FullyConnected gives 8 boxes ``[class, score, x1, y1, x2, y2]``
+    whose scores differ by 1e-5 (all 0.5 in float16: tied), then box_nms sorts them by
+    score. Rounding reorders the kept boxes; the dense boxes before NMS barely change."""
+    d = mx.sym.var("data")
+    boxes = mx.sym.reshape(fc(d, "head", 48), shape=(0, 8, 6), name="boxes")
+    out = mx.sym.contrib.box_nms(boxes, overlap_thresh=0.5, coord_start=2, score_index=1,
+                                 id_index=0, name="nms")
+    table = np.array([[0, 0.5 + 1e-5 * i, 10 * i, 0, 10 * i + 5, 5] for i in range(8)])
+    args = {"head_weight": np.zeros((48, 4)), "head_bias": table.ravel()}
+    return out, nd(args), np.ones((1, 4), np.float32)
+
+
+def test_outputs_after_nms_are_judged_by_the_dense_tensors_before_them():
+    sym, args, x = nms_model()
+    ref = run(sym, args, {}, x)
+    plain = run(*emulate_model(*convert_model(sym, args, {}, "float16")[:3]), x)
+    assert not check_outputs([ref], [plain], "float16").passed   # NMS output reordered
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert report.validated and report.executions == 2 and report.kept_fp32 == ()
+    note = next(n for n in report.notes if "box_nms" in n)
+    assert "dense tensors before them" in note and "boxes" in note

@@ -229,3 +229,15 @@ def test_same_run_ratio_scripts_quick(tmp_path, name, ratio):
     data = load(out)
     for r in data["results"]:
         assert r[ratio] > 0 and r["rounds"] >= 3
+
+
+def test_auto_attribution_quick(tmp_path):
+    """Planted culprits: the attribution finds exactly them within 2 + k + 1 executions,
+    validated, and the bisection beside it does too (in more)."""
+    _, out = run_script("auto_attribution", tmp_path)
+    data = load(out)
+    assert data["rows"]
+    for row in data["rows"]:
+        a, b = row["attribution"], row["bisection"]
+        assert a["exact"] and a["validated"] and a["executions"] <= 2 + row["k"] + 1
+        assert b["exact"] and b["validated"] and b["executions"] > a["executions"]

@@ -115,3 +115,37 @@ def test_auto_keeps_every_node_low_when_predictions_hold(trained, name, dtype):
     assert report.relative_error <= report.tolerance
     # every node the plain conversion puts in low precision is low precision here too
     assert report.low_precision_nodes == len(low_precision_nodes(model, dtype)) > 0
+
+
+@pytest.mark.parametrize("name", ["cnn", "transformer"])
+def test_metric_driven_auto_keeps_nothing_where_the_metric_holds(trained, name):
+    """Judged by top-1 on labelled test images (at most 0.5 points lost): float16 costs
+    nothing, so every node stays low, in 2 executions, and the report gives the figures."""
+    from mxnet_amp.auto.metrics import builtin_metric
+    model, _ = trained(name)
+    x, y = model.x_test[:200], model.y_test[:200]
+    _, _, _, report = auto_convert_model(model.sym, model.arg_params, model.aux_params, x,
+                                         "float16", quiet=True, max_drop=0.5,
+                                         metric=builtin_metric("top1", y))
+    assert report.criterion == "metric" and report.validated and report.executions == 2
+    assert report.kept_fp32 == ()
+    m = report.metric
+    assert m["name"] == "top1" and m["reference"] >= 90 and m["drop"] <= 0.5
+    assert m["value"] == pytest.approx(100 * tm.accuracy(
+        tm.predict(*emulate_model(*convert_model_full(model.sym, model.arg_params,
+                                                      model.aux_params,
+                                                      make_options("float16"))[:3]), x), y))
+
+
+def test_metric_driven_auto_restores_the_overflow_model(trained):
+    """Plain float16 wrecks the overflow model's top-1; the metric-driven run keeps its
+    overflowing layer in float32 and the metric is back within the allowed drop."""
+    from mxnet_amp.auto.metrics import builtin_metric
+    model, _ = trained("overflow")
+    x, y = model.x_test[:200], model.y_test[:200]
+    _, _, _, report = auto_convert_model(model.sym, model.arg_params, model.aux_params, x,
+                                         "float16", quiet=True, max_drop=0.5,
+                                         metric=builtin_metric("top1", y))
+    assert report.validated and report.criterion == "metric"
+    assert set(report.excluded_sym_names) == overflowing_nodes(model)
+    assert report.metric["drop"] <= 0.5

@@ -66,7 +66,7 @@ def test_auto_html_shows_its_result(ckpt, tmp_path, capsys):
     text = _text(page.read_text())
     assert ("Result validated" if auto["validated"] else "Result NOT validated") in text
     assert f"executions {auto['executions']}" in text
-    assert f"{auto['tolerance_ratio']:.3g} x tolerance" in text and "error vs tolerance" in text
+    assert f"{auto['tolerance_ratio']:.3g} x tolerance" in text and "check max |out - fp32|" in text
     for kept in auto["kept_fp32"]:
         assert kept["name"] in text
 

@@ -11,8 +11,9 @@ from ..options import ConvertOptions, make_options
 from ..params import check_param_shapes, model_inputs, param_dict
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
-from .records import AutoReport, AutoSettings, KeptNode, OutputCheck
 from .inputs import sample_inputs as sample_input_arrays
+from .metrics import MetricCheck
+from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck
 from .runner import Runs, context_of, execution_mode
 from .search import low_nodes, reference_and_search
 
@@ -27,14 +28,38 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | None = None,
                   validate: Callable[[list, list], bool] | None = None,
                   tolerance: float | None = None, underflow_fraction: float = 0.1,
-                  max_executions: int | None = None) -> AutoSettings:
+                  max_executions: int | None = None, search: str = "attribution",
+                  metric: Callable[[list], float] | None = None, max_drop: float | None = None,
+                  drop: str = "absolute") -> AutoSettings:
     """The :class:`AutoSettings` of :func:`auto_convert_model`'s keywords, defaults filled in.
+
+    Parameters
+    ----------
+    target_dtype, rtol, atol, validate, tolerance, underflow_fraction, max_executions
+        As in :func:`auto_convert_model`.
+    search : {'attribution', 'bisection'}, default 'attribution'
+        How accuracy culprits are found when the check fails with no range culprit left:
+        one attribution run (teacher forcing) ranks the nodes and the top ones are
+        validated, the bisection taking over only when that fails; or the bisection alone.
+    metric : callable, optional
+        ``metric(outputs) -> float``: a task score of the model outputs on the sample inputs
+        (a list of float32 numpy arrays in model output order; higher is better, e.g. top-1
+        accuracy against the sample's labels: :func:`mxnet_amp.auto.metrics.builtin_metric`).
+        Given, a configuration passes when its score is at most ``max_drop`` below the float32
+        model's, instead of the closeness check; nodes are kept in float32 only where the
+        score drops. The report's ``metric`` holds the figures.
+    max_drop : float
+        Required with ``metric``: the largest drop that passes.
+    drop : {'absolute', 'relative'}, default 'absolute'
+        ``max_drop`` in the score's own units, or as a fraction of the float32 score (as
+        Intel Neural Compressor's ``accuracy_criterion``).
 
     Raises
     ------
     ValueError
-        A tolerance that is negative or not finite, ``max_executions`` below 2, or
-        ``underflow_fraction`` outside (0, 1].
+        A tolerance that is negative or not finite, ``max_executions`` below 2,
+        ``underflow_fraction`` outside (0, 1], ``search`` not one of ``SEARCHES``, a
+        ``metric`` without ``max_drop`` or with ``validate``, or a bad ``max_drop``/``drop``.
     """
     target_dtype = check_target_dtype(target_dtype)
     if rtol is not None or atol is not None:
@@ -50,7 +75,22 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
         raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
     if not 0 < underflow_fraction <= 1:
         raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
-    return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions)
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+    if metric is not None:
+        if validate is not None:
+            raise ValueError("give metric or validate, not both: both decide the check")
+        if max_drop is None:
+            raise ValueError("metric needs max_drop: the largest drop of the score from the "
+                             "float32 model's that passes (absolute, or relative with "
+                             "drop='relative')")
+        if not callable(metric):
+            raise ValueError(f"metric must be a callable of the model outputs, got {metric!r}")
+        # a fresh check per run: it remembers the float32 score of this model only
+        validate = MetricCheck(metric, float(max_drop), drop,
+                               getattr(metric, "__name__", "metric"))
+    return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions,
+                        search)
 
 
 def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
@@ -67,7 +107,9 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        fold_batchnorm: bool = True, underflow_fraction: float = 0.1,
                        max_executions: int | None = None, quiet: bool = False,
                        follow_ops: Sequence[str] | None = None, overrides: str = "replace",
-                       strict_params: bool = False
+                       strict_params: bool = False, search: str = "attribution",
+                       metric: Callable[[list], float] | None = None,
+                       max_drop: float | None = None, drop: str = "absolute"
                        ) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
@@ -110,8 +152,10 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     max_executions : int, optional
         Upper bound on model executions (at least 2). When the accuracy search hits it, the
         undecided candidates stay float32 (the last configuration seen to pass).
-    quiet : bool, default False
-        No progress bar.
+    quiet : bool, default False: no progress bar.
+    search, metric, max_drop, drop
+        As in :func:`auto_settings` (how accuracy culprits are found; a task metric's drop
+        as the check).
 
     Returns
     -------
@@ -125,7 +169,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         Bad sample inputs, or params that do not fit the symbol.
     """
     settings = auto_settings(target_dtype, rtol, atol, validate, tolerance, underflow_fraction,
-                             max_executions)
+                             max_executions, search, metric, max_drop, drop)
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
@@ -160,11 +204,12 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
                      execution=mode, progress=progress)
         # the first conversion checks params against the symbol (typed errors) before a run
         runs.convert(options.excluded)
-        excluded, kept, reference_finite = reference_and_search(runs, original, settings, notes)
+        excluded, kept, reference_finite, errors = reference_and_search(runs, original,
+                                                                        settings, notes)
         model = runs.final(excluded)
     finally:
         progress.close()
-    report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite)
+    report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite, tuple(errors))
     if not report.validated:
         import warnings
         warnings.warn("auto_convert_model: the returned model did not validate "
@@ -173,7 +218,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
 
 
 def _auto_report(runs: Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
-                 conversion: Conversion, notes: list[str], reference_finite: bool) -> AutoReport:
+                 conversion: Conversion, notes: list[str], reference_finite: bool,
+                 attribution: tuple[NodeError, ...] = ()) -> AutoReport:
     """The :class:`AutoReport` of the returned model (``excluded`` kept in float32)."""
     result = runs.results.get(excluded) or OutputCheck(
         "scale" if runs.rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
@@ -188,7 +234,8 @@ def _auto_report(runs: Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
         tolerance=runs.tolerance if result.criterion == "scale" else None,
         relative_error=result.relative_error, top1_flips=result.top1_flips,
         top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
-        reference_finite=reference_finite, conversion=conversion)
+        reference_finite=reference_finite, attribution=attribution,
+        metric=runs.metric_values.get(excluded), conversion=conversion)
 
 
 def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str = "float16",

@@ -11,6 +11,10 @@ import numpy as np
 from ..convert import Conversion
 
 
+# how the automatic mode looks for accuracy culprits (AutoSettings.search)
+SEARCHES = ("attribution", "bisection")
+
+
 @dataclass(frozen=True)
 class DtypeLimits:
     """The range of a low precision dtype as rounding from float32 sees it."""
@@ -44,8 +48,10 @@ class KeptNode:
 
     ``reason`` is ``'overflow'`` (``value``: the largest |value| of ``tensor`` in the float32
     run), ``'underflow'`` (``value``: the fraction of its nonzero values flushed to zero),
-    ``'accuracy'`` (``value``: how much excluding it lowered the error, in units of the
-    tolerance: see :attr:`AutoReport.tolerance_ratio`), ``'budget'`` (a candidate the accuracy
+    ``'accuracy'`` (``value``: its estimated contribution to the outputs' relative error when
+    the attribution found it, or how much excluding it lowered the error in units of the
+    tolerance when the bisection did), ``'metric'`` (the same, found under a user metric),
+    ``'budget'`` (a candidate the accuracy
     search had not cleared when ``max_executions`` ran out; ``value`` None) or ``'user'``
     (named in excluded_sym_names).
     """
@@ -55,6 +61,31 @@ class KeptNode:
     reason: str
     value: float | None = None
     tensor: str | None = None   # the offending tensor (a node output) for range reasons
+    # the reason in words, with units and what was compared
+    # ("relative error 0.12 at outputs > tolerance 0.01", "overflow: max |x| 7.1e4 > 65504")
+    detail: str | None = None
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NodeError:
+    """One low precision node's error, measured by the attribution run (teacher forcing).
+
+    ``local_error``: ``max|y - y_ref|`` of its output when it computes in low precision from
+    the exact float32 inputs; ``relative_local_error``: that over ``max|y_ref|``;
+    ``contribution``: the estimated share of the outputs' relative error
+    (``max|out - ref| / max|ref|``, the default check's unit) the node causes: its local
+    error carried to the outputs by the measured error gains of the nodes after it.
+    """
+
+    name: str
+    op: str
+    local_error: float
+    relative_local_error: float
+    contribution: float
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the fields."""
@@ -65,7 +96,7 @@ class KeptNode:
 class SearchStep:
     """One model execution of the auto mode."""
 
-    kind: str                  # 'reference', 'check', 'all-fp32', 'bisect'
+    kind: str                  # 'reference', 'check', 'attribution', 'validate', 'all-fp32', 'bisect'
     excluded: int              # nodes kept in float32 in the executed configuration
     passed: bool | None        # None for the reference run
     tolerance_ratio: float | None
@@ -111,8 +142,9 @@ class AutoReport:
         Op nodes in the float32 graph converted (after BatchNorm folding, when it ran).
     low_precision_nodes : int
         Op nodes computing in ``target_dtype`` in the returned model.
-    criterion : {'scale', 'allclose', 'validate'}
-        What decided ``validated`` (:class:`OutputCheck`; ``'validate'``: the caller's function).
+    criterion : {'scale', 'allclose', 'validate', 'metric'}
+        What decided ``validated`` (:class:`OutputCheck`; ``'validate'``: the caller's
+        function; ``'metric'``: the caller's metric, figures in ``metric``).
     tolerance : float or None
         The bound on ``max|out - ref| / max|ref|`` of the ``'scale'`` criterion.
     relative_error : float
@@ -128,6 +160,10 @@ class AutoReport:
     reference_finite : bool
         False when the float32 reference outputs hold inf or nan on the sample inputs: the
         check then compared only the finite part, or nothing.
+    attribution : tuple of NodeError
+        When the attribution run happened (a check failed with no range culprit left), the
+        low precision nodes by estimated contribution at the outputs, largest first (at
+        most 200).
     """
 
     target_dtype: str
@@ -150,6 +186,10 @@ class AutoReport:
     steps: tuple[SearchStep, ...] = ()
     notes: tuple[str, ...] = ()
     reference_finite: bool = True
+    attribution: tuple[NodeError, ...] = ()
+    # under a user metric: its figures for the returned model (name, reference, value, drop,
+    # max_drop, criterion 'absolute'|'relative', passed)
+    metric: dict | None = None
     # the Conversion record of the returned model (what the pass decided, node by node)
     conversion: Conversion | None = field(default=None, repr=False, compare=False)
 
@@ -169,6 +209,7 @@ class AutoReport:
         d["kept_fp32"] = [k.to_dict() for k in self.kept_fp32]
         d["steps"] = [s.to_dict() for s in self.steps]
         d["notes"] = list(self.notes)
+        d["attribution"] = [a.to_dict() for a in self.attribution]
         return d
 
     def criterion_text(self) -> str:
@@ -181,6 +222,10 @@ class AutoReport:
         if self.criterion == "allclose":
             return (f"allclose(rtol={self.rtol:g}, atol={self.atol:g}): error "
                     f"{self.max_abs_error:.3g}, {self.tolerance_ratio:.3g} x tolerance; {scale}{flips}")
+        if self.criterion == "metric" and self.metric:
+            m = self.metric
+            return (f"{m['name']} {m['value']:.4g} vs float32 {m['reference']:.4g}: drop "
+                    f"{m['drop']:.3g} (allowed {m['max_drop']:g}, {m['criterion']}); {scale}{flips}")
         return f"validate(); {scale}{flips}"
 
     def summary(self) -> str:
@@ -191,9 +236,7 @@ class AutoReport:
                  f"{'validated' if self.validated else 'NOT validated'} "
                  f"({self.criterion_text()})"]
         for k in self.kept_fp32:
-            val = "" if k.value is None else f" {k.value:.4g}"
-            on = f" on {k.tensor}" if k.tensor and k.tensor != k.name else ""
-            lines.append(f"  {k.name} ({k.op}): {k.reason}{val}{on}")
+            lines.append(f"  {k.name} ({k.op}): {k.reason}: {kept_text(k)}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -212,6 +255,7 @@ class AutoSettings:
     validate: Callable[[list, list], bool] | None = None
     underflow_fraction: float = 0.1
     max_executions: int | None = None
+    search: str = "attribution"
 
 
 @dataclass(frozen=True)
@@ -235,3 +279,19 @@ class OutputCheck:
     def to_dict(self) -> dict:
         """A JSON-ready dict of the fields."""
         return asdict(self)
+
+
+def kept_text(k: KeptNode) -> str:
+    """Why ``k`` was kept in float32, in words with units (its ``detail`` when set)."""
+    if k.detail:
+        return k.detail
+    on = f" of {k.tensor}" if k.tensor else ""
+    if k.reason == "overflow" and k.value is not None:
+        return f"max |x|{on} {k.value:.3g} beyond the dtype's range"
+    if k.reason == "underflow" and k.value is not None:
+        return f"{k.value:.0%} of the nonzero values{on} flush to zero"
+    if k.reason == "user":
+        return "named in excluded_sym_names"
+    if k.reason == "budget":
+        return "not cleared when max_executions ran out"
+    return "" if k.value is None else f"{k.value:.3g}"

@@ -32,12 +32,19 @@ class Runs:
         self.target_dtype, self.execution = options.target_dtype, execution
         self.tolerance, self.rtol, self.atol = settings.tolerance, settings.rtol, settings.atol
         self.validate, self.max_executions = settings.validate, settings.max_executions
+        self.search = settings.search
         self.progress = progress
         self.executions = 0
         self.steps: list[SearchStep] = []
         self.results: dict[frozenset, OutputCheck] = {}
         self.conversions: dict[frozenset, tuple] = {}
         self.reference: list[np.ndarray] | None = None
+        # the user metric's figures per configuration (metric=...)
+        self.metric_values: dict[frozenset, dict] = {}
+        # outputs after NMS / top-k / sorting: the checks judge these tensors instead,
+        # ``(node name, output)`` of the float32 graph (set by the search; empty: the heads)
+        self.judged: list[tuple[str, int]] = []
+        self.after_reference: list[np.ndarray] = []   # the heads past such ops
 
     @property
     def budget_left(self) -> bool:
@@ -105,6 +112,10 @@ class Runs:
         if hit is not None:
             return hit.passed, hit.tolerance_ratio, hit.max_abs_error
         sym, args, auxs, conversion = self.convert(excluded)
+        if self.judged:
+            from ..io import graph_to_symbol
+            conversion = _judged_conversion(conversion, self.judged)
+            sym = graph_to_symbol(conversion.graph)
         if self.execution == "emulated":
             from ..emulation import emulate_conversion
             # no param copies: each check emulates once and runs once, so rounding weights
@@ -114,11 +125,19 @@ class Runs:
         outs = self.forward(sym, args, auxs)
         assert self.reference is not None, "run_reference first"
         reference = self.reference
+        after = outs[len(reference):] if self.judged else []
+        outs = outs[:len(reference)]
         result = check_outputs(reference, outs, self.target_dtype, self.tolerance,
                                self.rtol, self.atol)
+        if not _finite_where(self.after_reference, after):
+            result = replace(result, passed=False)
         if self.validate is not None:
-            result = replace(result, criterion="validate",
-                             passed=bool(self.validate([r.copy() for r in reference], outs)))
+            from .metrics import MetricCheck
+            passed = bool(self.validate([r.copy() for r in reference], outs))
+            metric = isinstance(self.validate, MetricCheck)
+            result = replace(result, criterion="metric" if metric else "validate", passed=passed)
+            if metric:
+                self.metric_values[excluded] = dict(self.validate.last)
         self.results[excluded] = result
         self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
                                      result.max_abs_error, result.relative_error,
@@ -126,10 +145,50 @@ class Runs:
         self.progress.set_postfix(kept_fp32=len(excluded), ok=result.passed, refresh=False)
         return result.passed, result.tolerance_ratio, result.max_abs_error
 
+    @property
+    def accuracy_reason(self) -> str:
+        """The reason of a node kept because the check failed: ``'metric'`` under a user
+        metric, else ``'accuracy'``."""
+        from .metrics import MetricCheck
+        return "metric" if isinstance(self.validate, MetricCheck) else "accuracy"
+
+    def criterion_words(self) -> str:
+        """The check's bound in words ("tolerance 0.01", "rtol 0.01, atol 0.001", ...)."""
+        from .metrics import MetricCheck
+        if isinstance(self.validate, MetricCheck):
+            v = self.validate
+            return f"{v.name} drop allowed {v.max_drop:g} ({v.drop})"
+        if self.validate is not None:
+            return "the caller's validate()"
+        if self.rtol is not None:
+            return f"allclose rtol {self.rtol:g}, atol {self.atol:g}"
+        return f"tolerance {self.tolerance:g}"
+
     def input_dtypes(self) -> dict[str, str]:
         """The sample inputs' dtype names."""
         from ..dtypes import dtype_name
         return {k: dtype_name(v.dtype) for k, v in self.inputs.items()}
+
+
+def _finite_where(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> bool:
+    """Whether ``outputs`` are finite wherever ``reference`` is."""
+    return all(o.shape == r.shape and np.isfinite(o[np.isfinite(r)]).all()
+               for r, o in zip(reference, outputs))
+
+
+def _judged_conversion(conversion: Conversion, judged: list[tuple[str, int]]) -> Conversion:
+    """The conversion whose graph has the judged tensors first as outputs, then its own
+    heads past a boundary op (checked for finiteness); its record is the conversion's (the
+    nodes are the same)."""
+    from dataclasses import replace as replace_field
+
+    from ..graph import Entry, Graph
+    graph = conversion.graph
+    folded = {bn: producer for bn, producer in conversion.folded_batchnorms}
+    index = {n.name: i for i, n in enumerate(graph.nodes) if not n.is_variable}
+    heads = [Entry(index[folded.get(name, name)], k) for name, k in judged]
+    return replace_field(conversion, graph=Graph(graph.nodes, tuple(heads) + tuple(graph.heads),
+                                                 graph.attrs))
 
 
 def context_of(ctx: object) -> Context:

@@ -12,12 +12,18 @@ from ..graph import CAST_OPS, Entry, Graph
 from ..io import graph_to_symbol
 from ..policy import Category
 from .measure import offending_tensors, reference_ranges
-from .records import DTYPE_LIMITS, AutoSettings, DtypeLimits, KeptNode, TensorRange
+from .records import DTYPE_LIMITS, AutoSettings, DtypeLimits, KeptNode, NodeError, TensorRange
 from ..passes.expose_outputs import expose_outputs
 from .runner import Runs
 
 # each float tensor's range in the float32 reference run, by (node, output)
 Stats = Mapping[tuple[int, int], TensorRange]
+
+# the attribution's picks are validated; when that fails, the next ones are added this
+# many times (doubling the picks) before the bisection takes over
+_ATTRIBUTION_RETRIES = 2
+# at most this many node errors are kept in the report
+_ATTRIBUTION_REPORTED = 200
 
 
 def _tensor_name(graph: Graph, key: tuple[int, int]) -> str:
@@ -66,11 +72,39 @@ def _low_holders(original: Graph, converted: Graph,
     return holders
 
 
-def _range_exclusions(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits,
-                      underflow_fraction: float,
-                      user_excluded: frozenset) -> tuple[frozenset, dict[str, KeptNode]]:
+def _costly(runs: Runs, original: Graph, offending, stats, limits, notes: list[str]):
+    """``offending`` without the underflowing tensors whose lost values do not matter where
+    they are used (:mod:`mxnet_amp.auto.underflow`); those are named in ``notes``. An
+    underflow entry's value becomes ``(fraction flushed, cost)``."""
+    from .underflow import SHARE_OF_TOLERANCE, underflow_cost
+    params = {**runs.arg_params, **runs.aux_params}
+    bound = SHARE_OF_TOLERANCE * (runs.tolerance if runs.rtol is None else runs.rtol)
+    kept, ignored = [], []
+    for key, reason, value in offending:
+        if reason != "underflow":
+            kept.append((key, reason, value))
+            continue
+        cost = underflow_cost(original, key, stats, params, limits)
+        if cost >= bound:
+            kept.append((key, reason, (value, cost)))
+        else:
+            ignored.append((_tensor_name(original, key), cost))
+    if ignored:
+        worst = max(c for _, c in ignored)
+        names = ", ".join(n for n, _ in ignored[:8]) + (", ..." if len(ignored) > 8 else "")
+        notes.append(f"{len(ignored)} tensors have values that flush to zero but were left in "
+                     f"low precision: what they lose changes the outputs they feed by at most "
+                     f"{worst:.2g} of their scale (< {bound:.2g}, a tenth of the tolerance): "
+                     f"{names}")
+    return kept
+
+
+def _range_exclusions(runs: Runs, original: Graph, stats, limits, underflow_fraction,
+                      user_excluded: frozenset, notes: list[str]
+                      ) -> tuple[frozenset, dict[str, KeptNode]]:
     """Grow the exclusion set until no out of range tensor is held in low precision."""
-    offending = offending_tensors(stats, limits, underflow_fraction)
+    offending = _costly(runs, original, offending_tensors(stats, limits, underflow_fraction), stats,
+                        limits, notes)
     excluded = set(user_excluded)
     kept: dict[str, KeptNode] = {}
     ops = {n.name: n.op for n in original.nodes}
@@ -89,8 +123,11 @@ def _range_exclusions(runs: Runs, original: Graph, stats: Stats, limits: DtypeLi
             if not now:
                 continue
             tensor = _tensor_name(original, key)
+            detail = _range_detail(reason, value, tensor, limits)
+            fraction = value[0] if reason == "underflow" else value
             for holder in sorted(now):
-                selected.setdefault(holder, KeptNode(holder, ops[holder], reason, value, tensor))
+                selected.setdefault(holder, KeptNode(holder, ops[holder], reason, fraction,
+                                                     tensor, detail))
             tainted |= _descendants(original, {index[h] for h in now})
         if not selected:
             break
@@ -99,7 +136,17 @@ def _range_exclusions(runs: Runs, original: Graph, stats: Stats, limits: DtypeLi
     return frozenset(excluded), kept
 
 
-def _holders_of(conversion: Conversion) -> dict[tuple[str, int], set[str]]:
+def _range_detail(reason: str, value, tensor: str, limits) -> str:
+    """A range reason in words, with the figures compared."""
+    if reason == "overflow":
+        return f"overflow: max |x| of {tensor} {value:.3g} > {limits.max:.6g}"
+    fraction, cost = value
+    return (f"underflow: {fraction:.0%} of the nonzero values of {tensor} are below "
+            f"{limits.zero_below:.3g} and flush to zero, changing what it feeds by up to "
+            f"{cost:.2g} of its scale")
+
+
+def _holders_of(conversion: Conversion):
     # the dtype of every tensor of the converted graph, as the pass gave it
     tensor = conversion.result.tensor_dtypes
     used = conversion.graph.num_used_outputs()
@@ -114,8 +161,9 @@ def low_nodes(conversion: Conversion) -> list[str]:
             and conversion.result.node_dtypes.get(n.name) in LOW_PRECISION]
 
 
-def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
-                     notes: list[str]) -> tuple[frozenset, dict[str, KeptNode]]:
+def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats,
+                     notes: list[str], ranking: Mapping[str, int] | None = None
+                     ) -> tuple[frozenset, dict[str, KeptNode]]:
     """Bisect for the nodes whose low precision breaks validation (module doc, step 4).
 
     Returns the exclusion set to use (always one that was seen to pass, or ``base`` when
@@ -128,7 +176,10 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
         return max((stats[(i, k)].subnormal for k in range(used[i]) if (i, k) in stats), default=0.0)
 
     _, _, _, conversion = runs.convert(base)
-    cands = sorted(low_nodes(conversion), key=lambda n: (-suspicion(n), index[n]))
+    # the attribution's ranking first when there is one (its culprits come first)
+    rank = ranking or {}
+    cands = sorted(low_nodes(conversion),
+                   key=lambda n: (rank.get(n, len(rank)), -suspicion(n), index[n]))
     ops = {n.name: n.op for n in original.nodes}
     kept: dict[str, KeptNode] = {}
     found: list[str] = []
@@ -163,7 +214,12 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
         culprit = cands[hi - 1]
         contribution = (runs.results[config(lo)].tolerance_ratio
                         - runs.results[config(hi)].tolerance_ratio)
-        kept[culprit] = KeptNode(culprit, ops[culprit], "accuracy", float(contribution), culprit)
+        before = runs.results[config(lo)].relative_error
+        after = runs.results[config(hi)].relative_error
+        kept[culprit] = KeptNode(
+            culprit, ops[culprit], runs.accuracy_reason, float(contribution), culprit,
+            f"keeping it float32 took the outputs' relative error from {before:.3g} to "
+            f"{after:.3g} (measured; {runs.criterion_words()})")
         found.append(culprit)
         cands = cands[:hi - 1]
         # config(len(cands)) is the configuration that just passed
@@ -177,37 +233,133 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
         lo, hi = 0, len(cands)
 
 
-def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, underflow_fraction: float,
-            user_excluded: frozenset, notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...]]:
-    """Steps 2-4 of the module doc: the exclusion set to return and why each node is in it."""
+def _select(errors: list[NodeError], tolerance: float) -> list[str]:
+    """The nodes to keep in float32 by their estimated contribution: each one at least half
+    the tolerance, then, while the rest still add up to more than half of it, the next ones
+    down to a twentieth of it; at least the first."""
+    picks = [e for e in errors if e.contribution >= tolerance / 2]
+    rest = errors[len(picks):]
+    left = sum(e.contribution for e in rest)
+    for e in rest:
+        if left <= tolerance / 2 or e.contribution < tolerance / 20:
+            break
+        picks.append(e)
+        left -= e.contribution
+    return [e.name for e in (picks or errors[:1])]
+
+
+def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors,
+                       notes: list[str]) -> tuple[frozenset | None, dict[str, KeptNode],
+                                                  list[NodeError]]:
+    """Step 4 of the module doc: one attribution run, the top nodes kept in float32,
+    validated. ``(exclusions, culprits, node errors)``; exclusions None when no
+    configuration it tried validated (the bisection takes over, in its ranking)."""
+    from ..errors import AMPError
+    from .attribution import attribute
+    try:
+        errors = attribute(runs, original, base, tensors, runs.results[base].relative_error)
+    except (AMPError, RuntimeError, ValueError) as err:   # MXNetError is a RuntimeError
+        notes.append(f"the attribution run failed ({str(err).splitlines()[0][:200]}); "
+                     "the accuracy search bisected")
+        return None, {}, []
+    tolerance = runs.tolerance if runs.rtol is None else runs.rtol
+    picks = _select(errors, tolerance)
+    by_name = {e.name: e for e in errors}
+    for _ in range(_ATTRIBUTION_RETRIES + 1):
+        if not runs.budget_left:
+            break
+        config = base | frozenset(picks)
+        ok, _, _ = runs.check(config, "validate")
+        if ok:
+            total = sum(by_name[n].contribution for n in picks)
+            return config, {n: _attributed(by_name[n], total, runs) for n in picks}, errors
+        picks = [e.name for e in errors[:2 * len(picks)]]
+    notes.append("the nodes the attribution ranked first did not validate; the accuracy "
+                 "search bisected, in the attribution's order")
+    return None, {}, errors
+
+
+def _attributed(e: NodeError, total: float, runs: Runs) -> KeptNode:
+    """The :class:`KeptNode` of a culprit the attribution found."""
+    tolerance = runs.tolerance if runs.rtol is None else runs.rtol
+    alone = e.contribution > tolerance
+    return KeptNode(e.name, e.op, runs.accuracy_reason, e.contribution, e.name,
+                    f"relative error ~{e.contribution:.3g} at outputs (estimated from its local "
+                    f"error {e.local_error:.3g}, {e.relative_local_error:.3g} of its output)"
+                    + (f" > tolerance {tolerance:g}" if alone else
+                       f"; with the other picks ~{total:.3g} > tolerance {tolerance:g}")
+                    + "; validated without it in low precision")
+
+
+def _search(runs: Runs, original: Graph, stats, limits, underflow_fraction: float,
+            user_excluded: frozenset, notes: list[str], tensors=None
+            ) -> tuple[frozenset, tuple[KeptNode, ...], list[NodeError]]:
+    """Steps 2-4 of the module doc: the exclusion set to return, why each node is in it,
+    and the attribution's node errors (empty when it did not run)."""
     # 2. nodes holding out of range tensors in low precision: float32 (no execution)
     excluded, kept = _range_exclusions(runs, original, stats, limits, underflow_fraction,
-                                       user_excluded)
+                                       user_excluded, notes)
     # 3. one converted check
     ok, _, _ = runs.check(excluded, "check")
-    # 4. only when the ranges do not explain the error: bounded search
+    errors: list[NodeError] = []
+    # 4. only when the ranges do not explain the error: attribution, then bisection
     if not ok:
-        excluded, found = _accuracy_search(runs, original, excluded, stats, notes)
+        found_set = None
+        if tensors is not None and runs.budget_left and runs.search == "attribution":
+            found_set, found, errors = _attributed_search(runs, original, excluded, tensors, notes)
+        if found_set is None:
+            ranking = {e.name: i for i, e in enumerate(errors)}
+            found_set, found = _accuracy_search(runs, original, excluded, stats, notes, ranking)
+        excluded = found_set
         kept.update(found)
     ops = {n.name: n.op for n in original.nodes}
     kept_nodes = [KeptNode(n, ops[n], "user") for n in sorted(user_excluded)]
-    kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: original.index_of(n))]
-    return excluded, tuple(kept_nodes)
+    position = {n.name: i for i, n in enumerate(original.nodes)}
+    kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: position.get(n, -1))]
+    return excluded, tuple(kept_nodes), errors[:_ATTRIBUTION_REPORTED]
 
 
-def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings,
-                          notes: list[str]) -> tuple[frozenset, tuple[KeptNode, ...], bool]:
-    """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite)``."""
+def _judge_dense(runs: Runs, original: Graph, tensors, notes: list[str]) -> None:
+    """Outputs after NMS / top-k / sorting / comparisons: the checks judge the dense
+    tensors feeding the first such op instead (:mod:`mxnet_amp.passes.dense_outputs`), and
+    only ask the outputs to stay finite."""
+    from ..passes.dense_outputs import dense_outputs
+    split = dense_outputs(original)
+    if not split.after:
+        return
+    keys = [(original.heads[k].node, original.heads[k].output) for k in split.dense]
+    keys += [(e.node, e.output) for e in split.feeds if (e.node, e.output) not in keys]
+    keys = [k for k in keys if k in tensors and tensors[k].dtype.kind == "f"]
+    runs.judged = [(original.nodes[i].name, k) for i, k in keys]
+    runs.reference = [tensors[k] for k in keys]
+    runs.after_reference = [tensors[(e.node, e.output)] for e in original.heads]
+    shown = ", ".join(_tensor_name(original, k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
+    notes.append(f"{len(split.after)} of the {len(original.heads)} outputs follow "
+                 f"{', '.join(sorted({original.nodes[original.index_of(n)].op for n in split.ops}))}"
+                 f" ({', '.join(split.ops[:4])}): selections and orderings that any rounding "
+                 f"changes where scores tie, so the checks judged the {len(keys)} dense tensors "
+                 f"before them instead ({shown}) and only asked the outputs to stay finite; "
+                 "pass validate= to judge the final outputs your own way")
+
+
+def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, notes: list[str]
+                          ) -> tuple[frozenset, tuple[KeptNode, ...], bool, list[NodeError]]:
+    """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite, node
+    errors)``."""
     limits = DTYPE_LIMITS[runs.target_dtype]
     # 1. one float32 run with every op output: reference and per-tensor ranges
     probe, keys = expose_outputs(original)
     outs = runs.run_reference(graph_to_symbol(probe))
     runs.reference, stats = reference_ranges(original, keys, outs, runs.inputs,
                                               {**runs.arg_params, **runs.aux_params}, limits)
+    # every tensor is kept for the attribution run (it feeds them back as inputs)
+    tensors = dict(zip(keys, outs))
     del outs
+    if runs.validate is None:
+        _judge_dense(runs, original, tensors, notes)
     reference_finite = all(np.isfinite(r).all() for r in runs.reference)
     if not reference_finite:
         notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
-    excluded, kept = _search(runs, original, stats, limits, settings.underflow_fraction,
-                             runs.options.excluded, notes)
-    return excluded, kept, reference_finite
+    excluded, kept, errors = _search(runs, original, stats, limits, settings.underflow_fraction,
+                                     runs.options.excluded, notes, tensors)
+    return excluded, kept, reference_finite, errors

@@ -1,0 +1,141 @@
+"""Executions the automatic mode needs to find planted accuracy culprits: the attribution
+run (``search='attribution'``, the default) beside the bisection (``search='bisection'``),
+in one run, on the same graphs (benchmarks/planted_culprits.py).
+
+For each shape (chain, DAG), N (op nodes) and k (culprits): executions, whether the
+float32 set found is exactly the planted culprits, whether the result validated, and wall
+time. The check is the default one at tolerance 0.05: a 5000-layer chain of random
+orthogonal FullyConnected layers accumulates ~0.02 of plain float16 rounding (measured:
+``relative_error`` of the k=0 row), beyond float16's default 0.01, with nothing wrong in it.
+
+    python benchmarks/auto_attribution.py               # k 1,2,4,8 x N 50,400,5000 x chain,dag
+    python benchmarks/auto_attribution.py --quick       # seconds
+    python benchmarks/auto_attribution.py --bisection-max-n 400 --bisection-max-k 1
+        # the bisection at N > 400 only for k <= 1 (it needs ~k log2 N executions)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from _common import default_out, environment, write_json  # noqa: E402
+from planted_culprits import planted  # noqa: E402
+
+TOLERANCE = 0.05
+
+
+def _one(p, search: str) -> dict:
+    from mxnet_amp.auto import auto_convert_model
+    start = time.perf_counter()
+    _, _, _, report = auto_convert_model(p.sym, p.arg_params, {}, p.sample, "float16",
+                                         tolerance=TOLERANCE, quiet=True, search=search)
+    found = sorted(k.name for k in report.by_reason("accuracy"))
+    return {"executions": report.executions, "exact": found == sorted(p.culprits),
+            "validated": report.validated, "relative_error": report.relative_error,
+            "kept": len(report.kept_fp32), "seconds": round(time.perf_counter() - start, 2),
+            "steps": [s.kind for s in report.steps]}
+
+
+def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int, out: str | None = None) -> dict:
+    rows: list = []
+    for shape in shapes:
+        for n in ns:
+            for k in ks:
+                p = planted(n, k, shape, seed=n + k)
+                row = {"shape": shape, "n": p.op_nodes, "k": k, "bound": 2 + k + 1,
+                       "attribution": _one(p, "attribution")}
+                if n <= bisection_max_n or k <= bisection_max_k:
+                    row["bisection"] = _one(p, "bisection")
+                    row["bisection_bound"] = 3 + k * (math.ceil(math.log2(p.op_nodes)) + 1)
+                rows.append(row)
+                print(_line(row), flush=True)
+                if out:   # what finished so far, in case the run is cut short
+                    write_json(out, {"rows": rows, "partial": True})
+    return {"rows": rows, "tolerance": TOLERANCE, "environment": environment(),
+            "bisection_max_n": bisection_max_n, "bisection_max_k_beyond": bisection_max_k}
+
+
+def _line(row: dict) -> str:
+    a = row["attribution"]
+    b = row.get("bisection")
+    old = (f"{b['executions']:>4} exec exact={b['exact']!s:5} ok={b['validated']!s:5} "
+           f"{b['seconds']:7.1f}s") if b else "   (not run)"
+    return (f"{row['shape']:5} N={row['n']:5} k={row['k']}  attribution {a['executions']:>2} exec "
+            f"(bound {row['bound']}) exact={a['exact']!s:5} ok={a['validated']!s:5} "
+            f"{a['seconds']:6.1f}s | bisection {old}")
+
+
+def markdown(result: dict) -> str:
+    """The table for docs/emulation_and_auto.md."""
+    lines = ["| shape | N | k | attribution: executions (bound 2+k+1) | exact, validated | "
+             "bisection: executions | exact, validated |", "|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        a, b = r["attribution"], r.get("bisection")
+        lines.append(f"| {r['shape']} | {r['n']} | {r['k']} | {a['executions']} ({r['bound']}) | "
+                     f"{'yes' if a['exact'] else 'NO'}, {'yes' if a['validated'] else 'NO'} | "
+                     + (f"{b['executions']} | {'yes' if b['exact'] else 'NO'}, "
+                        f"{'yes' if b['validated'] else 'NO'} |" if b else "not run | |"))
+    return "\n".join(lines)
+
+
+def render(paths: list[str], doc: str) -> None:
+    """Write the table of the result files ``paths`` between the markers of ``doc``."""
+    rows, envs, commands = [], [], []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        rows += data["rows"]
+        envs.append(data.get("environment", {}))
+        commands.append(data.get("command", "") + (" (cut short)" if data.get("partial") else ""))
+    env = envs[0] if envs else {}
+    table = markdown({"rows": rows}) + (
+        f"\n\nMeasured {env.get('utc', '?')} on {env.get('cpu', '?')} ({env.get('cpu_count')} "
+        f"cores shared with other jobs, load average {env.get('loadavg')}): "
+        + "; ".join(f"`{c}`" for c in commands) + ". "
+        "Bisection at N = 5000 not run (about k log2 N executions of a 5000-node graph each: "
+        "too slow on this shared machine); its bound there is 3 + k (log2 5000 + 1) = 3 + 14k.")
+    with open(doc) as f:
+        text = f.read()
+    start, end = "<!-- auto_attribution:start -->", "<!-- auto_attribution:end -->"
+    i, j = text.index(start) + len(start), text.index(end)
+    with open(doc, "w") as f:
+        f.write(text[:i] + "\n" + table + "\n" + text[j:])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N 50 and 120, k 1 and 2")
+    ap.add_argument("--bisection-max-n", type=int, default=5000,
+                    help="run the bisection only on graphs up to this N (it is slow at 5000)")
+    ap.add_argument("--bisection-max-k", type=int, default=8,
+                    help="beyond --bisection-max-n, run the bisection only up to this k")
+    ap.add_argument("--shapes", default="chain,dag", help="comma-separated: chain, dag")
+    ap.add_argument("--render", nargs="+", metavar="RESULT.json", default=None,
+                    help="only write the table of these result files into docs/emulation_and_auto.md")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.render:
+        render(args.render, os.path.join(os.path.dirname(HERE), "docs", "emulation_and_auto.md"))
+        return 0
+    out = args.out or default_out("auto_attribution", args.quick)
+    shapes = args.shapes.split(",")
+    if args.quick:
+        result = run([50, 120], [1, 2], shapes, args.bisection_max_n, args.bisection_max_k, out)
+    else:
+        result = run([50, 400, 5000], [1, 2, 4, 8], shapes, args.bisection_max_n,
+                     args.bisection_max_k, out)
+    write_json(out, result)
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Single-run error attribution (step 4 of :mod:`mxnet_amp.auto`).
+
+One execution of the teacher-forced graph (:func:`mxnet_amp.passes.teacher_force`) gives,
+for every node computing in low precision, its *local* error (its low precision output
+computed from the exact float32 inputs, minus the reference) and, for every op, its error
+*gain* (a finite difference: the change of its float32 output when its inputs move by a
+relative ``2**-10``, over the size of that move; L2 norms). The contribution of a node at
+the model outputs is its local error times its sensitivity (the gains after it, combined
+in quadrature over the paths to the judged outputs, over their scale), scaled so that all
+contributions add up in quadrature to the relative error the failed check measured: an
+estimate, in the units of the default check (``max|out - ref| / max|ref|``), of how much
+of the outputs' error the node causes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import numpy as np
+
+from ..graph import Graph
+from ..io import graph_to_symbol
+from ..passes.emulate import emulate_graph
+from ..passes.teacher_force import ForcedGraph, teacher_force
+from .records import DTYPE_LIMITS, NodeError, SearchStep
+from .runner import Runs
+
+# the relative size of the finite-difference perturbation: a few float16 roundings, far
+# above float32's own noise (2**-24) and small enough to stay linear
+PERTURBATION = 2.0 ** -10
+_SEED = 0
+_MAX_GAIN = 1e6
+
+
+@dataclass(frozen=True)
+class _Measured:
+    local: dict[str, float]          # node -> max |forced - ref| over its outputs
+    local_scale: dict[str, float]    # node -> max |ref| over its outputs
+    gain: dict[str, float]           # node -> max |perturbed - ref| / max |perturbation|
+    index: dict[str, tuple[int, int]]  # node -> its reference tensor's key (_ref_index)
+
+
+def _ref_index(original: Graph, folded: tuple[tuple[str, str], ...]) -> dict[str, tuple[int, int]]:
+    """Node name -> the key of the reference tensor that is its output 0. A producer that
+    absorbed a folded BatchNorm outputs what that BatchNorm did."""
+    index = {n.name: (i, 0) for i, n in enumerate(original.nodes)}
+    for bn, producer in folded:
+        if bn in index:
+            index[producer] = index[bn]
+    return index
+
+
+def _tensor(tensors: Mapping, index: dict, name: str, k: int) -> np.ndarray:
+    i, k0 = index[name]
+    return tensors[(i, k0 + k)]
+
+
+def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: Mapping,
+           conversion) -> tuple[dict, dict[str, float]]:
+    """The arrays of every variable of the attribution graph, and the size of each
+    perturbation (max |delta|) by feed name."""
+    import mxnet as mx
+
+    from ..emulation import round_array
+    feeds: dict = {}
+    stored = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    for name in fg.graph.variables():
+        name = name.name
+        if name in fg.reference_feeds:
+            feeds[name] = mx.nd.array(_tensor(tensors, index, *fg.reference_feeds[name]), ctx=runs.ctx)
+        elif name in fg.param_aliases:
+            src = fg.param_aliases[name]
+            feeds[name] = runs.inputs.get(src, {**runs.arg_params, **runs.aux_params}.get(src))
+        elif name in params:
+            low = stored.get(name)
+            # the stored low precision weight, rounded as the conversion's cast rounds it
+            feeds[name] = round_array(params[name], low) if low in DTYPE_LIMITS else params[name]
+    sizes: dict[str, float] = {}
+    rng = np.random.RandomState(_SEED)
+    for name, tensor in fg.perturbed_feeds.items():
+        ref = _tensor(tensors, index, *tensor)
+        mag = np.abs(ref)
+        floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
+        delta = (PERTURBATION * (mag + floor)).astype(np.float32)
+        delta *= rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
+        sizes[name] = float(np.dot(delta.ravel().astype(np.float64), delta.ravel()))
+        feeds[name] = mx.nd.array(ref + delta, ctx=runs.ctx)
+    return feeds, sizes
+
+
+def _sq_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """``sum((a - b)**2)``; inf where they differ by inf or nan (nan in both agrees)."""
+    if a.shape != b.shape:
+        return math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = a.astype(np.float64) - b
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    d = np.where(same, 0.0, d)
+    if not np.isfinite(d).all():
+        return math.inf
+    return float(np.dot(d.ravel(), d.ravel()))
+
+
+def _measure(runs: Runs, original: Graph, excluded: frozenset, tensors: Mapping) -> _Measured:
+    """Build, emulate and run the attribution graph once; local errors and gains."""
+    _, args, auxs, conversion = runs.convert(excluded)
+    dtypes = conversion.result.node_dtypes
+    forced = [n.name for n in conversion.graph.nodes
+              if not n.subgraphs and dtypes.get(n.name) in DTYPE_LIMITS]
+    fg = teacher_force(conversion.graph, original, forced, conversion.result.tensor_dtypes)
+    var_dtypes = {**conversion.arg_dtypes, **conversion.aux_dtypes, **runs.input_dtypes(),
+                  **fg.var_dtypes}
+    # emulated: the rounding rules are the emulation's own, whatever runs the checks
+    sym = graph_to_symbol(emulate_graph(fg.graph, var_dtypes))
+    index = _ref_index(original, conversion.folded_batchnorms)
+    positions = {n.name: i for i, n in enumerate(original.nodes)}
+    feeds, sizes = _feeds(runs, fg, tensors, index, {**args, **auxs}, conversion)
+    outs = runs.forward(sym, feeds, {})
+    runs.steps.append(SearchStep("attribution", len(excluded), None, None, None))
+    del feeds
+    local: dict[str, float] = {}     # squared norms first
+    scale: dict[str, float] = {}
+    change: dict[str, float] = {}
+    for (kind, name, k), out in zip(fg.outputs, outs):
+        if kind == "forced":
+            ref = _tensor(tensors, index, name, k)
+            local[name] = local.get(name, 0.0) + _sq_diff(out, ref)
+            scale[name] = max(scale.get(name, 0.0), float(np.abs(ref).max(initial=0.0)))
+        else:
+            ref = tensors[(positions[name], k)]
+            change[name] = change.get(name, 0.0) + _sq_diff(out, ref)
+    size = _perturbed_sizes(original, fg, sizes)
+    # a gain beyond _MAX_GAIN (inf or nan where a perturbed copy overflowed) is no linear
+    # estimate: capped, so one such op cannot turn every contribution into inf or nan
+    gain = {n: (min(math.sqrt(c / size[n]), _MAX_GAIN) if size.get(n) and not math.isnan(c)
+                else 0.0) for n, c in change.items()}
+    return _Measured({n: math.sqrt(v) for n, v in local.items()}, scale, gain, index)
+
+
+def _perturbed_sizes(original: Graph, fg: ForcedGraph, sizes: dict[str, float]) -> dict[str, float]:
+    """Node -> the squared norm of the perturbation of all its inputs together."""
+    by_tensor = {tensor: sizes[name] for name, tensor in fg.perturbed_feeds.items()}
+    out: dict[str, float] = {}
+    for node in original.nodes:
+        for e in node.inputs:
+            key = (original.nodes[e.node].name, e.output)
+            if key in by_tensor:
+                out[node.name] = out.get(node.name, 0.0) + by_tensor[key]
+    return out
+
+
+def _sensitivity(original: Graph, gain: Mapping[str, float], tensors: Mapping,
+                 judged: list[tuple[int, int]]) -> list[float]:
+    """For each node, how much an error of norm 1 on its output grows into the outputs'
+    error per element over their scale: at an output ``1 / (max|ref| sqrt(size))``; through
+    a consumer times its gain; summed in quadrature over consumers (errors reaching an
+    output along different paths add like independent ones). Iterative, in reverse graph
+    order (no recursion on deep graphs)."""
+    floor = DTYPE_LIMITS["float16"].min_normal
+    at_head: dict[int, float] = {}
+    for key in judged:
+        ref = tensors[key]
+        finite = np.abs(ref[np.isfinite(ref)])   # inf/nan in the float32 run: not a scale
+        scale = max(float(finite.max(initial=0.0)), floor) * math.sqrt(max(finite.size, 1))
+        at_head[key[0]] = at_head.get(key[0], 0.0) + scale ** -2
+    users = original.consumers()
+    sq = [0.0] * len(original.nodes)
+    for j in range(len(original.nodes) - 1, -1, -1):
+        s = at_head.get(j, 0.0)
+        for c in {c for c, _ in users[j]}:
+            s += gain.get(original.nodes[c].name, 0.0) ** 2 * sq[c]
+        sq[j] = min(s, 1e300) if not math.isnan(s) else 0.0
+    return [math.sqrt(v) for v in sq]
+
+
+def attribute(runs: Runs, original: Graph, excluded: frozenset,
+              tensors: Mapping[tuple[int, int], np.ndarray],
+              measured_error: float | None = None) -> list[NodeError]:
+    """Each low precision node's local error and estimated contribution at the outputs,
+    largest contribution first (one execution).
+
+    ``measured_error``: the outputs' relative error ``max|out - ref| / max|ref|`` measured for
+    ``excluded`` (the failed check). The contributions are scaled so that they add up (in
+    quadrature) to it: the propagation model gives their proportions, the measurement their
+    size in the check's units."""
+    measured = _measure(runs, original, excluded, tensors)
+    positions = {n.name: i for i, n in enumerate(original.nodes)}
+    judged = [(positions[n], k) for n, k in runs.judged] or \
+        [(e.node, e.output) for e in original.heads]
+    sens = _sensitivity(original, measured.gain, tensors, judged)
+    ops = {n.name: n.op for n in original.nodes}
+    errors = []
+    for name, local in measured.local.items():
+        scale = measured.local_scale[name]
+        if name not in measured.index:
+            continue
+        s = sens[measured.index[name][0]]
+        contribution = min(local * s, math.inf) if local and s else 0.0
+        errors.append(NodeError(name, ops.get(name, ""), local,
+                                local / scale if scale else (0.0 if not local else math.inf),
+                                contribution))
+    finite = [e.contribution for e in errors if math.isfinite(e.contribution)]
+    top = max(finite, default=0.0)
+    total = top * math.sqrt(sum((c / top) ** 2 for c in finite)) if top > 0 else 0.0
+    if measured_error is not None and math.isfinite(measured_error) and total > 0:
+        factor = measured_error / total
+        errors = [replace(e, contribution=e.contribution * factor) for e in errors]
+    errors.sort(key=lambda e: (-e.contribution, e.name))
+    return errors

@@ -1,0 +1,74 @@
+"""The teacher-forcing pass (passes/teacher_force.py) on its own: which nodes are copied,
+what each copy reads, and that running it gives each node's own low precision error."""
+import mxnet as mx
+import numpy as np
+
+from mxnet_amp.convert import convert_model_full
+from mxnet_amp.emulation import round_numpy
+from mxnet_amp.options import make_options
+from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+from mxnet_amp.passes.emulate import emulate_graph
+from mxnet_amp.passes.expose_outputs import expose_outputs
+from mxnet_amp.passes.teacher_force import teacher_force
+from mxnet_amp.verify import verify_graph
+
+from helpers import init_params, run
+
+
+def _net():
+    """fc1 -> sin -> fc2: every op in float16 (sin follows fc1's dtype)."""
+    x = mx.sym.var("data")
+    h = mx.sym.sin(mx.sym.FullyConnected(x, num_hidden=6, name="fc1"), name="s")
+    return mx.sym.FullyConnected(h, num_hidden=3, name="fc2")
+
+
+def _converted():
+    sym = _net()
+    args, auxs = init_params(sym, {"data": (2, 5)})
+    _, _, _, conv = convert_model_full(sym, args, auxs, make_options("float16"),
+                                       cast_params=False)
+    return sym, args, auxs, conv
+
+
+def test_every_low_node_is_copied_once_reading_new_variables_and_perturbed_copies_follow():
+    sym, args, auxs, conv = _converted()
+    original = graph_from_symbol(sym)
+    low = [n for n in ("fc1", "s", "fc2") if conv.result.node_dtypes[n] == "float16"]
+    assert low == ["fc1", "s", "fc2"]
+    fg = teacher_force(conv.graph, original, low, conv.result.tensor_dtypes)
+    verify_graph(fg.graph)
+    assert [o for o in fg.outputs if o[0] == "forced"] == [("forced", n, 0) for n in low]
+    # fc1 reads the model input (through its cast); s and fc2 read fed reference tensors
+    assert sorted(fg.reference_feeds.values()) == [("fc1", 0), ("s", 0)]
+    # fc1 holds its output in float16 already: fed unrounded, declared float16 (its rounding
+    # is fc1's own error, not s's)
+    assert {fg.var_dtypes[v] for v, t in fg.reference_feeds.items()} == {"float16"}
+    # s and fc2 read an op's output: each gets a float32 copy on perturbed inputs
+    assert [o[1] for o in fg.outputs if o[0] == "perturbed"] == ["s", "fc2"]
+    assert set(fg.param_aliases.values()) == {"fc2_weight", "fc2_bias"}
+
+
+def test_forced_copy_gives_each_node_its_own_low_precision_error():
+    """fc2 fed the exact float32 value of s: its output is float16's rounding of the
+    float32 product of the rounded inputs, nothing accumulated before it."""
+    sym, args, auxs, conv = _converted()
+    original = graph_from_symbol(sym)
+    fg = teacher_force(conv.graph, original, ["fc2"], conv.result.tensor_dtypes)
+    x = np.random.RandomState(1).randn(2, 5).astype("float32")
+    probe, keys = expose_outputs(original)
+    ref = dict(zip(keys, run(graph_to_symbol(probe), args, auxs, {"data": x})))
+    s_ref = ref[(original.index_of("s"), 0)]
+    feeds = {v: s_ref for v in fg.reference_feeds}
+    feeds.update({v: args[p].asnumpy() for v, p in fg.param_aliases.items()})
+    feeds.update({v: s_ref for v in fg.perturbed_feeds})
+    weights = {k: round_numpy(v.asnumpy(), "float16") for k, v in args.items()
+               if k.startswith("fc2")}
+    var_dtypes = {**conv.arg_dtypes, **fg.var_dtypes}
+    out = run(graph_to_symbol(emulate_graph(fg.graph, var_dtypes)),
+              {k: mx.nd.array(v) for k, v in weights.items()}, {},
+              {"data": x, **feeds})
+    forced = out[[o[0] for o in fg.outputs].index("forced")]
+    # s is fed unrounded and not rounded again (declared float16: its producer rounds it)
+    expect = round_numpy(s_ref @ weights["fc2_weight"].T + weights["fc2_bias"], "float16")
+    np.testing.assert_allclose(forced, expect, rtol=1e-3, atol=1e-6)
+    assert not np.array_equal(forced, ref[(original.index_of("fc2"), 0)])
