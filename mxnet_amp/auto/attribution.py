@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from ..passes.emulate import emulate_graph
 from ..passes.teacher_force import ForcedGraph, teacher_force
 from .records import DTYPE_LIMITS, NodeError, SearchStep
 from .runner import Runs
+
+if TYPE_CHECKING:
+    from ..convert import Conversion
 
 # the relative size of the finite-difference perturbation: a few float16 roundings, far
 # above float32's own noise (2**-24) and small enough to stay linear
@@ -53,11 +56,11 @@ def _ref_index(original: Graph, folded: tuple[tuple[str, str], ...]) -> dict[str
 
 def _tensor(tensors: Mapping, index: dict, name: str, k: int) -> np.ndarray:
     i, k0 = index[name]
-    return tensors[(i, k0 + k)]
+    return np.asarray(tensors[(i, k0 + k)])
 
 
 def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: Mapping,
-           conversion) -> tuple[dict, dict[str, float]]:
+           conversion: Conversion) -> tuple[dict, dict[str, float]]:
     """The arrays of every variable of the attribution graph, and the size of each
     perturbation (max |delta|) by feed name."""
     import mxnet as mx
@@ -65,8 +68,8 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: M
     from ..emulation import round_array
     feeds: dict = {}
     stored = {**conversion.arg_dtypes, **conversion.aux_dtypes}
-    for name in fg.graph.variables():
-        name = name.name
+    for variable in fg.graph.variables():
+        name = variable.name
         if name in fg.reference_feeds:
             feeds[name] = mx.nd.array(_tensor(tensors, index, *fg.reference_feeds[name]), ctx=runs.ctx)
         elif name in fg.param_aliases:
@@ -112,7 +115,7 @@ def _measure(runs: Runs, original: Graph, excluded: frozenset, tensors: Mapping)
     var_dtypes = {**conversion.arg_dtypes, **conversion.aux_dtypes, **runs.input_dtypes(),
                   **fg.var_dtypes}
     # emulated: the rounding rules are the emulation's own, whatever runs the checks
-    sym = graph_to_symbol(emulate_graph(fg.graph, var_dtypes))
+    sym = graph_to_symbol(emulate_graph(fg.graph, {k: d for k, d in var_dtypes.items() if d}))
     index = _ref_index(original, conversion.folded_batchnorms)
     positions = {n.name: i for i, n in enumerate(original.nodes)}
     feeds, sizes = _feeds(runs, fg, tensors, index, {**args, **auxs}, conversion)

@@ -134,10 +134,11 @@ class Runs:
         if self.validate is not None:
             from .metrics import MetricCheck
             passed = bool(self.validate([r.copy() for r in reference], outs))
-            metric = isinstance(self.validate, MetricCheck)
-            result = replace(result, criterion="metric" if metric else "validate", passed=passed)
-            if metric:
-                self.metric_values[excluded] = dict(self.validate.last)
+            metric = self.validate if isinstance(self.validate, MetricCheck) else None
+            result = replace(result, criterion="validate" if metric is None else "metric",
+                             passed=passed)
+            if metric is not None:
+                self.metric_values[excluded] = dict(metric.last or {})
         self.results[excluded] = result
         self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
                                      result.max_abs_error, result.relative_error,

@@ -2,7 +2,7 @@
 run, then a bisection for accuracy culprits."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from .runner import Runs
 
 # each float tensor's range in the float32 reference run, by (node, output)
 Stats = Mapping[tuple[int, int], TensorRange]
+Tensors = Mapping[tuple[int, int], Any]
 
 # the attribution's picks are validated; when that fails, the next ones are added this
 # many times (doubling the picks) before the bisection takes over
@@ -72,7 +73,8 @@ def _low_holders(original: Graph, converted: Graph,
     return holders
 
 
-def _costly(runs: Runs, original: Graph, offending, stats, limits, notes: list[str]):
+def _costly(runs: Runs, original: Graph, offending: list, stats: Stats, limits: DtypeLimits,
+            notes: list[str]) -> list:
     """``offending`` without the underflowing tensors whose lost values do not matter where
     they are used (:mod:`mxnet_amp.auto.underflow`); those are named in ``notes``. An
     underflow entry's value becomes ``(fraction flushed, cost)``."""
@@ -99,7 +101,8 @@ def _costly(runs: Runs, original: Graph, offending, stats, limits, notes: list[s
     return kept
 
 
-def _range_exclusions(runs: Runs, original: Graph, stats, limits, underflow_fraction,
+def _range_exclusions(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits,
+                      underflow_fraction: float,
                       user_excluded: frozenset, notes: list[str]
                       ) -> tuple[frozenset, dict[str, KeptNode]]:
     """Grow the exclusion set until no out of range tensor is held in low precision."""
@@ -136,7 +139,7 @@ def _range_exclusions(runs: Runs, original: Graph, stats, limits, underflow_frac
     return frozenset(excluded), kept
 
 
-def _range_detail(reason: str, value, tensor: str, limits) -> str:
+def _range_detail(reason: str, value: Any, tensor: str, limits: DtypeLimits) -> str:
     """A range reason in words, with the figures compared."""
     if reason == "overflow":
         return f"overflow: max |x| of {tensor} {value:.3g} > {limits.max:.6g}"
@@ -146,7 +149,7 @@ def _range_detail(reason: str, value, tensor: str, limits) -> str:
             f"{cost:.2g} of its scale")
 
 
-def _holders_of(conversion: Conversion):
+def _holders_of(conversion: Conversion) -> dict[tuple[str, int], set[str]]:
     # the dtype of every tensor of the converted graph, as the pass gave it
     tensor = conversion.result.tensor_dtypes
     used = conversion.graph.num_used_outputs()
@@ -161,7 +164,7 @@ def low_nodes(conversion: Conversion) -> list[str]:
             and conversion.result.node_dtypes.get(n.name) in LOW_PRECISION]
 
 
-def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats,
+def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
                      notes: list[str], ranking: Mapping[str, int] | None = None
                      ) -> tuple[frozenset, dict[str, KeptNode]]:
     """Bisect for the nodes whose low precision breaks validation (module doc, step 4).
@@ -248,7 +251,7 @@ def _select(errors: list[NodeError], tolerance: float) -> list[str]:
     return [e.name for e in (picks or errors[:1])]
 
 
-def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors,
+def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Tensors,
                        notes: list[str]) -> tuple[frozenset | None, dict[str, KeptNode],
                                                   list[NodeError]]:
     """Step 4 of the module doc: one attribution run, the top nodes kept in float32,
@@ -291,8 +294,8 @@ def _attributed(e: NodeError, total: float, runs: Runs) -> KeptNode:
                     + "; validated without it in low precision")
 
 
-def _search(runs: Runs, original: Graph, stats, limits, underflow_fraction: float,
-            user_excluded: frozenset, notes: list[str], tensors=None
+def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, underflow_fraction: float,
+            user_excluded: frozenset, notes: list[str], tensors: Tensors | None = None
             ) -> tuple[frozenset, tuple[KeptNode, ...], list[NodeError]]:
     """Steps 2-4 of the module doc: the exclusion set to return, why each node is in it,
     and the attribution's node errors (empty when it did not run)."""
@@ -319,7 +322,7 @@ def _search(runs: Runs, original: Graph, stats, limits, underflow_fraction: floa
     return excluded, tuple(kept_nodes), errors[:_ATTRIBUTION_REPORTED]
 
 
-def _judge_dense(runs: Runs, original: Graph, tensors, notes: list[str]) -> None:
+def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]) -> None:
     """Outputs after NMS / top-k / sorting / comparisons: the checks judge the dense
     tensors feeding the first such op instead (:mod:`mxnet_amp.passes.dense_outputs`), and
     only ask the outputs to stay finite."""

@@ -20,7 +20,7 @@ counts when it reaches a tenth of the tolerance.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from .records import DtypeLimits, TensorRange
 SHARE_OF_TOLERANCE = 0.1
 
 
-def _row_loss(value, limits: DtypeLimits) -> float:
+def _row_loss(value: Any, limits: DtypeLimits) -> float:
     """The largest row sum (first axis) of the |values| the dtype flushes to zero."""
     w = np.abs(value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value))
     w = w.astype(np.float32, copy=False)
