@@ -247,7 +247,6 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
     sym : Symbol
         The fp32 model; it is not modified.
     target_dtype : {'float16', 'bfloat16'}, default 'float16'
-        The low precision dtype.
     target_dtype_ops, fp32_ops, widest_dtype_ops : list of str, optional
         The ops of the target / float32 / widest category. As in ``mx.contrib.amp``, a
         given list *replaces* the shipped one: an op the shipped list held and no given
@@ -255,13 +254,11 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
         runs only FullyConnected in low precision. ``overrides='move'`` instead moves the
         named ops and keeps every other op's category (see :func:`mxnet_amp.load_policy`).
     conditional_fp32_ops : list of (op, attr, values), optional
-        Ops that run in float32 when ``attr`` takes one of ``values`` (replacing the
-        shipped conditions, as the lists above).
+        Ops in float32 when ``attr`` takes one of ``values`` (replacing the shipped ones).
     follow_ops : list of str, optional
-        Ops added to the *follow* category: they run in whatever dtype their inputs have.
+        Ops added to the *follow* category (they run in their inputs' dtype).
     overrides : {'replace', 'move'}, default 'replace'
-        How the op lists above apply: replace the shipped lists (``mx.contrib.amp``'s
-        meaning) or move only the named ops.
+        The lists above replace the shipped ones (contrib's meaning) or move the named ops.
     excluded_sym_names : list of str, optional
         Node names that run in float32 whatever their op (a string is one name).
     data_names : list of str, optional
@@ -269,11 +266,9 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
         ``__dtype__`` attribute; the others are weights. A variable declared float16 or
         bfloat16 (``mx.sym.var('x', dtype='float16')``) is read in that dtype.
     cast_optional_params : bool, default False
-        As in ``mx.contrib.amp`` (its default too: there are no params here to cast, and the
-        result binds with the caller's float32 params, every weight cast in the graph).
-        True tags the weights whose every consumer runs in low precision ``__dtype__``
-        low precision and reads them without a cast: the caller then casts those params
-        (:func:`convert_model` does both at once).
+        As in ``mx.contrib.amp`` (no params to cast here: the result binds with the caller's
+        float32 params). True tags the weights only low precision ops read ``__dtype__``
+        low precision: the caller casts those params (:func:`convert_model` does both).
 
     Returns
     -------

@@ -78,19 +78,24 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
     if search not in SEARCHES:
         raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
     if metric is not None:
-        if validate is not None:
-            raise ValueError("give metric or validate, not both: both decide the check")
-        if max_drop is None:
-            raise ValueError("metric needs max_drop: the largest drop of the score from the "
-                             "float32 model's that passes (absolute, or relative with "
-                             "drop='relative')")
-        if not callable(metric):
-            raise ValueError(f"metric must be a callable of the model outputs, got {metric!r}")
-        # a fresh check per run: it remembers the float32 score of this model only
-        validate = MetricCheck(metric, float(max_drop), drop,
-                               getattr(metric, "__name__", "metric"))
+        validate = _metric_check(metric, validate, max_drop, drop)
     return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions,
                         search)
+
+
+def _metric_check(metric: Callable[[list], float], validate: Callable | None,
+                  max_drop: float | None, drop: str) -> MetricCheck:
+    """The check of a user ``metric`` (a fresh one per run: it remembers the float32 score
+    of this model only); ValueError for what :func:`auto_settings` says."""
+    if validate is not None:
+        raise ValueError("give metric or validate, not both: both decide the check")
+    if max_drop is None:
+        raise ValueError("metric needs max_drop: the largest drop of the score from the "
+                         "float32 model's that passes (absolute, or relative with "
+                         "drop='relative')")
+    if not callable(metric):
+        raise ValueError(f"metric must be a callable of the model outputs, got {metric!r}")
+    return MetricCheck(metric, float(max_drop), drop, getattr(metric, "__name__", "metric"))
 
 
 def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
@@ -120,48 +125,44 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     arg_params, aux_params : dict of str to NDArray
         Its params (not modified).
     sample_inputs : NDArray, array, list of arrays, or dict of name to array
-        One batch of representative inputs: a dict by input name, a list in the order of
-        the model's inputs, or one array for a single-input model.
+        One batch of representative inputs (a list in the model's input order; one array
+        for a single-input model).
     target_dtype : {'float16', 'bfloat16'}
     rtol, atol : float, optional
-        Given (either), the check is elementwise ``allclose(converted, fp32, rtol, atol)``
-        instead of the default; the one left out is :func:`default_tolerances`'
-        ((1e-2, 1e-3) for float16, (5e-2, 1e-2) for bfloat16).
+        Given (either), the check is ``allclose(converted, fp32, rtol, atol)``, the other from
+        :func:`default_tolerances` ((1e-2, 1e-3) float16, (5e-2, 1e-2) bfloat16).
     validate : callable, optional
         ``validate(reference_outputs, converted_outputs) -> bool`` on lists of float32
-        numpy arrays (model output order), replacing the check: a task metric, say.
+        numpy arrays (model output order), replacing the check.
     tolerance : float, optional
         The default check's bound on each output's ``max|out - fp32| / max|fp32|``
         (:func:`check_outputs`; it also asks that no ``(batch, classes)`` output changes a
         top-1 prediction). Default :func:`default_scale_tolerance`: 1e-2 for float16,
         5e-2 for bfloat16.
     ctx : Context, optional
-        Where the model runs (default ``mx.cpu()``). With a GPU context float16 runs natively.
+        Where the model runs (default ``mx.cpu()``).
     execution : {'auto', 'native', 'emulated'}
-        How the converted model runs for the checks. ``'auto'``: natively where the
-        hardware executes ``target_dtype`` (float16 on a GPU, bfloat16 on an avx512 CPU),
-        else through :mod:`mxnet_amp.emulation`. The report says which.
+        How the checks run the converted model: ``'auto'``, natively where the hardware runs
+        ``target_dtype`` (float16 on a GPU, bfloat16 on avx512), else emulated; the report says.
     excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops,
     conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm, overrides, strict_params
         As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
         BatchNorm excluded, or after an excluded op, is not folded). Folding is on by
         default, and every check runs the model as it is returned: folded the same way.
     underflow_fraction : float, default 0.1
-        A tensor is an underflow culprit when at least this fraction of its nonzero float32
-        values flush to zero in ``target_dtype``.
+        A tensor is an underflow suspect when this fraction of its nonzero values flush to
+        zero in ``target_dtype`` (kept only where that costs accuracy).
     max_executions : int, optional
         Upper bound on model executions (at least 2). When the accuracy search hits it, the
         undecided candidates stay float32 (the last configuration seen to pass).
     quiet : bool, default False: no progress bar.
     search, metric, max_drop, drop
-        As in :func:`auto_settings` (how accuracy culprits are found; a task metric's drop
-        as the check).
+        As in :func:`auto_settings` (the culprit search; a task metric as the check).
 
     Returns
     -------
     (Symbol, dict, dict, AutoReport)
-        The converted model, as :func:`mxnet_amp.convert_model` returns it with the chosen
-        exclusions, and the report.
+        The model as :func:`mxnet_amp.convert_model` returns it, and the report.
 
     Raises
     ------
