@@ -353,3 +353,23 @@ def test_symbol_argument_that_is_not_a_symbol_says_what_to_pass(given, hint):
                  lambda: amp.emulate_model(given, {}, {})):
         with pytest.raises(amp.errors.GraphError, match=f"Symbol.*{hint}"):
             call()
+
+
+def test_concat_of_an_input_and_a_layer_is_no_param_error():
+    """MXNet 1.9.1's partial shape inference takes an input of unknown shape as empty in a
+    Concat: the shape check blamed the right (8, 16) weight of the FullyConnected after it
+    (hypothesis found it: ParamError 'fc2_weight has shape (8, 16) but the symbol expects
+    (8, 8)'). The model binds, so it converts."""
+    import mxnet as mx
+    import numpy as np
+    import mxnet_amp as amp
+    x0, x1 = mx.sym.var("x0"), mx.sym.var("x1")
+    fc1 = mx.sym.FullyConnected(x0, num_hidden=8, name="fc1")
+    out = mx.sym.FullyConnected(mx.sym.Concat(x1, fc1, dim=1), num_hidden=8, name="fc2")
+    rng = np.random.RandomState(0)
+    args = {k: mx.nd.array(rng.randn(*s).astype("float32") * 0.1)
+            for k, s in [("fc1_weight", (8, 8)), ("fc1_bias", (8,)), ("fc2_weight", (8, 16)),
+                         ("fc2_bias", (8,))]}
+    csym, cargs, _ = amp.convert_model(out, args, {}, target_dtype="bfloat16")
+    shapes = dict(zip(csym.list_arguments(), csym.infer_shape(x0=(2, 8), x1=(2, 8))[0]))
+    assert shapes["fc2_weight"] == (8, 16) and cargs["fc2_weight"].shape == (8, 16)
