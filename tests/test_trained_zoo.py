@@ -1,4 +1,4 @@
-"""Zoo architectures trained here in seconds (tests/zoo_trainers.py, 16x16 inputs): our
+"""Zoo architectures trained here in seconds (tests/zoo_trainers.py, 16x16 inputs, a few epochs): our
 conversion flips no test prediction that mx.contrib.amp's keeps, in float16 and bfloat16.
 
 The full set of architectures, at 32x32 and trained for minutes, is the benchmark
@@ -16,11 +16,11 @@ from mxnet_amp.hardware import bf16_runs_natively
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-# tiny recipes: residual + BatchNorm, and depthwise + hard-swish + squeeze-excitation
+# tiny recipes (a minute of training at most): post-activation residual + BatchNorm (what
+# fold_batchnorm and oneDNN's conv+BN fusion touch) and pre-activation residual
 RECIPES = {
-    "resnet18_v1": zt.Recipe("resnet18_v1", "resnet18_v1", size=16, epochs=3, copies=1, lr=3e-3),
-    "mobilenetv3_small": zt.Recipe("mobilenetv3_small", "mobilenetv3_small", size=16, epochs=4,
-                                   copies=1, lr=3e-3),
+    "resnet18_v1": zt.Recipe("resnet18_v1", "resnet18_v1", epochs=4, copies=1, lr=3e-3),
+    "resnet18_v2": zt.Recipe("resnet18_v2", "resnet18_v2", epochs=4, copies=1, lr=3e-3),
 }
 
 
@@ -58,7 +58,7 @@ def _logits(converted, x, path):
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_ours_flips_no_more_than_contrib(trained, name, dtype):
     model, ref, _ = trained(name)
-    assert tm.accuracy(ref, model.y_test) >= 0.5          # it learned something to flip
+    assert tm.accuracy(ref, model.y_test) >= 0.3          # 3x chance: it learned something to flip
     ours = convert_model(model.sym, model.arg_params, model.aux_params, target_dtype=dtype)
     contrib = _contrib(model.sym, model.arg_params, model.aux_params, target_dtype=dtype)
     for path in _paths(dtype):
@@ -73,5 +73,5 @@ def test_trained_checkpoints_are_reused_by_recipe(trained):
     assert again.cached and not model.cached
     assert all(np.array_equal(again.arg_params[k].asnumpy(), v.asnumpy())
                for k, v in model.arg_params.items())
-    other = zt.Recipe("resnet18_v1", "resnet18_v1", size=16, epochs=4, copies=1, lr=3e-3)
+    other = zt.Recipe("resnet18_v1", "resnet18_v1", epochs=5, copies=1, lr=3e-3)
     assert zt.recipe_hash(other) != zt.recipe_hash(RECIPES["resnet18_v1"])
