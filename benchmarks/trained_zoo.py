@@ -34,6 +34,7 @@ import _common as C
 sys.path.insert(0, os.path.join(C._ROOT, "tests"))
 import trained_models as tm  # noqa: E402 - the shared trainers live beside the tests
 import zoo_trainers as zt  # noqa: E402
+from trained_accuracy import pct  # noqa: E402 - the same percentages as the trained models page
 
 R = zt.Recipe
 # in the order they run: a run stopped early has covered the most op families
@@ -160,10 +161,6 @@ def verdicts(row: dict) -> dict:
                           "flips_le_contrib": "flips" not in contrib or r["flips"] <= contrib["flips"]}
                 out[f"{dtype}/{path}/{ours}"] = {"ok": all(checks.values()), **checks}
     return out
-
-
-def pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.2f}"
 
 
 def cell(r: dict) -> str:
