@@ -147,6 +147,8 @@ OURS = ("ours_fold", "ours_nofold")
 def verdicts(row: dict) -> dict:
     """Per dtype and path: whether each of ours is within the accuracy bound, finite, and
     flips no more than mx.contrib.amp's default conversion."""
+    if "error" in row:
+        return {"run": {"ok": False, "why": row["error"]}}
     out = {}
     for dtype in DTYPES:
         for path in paths(dtype):
@@ -170,11 +172,18 @@ def cell(r: dict) -> str:
             + (f" / **{r['nonfinite']} non-finite**" if r["nonfinite"] else ""))
 
 
+def _cell_text(text) -> str:
+    return str(text).replace("|", "/").replace("\n", " ")[:200]
+
+
 def table_lines(results: list) -> list:
     lines = ["| model | fp32 acc | dtype | path | ours fold_bn | ours no fold | contrib | "
              "contrib cast_optional | casts (ours fold / no fold / contrib / contrib c.o.) | targets |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in results:
+        if "error" in row:
+            lines.append(f"| {row['model']} | error: {_cell_text(row['error'])} |" + " |" * 8)
+            continue
         v = verdicts(row)
         for dtype in DTYPES:
             conv = row[dtype]
@@ -190,7 +199,7 @@ def table_lines(results: list) -> list:
 
 
 def _sizes(results: list) -> str:
-    return " / ".join(sorted({r["input"] for r in results})) or "-"
+    return " / ".join(sorted({r["input"] for r in results if "input" in r})) or "-"
 
 
 def markdown(payload: dict) -> str:
@@ -219,16 +228,17 @@ def markdown(payload: dict) -> str:
         f"**Architectures meeting every target on every row: {met} of {len(results)}.** fp32 test "
         "accuracy outside the 85-99% the recipes aim at: "
         + (", ".join(f"{r['model']} {pct(r['fp32_accuracy'])}" for r in results
-                     if not 0.85 <= r["fp32_accuracy"] <= 0.99) or "none") + ".", "",
+                     if "error" not in r and not 0.85 <= r["fp32_accuracy"] <= 0.99) or "none") + ".", "",
     ]
     lines += table_lines(results)
-    fp32m = [(r["model"], r["fp32_module"]) for r in results if "fp32_module" in r]
+    ran = [r for r in results if "error" not in r]
+    fp32m = [(r["model"], r["fp32_module"]) for r in ran if "fp32_module" in r]
     if fp32m:
         lines += ["", "float32 through the fused Module against the unfused reference (flips / error): "
                   + "; ".join(f"{m} {x['flips']} / {x['rel_error']:.2g}" for m, x in fp32m) + "."]
     lines += ["", "Training (recipe hash, epochs, seconds; cached = trained in an earlier run): "
               + "; ".join(f"{r['model']} {r['recipe']} {r['epochs']} ep {r['train_seconds']:.0f} s"
-                          f"{' cached' if r['cached'] else ''}" for r in results) + "."]
+                          f"{' cached' if r['cached'] else ''}" for r in ran) + "."]
     if payload.get("not_run"):
         lines += ["", "**Not run**: " + "; ".join(payload["not_run"]) + "."]
     return "\n".join(lines) + "\n"
@@ -248,12 +258,20 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir", default=None, help=f"trained checkpoints (default {zt.DEFAULT_CACHE})")
     ap.add_argument("--retrain", action="store_true", help="train even where the cache holds the recipe")
     ap.add_argument("--train-only", action="store_true", help="train (fill the cache), convert nothing")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)   # one recipe, its row to --out
     ap.add_argument("--render", action="store_true",
                     help="run nothing: write the markdown page from the JSON (--out) of an earlier run")
     ap.add_argument("--quick", action="store_true", help="one tiny recipe; no docs page unless --md")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/trained_zoo.json)")
     ap.add_argument("--md", help="markdown page (default docs/trained_zoo.md; none with --quick)")
     opts = ap.parse_args(argv)
+    if opts.worker:
+        import json
+        recipe = next(r for r in RECIPES + (QUICK,) if r.name == opts.worker)
+        row = run_model(recipe, opts.cache_dir)
+        with open(opts.out, "w") as f:
+            json.dump(row, f, default=str)
+        return 0
     if opts.render:
         import json
         with open(opts.out or C.default_out("trained_zoo", False)) as f:
@@ -271,15 +289,33 @@ def main(argv=None) -> int:
             m = zt.train(recipe, opts.cache_dir, opts.retrain)
             print(f"{recipe.name}: trained {m.train_seconds:.0f} s, cached={m.cached}", flush=True)
             continue
-        row = run_model(recipe, opts.cache_dir)
+        row = isolated(recipe, opts)
         results.append(row)
-        print(f"{recipe.name}: fp32 {pct(row['fp32_accuracy'])}; " + "; ".join(
+        print(f"{recipe.name}: fp32 {pct(row.get('fp32_accuracy'))}; " + "; ".join(
             f"{k} {'ok' if v['ok'] else 'NOT MET'}" for k, v in verdicts(row).items()), flush=True)
         # written after every model: a run stopped early keeps what it measured
         done = {r["model"] for r in results}
         write(opts, results, [r.name + " (not reached)" for r in recipes if r.name not in done]
               + ([] if opts.quick else [r.name + " (not selected)" for r in RECIPES if r not in recipes]))
     return 0
+
+
+def isolated(recipe, opts) -> dict:
+    """:func:`run_model` in a process of its own: MXNet reports some kernel failures (oneDNN's
+    "could not create a primitive descriptor", met running a contrib bf16 model) at a later
+    sync, which would otherwise fail the next model's training."""
+    import json
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "row.json")
+        cmd = ([sys.executable, os.path.abspath(__file__), "--worker", recipe.name, "--out", out]
+               + (["--cache-dir", opts.cache_dir] if opts.cache_dir else []))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.exists(out):
+            return {"model": recipe.name, "error": proc.stderr.strip().splitlines()[-1:]}
+        with open(out) as f:
+            return json.load(f)
 
 
 def write(opts, results: list, not_run: list) -> None:
