@@ -37,7 +37,8 @@ import zoo_trainers as zt  # noqa: E402
 from trained_accuracy import pct  # noqa: E402 - the same percentages as the trained models page
 
 R = zt.Recipe
-# in the order they run: a run stopped early has covered the most op families
+# in the order they run: a run stopped early has covered the most op families. 16x16 inputs
+# unless the net's pooling needs more (32x32: its last stage would be under its pooling window)
 RECIPES = (
     R("resnet18_v1", "resnet18_v1", epochs=6),
     R("mobilenetv3_small", "mobilenetv3_small", epochs=10),
@@ -46,11 +47,11 @@ RECIPES = (
     R("resnet18_v2", "resnet18_v2", epochs=6),
     R("shufflenet_v2", "shufflenet_v2", epochs=8),
     R("resnet18_v1b", "resnet18_v1b", epochs=6),
-    R("squeezenet1.1", "squeezenet1.1", epochs=10, lr=5e-4, global_pool_output=True),
-    R("densenet121", "densenet121", epochs=5, global_pool_output=True),
-    R("resnest14", "resnest14", epochs=5),
-    R("vgg11_bn", "vgg11_bn", epochs=5, lr=5e-4),
-    R("resnet50_v1d", "resnet50_v1d", epochs=5),
+    R("squeezenet1.1", "squeezenet1.1", size=32, epochs=10, lr=5e-4, global_pool_output=True),
+    R("densenet121", "densenet121", size=32, epochs=5, global_pool_output=True),
+    R("resnest14", "resnest14", size=32, epochs=5),
+    R("vgg11_bn", "vgg11_bn", size=32, epochs=5, lr=5e-4),
+    R("resnet50_v1d", "resnet50_v1d", size=32, epochs=5),
     R("mobilenetv2_1.0", "mobilenetv2_1.0", epochs=8),
     R("resnet50_v2", "resnet50_v2", epochs=5),
     R("resnext50_32x4d", "resnext50_32x4d", epochs=4),
