@@ -394,3 +394,36 @@ def test_full_zoo_sweep(tmp_path):
         assert summary["nonfinite_models"] == [], dtype
     fp16 = zoo_sweep.summarize(records, "float16")
     assert fp16["pass_rate"] >= 0.98, fp16["failures"]
+
+
+@pytest.mark.parametrize("rec, ours, contrib", [
+    ({"max_rel_err": 0.05, "contrib_max_rel_err": 0.05}, True, True),                  # within 0.1
+    ({"max_rel_err": 0.3, "sensitivity_err": 0.16, "contrib_max_rel_err": 0.35}, True, False),
+    ({"max_rel_err": 0.3, "sensitivity_err": 0.14, "contrib_max_rel_err": 0.2}, False, True),
+    ({"max_rel_err": 0.3, "sensitivity_err": None, "contrib_max_rel_err": None}, False, None),
+    ({"max_rel_err": 0.01, "nonfinite_outputs": [1], "contrib_max_rel_err": 0.01,
+      "contrib_nonfinite_outputs": []}, False, True),
+    ({"max_rel_err": 0.01, "structure_err": 0.5}, False, None),
+])
+def test_sensitivity_scaled_criterion(rec, ours, contrib):
+    """Pass: error <= 0.1, or <= 2x the rounding floor; never with a non-finite output or a
+    changed graph. mx.contrib.amp's model is judged on the same floor."""
+    assert zoo_sweep.render.scaled_pass(rec, 0.1) is ours
+    assert zoo_sweep.render.scaled_pass(rec, 0.1, contrib=True) is contrib
+
+
+def test_report_names_scaled_failures_and_nets_where_contrib_errs_less(tmp_path):
+    records = [_record("a", "classification/imagenet", ("pass", 0.01), ("pass", 0.05)),
+               _record("b", "classification/imagenet", ("pass", 0.02), ("fail", 0.3)),
+               _record("c", "classification/imagenet", ("pass", 0.02), ("fail", 0.5))]
+    records[2]["bfloat16"]["contrib_max_rel_err"] = 0.12      # floor 0.2: contrib passes, ours not
+    s = zoo_sweep.summarize(records, "bfloat16")["scaled"]
+    assert (s["judged"], s["pass"], s["failures"], s["worse_than_contrib"]) == (3, 2, ["c"], ["c"])
+    path = tmp_path / "sweep.md"
+    zoo_sweep.write_markdown(str(path), records, dtypes=zoo_sweep.DTYPES, tol=0.1, command="x",
+                             wall_s=60, timeout=300, bn="calibrated")
+    text = path.read_text()
+    bf16_part = text[text.index("## bfloat16"):]
+    assert "**Sensitivity-scaled criterion: 2 of 3 = 66.7% pass**" in bf16_part
+    assert "| c | 0.5 | 0.2 | 0.12 | conversion: ours 0.5 (2.5x the rounding floor 0.2)" in bf16_part
+    assert "| c | 0.5 | 0.12 | 4.2 | 0.2 | no |" in bf16_part

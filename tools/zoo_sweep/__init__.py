@@ -45,7 +45,11 @@ stable, and a perturbation then grows layer by layer (measured on resnet50_v1d_0
 bfloat16, i.i.d. noise input: 0.5% after the stem, 7% after stage 2, 50% after the last),
 so such a failure
 says how sensitive the random net is, not how good the conversion is; ``sensitivity_err``
-and mx.contrib.amp's error beside it tell the two apart. A model so chaotic that rounding
+and mx.contrib.amp's error beside it tell the two apart. The report therefore also judges
+every model by the *sensitivity-scaled criterion* (:func:`.render.scaled_pass`): its error
+is <= ``--tol`` or <= 2x ``sensitivity_err`` (its own floor), with no output non-finite
+where fp32 is finite; mx.contrib.amp's model is judged the same way on the same floor, and
+the nets where ours errs more than 1.1x contrib's are listed. A model so chaotic that rounding
 only input and weights changes its outputs by half or more is ``inconclusive``. Where a
 model fails, :func:`mxnet_amp.auto_convert_model` runs with the same criterion
 (``validate=``, emulated, at most ``AUTO_MAX_EXECUTIONS`` executions) and records its

@@ -32,7 +32,61 @@ def summarize(records: Sequence[dict], dtype: str, tol: float = TOLERANCE) -> di
     return {"dtype": dtype, "counts": counts, "tested": tested,
             "pass_rate": counts.get("pass", 0) / tested if tested else 0.0,
             "nonfinite_models": nonfinite, "err_percentiles": pct,
-            "failures": [r["model"] for r in flat if r["status"] == "fail"]}
+            "failures": [r["model"] for r in flat if r["status"] == "fail"],
+            "scaled": _scaled_summary(flat, tol)}
+
+
+# the sensitivity-scaled criterion: an error within this many times the error of the fp32 model
+# run on input and weights merely rounded to the dtype (``sensitivity_err``, the floor any
+# deployment in that dtype starts from) passes, as does one within the tolerance
+SCALED_FACTOR = 2.0
+# ours is judged against mx.contrib.amp's model of the same net: at most this ratio of its error
+CONTRIB_RATIO = 1.1
+_JUDGED = ("pass", "fail", "inconclusive")   # built, converted, ran, not degenerate
+
+
+def scaled_pass(rec: dict, tol: float = TOLERANCE, contrib: bool = False) -> bool | None:
+    """Whether a judged record passes the sensitivity-scaled criterion: no output non-finite
+    where fp32 is finite, the cast-stripped graph reproduces fp32, and the error is <= ``tol``
+    or <= :data:`SCALED_FACTOR` x ``sensitivity_err``. ``contrib``: judge mx.contrib.amp's
+    model of the net instead (``None`` where it has no figure). The sweep computes
+    ``sensitivity_err`` only where the error exceeds ``tol``: a contrib error above ``tol`` on
+    a net ours converts within it has no floor recorded, and fails."""
+    if contrib:
+        err, nonfinite = rec.get("contrib_max_rel_err"), rec.get("contrib_nonfinite_outputs")
+        if err is None:
+            return None
+    else:
+        err, nonfinite = rec.get("max_rel_err"), rec.get("nonfinite_outputs")
+        if err is None or (rec.get("structure_err") or 0.0) > STRUCTURE_TOL:
+            return False
+    if nonfinite:
+        return False
+    floor = rec.get("sensitivity_err")
+    return err <= tol or (floor is not None and err <= SCALED_FACTOR * floor)
+
+
+def worse_than_contrib(rec: dict) -> bool:
+    """Ours errs more than :data:`CONTRIB_RATIO` x mx.contrib.amp's model of the same net (or is
+    non-finite where contrib is not)."""
+    c = rec.get("contrib_max_rel_err")
+    if c is None or rec.get("max_rel_err") is None:
+        return False
+    if rec.get("nonfinite_outputs") and not rec.get("contrib_nonfinite_outputs"):
+        return True
+    return rec["max_rel_err"] > CONTRIB_RATIO * c
+
+
+def _scaled_summary(flat: Sequence[dict], tol: float) -> dict:
+    judged = [r for r in flat if r["status"] in _JUDGED]
+    passed = [r for r in judged if scaled_pass(r, tol)]
+    with_contrib = [r for r in judged if scaled_pass(r, tol, contrib=True) is not None]
+    return {"judged": len(judged), "pass": len(passed),
+            "pass_rate": len(passed) / len(judged) if judged else 0.0,
+            "failures": [r["model"] for r in judged if not scaled_pass(r, tol)],
+            "contrib_judged": len(with_contrib),
+            "contrib_pass": sum(1 for r in with_contrib if scaled_pass(r, tol, contrib=True)),
+            "worse_than_contrib": [r["model"] for r in with_contrib if worse_than_contrib(r)]}
 
 
 _STATUS_ORDER = ["pass", "fail", "degenerate", "inconclusive", "not_buildable", "fp32_nonfinite",
@@ -157,8 +211,57 @@ def cause_of(rec: dict) -> str:
 def _dtype_section(records: Sequence[dict], dtype: str, tol: float, timeout: float) -> list[str]:
     """The report's section on ``dtype``: summary, families, failures, untested models."""
     flat = per_dtype(records, dtype)
-    return ([f"## {dtype}", ""] + _summary_lines(records, flat, dtype, tol, timeout) + [""]
+    return ([f"## {dtype}", ""] + _scaled_lines(flat, dtype, tol) + [""]
+            + _summary_lines(records, flat, dtype, tol, timeout) + [""]
             + _family_table(flat) + _failure_table(flat, dtype) + _untested_tables(flat, dtype) + [""])
+
+
+def scaled_cause(rec: dict, tol: float = TOLERANCE) -> str:
+    """Why a record fails the sensitivity-scaled criterion, in a sentence."""
+    err, floor, c = rec.get("max_rel_err"), rec.get("sensitivity_err"), rec.get("contrib_max_rel_err")
+    if rec.get("nonfinite_outputs"):
+        return f"non-finite outputs {rec['nonfinite_outputs']} where fp32 is finite"
+    if err is None or (rec.get("structure_err") or 0.0) > STRUCTURE_TOL:
+        return f"{cause_of(rec)}: {rec.get('reason', '')}"
+    times = f"{err / floor:.2g}x the rounding floor {floor:.3g}" if floor else "no rounding floor recorded"
+    if c is None:
+        return f"error {err:.3g} = {times}; mx.contrib.amp gives no figure to compare"
+    if scaled_pass(rec, tol, contrib=True):
+        return f"conversion: ours {err:.3g} ({times}), mx.contrib.amp {c:.3g} passes"
+    if worse_than_contrib(rec):
+        return f"ours {err:.3g} ({times}) above mx.contrib.amp's {c:.3g}, which fails too"
+    return f"the random net: ours {err:.3g} ({times}), mx.contrib.amp {c:.3g} as far off"
+
+
+def _scaled_lines(flat: Sequence[dict], dtype: str, tol: float) -> list[str]:
+    """The sensitivity-scaled criterion's summary, its failures and the nets where ours errs
+    more than mx.contrib.amp."""
+    s = _scaled_summary(flat, tol)
+    by_model = {r["model"]: r for r in flat}
+    lines = [f"**Sensitivity-scaled criterion: {s['pass']} of {s['judged']} = {100 * s['pass_rate']:.1f}% pass** "
+             f"(error <= {tol} or <= {SCALED_FACTOR:g}x the error of the fp32 model on input and weights "
+             f"merely rounded to {dtype}, no output non-finite where fp32 is finite; judged: pass, fail "
+             f"and inconclusive records; target >= 99%). mx.contrib.amp's model of the same nets, same "
+             f"criterion and floor: {s['contrib_pass']} of the {s['contrib_judged']} it converts and runs "
+             f"(a contrib error above {tol} where ours is within it has no floor recorded and counts as a "
+             f"fail). Ours above {CONTRIB_RATIO:g}x mx.contrib.amp's error: "
+             f"**{len(s['worse_than_contrib'])}** of {s['contrib_judged']}.", ""]
+    if s["failures"]:
+        lines += [f"| {dtype}: fails the scaled criterion | ours err | rounding floor | contrib err | cause |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {m} | {_fmt(by_model[m].get('max_rel_err'), '.3g')} | "
+                  f"{_fmt(by_model[m].get('sensitivity_err'), '.3g')} | {_contrib_cell(by_model[m], detail=False)} | "
+                  f"{_cell(scaled_cause(by_model[m], tol))} |" for m in s["failures"]]
+        lines.append("")
+    if s["worse_than_contrib"]:
+        lines += [f"| {dtype}: ours > {CONTRIB_RATIO:g}x contrib | ours err | contrib err | ratio | rounding floor | "
+                  "passes scaled |", "|---|---|---|---|---|---|"]
+        for m in s["worse_than_contrib"]:
+            r = by_model[m]
+            ratio = r["max_rel_err"] / r["contrib_max_rel_err"] if r["contrib_max_rel_err"] else float("inf")
+            lines.append(f"| {m} | {r['max_rel_err']:.3g} | {r['contrib_max_rel_err']:.3g} | {ratio:.2g} | "
+                         f"{_fmt(r.get('sensitivity_err'), '.3g')} | {'yes' if scaled_pass(r, tol) else 'no'} |")
+    return lines
 
 
 def _summary_lines(records: Sequence[dict], flat: Sequence[dict], dtype: str, tol: float,

@@ -1,0 +1,337 @@
+"""Accuracy of model zoo architectures, trained here, after float16 / bfloat16 conversion:
+ours (``fold_batchnorm`` True and False) against ``mx.contrib.amp`` (default, and
+``cast_optional_params=True``), on every path the model can be deployed through.
+
+Models: gluon / gluoncv zoo constructors (``pretrained=False``, 10 classes) trained on the
+harder digits task of ``tests/zoo_trainers.py`` (offline; 16x16 inputs) for a few minutes
+each; trained checkpoints are cached outside git, keyed by a hash of the recipe
+(``--cache-dir``, default ``~/.cache/mxnet-amp/trained_zoo``), so reruns reuse them.
+
+Each converted model runs on the 450 test images: float16 emulated (``mxnet_amp.emulate_model``;
+MXNet has no CPU float16 kernels); bfloat16 emulated and, where this CPU runs bfloat16,
+natively through ``mx.mod.Module`` (oneDNN's default subgraph fusion on, conv+BatchNorm fused)
+and through a hybridized ``SymbolBlock.imports`` of the saved files (unfused). Recorded:
+accuracy, predictions that differ from float32 ("flips"), ``max|lp - fp32| / max|fp32|`` over
+the logits, non-finite logits, casts.
+
+    python benchmarks/trained_zoo.py                    # every recipe; docs/trained_zoo.md
+    python benchmarks/trained_zoo.py --models resnet18_v1 mobilenet0.25
+    python benchmarks/trained_zoo.py --train-only       # fill the cache
+    python benchmarks/trained_zoo.py --render           # docs/trained_zoo.md from the JSON
+    python benchmarks/trained_zoo.py --quick            # one tiny recipe, seconds; no docs page
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+import _common as C
+
+sys.path.insert(0, os.path.join(C._ROOT, "tests"))
+import trained_models as tm  # noqa: E402 - the shared trainers live beside the tests
+import zoo_trainers as zt  # noqa: E402
+from trained_accuracy import pct  # noqa: E402 - the same percentages as the trained models page
+
+R = zt.Recipe
+# in the order they run: a run stopped early has covered the most op families. 16x16 inputs
+# unless the net's pooling needs more (32x32: its last stage would be under its pooling window)
+RECIPES = (
+    R("resnet18_v1", "resnet18_v1", epochs=6),
+    R("mobilenetv3_small", "mobilenetv3_small", epochs=10),
+    R("se_resnet18_v1", "se_resnet18_v1", epochs=6),
+    R("mobilenet1.0", "mobilenet1.0", epochs=8),
+    R("resnet18_v2", "resnet18_v2", epochs=6),
+    R("shufflenet_v2", "shufflenet_v2", epochs=8),
+    R("resnet18_v1b", "resnet18_v1b", epochs=6),
+    R("squeezenet1.1", "squeezenet1.1", size=32, epochs=10, lr=5e-4, global_pool_output=True),
+    R("densenet121", "densenet121", size=32, epochs=5, global_pool_output=True),
+    R("resnest14", "resnest14", size=32, epochs=5),
+    R("vgg11_bn", "vgg11_bn", size=32, epochs=5, lr=5e-4),
+    R("resnet50_v1d", "resnet50_v1d", size=32, epochs=5),
+    R("mobilenetv2_1.0", "mobilenetv2_1.0", epochs=8),
+    R("resnet50_v2", "resnet50_v2", epochs=5),
+    R("resnext50_32x4d", "resnext50_32x4d", epochs=4),
+)
+QUICK = R("quick_resnet18_v1", "resnet18_v1", epochs=1, copies=1)
+
+DTYPES = ("float16", "bfloat16")
+# name: (converter, keyword arguments)
+VARIANTS = {
+    "ours_fold": ("ours", {"fold_batchnorm": True}),
+    "ours_nofold": ("ours", {"fold_batchnorm": False}),
+    "contrib": ("contrib", {}),
+    "contrib_cast_optional": ("contrib", {"cast_optional_params": True}),
+}
+
+
+def paths(dtype: str) -> tuple[str, ...]:
+    """Where a converted model runs: float16 emulated only (no CPU float16 kernels);
+    bfloat16 emulated, and natively through Module (fused) and SymbolBlock (unfused) where
+    this CPU runs bfloat16."""
+    from mxnet_amp.hardware import bf16_runs_natively
+    if dtype == "float16":
+        return ("emulated",)
+    return ("emulated", "module", "symbolblock") if bf16_runs_natively() else ("emulated",)
+
+
+def symbolblock_logits(sym, args, auxs, x: np.ndarray, folder: str) -> np.ndarray:
+    """Logits through ``SymbolBlock.imports`` of the model saved with its casts, hybridized."""
+    import mxnet as mx
+    prefix = os.path.join(folder, "deploy")
+    with open(prefix + "-symbol.json", "w") as f:
+        f.write(sym.tojson(remove_amp_cast=False))
+    mx.nd.save(prefix + "-0000.params", {**{f"arg:{k}": v for k, v in args.items()},
+                                         **{f"aux:{k}": v for k, v in auxs.items()}})
+    net = mx.gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"], prefix + "-0000.params")
+    net.hybridize(static_alloc=True, static_shape=True)
+    return zt.batches(lambda xb: net(mx.nd.array(xb)).astype("float32").asnumpy(), x)
+
+
+def logits_on(path: str, sym, args, auxs, x: np.ndarray, folder: str) -> np.ndarray:
+    if path == "emulated":
+        return tm.logits_of(sym, args, auxs, x, "emulated")
+    if path == "module":
+        return zt.module_logits(sym, args, auxs, x)
+    return symbolblock_logits(sym, args, auxs, x, folder)
+
+
+def measure(logits: np.ndarray, ref: np.ndarray, labels: np.ndarray) -> dict:
+    bad = ~np.isfinite(logits)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = float(np.abs(logits - ref).max() / np.abs(ref).max()) if not bad.any() else float("inf")
+    return {"accuracy": tm.accuracy(logits, labels), "flips": tm.flips(logits, ref),
+            "rel_error": err, "nonfinite": int(bad.any(axis=1).sum())}
+
+
+def convert_row(model, ref, dtype: str, variant: str, folder: str) -> dict:
+    """One converter variant in ``dtype``, run on every path."""
+    which, kw = VARIANTS[variant]
+    t0 = time.perf_counter()
+    got = C.try_convert(which, model.sym, model.arg_params, model.aux_params, target_dtype=dtype, **kw)
+    if not got["ok"]:
+        return {"error": got["error"]}
+    row = {"convert_s": time.perf_counter() - t0, **C.cast_counts(got["sym"])}
+    for path in paths(dtype):
+        try:
+            logits = logits_on(path, got["sym"], got["args"], got["auxs"], model.x_test, folder)
+            row[path] = measure(logits, ref, model.y_test)
+        except Exception as err:  # noqa: BLE001 - a model that fails to run is a result
+            row[path] = {"error": C.error_text(err)}
+    return row
+
+
+def run_model(recipe, cache_dir: str | None) -> dict:
+    import tempfile
+    model = zt.train(recipe, cache_dir)
+    ref = tm.predict(model.sym, model.arg_params, model.aux_params, model.x_test)
+    row = {"model": recipe.name, "zoo_name": recipe.model, "recipe": zt.recipe_hash(recipe),
+           "input": f"{recipe.size}x{recipe.size}", "epochs": recipe.epochs,
+           "train_seconds": model.train_seconds, "cached": model.cached,
+           "test_images": len(model.y_test), "fp32_accuracy": tm.accuracy(ref, model.y_test)}
+    if "module" in paths("bfloat16"):   # fp32 through the fused Module: fusion's own share
+        row["fp32_module"] = measure(zt.module_logits(model.sym, model.arg_params, model.aux_params,
+                                                   model.x_test), ref, model.y_test)
+    with tempfile.TemporaryDirectory() as folder:
+        for dtype in DTYPES:
+            row[dtype] = {v: convert_row(model, ref, dtype, v, folder) for v in VARIANTS}
+    return row
+
+
+BOUNDS = {"float16": 0.005, "bfloat16": 0.01}   # accuracy the conversion may cost
+OURS = ("ours_fold", "ours_nofold")
+
+
+def verdicts(row: dict) -> dict:
+    """Per dtype and path: whether each of ours is within the accuracy bound, finite, and
+    flips no more than mx.contrib.amp's default conversion."""
+    if "error" in row:
+        return {"run": {"ok": False, "why": row["error"]}}
+    out = {}
+    for dtype in DTYPES:
+        for path in paths(dtype):
+            contrib = row[dtype]["contrib"].get(path, {})
+            for ours in OURS:
+                r = row[dtype][ours].get(path, {})
+                if "accuracy" not in r:
+                    out[f"{dtype}/{path}/{ours}"] = {"ok": False, "why": r.get("error", row[dtype][ours].get("error"))}
+                    continue
+                lost = row["fp32_accuracy"] - r["accuracy"]
+                checks = {"accuracy": lost <= BOUNDS[dtype] + 1e-9, "finite": r["nonfinite"] == 0,
+                          "flips_le_contrib": "flips" not in contrib or r["flips"] <= contrib["flips"]}
+                out[f"{dtype}/{path}/{ours}"] = {"ok": all(checks.values()), **checks}
+    return out
+
+
+def cell(r: dict) -> str:
+    if "error" in r:
+        return f"error: {r['error'][:50]}"
+    return (f"{pct(r['accuracy'])} / {r['flips']} / {r['rel_error']:.2g}"
+            + (f" / **{r['nonfinite']} non-finite**" if r["nonfinite"] else ""))
+
+
+def _cell_text(text) -> str:
+    return str(text).replace("|", "/").replace("\n", " ")[:200]
+
+
+def table_lines(results: list) -> list:
+    lines = ["| model | fp32 acc | dtype | path | ours fold_bn | ours no fold | contrib | "
+             "contrib cast_optional | casts (ours fold / no fold / contrib / contrib c.o.) | targets |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in results:
+        if "error" in row:
+            lines.append(f"| {row['model']} | error: {_cell_text(row['error'])} |" + " |" * 8)
+            continue
+        v = verdicts(row)
+        for dtype in DTYPES:
+            conv = row[dtype]
+            casts = " / ".join(str(conv[k].get("amp_cast", "-")) for k in VARIANTS)
+            for path in paths(dtype):
+                cells = " | ".join(cell(conv[k].get(path, conv[k])) for k in VARIANTS)
+                bad = [f"{o}: " + ", ".join(c for c in ("accuracy", "finite", "flips_le_contrib")
+                                            if not v[f"{dtype}/{path}/{o}"].get(c, False))
+                       for o in OURS if not v[f"{dtype}/{path}/{o}"]["ok"]]
+                lines.append(f"| {row['model']} | {pct(row['fp32_accuracy'])} | {dtype} | {path} | {cells} | "
+                             f"{casts} | {'met' if not bad else '; '.join(bad)} |")
+    return lines
+
+
+def _sizes(results: list) -> str:
+    return " / ".join(sorted({r["input"] for r in results if "input" in r})) or "-"
+
+
+def markdown(payload: dict) -> str:
+    env, results = payload["environment"], payload["results"]
+    met = sum(all(x["ok"] for x in verdicts(r).values()) for r in results)
+    lines = [
+        "# Trained zoo architectures: accuracy after float16 / bfloat16 conversion", "",
+        f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores shared with other work, "
+        f"load average at the end {env['loadavg'][0]:.1f}; bf16 runs natively: {env['bf16_runs_natively']}), "
+        f"MXNet {env['mxnet']}. Command: `{payload['command']}`.", "",
+        f"Models: gluon / gluoncv zoo constructors, `pretrained=False`, 10 classes, {_sizes(results)} "
+        "inputs (ImageNet stems; densenet121 and squeezenet1.1 with their final fixed 7/13-pixel average "
+        "pooling made global), trained here (Adam, linear decay, `tests/zoo_trainers.py`) on "
+        "scikit-learn's digits made harder: 20% of pixels dropped, upsampled bilinearly, shifted up to "
+        "1/8 of the side, noise sigma 0.25, three channels; 1347 training images per corrupted copy "
+        "(recipe), 450 test images. "
+        "Trained checkpoints are cached outside git under a hash of the recipe.", "",
+        "Each cell: test accuracy (%) / predictions that differ from float32 / `max|lp - fp32| / "
+        "max|fp32|` over the test logits. Paths: *emulated* = `mxnet_amp.emulate_model` (float16 "
+        "always: no CPU float16 kernels); *module* = native bfloat16 through `mx.mod.Module` "
+        "(oneDNN's default subgraph fusion: conv+BatchNorm fused); *symbolblock* = native bfloat16 "
+        "through a hybridized `SymbolBlock.imports` of the files saved with their casts (unfused). "
+        "Variants: ours with `fold_batchnorm=True` and `False`; mx.contrib.amp default and "
+        "`cast_optional_params=True`. Targets per row: ours within 0.5 points of fp32 (float16) / 1 "
+        "point (bfloat16), no non-finite logit, ours flips <= contrib default's flips.", "",
+        f"**Architectures meeting every target on every row: {met} of {len(results)}.** fp32 test "
+        "accuracy outside the 85-99% the recipes aim at: "
+        + (", ".join(f"{r['model']} {pct(r['fp32_accuracy'])}" for r in results
+                     if "error" not in r and not 0.85 <= r["fp32_accuracy"] <= 0.99) or "none") + ".", "",
+    ]
+    lines += table_lines(results)
+    ran = [r for r in results if "error" not in r]
+    fp32m = [(r["model"], r["fp32_module"]) for r in ran if "fp32_module" in r]
+    if fp32m:
+        lines += ["", "float32 through the fused Module against the unfused reference (flips / error): "
+                  + "; ".join(f"{m} {x['flips']} / {x['rel_error']:.2g}" for m, x in fp32m) + "."]
+    lines += ["", "Training (recipe hash, epochs, seconds; cached = trained in an earlier run): "
+              + "; ".join(f"{r['model']} {r['recipe']} {r['epochs']} ep {r['train_seconds']:.0f} s"
+                          f"{' cached' if r['cached'] else ''}" for r in ran) + "."]
+    if payload.get("not_run"):
+        lines += ["", "**Not run**: " + "; ".join(payload["not_run"]) + "."]
+    return "\n".join(lines) + "\n"
+
+
+NOT_IN_RECIPES = (
+    "inceptionv3 (needs 299 px inputs: 38 s per training step of 64 images here)",
+    "googlenet (fixed 7-pixel pooling inside; not adapted in time)",
+    "a detector (SSD / YOLOv3), a segmentation net (FCN / DeepLab) and a BERT-style encoder "
+    "(not built in this session)",
+)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", help="recipe names (default: all, cheapest first)")
+    ap.add_argument("--cache-dir", default=None, help=f"trained checkpoints (default {zt.DEFAULT_CACHE})")
+    ap.add_argument("--retrain", action="store_true", help="train even where the cache holds the recipe")
+    ap.add_argument("--train-only", action="store_true", help="train (fill the cache), convert nothing")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)   # one recipe, its row to --out
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: write the markdown page from the JSON (--out) of an earlier run")
+    ap.add_argument("--quick", action="store_true", help="one tiny recipe; no docs page unless --md")
+    ap.add_argument("--out", help="JSON path (default benchmarks/results/trained_zoo.json)")
+    ap.add_argument("--md", help="markdown page (default docs/trained_zoo.md; none with --quick)")
+    opts = ap.parse_args(argv)
+    if opts.worker:
+        import json
+        recipe = next(r for r in RECIPES + (QUICK,) if r.name == opts.worker)
+        row = run_model(recipe, opts.cache_dir)
+        with open(opts.out, "w") as f:
+            json.dump(row, f, default=str)
+        return 0
+    if opts.render:
+        import json
+        with open(opts.out or C.default_out("trained_zoo", False)) as f:
+            payload = json.load(f)
+        with open(opts.md or os.path.join(C._ROOT, "docs", "trained_zoo.md"), "w") as f:
+            f.write(markdown(payload))
+        return 0
+    recipes = [QUICK] if opts.quick else [r for r in RECIPES if not opts.models or r.name in opts.models]
+    unknown = set(opts.models or ()) - {r.name for r in RECIPES}
+    if unknown:
+        ap.error(f"unknown recipes: {sorted(unknown)}; known: {[r.name for r in RECIPES]}")
+    results = []
+    for recipe in recipes:
+        if opts.train_only:
+            m = zt.train(recipe, opts.cache_dir, opts.retrain)
+            print(f"{recipe.name}: trained {m.train_seconds:.0f} s, cached={m.cached}", flush=True)
+            continue
+        row = isolated(recipe, opts)
+        results.append(row)
+        print(f"{recipe.name}: fp32 {pct(row.get('fp32_accuracy'))}; " + "; ".join(
+            f"{k} {'ok' if v['ok'] else 'NOT MET'}" for k, v in verdicts(row).items()), flush=True)
+        # written after every model: a run stopped early keeps what it measured
+        done = {r["model"] for r in results}
+        write(opts, results, [r.name + " (not reached)" for r in recipes if r.name not in done]
+              + ([] if opts.quick else [r.name + " (not selected)" for r in RECIPES if r not in recipes]))
+    return 0
+
+
+def isolated(recipe, opts) -> dict:
+    """:func:`run_model` in a process of its own: MXNet reports some kernel failures (oneDNN's
+    "could not create a primitive descriptor", met running a contrib bf16 model) at a later
+    sync, which would otherwise fail the next model's training."""
+    import json
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "row.json")
+        cmd = ([sys.executable, os.path.abspath(__file__), "--worker", recipe.name, "--out", out]
+               + (["--cache-dir", opts.cache_dir] if opts.cache_dir else []))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.exists(out):
+            return {"model": recipe.name, "error": proc.stderr.strip().splitlines()[-1:]}
+        with open(out) as f:
+            return json.load(f)
+
+
+def write(opts, results: list, not_run: list) -> None:
+    """The JSON and the markdown page of ``results``."""
+    payload = {"benchmark": "trained_zoo", "environment": C.environment(), "results": results,
+               "verdicts": {r["model"]: verdicts(r) for r in results},
+               "not_run": not_run + list(NOT_IN_RECIPES)}
+    out = opts.out or C.default_out("trained_zoo", opts.quick)
+    C.write_json(out, payload)
+    md = opts.md or (None if opts.quick else os.path.join(C._ROOT, "docs", "trained_zoo.md"))
+    if md:
+        with open(md, "w") as f:
+            f.write(markdown({"command": "python " + " ".join(sys.argv), **payload}))
+    print(f"wrote {out}" + (f" and {md}" if md else ""), flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""Model zoo architectures trained here on offline data, for accuracy checks of conversion.
+
+Data: scikit-learn's bundled digits (no download) made harder (:func:`hard_digits`): pixels
+dropped, upsampled to ``size`` x ``size``, shifted, noisy, three channels. The same split as
+``tests/trained_models.py`` (1347 training, 450 test images); the training set is corrupted
+``copies`` times with different draws.
+
+A :class:`Recipe` names a gluon / gluoncv zoo constructor (``pretrained=False``,
+``classes=10``) and how it trains; :func:`train` trains it on CPU with fixed seeds, or loads
+the checkpoint a previous run left in the cache folder under the recipe's hash
+(:func:`recipe_hash`: the recipe, the data version and the trainer version), so reruns reuse
+trained weights. The cache lives outside git (default ``~/.cache/mxnet-amp/trained_zoo``).
+
+Shared by ``benchmarks/trained_zoo.py`` and ``tests/test_trained_zoo.py``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+DATA_VERSION = "hard-digits-v1"     # bump when hard_digits changes: cached weights go stale
+TRAINER_VERSION = "adam-lineardecay-v1"
+BATCH = 150                         # test images per forward
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "mxnet-amp", "trained_zoo")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one architecture is built and trained."""
+
+    name: str                      # a label for the row (the zoo name, maybe with a size)
+    model: str                     # the zoo constructor's name (gluoncv.model_zoo.get_model)
+    size: int = 16                 # input side
+    epochs: int = 6
+    lr: float = 2e-3
+    batch_size: int = 64
+    copies: int = 2                # corrupted copies of the training set
+    seed: int = 0
+    kwargs: dict = field(default_factory=dict)   # extra constructor arguments
+    global_pool_output: bool = False   # fixed-size final pooling replaced by a global one
+
+
+def recipe_hash(recipe: Recipe) -> str:
+    """A short hash of everything that decides the trained weights."""
+    text = json.dumps({"recipe": dataclasses.asdict(recipe), "data": DATA_VERSION,
+                       "trainer": TRAINER_VERSION}, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------- data
+
+def _corrupt(images: np.ndarray, size: int, rng: np.random.RandomState) -> np.ndarray:
+    """Dropped pixels, bilinear upsampling to ``size``, a shift of up to size/8, noise;
+    (N, 8, 8) in [0, 1] -> (N, 3, size, size) standardised."""
+    from scipy.ndimage import shift as nd_shift, zoom
+    kept = images * (rng.rand(*images.shape) > 0.2)            # 20% of the pixels dropped
+    big = zoom(kept, (1, size / 8, size / 8), order=1)
+    reach = max(1, size // 8)
+    out = np.empty((len(images), 3, size, size), np.float32)
+    for i, img in enumerate(big):
+        dy, dx = rng.randint(-reach, reach + 1, 2)
+        moved = nd_shift(img, (dy, dx), order=0, mode="constant")
+        out[i] = moved[None] + rng.normal(0, 0.25, (3, size, size))
+    return (out - 0.3) / 0.45
+
+
+@lru_cache(maxsize=None)
+def hard_digits(size: int = 32, copies: int = 2, seed: int = 0):
+    """``(x_train, y_train, x_test, y_test)`` of the harder digits task at ``size``."""
+    from sklearn.datasets import load_digits
+    data = load_digits()
+    x = (data.images / 16.0).astype(np.float32)
+    y = data.target.astype(np.int64)
+    order = np.random.RandomState(0).permutation(len(y))
+    x, y = x[order], y[order]
+    rng = np.random.RandomState(seed + 1)
+    x_test = _corrupt(x[1347:], size, rng)
+    x_train = np.concatenate([_corrupt(x[:1347], size, rng) for _ in range(copies)])
+    return x_train, np.tile(y[:1347], copies), x_test, y[1347:]
+
+
+# -------------------------------------------------------------------------------- models
+
+def build(recipe: Recipe):
+    """The zoo net of ``recipe``, not initialised."""
+    from gluoncv.model_zoo import get_model
+    from mxnet.gluon import nn
+    kw = {"pretrained": False, "classes": 10, **recipe.kwargs}
+    net = get_model(recipe.model, **kw)
+    if recipe.global_pool_output:
+        # densenet / squeezenet / googlenet end in a pooling window sized for 224 px inputs
+        for part in ("features", "output"):
+            seq = getattr(net, part, None)
+            if seq is not None:
+                setattr(net, part, _global_pooled(seq))
+    return net
+
+
+def _global_pooled(seq):
+    """A copy of the HybridSequential ``seq`` with each AvgPool2D of a window >= 7 made
+    global (the same blocks, hence the same parameters)."""
+    from mxnet.gluon import nn
+    blocks = list(seq._children.values())
+    if not any(isinstance(b, nn.AvgPool2D) and b._kwargs["kernel"][0] >= 7 for b in blocks):
+        return seq
+    new = nn.HybridSequential(prefix=seq.prefix)
+    for b in blocks:
+        big = isinstance(b, nn.AvgPool2D) and b._kwargs["kernel"][0] >= 7
+        new.add(nn.GlobalAvgPool2D() if big else b)
+    return new
+
+
+@dataclass(frozen=True)
+class TrainedZoo:
+    """A trained float32 zoo model and its test set."""
+
+    recipe: Recipe
+    sym: object
+    arg_params: dict
+    aux_params: dict
+    x_test: np.ndarray
+    y_test: np.ndarray
+    train_seconds: float
+    cached: bool
+    train_accuracy: float
+
+
+def _fit(net, recipe: Recipe, x_train, y_train) -> float:
+    """Adam with a linearly decaying rate; returns the last epoch's training accuracy."""
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    rng = np.random.RandomState(recipe.seed)
+    trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": recipe.lr})
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    correct = 0
+    for epoch in range(recipe.epochs):
+        trainer.set_learning_rate(recipe.lr * (1 - epoch / recipe.epochs))
+        order = rng.permutation(len(y_train))
+        correct = 0
+        for i in range(0, len(order) - recipe.batch_size + 1, recipe.batch_size):
+            idx = order[i:i + recipe.batch_size]
+            xb, yb = mx.nd.array(x_train[idx]), mx.nd.array(y_train[idx])
+            with autograd.record():
+                out = net(xb)
+                loss = loss_fn(out, yb)
+            loss.backward()
+            trainer.step(len(idx))
+            correct += int((out.argmax(axis=1).asnumpy() == y_train[idx]).sum())
+    return correct / max(1, (len(order) // recipe.batch_size) * recipe.batch_size)
+
+
+def train(recipe: Recipe, cache_dir: str | None = None, retrain: bool = False) -> TrainedZoo:
+    """Train ``recipe`` (or load it from ``cache_dir``/<hash>/, where it is then saved)."""
+    import mxnet as mx
+    from mxnet_amp.gluon import block_model
+    x_train, y_train, x_test, y_test = hard_digits(recipe.size, recipe.copies, recipe.seed)
+    folder = os.path.join(cache_dir or DEFAULT_CACHE, recipe_hash(recipe))
+    prefix = os.path.join(folder, "model")
+    meta_file = os.path.join(folder, "meta.json")
+    if not retrain and os.path.exists(meta_file):
+        with open(meta_file) as f:
+            meta = json.load(f)
+        sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
+        return TrainedZoo(recipe, sym, args, auxs, x_test, y_test, meta["train_seconds"], True,
+                          meta["train_accuracy"])
+    mx.random.seed(recipe.seed)
+    net = build(recipe)
+    net.initialize(mx.init.Xavier(magnitude=2.0))
+    net.hybridize()
+    start = time.perf_counter()
+    train_acc = _fit(net, recipe, x_train, y_train)
+    mx.nd.waitall()
+    seconds = time.perf_counter() - start
+    sym, args, auxs, _ = block_model(net, ["data"])
+    os.makedirs(folder, exist_ok=True)
+    mx.model.save_checkpoint(prefix, 0, sym, args, auxs)
+    with open(meta_file + ".tmp", "w") as f:
+        json.dump({"recipe": dataclasses.asdict(recipe), "data": DATA_VERSION,
+                   "trainer": TRAINER_VERSION, "train_seconds": seconds,
+                   "train_accuracy": train_acc}, f, indent=1)
+    os.replace(meta_file + ".tmp", meta_file)      # the meta file marks a complete entry
+    return TrainedZoo(recipe, sym, args, auxs, x_test, y_test, seconds, False, train_acc)
+
+
+# ------------------------------------------------------------------------------- running
+
+def batches(run, x: np.ndarray) -> np.ndarray:
+    """``run`` over ``x`` in batches of :data:`BATCH`, the outputs concatenated."""
+    return np.concatenate([run(x[i:i + BATCH]) for i in range(0, len(x), BATCH)])
+
+
+def module_logits(sym, args, auxs, x: np.ndarray) -> np.ndarray:
+    """Logits through ``mx.mod.Module`` bound for inference (oneDNN subgraph fusion on, as
+    MXNet does by default)."""
+    import mxnet as mx
+    mod = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[("data", (BATCH,) + x.shape[1:])], for_training=False, grad_req="null")
+    mod.set_params({k: v.copy() for k, v in args.items()}, {k: v.copy() for k, v in auxs.items()})
+
+    def run(xb):
+        n = len(xb)
+        if n < BATCH:   # the module is bound for BATCH images: pad the last batch
+            xb = np.concatenate([xb, np.zeros((BATCH - n,) + xb.shape[1:], xb.dtype)])
+        mod.forward(mx.io.DataBatch([mx.nd.array(xb)]), is_train=False)
+        return mod.get_outputs()[0].astype("float32").asnumpy()[:n]
+    return batches(run, x)
