@@ -7,6 +7,7 @@ import os
 from typing import Iterable, Sequence
 
 from mxnet_amp.graph import ANY_CAST_OPS
+from mxnet_amp.passes.dense_outputs import BOUNDARY_OPS
 
 
 @contextlib.contextmanager
@@ -62,21 +63,8 @@ def strip_casts(sym):
     return graph_to_symbol(strip(graph_from_symbol(sym)))
 
 
-# ops whose output order or selection changes discretely under any rounding
-ORDERING_OPS = frozenset({"topk", "sort", "argsort", "_contrib_box_nms", "_contrib_box_non_maximum_suppression",
-                          "_contrib_MultiProposal", "_contrib_Proposal", "_contrib_MultiBoxDetection",
-                          "argmax", "argmin"})
-# ops that amplify input rounding without bound: box decoding takes exp() of the box
-# regressions, which random init makes huge (1e26 boxes seen); compared at their inputs
-AMPLIFYING_OPS = frozenset({"_contrib_box_decode"})
-# comparisons make discrete masks (score thresholds, max-pool peak picking) that flip on ties
-COMPARISON_OPS = frozenset({"broadcast_equal", "_equal", "_equal_scalar", "broadcast_greater",
-                            "_greater", "_greater_scalar", "broadcast_lesser", "_lesser",
-                            "_lesser_scalar", "broadcast_greater_equal", "_greater_equal",
-                            "_greater_equal_scalar", "broadcast_lesser_equal", "_lesser_equal",
-                            "_lesser_equal_scalar", "broadcast_not_equal", "_not_equal",
-                            "_not_equal_scalar"})
-BOUNDARY_OPS = ORDERING_OPS | AMPLIFYING_OPS | COMPARISON_OPS
+# the ops after which outputs are judged at the dense tensors before them: the automatic
+# mode's own sets (ordering / selection, box decoding, comparisons)
 
 
 def _upstream(graph, start: Iterable[int]) -> set[int]:
@@ -92,8 +80,8 @@ def _upstream(graph, start: Iterable[int]) -> set[int]:
 def checked_entries(graph):
     """``(heads to compare, heads past a boundary op, extra entries to compare)``.
 
-    A head downstream of top-k / NMS / argmax (:data:`ORDERING_OPS`), a comparison
-    (:data:`COMPARISON_OPS`) or box decoding (:data:`AMPLIFYING_OPS`) is only checked for
+    A head downstream of top-k / NMS / argmax, a comparison
+    or box decoding (:data:`mxnet_amp.passes.dense_outputs.BOUNDARY_OPS`) is only checked for
     finiteness: with random weights scores tie, so rounding flips masks and picks other
     boxes, and decoding exponentiates huge random regressions.
     Instead the float inputs of the first such ops on each path (the dense scores and box
