@@ -80,6 +80,9 @@ def _conversion_options(p: argparse.ArgumentParser, dtype_required: bool) -> Non
                    help="store weights that only low precision ops read in low precision "
                    "(default on; --no-cast-optional-params keeps every weight float32, cast at "
                    "every run, as mx.contrib.amp does by default)")
+    p.add_argument("--strict-params", action="store_true",
+                   help="params the symbol does not read are an error (default: a warning "
+                   "naming them; stale checkpoint entries are common)")
     _fold_option(p)
     _output_options(p)
 
@@ -260,7 +263,7 @@ def _options(args: argparse.Namespace) -> ConvertOptions:
     return make_options(args.target_dtype, args.target_ops, args.fp32_ops, args.widest_ops,
                         follow_ops=args.follow_ops, excluded_sym_names=args.exclude,
                         cast_optional_params=args.cast_optional_params,
-                        fold_batchnorm=args.fold_bn,
+                        fold_batchnorm=args.fold_bn, strict_params=args.strict_params,
                         # the flags add to the shipped lists ("move"), as their help says
                         overrides="move")
 

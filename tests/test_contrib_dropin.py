@@ -299,3 +299,21 @@ def test_reasons_say_which_list_placed_an_op():
     conv = policy.explain("Convolution", {})
     assert conv.category.value == "follow" and "replaces the shipped one" in conv.reason
     assert "float32" in policy.explain("exp", {}).reason   # untouched: its shipped reason
+
+
+def test_cli_strict_params_refuses_unused_params(tmp_path, capsys):
+    """``--strict-params`` is the CLI's ``strict_params=True``: an unused param is a one-line
+    error naming it and nothing is written; without it the conversion warns and writes."""
+    from mxnet_amp.cli import main
+    sym, args, auxs = small_model()
+    prefix = str(tmp_path / "m")
+    mx.model.save_checkpoint(prefix, 0, sym, {**args, "old_fc_weight": mx.nd.ones((2, 2))}, auxs)
+    code = main(["convert", prefix, "--target-dtype", "bfloat16", "--strict-params",
+                 "--out", prefix + "-x"])
+    err = capsys.readouterr().err
+    assert code != 0 and "old_fc_weight" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "m-x-symbol.json").exists()
+    assert main(["convert", prefix, "--target-dtype", "bfloat16", "--out", prefix + "-x"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "old_fc_weight" in err
+    assert (tmp_path / "m-x-symbol.json").exists()
