@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     from mxnet.ndarray import NDArray
 
-__all__ = ["array_dtype", "array_nbytes", "FLOAT_DTYPES", "LOW_PRECISION", "MX_CODE", "MX_NAME", "DTYPE_ALIASES", "dtype_name",
+__all__ = ["array_dtype", "array_nbytes", "array_values", "FLOAT_DTYPES", "LOW_PRECISION", "MX_CODE", "MX_NAME", "DTYPE_ALIASES", "dtype_name",
            "is_float", "widest", "bfloat16_np", "dtype_of_code"]
 
 # mshadow type flags (include/mshadow/base.h)
@@ -93,6 +93,11 @@ def array_dtype(array: NDArray) -> str:
     if name is None:
         name = _NAME_OF_ARRAY_DTYPE[dtype] = dtype_name(dtype)
     return name
+
+
+def array_values(array: Any) -> np.ndarray:
+    """An NDArray's values as a numpy array (a numpy array or a list as it is)."""
+    return array.asnumpy() if hasattr(array, "asnumpy") else np.asarray(array)
 
 
 def array_nbytes(array: NDArray) -> int:

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..dtypes import array_values
 from ..graph import Graph
 from .records import DtypeLimits, TensorRange
 
@@ -33,7 +34,7 @@ SHARE_OF_TOLERANCE = 0.1
 
 def _row_loss(value: Any, limits: DtypeLimits) -> float:
     """The largest row sum (first axis) of the |values| the dtype flushes to zero."""
-    w = np.abs(value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value))
+    w = np.abs(array_values(value))
     w = w.astype(np.float32, copy=False)
     lost = np.where((w > 0) & (w < limits.zero_below), w, 0.0)
     if lost.ndim <= 1:

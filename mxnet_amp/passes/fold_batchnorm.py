@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..dtypes import dtype_name
+from ..dtypes import array_values, dtype_name
 from ..errors import ParamError
 from ..graph import Entry, Graph, GraphBuilder, Node
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
@@ -209,7 +209,7 @@ def _check_statistics(graph: Graph, bn: Node, params: Mapping[str, Any]) -> None
     for role, name in zip(("gamma", "beta", "moving_mean", "moving_var"), names):
         if role == "gamma" and _flag(bn.attrs, "fix_gamma", True):
             continue   # read as 1 whatever it holds
-        values = _numpy(params[name]).reshape(-1)
+        values = array_values(params[name]).reshape(-1)
         bad = ~np.isfinite(values)
         if role == "moving_var":
             bad |= values < 0
@@ -269,9 +269,6 @@ def _dropped_variables(graph: Graph, plans: Mapping[int, _Plan]) -> set[int]:
     return {k for k in candidates if all(c in plans for c, _ in consumers[k])}
 
 
-def _numpy(array: Any) -> np.ndarray:
-    return array.asnumpy() if hasattr(array, "asnumpy") else np.asarray(array)
-
 
 def _like(value: np.ndarray, template: Any) -> Any:
     """``value`` (float32) as the same kind of array as ``template`` (NDArray on its context)."""
@@ -284,7 +281,7 @@ def _like(value: np.ndarray, template: Any) -> Any:
 def _scale_shift(bn: Node, graph_params: Mapping[str, Any],
                  names: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Per channel ``(s, t)`` of the BatchNorm, in float64."""
-    gamma, beta, mean, var = (_numpy(graph_params[n]).astype(np.float64) for n in names)
+    gamma, beta, mean, var = (array_values(graph_params[n]).astype(np.float64) for n in names)
     if _flag(bn.attrs, "fix_gamma", True):
         gamma = np.ones_like(gamma)
     eps = float(bn.attrs.get("eps", _BN_EPS_DEFAULT))
@@ -319,11 +316,11 @@ def _fold_into(builder: GraphBuilder, graph: Graph, plan: _Plan, inputs: tuple[E
     template = params[weight_name]
     # through numpy, not MXNet ops: a weight a oneDNN kernel used is held in a blocked
     # layout that MXNet's reshape / broadcast cannot always reorder
-    new_params[weight_name] = _like(_scaled_weight(prod, _numpy(template), scale), template)
+    new_params[weight_name] = _like(_scaled_weight(prod, array_values(template), scale), template)
     has_bias = not _flag(prod.attrs, "no_bias", _NO_BIAS_DEFAULT[prod.op]) and len(prod.inputs) > 2
     if has_bias:
         bias_name = graph.nodes[prod.inputs[2].node].name
-        bias = _numpy(params[bias_name]).astype(np.float64)
+        bias = array_values(params[bias_name]).astype(np.float64)
     else:
         bias_name = builder.fresh_name(f"{prod.name}_bias")
         bias = np.zeros_like(scale)
