@@ -16,6 +16,7 @@ from .optypes import OpTypes
 from .params import (array_dtype, array_nbytes, check_param_shapes, check_params, default_data_names,
                      model_inputs, name_list, param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
+from .passes.fusion_barriers import insert_fusion_barriers
 from .passes.insert_casts import CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
@@ -54,6 +55,9 @@ class Conversion:
     input_figures: Mapping[str, Any] | None = None
     # node names the caller excluded (they compute in float32 whatever their op)
     excluded: frozenset[str] = frozenset()
+    # (Convolution name, its readers behind an identity amp_cast) where MXNet's oneDNN
+    # fusion would hand other readers the fused output (passes/fusion_barriers.py)
+    fusion_barriers: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def _data_names(graph: Graph, data_names: Sequence[str] | str | None,
@@ -148,13 +152,32 @@ def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
     result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype)
     if result.unlisted_ops:
         warn_unlisted(result.unlisted_ops, options.target_dtype)
+    result, barriers = _guard_fusion(result, options.target_dtype)
     # every weight says what it holds, so the symbol binds without a type_dict
     tagged = tag_param_dtypes(result.graph, stored)
     sym = graph_to_symbol(tagged)
     arg_dtypes, aux_dtypes = _inferred_param_dtypes(sym, stored, data_dtypes)
     return Conversion(tagged, graph, result, options.policy, tuple(names),
                       dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym,
-                      excluded=options.excluded)
+                      excluded=options.excluded, fusion_barriers=barriers)
+
+
+def _guard_fusion(result: CastResult, target_dtype: str
+                  ) -> tuple[CastResult, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """bfloat16 graphs run on oneDNN, whose conv fusion misconnects a shared convolution
+    output: put the barriers in (``passes/fusion_barriers.py``), carrying the tensor dtypes
+    over to the new graph. float16 runs on GPUs, where MXNet fuses nothing of the kind."""
+    if target_dtype != "bfloat16":
+        return result, ()
+    guarded = insert_fusion_barriers(result.graph, result.tensor_dtypes)
+    if not guarded.changed:
+        return result, ()
+    moved = guarded.decided.entries
+    dtypes = {moved.get(Entry(e.node, e.output), e)._replace(version=e.version): dt
+              for e, dt in result.tensor_dtypes.items()}
+    dtypes.update(guarded.decided.barrier_dtypes)
+    return (replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes)),
+            guarded.decided.guarded)
 
 
 def _cast_rounds(graph: Graph, options: ConvertOptions, data_dtypes: Mapping[str, str],

@@ -94,6 +94,9 @@ class ConversionReport:
         The model as given, before folding: ``op_nodes``, ``params``, ``param_bytes``,
         ``by_dtype`` (``params_before`` is the same when folding ran; ``total_nodes``
         counts the graph converted, folded).
+    fusion_barriers : tuple of str
+        Convolutions whose shared output got an identity ``amp_cast`` before its fusable
+        readers, so MXNet's oneDNN fusion cannot misconnect it (counted in ``casts``).
     """
 
     target_dtype: str
@@ -116,6 +119,7 @@ class ConversionReport:
     folded_batchnorms: tuple[str, ...] = ()
     kept_batchnorms: tuple[tuple[str, str], ...] = ()
     input_model: Mapping[str, Any] | None = None
+    fusion_barriers: tuple[str, ...] = ()
 
     def fp32_reasons(self) -> dict[str, list[str]]:
         """Reason -> names of the float32 nodes kept for it (in graph order)."""
@@ -147,6 +151,7 @@ class ConversionReport:
                                   "names": list(self.folded_batchnorms),
                                   "kept": [{"name": n, "why": w} for n, w in self.kept_batchnorms]},
             "input_model": None if self.input_model is None else json.loads(json.dumps(self.input_model)),
+            "fusion_barriers": list(self.fusion_barriers),
             **({"extra": dict(self.extra)} if self.extra else {}),
         }
 
@@ -175,6 +180,16 @@ class ConversionReport:
             if len(self.kept_batchnorms) > 10:
                 lines.append(f"    … (+{len(self.kept_batchnorms) - 10})")
         return lines
+
+    def barrier_lines(self, max_names: int = 3) -> list[str]:
+        """The text lines on fusion barriers (empty when there are none)."""
+        names = list(self.fusion_barriers)
+        if not names:
+            return []
+        shown = ", ".join(names[:max_names]) + (f", … (+{len(names) - max_names})"
+                                                if len(names) > max_names else "")
+        return ["", f"Fusion barriers (identity amp_cast after a shared convolution output, which "
+                f"MXNet's oneDNN fusion would misconnect): {len(names)} ({shown})"]
 
     def dtype_columns(self) -> list[str]:
         """The dtypes that occur, low precision first (column order of the tables)."""
@@ -212,7 +227,7 @@ class ConversionReport:
                     and self.params_after.bytes is not None):
                 ratio = self.params_after.bytes / self.params_before.bytes
                 lines.append(f"  after / before bytes: {ratio:.3f}")
-        lines += self.folding_lines(max_names)
+        lines += self.folding_lines(max_names) + self.barrier_lines(max_names)
         reasons = self.fp32_reasons()
         lines += ["", f"Nodes kept in float32: {len(self.fp32_nodes)}"]
         for reason, names in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
@@ -392,10 +407,12 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
 
 
 def _folding(conversion: Conversion) -> dict:
-    """The report's BatchNorm folding fields."""
+    """The report's fields on what the conversion did besides casting: BatchNorm folding,
+    fusion barriers."""
     return {"folded_batchnorms": tuple(bn for bn, _ in conversion.folded_batchnorms),
             "kept_batchnorms": tuple(conversion.kept_batchnorms),
-            "input_model": conversion.input_figures}
+            "input_model": conversion.input_figures,
+            "fusion_barriers": tuple(conv for conv, _ in conversion.fusion_barriers)}
 
 
 _CSS = """body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222}
@@ -438,6 +455,9 @@ def summary_rows(report: ConversionReport) -> list[tuple[str, str]]:
     if report.folded_batchnorms or report.kept_batchnorms:
         rows.append(("BatchNorms folded (float32, before rounding)",
                      f"{len(report.folded_batchnorms)} folded, {len(report.kept_batchnorms)} kept"))
+    if report.fusion_barriers:
+        rows.append(("fusion barriers (identity amp_cast after a shared convolution output)",
+                     str(len(report.fusion_barriers))))
     if report.input_model is not None and report.folded_batchnorms:
         m = report.input_model
         rows.append(("input model, before folding", f"{m['op_nodes']} op nodes, {m['params']} "

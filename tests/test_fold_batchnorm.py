@@ -260,3 +260,23 @@ def test_folded_low_precision_no_less_accurate_on_zoo(name, native_bf16):
     block = amp.convert_block(net, target_dtype="bfloat16", fold_batchnorm=True)
     got = amp.emulate_block(block)(x).asnumpy()
     assert _rms_error(got, ref) == pytest.approx(emulated[True], rel=1e-3)
+
+
+def test_a_batchnorm_reading_a_folded_batchnorm_is_folded_too():
+    """conv -> BN -> BN (gluoncv's cifar_wideresnet stem): after the first fold the second
+    BatchNorm reads the conv, so it folds as well; the float32 outputs stay the model's."""
+    d = mx.sym.var("data")
+    c = mx.sym.Convolution(d, num_filter=8, kernel=(3, 3), pad=(1, 1), no_bias=True, name="prod")
+    bn2 = mx.sym.BatchNorm(mx.sym.BatchNorm(c, fix_gamma=False, name="bn1"), fix_gamma=False, name="bn2")
+    sym = mx.sym.relu(bn2, name="act")
+    shape = (2, 4, 6, 6)
+    args, auxs = _bn_params(sym, *init_params(sym, {"data": shape}))
+    x = np.random.default_rng(3).normal(0, 1, shape).astype("float32")
+    result = fold_batchnorm(graph_from_symbol(sym), {**args, **auxs})
+    assert result.folded == (("bn1", "prod"), ("bn2", "prod")) and result.skipped == ()
+    folded = graph_to_symbol(result.graph)
+    assert "BatchNorm" not in folded.tojson()
+    new_aux = {k: v for k, v in result.params.items() if k in auxs}
+    new_args = {k: v for k, v in result.params.items() if k not in new_aux}
+    ref = run(sym, args, auxs, {"data": x})[0]
+    assert rel_error(run(folded, new_args, new_aux, {"data": x})[0], ref) < FP32_TOL

@@ -101,15 +101,23 @@ class FoldBatchnorm(GraphPass[FoldResult]):
 
     def call(self, graph: Graph) -> PassResult[FoldResult]:
         """Run the pass on ``graph`` (see the class)."""
-        plans, skipped = _plan(graph, self.params, self.keep)
-        for plan in plans.values():   # before anything is built
-            _check_statistics(graph, graph.nodes[plan.bn], self.params)
-        if not plans:
+        current, params = graph, self.params
+        folded: list[tuple[str, str]] = []
+        while True:
+            # again after a fold: a BatchNorm that read a folded BatchNorm now reads the
+            # producer (gluoncv's cifar_wideresnet stem: conv -> BN -> BN)
+            plans, skipped = _plan(current, params, self.keep)
+            for plan in plans.values():   # before anything is built
+                _check_statistics(current, current.nodes[plan.bn], params)
+            if not plans:
+                break
+            folder = _Folder(current, params, plans)
+            new = folder.run()
+            folded += [(current.nodes[b].name, current.nodes[p.producer].name) for b, p in plans.items()]
+            current, params = new, folder.new_params
+        if not folded:
             return PassResult(graph, FoldResult(graph, dict(self.params), (), tuple(skipped)), False)
-        folder = _Folder(graph, self.params, plans)
-        new = folder.run()
-        folded = tuple((graph.nodes[b].name, graph.nodes[p.producer].name) for b, p in plans.items())
-        return PassResult(new, FoldResult(new, folder.new_params, folded, tuple(skipped)), True)
+        return PassResult(current, FoldResult(current, params, tuple(folded), tuple(skipped)), True)
 
 
 class _Folder(Rewriter):

@@ -1,0 +1,172 @@
+"""Keep MXNet's oneDNN fusion from merging a convolution whose output other ops also read.
+
+MXNet 1.9.1's oneDNN subgraph backend (on by default in ``Module.bind``, ``simple_bind``,
+the C predict API and ``hybridize(backend='MKLDNN')``) merges a ``Convolution`` with the
+``BatchNorm``, activation or ``elemwise_add`` that reads it into one fused op, and then
+connects *every* reader of the convolution's output to the fused op's output
+(``SgMKLDNNConvProperty::ConnectSubgraphOutputs``). When the convolution's output has other
+readers too (or is a graph output), they silently get the normalised / activated / summed
+tensor instead of the convolution's. Measured on MXNet 1.9.1, float32 as well as bfloat16
+(``tests/test_fusion_barriers.py``): ``relu(conv) + conv`` 0.48 max relative error against
+the unfused graph, ``[BatchNorm(conv), conv]`` 1.6 on the second output,
+gluoncv's ``cifar_resnet20_v2`` 0.42 (its stem convolution feeds the first block's
+BatchNorm and its shortcut); some such graphs do not bind at all.
+
+This pass puts an ``amp_cast`` to the tensor's own dtype (an identity MXNet does not fuse
+through) between such a convolution and each of its readers that the fusion could take, so
+the convolution runs alone and every reader gets its true output. Measured: the fused run
+then equals the unfused one (float32 to 1e-6). A convolution read once is left as it is
+(it fuses correctly), and so is every other op: ``FullyConnected``'s fusion measured right
+with fan-out. The cost is the fusion lost on those convolutions (a BatchNorm that could not
+be folded because the convolution's output is shared would, fused, be folded in bfloat16:
+the inaccurate folding ``fold_batchnorm`` exists to avoid).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from ..graph import Entry, Graph, Node, cast_node
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
+
+__all__ = ["insert_fusion_barriers", "InsertFusionBarriers", "Barriers", "BARRIER_SUFFIX"]
+
+BARRIER_SUFFIX = "_fusion_barrier"
+
+# the ops MXNet 1.9.1's conv selector takes after a Convolution (BatchNorm, then a sum,
+# then an activation); clip only with a_min == 0 (relu6), as the selector checks
+_FUSABLE_READERS = frozenset({"BatchNorm", "Activation", "LeakyReLU", "elemwise_add", "_npi_add"})
+
+
+@dataclass(frozen=True)
+class Barriers:
+    """What :class:`InsertFusionBarriers` decided: for each guarded convolution, its name
+    and the names of the readers now behind the barrier; and where each old entry went."""
+
+    guarded: tuple[tuple[str, tuple[str, ...]], ...]
+    # entry of the input graph -> the same tensor's entry in the output graph
+    entries: Mapping[Entry, Entry]
+    # each barrier's output entry (in the output graph) -> its dtype
+    barrier_dtypes: Mapping[Entry, str]
+
+
+def _fused_conv(node: Node) -> bool:
+    """A convolution oneDNN's subgraph backend fuses: a 2-d or 3-d kernel."""
+    if node.op != "Convolution":
+        return False
+    return len(re.findall(r"\d+", str(node.attrs.get("kernel", "")))) in (2, 3)
+
+
+def _fusable_reader(node: Node) -> bool:
+    if node.op == "clip":
+        try:
+            return float(node.attrs.get("a_min", "nan")) == 0.0
+        except ValueError:
+            return False
+    return node.op in _FUSABLE_READERS
+
+
+def guarded_readers(graph: Graph) -> dict[int, list[int]]:
+    """For each convolution node whose output MXNet's fusion would misconnect, the indices
+    of its readers that the fusion could take (see the module doc)."""
+    consumers = graph.consumers()
+    head_uses = Counter(e.node for e in graph.heads)
+    found: dict[int, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        if not _fused_conv(node):
+            continue
+        readers = consumers[i]
+        if len(readers) + head_uses[i] < 2:
+            continue
+        fusable = sorted({c for c, _ in readers if _fusable_reader(graph.nodes[c])})
+        if fusable:
+            found[i] = fusable
+    return found
+
+
+class _Guard(Rewriter):
+    name = "insert_fusion_barriers"
+
+    def __init__(self, graph: Graph, tensor_dtypes: Mapping[Entry, str | None]) -> None:
+        super().__init__(graph)
+        self.tensor_dtypes = tensor_dtypes
+        self.targets = guarded_readers(graph)
+        self.readers = {c for cs in self.targets.values() for c in cs}
+        self.barrier_of: dict[int, Entry] = {}   # old conv index -> its barrier's new entry
+        self.barrier_dtypes: dict[Entry, str] = {}
+        self.builder.names.update(n.name for n in graph.nodes)
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        if i in self.targets:
+            new = super().rewrite_node(i, node)
+            assert isinstance(new, int)
+            dtype = self.tensor_dtypes.get(Entry(i)) or "float32"
+            name = self.builder.fresh_name(node.name + BARRIER_SUFFIX)
+            self.barrier_of[i] = Entry(self.emit(cast_node(name, Entry(new), dtype)))
+            self.barrier_dtypes[self.barrier_of[i]] = dtype
+            return new
+        if i not in self.readers:
+            return super().rewrite_node(i, node)
+        ins = tuple(self.barrier_of[e.node] if e.node in self.barrier_of and e.output == 0
+                    else self.entry(e) for e in node.inputs)
+        return self.emit(Node(node.op, node.name, ins, node.attrs, node.subgraphs, node.extra))
+
+
+class InsertFusionBarriers(GraphPass[Barriers]):
+    """:func:`insert_fusion_barriers` as a pass.
+
+    Parameters
+    ----------
+    tensor_dtypes : mapping of Entry to str
+        The dtype of each tensor of the graph (``CastResult.tensor_dtypes``); a barrier
+        casts to its convolution's output dtype (float32 where unknown).
+    """
+
+    name = "insert_fusion_barriers"
+
+    def __init__(self, tensor_dtypes: Mapping[Entry, str | None], *, verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        self.tensor_dtypes = tensor_dtypes
+
+    def call(self, graph: Graph) -> PassResult[Barriers]:
+        """Run the pass on ``graph`` (see the module doc)."""
+        guard = _Guard(graph, self.tensor_dtypes)
+        if not guard.targets:
+            return PassResult(graph, Barriers((), MappingProxyType({}), MappingProxyType({})), False)
+        new = guard.run()
+        guarded = tuple((graph.nodes[c].name, tuple(graph.nodes[r].name for r in rs))
+                        for c, rs in guard.targets.items())
+        return PassResult(new, Barriers(guarded, _entry_map(guard, graph),
+                                        MappingProxyType(guard.barrier_dtypes)), True)
+
+
+def _entry_map(guard: _Guard, graph: Graph) -> Mapping[Entry, Entry]:
+    """Each used output of ``graph`` -> its entry in the rewritten graph."""
+    used = graph.num_used_outputs()
+    return MappingProxyType({Entry(i, k): guard.entry(Entry(i, k))
+                             for i in range(len(graph.nodes)) for k in range(used[i])})
+
+
+def insert_fusion_barriers(graph: Graph, tensor_dtypes: Mapping[Entry, str | None]
+                           ) -> PassResult[Barriers]:
+    """``graph`` with an identity ``amp_cast`` between each convolution that MXNet's oneDNN
+    fusion would misconnect and its fusable readers (see the module doc).
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph (usually a converted one); not changed.
+    tensor_dtypes : mapping of Entry to str
+        The dtype of each of ``graph``'s tensors, as ``CastResult.tensor_dtypes``.
+
+    Returns
+    -------
+    PassResult
+        The new graph; ``decided`` names each guarded convolution with its readers behind
+        the barrier, and maps each old entry to its new one. ``changed`` is False (the
+        graph itself returned) when no convolution needs a barrier.
+    """
+    return InsertFusionBarriers(tensor_dtypes)(graph)
