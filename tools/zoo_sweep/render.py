@@ -33,7 +33,29 @@ def summarize(records: Sequence[dict], dtype: str, tol: float = TOLERANCE) -> di
             "pass_rate": counts.get("pass", 0) / tested if tested else 0.0,
             "nonfinite_models": nonfinite, "err_percentiles": pct,
             "failures": [r["model"] for r in flat if r["status"] == "fail"],
-            "scaled": _scaled_summary(flat, tol)}
+            "scaled": _scaled_summary(flat, tol),
+            **({"fused": fused_summary(flat)} if dtype == "bfloat16" else {})}
+
+
+# issue 26: the native run on MXNet's default (fused) path is within this of the emulated error
+FUSED_FACTOR, FUSED_SLACK = 1.5, 0.005
+
+
+def fused_within(rec: dict) -> bool | None:
+    """Whether a bfloat16 record's native fused error is within ``1.5 x emulated + 0.005``
+    (None: no fused or no emulated figure)."""
+    fused, em = rec.get("native_fused_max_rel_err"), rec.get("max_rel_err")
+    if fused is None or em is None:
+        return None
+    return bool(fused <= FUSED_FACTOR * em + FUSED_SLACK) and not rec.get("native_fused_nonfinite_outputs")
+
+
+def fused_summary(flat: Sequence[dict]) -> dict:
+    """How many models ran natively fused, how many are within the target, which are not."""
+    judged = [r for r in flat if fused_within(r) is not None]
+    outside = [r["model"] for r in judged if not fused_within(r)]
+    return {"ran": len(judged), "within": len(judged) - len(outside),
+            "rate": (len(judged) - len(outside)) / len(judged) if judged else 0.0, "outside": outside}
 
 
 # the sensitivity-scaled criterion: an error within this many times the error of the fp32 model
@@ -172,6 +194,7 @@ def write_markdown(path: str, records: Sequence[dict], *, dtypes: Sequence[str],
     for dtype in dtypes:
         lines += _dtype_section(records, dtype, tol, timeout)
     if "bfloat16" in dtypes:
+        lines += _fused_section(per_dtype(records, "bfloat16"))
         lines += _fidelity_section(per_dtype(records, "bfloat16"))
     lines += _per_model_table(records, dtypes)
     text = "\n".join(lines) + "\n"
@@ -372,6 +395,27 @@ def _untested_tables(flat: Sequence[dict], dtype: str) -> list[str]:
         lines += [f"| {r['model']} | {_cell('; '.join(f'{k}: {w}' for k, w in r['degenerate_outputs'].items()))} | "
                   f"{r.get('checked_outputs', '?')} other outputs |" for r in partial]
     return lines
+
+
+def _fused_section(flat: Sequence[dict]) -> list[str]:
+    """Native bfloat16 on MXNet's default (fused) path against the emulation, per model."""
+    summary = fused_summary(flat)
+    if not summary["ran"]:
+        return []
+    errors = sorted({r["model"] for r in flat if str(r.get("native_fused", "")).startswith("error")})
+    lines = ["## Deploy path: native bfloat16 with oneDNN fusion against the emulation", "",
+             f"**{summary['within']} of {summary['ran']} models ({summary['rate']:.1%}) within "
+             f"{FUSED_FACTOR} x the emulated error + {FUSED_SLACK}** (issue 26), on MXNet's default "
+             "oneDNN subgraph backend (what `Module.bind` gives), our default conversion."
+             + (f" MXNet errors on that path: {', '.join(errors)}." if errors else ""), ""]
+    outside = [r for r in flat if fused_within(r) is False]
+    if outside:
+        lines += ["| model | emulated err | native fused err | ratio | native unfused err |", "|---|---|---|---|---|"]
+        for r in sorted(outside, key=lambda r: -r["native_fused_max_rel_err"] / max(r["max_rel_err"], 1e-12)):
+            lines.append(f"| {r['model']} | {r['max_rel_err']:.3g} | {r['native_fused_max_rel_err']:.3g} | "
+                         f"{r['native_fused_max_rel_err'] / max(r['max_rel_err'], 1e-12):.2g} | "
+                         f"{_fmt(r.get('native_max_rel_err'), '.3g')} |")
+    return lines + [""]
 
 
 def _fidelity_section(flat: Sequence[dict]) -> list[str]:
