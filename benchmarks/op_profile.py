@@ -30,7 +30,8 @@ def profile_runner(run, batches: int) -> dict[str, dict]:
     """``{op: {'count', 'total_ms'}}`` over ``batches`` runs of ``run``."""
     import mxnet as mx
     run()  # warm-up outside the profile
-    with tempfile.TemporaryDirectory() as d:
+    # MXNet may write the profile file after dumps() returns: a late file is no error
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
         mx.profiler.set_config(profile_symbolic=True, profile_imperative=True,
                                aggregate_stats=True, filename=os.path.join(d, "p.json"))
         mx.profiler.set_state("run")
@@ -57,8 +58,11 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", type=int, default=3, help="profiled batches per variant")
     ap.add_argument("--quick", action="store_true", help="resnet18_v1 at 64x64, one batch")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/op_profile_<model>.json)")
+    ap.add_argument("--amx", action="store_true",
+                    help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
     opts = ap.parse_args(argv)
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.hardware import bf16_runs_natively, enable_amx
+    amx = enable_amx() if opts.amx else False   # before the first MXNet operation
     if not bf16_runs_natively():
         raise SystemExit("op_profile.py: bfloat16 does not run natively on this CPU; nothing to profile")
     if opts.quick:
@@ -73,7 +77,8 @@ def main(argv=None) -> int:
     converted = CI.convert_variants(sym, args, auxs, row)
     models = {"fp32": (sym, args, auxs), **{v: (r["sym"], r["args"], r["auxs"]) for v, r in converted.items()}}
     result = {"benchmark": "op_profile", "model": opts.model if not opts.quick else "resnet18_v1_64px",
-              "batch": opts.batch, "batches": opts.batches, "environment": C.environment(), "profiles": {}}
+              "batch": opts.batch, "batches": opts.batches, "amx_enabled": amx,
+              "environment": C.environment(), "profiles": {}}
     for path, make in CI.RUNNERS.items():
         for variant, model in models.items():
             ops = profile_runner(make(*model, data), opts.batches)
@@ -81,7 +86,7 @@ def main(argv=None) -> int:
             top = ", ".join(f"{k} {v['total_ms'] / opts.batches:.1f}" for k, v in list(ops.items())[:6])
             total = sum(v["total_ms"] for v in ops.values()) / opts.batches
             print(f"{variant}/{path}: {total:.1f} ms/batch of op time; top ms/batch: {top}", flush=True)
-    out = opts.out or C.default_out(f"op_profile_{result['model']}", opts.quick)
+    out = opts.out or C.default_out(f"op_profile_{result['model']}" + ("_amx" if amx else ""), opts.quick)
     C.write_json(out, result)
     print(f"wrote {out}")
     return 0
