@@ -68,7 +68,13 @@ def _worst(a, b):
     return max(rel_error(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("build", [_relu_and_raw, _bn_and_head, _stem_like_cifar_v2])
+def _fc_gelu_and_head():
+    """[gelu(FC), FC]: a FullyConnected output that is also a model output."""
+    f = mx.sym.FullyConnected(mx.sym.flatten(mx.sym.var("data")), num_hidden=8, name="c0")
+    return mx.sym.Group([mx.sym.LeakyReLU(f, act_type="gelu"), f])
+
+
+@pytest.mark.parametrize("build", [_relu_and_raw, _bn_and_head, _stem_like_cifar_v2, _fc_gelu_and_head])
 def test_mxnet_fusion_misconnects_a_shared_conv_and_the_barrier_fixes_it(monkeypatch, build):
     sym = build()
     args, auxs, inputs = _model(sym)

@@ -6,7 +6,8 @@ the C predict API and ``hybridize(backend='MKLDNN')``) merges a ``Convolution`` 
 connects *every* reader of the convolution's output to the fused op's output
 (``SgMKLDNNConvProperty::ConnectSubgraphOutputs``). When the convolution's output has other
 readers too (or is a graph output), they silently get the normalised / activated / summed
-tensor instead of the convolution's. Measured on MXNet 1.9.1, float32 as well as bfloat16
+tensor instead of the convolution's. ``FullyConnected`` + activation fusion does the same to
+a model output that is also the FullyConnected's (other readers measured right). Measured on MXNet 1.9.1, float32 as well as bfloat16
 (``tests/test_fusion_barriers.py``): ``relu(conv) + conv`` 0.48 max relative error against
 the unfused graph, ``[BatchNorm(conv), conv]`` 1.6 on the second output,
 gluoncv's ``cifar_resnet20_v2`` 0.42 (its stem convolution feeds the first block's
@@ -16,8 +17,8 @@ This pass puts an ``amp_cast`` to the tensor's own dtype (an identity MXNet does
 through) between such a convolution and each of its readers that the fusion could take, so
 the convolution runs alone and every reader gets its true output. Measured: the fused run
 then equals the unfused one (float32 to 1e-6). A convolution read once is left as it is
-(it fuses correctly), and so is every other op: ``FullyConnected``'s fusion measured right
-with fan-out. The cost is the fusion lost on those convolutions (a BatchNorm that could not
+(it fuses correctly), a FullyConnected whose output is no model output too, and so is
+every other op. The cost is the fusion lost on those convolutions (a BatchNorm that could not
 be folded because the convolution's output is shared would, fused, be folded in bfloat16:
 the inaccurate folding ``fold_batchnorm`` exists to avoid).
 """
@@ -36,9 +37,11 @@ __all__ = ["insert_fusion_barriers", "InsertFusionBarriers", "Barriers", "BARRIE
 
 BARRIER_SUFFIX = "_fusion_barrier"
 
-# the ops MXNet 1.9.1's conv selector takes after a Convolution (BatchNorm, then a sum,
-# then an activation); clip only with a_min == 0 (relu6), as the selector checks
-_FUSABLE_READERS = frozenset({"BatchNorm", "Activation", "LeakyReLU", "elemwise_add", "_npi_add"})
+# the ops MXNet 1.9.1's selectors take after a Convolution (BatchNorm, then a sum, then an
+# activation) or a FullyConnected (one elementwise op); clip only with a_min == 0 (relu6)
+_CONV_READERS = frozenset({"BatchNorm", "Activation", "LeakyReLU", "clip", "elemwise_add", "_npi_add"})
+_FC_READERS = frozenset({"Activation", "LeakyReLU", "clip", "square", "_npi_square", "sqrt", "_npi_sqrt",
+                         "exp", "_npi_exp", "abs", "_npi_absolute"})
 
 
 @dataclass(frozen=True)
@@ -60,29 +63,34 @@ def _fused_conv(node: Node) -> bool:
     return len(re.findall(r"\d+", str(node.attrs.get("kernel", "")))) in (2, 3)
 
 
-def _fusable_reader(node: Node) -> bool:
+def _fusable_reader(node: Node, ops: frozenset) -> bool:
+    if node.op not in ops:
+        return False
     if node.op == "clip":
         try:
             return float(node.attrs.get("a_min", "nan")) == 0.0
         except ValueError:
             return False
-    return node.op in _FUSABLE_READERS
+    return True
 
 
 def guarded_readers(graph: Graph) -> dict[int, list[int]]:
-    """For each convolution node whose output MXNet's fusion would misconnect, the indices
-    of its readers that the fusion could take (see the module doc)."""
+    """For each Convolution / FullyConnected node whose output MXNet's fusion would
+    misconnect, the indices of its readers that the fusion could take (see the module doc)."""
     consumers = graph.consumers()
     head_uses = Counter(e.node for e in graph.heads)
     found: dict[int, list[int]] = {}
     for i, node in enumerate(graph.nodes):
-        if not _fused_conv(node):
+        if _fused_conv(node):
+            # measured: a second reader or a model output gets the fused tensor
+            ops, at_risk = _CONV_READERS, len(consumers[i]) + head_uses[i] >= 2
+        elif node.op == "FullyConnected":
+            # measured: only a model output gets the fused tensor; other readers are right
+            ops, at_risk = _FC_READERS, head_uses[i] > 0
+        else:
             continue
-        readers = consumers[i]
-        if len(readers) + head_uses[i] < 2:
-            continue
-        fusable = sorted({c for c, _ in readers if _fusable_reader(graph.nodes[c])})
-        if fusable:
+        fusable = sorted({c for c, _ in consumers[i] if _fusable_reader(graph.nodes[c], ops)})
+        if at_risk and fusable:
             found[i] = fusable
     return found
 
