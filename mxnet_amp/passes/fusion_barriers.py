@@ -7,18 +7,19 @@ connects *every* reader of the convolution's output to the fused op's output
 (``SgMKLDNNConvProperty::ConnectSubgraphOutputs``). When the convolution's output has other
 readers too (or is a graph output), they silently get the normalised / activated / summed
 tensor instead of the convolution's. ``FullyConnected`` + activation fusion does the same to
-a model output that is also the FullyConnected's (other readers measured right). Measured on MXNet 1.9.1, float32 as well as bfloat16
-(``tests/test_fusion_barriers.py``): ``relu(conv) + conv`` 0.48 max relative error against
-the unfused graph, ``[BatchNorm(conv), conv]`` 1.6 on the second output,
-gluoncv's ``cifar_resnet20_v2`` 0.42 (its stem convolution feeds the first block's
-BatchNorm and its shortcut); some such graphs do not bind at all.
+a model output that is also the FullyConnected's (other readers measured right). Measured
+on MXNet 1.9.1, float32 as well as bfloat16 (``tests/test_fusion_barriers.py``):
+``relu(conv) + conv`` 0.48 max relative error against the unfused graph,
+``[BatchNorm(conv), conv]`` 1.6 on the second output, ``[gelu(FC), FC]`` 1.0, gluoncv's
+``cifar_resnet20_v2`` 0.42 to 3.5 (its stem convolution feeds the first block's BatchNorm
+and its shortcut); some such graphs do not bind at all.
 
 This pass puts an ``amp_cast`` to the tensor's own dtype (an identity MXNet does not fuse
 through) between such a convolution and each of its readers that the fusion could take, so
 the convolution runs alone and every reader gets its true output. Measured: the fused run
 then equals the unfused one (float32 to 1e-6). A convolution read once is left as it is
 (it fuses correctly), a FullyConnected whose output is no model output too, and so is
-every other op. The cost is the fusion lost on those convolutions (a BatchNorm that could not
+every other op. The cost is the fusion lost on those nodes (a BatchNorm that could not
 be folded because the convolution's output is shared would, fused, be folded in bfloat16:
 the inaccurate folding ``fold_batchnorm`` exists to avoid).
 """
