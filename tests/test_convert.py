@@ -4,6 +4,8 @@ Each test builds a small graph, converts it, and checks where casts go, how many
 which dtype. The categories a test relies on are named through overrides, so the tests
 check the pass, not today's contents of the list files.
 """
+import json
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -503,3 +505,23 @@ def test_bf16_hard_swish_chain_error_no_worse_than_contrib():
     ours = err(amp.convert_model(x, args, auxs, target_dtype="bfloat16"))
     theirs = err(contrib_amp.convert_model(x, dict(args), dict(auxs), target_dtype="bfloat16"))
     assert 0 < ours <= 1.1 * theirs
+
+
+def test_an_op_that_retypes_an_input_gets_inputs_of_one_dtype():
+    """BilinearResize2D(mode='like')'s type function overwrites its ``like`` input's dtype with
+    the data's instead of checking it: fed bfloat16 data and a float32 ``like`` that another
+    op also reads, the whole graph failed to type-check (gluoncv's hrnet_w18_small_v1_s)."""
+    x = mx.sym.var("data")
+    conv = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv")
+    other = mx.sym.broadcast_add(x, x, name="badd")        # float32 in bfloat16 models
+    resized = mx.sym.contrib.BilinearResize2D(conv, other, mode="like", name="resize")
+    sym = mx.sym.broadcast_add(resized, other, name="out")
+    shapes = dict(zip(sym.list_arguments(), sym.infer_shape(data=(1, 4, 8, 8))[0]))
+    rng = np.random.RandomState(0)
+    args = {k: mx.nd.array(rng.randn(*s)) for k, s in shapes.items() if k != "data"}
+    csym, cargs, _ = amp.convert_model(sym, args, {}, target_dtype="bfloat16")
+    # MXNet types the whole converted graph: both inputs of the resize share a dtype
+    _, out_types, _ = csym.infer_type(data=np.float32)
+    assert np.dtype(out_types[0]) == np.float32
+    nodes = {n["name"]: n for n in json.loads(csym.tojson(remove_amp_cast=False))["nodes"]}
+    assert "resize" in nodes

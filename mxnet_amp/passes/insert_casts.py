@@ -325,6 +325,13 @@ class _CastInserter(Rewriter):
             for k in stuck:
                 probe_in[k] = split.cur[k]
             result = self.op_types.infer(probe_node, probe_in, self.used[i])
+        # an op whose type function overwrites a given input's dtype instead of checking it
+        # (BilinearResize2D's ``like`` input takes the data's): in the whole graph that
+        # retypes the producer's output under its other readers, so the plan is refused
+        retyped = [k for k in split.acts if probe_in[k] is not None and result[0][k] != probe_in[k]]
+        if retyped:
+            raise InferenceFailed(f"MXNet retypes input(s) {retyped} of {probe_node.op} to "
+                                  f"{[result[0][k] for k in retyped]}")
         return result
 
     # --- rewiring ------------------------------------------------------------------------

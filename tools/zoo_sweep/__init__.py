@@ -28,8 +28,10 @@ For every name in ``gluoncv.model_zoo.get_model_list()`` (or ``--models``):
    how far the emulation is from the native run with ``rounding='nearest'`` and
    ``'mxnet-cpu'`` (``native_vs_emulated``, ``native_vs_emulated_mxnet_cpu``);
 6. run the converted graph with its casts stripped, which must give the float32 outputs
-   to float32 roundoff (``structure_err`` <= ``STRUCTURE_TOL``): whatever the precision
-   does, the pass must not have lost, rewired or changed an op;
+   of the graph it converted (folded, where the default folding folded BatchNorms) to
+   float32 roundoff (``structure_err`` <= ``STRUCTURE_TOL``): whatever the precision
+   does, the pass must not have lost, rewired or changed an op; folding's own float32
+   drift from the unfolded model is recorded (``fold_fp32_err``);
 7. convert it with ``mx.contrib.amp.convert_model`` too and run that model emulated the
    same way (``contrib_max_rel_err``), side by side.
 
