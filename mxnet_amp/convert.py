@@ -17,7 +17,7 @@ from .params import (array_dtype, array_nbytes, check_param_shapes, check_params
                      model_inputs, name_list, param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.fusion_barriers import insert_fusion_barriers
-from .passes.insert_casts import CastResult, insert_casts, refuse_converted
+from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
 from .registry import InferenceFailed, infer_types
@@ -176,7 +176,10 @@ def _guard_fusion(result: CastResult, target_dtype: str
     dtypes = {moved.get(Entry(e.node, e.output), e)._replace(version=e.version): dt
               for e, dt in result.tensor_dtypes.items()}
     dtypes.update(guarded.decided.barrier_dtypes)
-    return (replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes)),
+    casts = {moved[Entry(i)].node: kind for i, kind in result.inserted_casts.items()}
+    casts.update((e.node, FUSION_BARRIER) for e in guarded.decided.barrier_dtypes)
+    return (replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes),
+                    inserted_casts=MappingProxyType(casts)),
             guarded.decided.guarded)
 
 

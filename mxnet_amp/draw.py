@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from .dtypes import is_float
 from .errors import DrawError
 from .graph import CAST_OPS, Entry, Graph, Node
+from .passes.insert_casts import MULTICAST
 
 if TYPE_CHECKING:   # only annotations name it
     from .convert import Conversion
@@ -46,7 +47,6 @@ DTYPE_COLOURS = {
     "float64": ("#e8e4f3", "#6a51a3"),
     "non-float": ("#eeeeee", "#8a8a8a"),
 }
-_CAST_SUFFIXES = ("_amp_cast_", "_amp_multicast")
 
 
 @dataclass(frozen=True)
@@ -92,14 +92,6 @@ def node_dtypes(conversion: Conversion) -> list[str]:
     return out
 
 
-def _base_name(name: str) -> str:
-    for suffix in _CAST_SUFFIXES:
-        k = name.find(suffix)
-        if k > 0:
-            return name[:k]
-    return name
-
-
 def _common_prefix(names: Sequence[str]) -> str:
     """Longest common prefix ending at an underscore."""
     if len(names) < 2:
@@ -110,6 +102,10 @@ def _common_prefix(names: Sequence[str]) -> str:
         k += 1
     cut = a[:k].rfind("_")
     return a[:cut + 1] if cut >= 0 else ""
+
+
+def _unprefixed(name: str, prefix: str) -> str:
+    return name[len(prefix):] if name.startswith(prefix) else name
 
 
 def _group_key(short: str) -> str:
@@ -169,14 +165,15 @@ def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: i
     drawn_set = set(drawn)
     prefix = _common_prefix([graph.nodes[i].name for i in drawn if not graph.nodes[i].is_variable
                              and graph.nodes[i].op not in CAST_OPS])
-    short = {i: graph.nodes[i].name[len(prefix):] if graph.nodes[i].name.startswith(prefix)
-             else graph.nodes[i].name for i in drawn}
+    short = {i: _unprefixed(graph.nodes[i].name, prefix) for i in drawn}
     node_edges = sorted({(e.node, i) for i in drawn if not graph.nodes[i].is_variable
                          for e in graph.nodes[i].inputs if e.node in drawn_set})
-    title = _title(title, graph, dtypes, conversion.policy.target_dtype)
+    casts = conversion.result.inserted_casts
+    title = _title(title, graph, dtypes, conversion.policy.target_dtype, len(casts))
     if detail_limit is None or len(drawn) <= detail_limit:
         return _detailed(graph, drawn, dtypes, prefix, short, node_edges, title)
-    groups = _repeat_groups(graph, _segments(drawn, node_edges), dtypes, short, drawn_set)
+    keys = {i: _group_key(_unprefixed(_owner_name(graph, casts, i), prefix)) for i in drawn}
+    groups = _repeat_groups(graph, _segments(drawn, node_edges), dtypes, keys, drawn_set)
     target = conversion.policy.target_dtype
     islands = fp32_islands(graph, dtypes, target)
     split: list[tuple[list[int], int, list[int]]] = []
@@ -186,16 +183,29 @@ def collapse(conversion: Conversion, detail_limit: int | None = 80, max_boxes: i
         else:
             split.append((block, n, every))
     groups = _merge_to(split, max_boxes, lambda g: _run_class(graph, g[2], dtypes, islands))
-    return _collapsed(graph, groups, dtypes, short, node_edges, title)
+    return _collapsed(graph, groups, dtypes, short, keys, node_edges, title)
 
 
-def _title(name: str, graph: Graph, dtypes: list[str], target: str) -> str:
+def _owner_name(graph: Graph, casts: Mapping[int, str], i: int) -> str:
+    """The name of the node that node ``i`` is grouped with: itself, or for a cast the
+    conversion inserted (``casts``: ``CastResult.inserted_casts``) the node whose output it
+    casts (an amp_cast, a fusion barrier) or that it was put in for (an amp_multicast
+    unifies one op's inputs: that op, its reader)."""
+    kind = casts.get(i)
+    if kind is None:
+        return graph.nodes[i].name
+    if kind == MULTICAST:
+        readers = graph.consumers()[i]
+        return graph.nodes[readers[0][0]].name if readers else graph.nodes[i].name
+    return graph.nodes[graph.nodes[i].inputs[0].node].name
+
+
+def _title(name: str, graph: Graph, dtypes: list[str], target: str, n_casts: int) -> str:
     """``name: 348 op nodes: 208 bfloat16, 140 float32; 35 casts inserted`` (how many
     compute in which dtype: "in bfloat16 mixed precision" read as all of them)."""
     per = Counter(dtypes[i] for i, n in enumerate(graph.nodes)
                   if not n.is_variable and n.op not in CAST_OPS)
     order = sorted(per, key=lambda d: (d != target, d != "float32", d))
-    n_casts = sum(1 for n in graph.nodes if n.op in CAST_OPS)
     summary = (f"{sum(per.values())} op nodes: " + ", ".join(f"{per[d]} {d}" for d in order)
                + f"; {n_casts} casts inserted")
     return f"{name}: {summary}" if name else summary
@@ -216,7 +226,7 @@ def _detailed(graph: Graph, drawn: Sequence[int], dtypes: list[str], prefix: str
         where[i] = len(boxes)
         if kind == "cast" and graph.nodes[node.inputs[0].node].is_variable:
             var = graph.nodes[node.inputs[0].node].name
-            label = f"cast {var[len(prefix):] if var.startswith(prefix) else var}"
+            label = f"cast {_unprefixed(var, prefix)}"
         else:
             label = node.op if kind == "cast" else short[i]
         boxes.append(Box(label, (i,), {dtypes[i]: 1} if kind == "op" else {},
@@ -252,13 +262,10 @@ def _core(graph: Graph, seg: Sequence[int]) -> list[int]:
     return [i for i in seg if graph.nodes[i].op not in CAST_OPS]
 
 
-def _name_key(short: Mapping[int, str], i: int) -> str:
-    return _group_key(_base_name(short[i]))
-
-
-def _repeat_groups(graph: Graph, segments: list[list[int]], dtypes: list[str], short: Mapping[int, str],
+def _repeat_groups(graph: Graph, segments: list[list[int]], dtypes: list[str], keys: Mapping[int, str],
                    drawn_set: set[int]) -> list[tuple[list[int], int, list[int]]]:
-    """(nodes of one block, repeat count, every node the group stands for) for each group."""
+    """(nodes of one block, repeat count, every node the group stands for) for each group
+    (``keys``: each drawn node's name group, as :func:`_group_key` gives it)."""
     def signature(seg):
         local = {i: k for k, i in enumerate(seg)}
         return tuple((graph.nodes[i].op, dtypes[i],
@@ -272,7 +279,7 @@ def _repeat_groups(graph: Graph, segments: list[list[int]], dtypes: list[str], s
         ops = _core(graph, seg)
         if len(ops) > 1:
             units.append((list(seg), True))
-        elif units and (_name_key(short, units[-1][0][-1]) == _name_key(short, seg[-1]) or not ops):
+        elif units and (keys[units[-1][0][-1]] == keys[seg[-1]] or not ops):
             units[-1][0].extend(seg)
         else:
             units.append((list(seg), False))
@@ -290,7 +297,8 @@ def _repeat_groups(graph: Graph, segments: list[list[int]], dtypes: list[str], s
 
 
 def _collapsed(graph: Graph, groups: list[tuple[list[int], int, list[int]]], dtypes: list[str],
-               short: Mapping[int, str], node_edges: Sequence[tuple[int, int]], title: str) -> Picture:
+               short: Mapping[int, str], keys: Mapping[int, str], node_edges: Sequence[tuple[int, int]],
+               title: str) -> Picture:
     """One box per group; edges between boxes."""
     boxes: list[Box] = []
     box_of = {}
@@ -305,7 +313,7 @@ def _collapsed(graph: Graph, groups: list[tuple[list[int], int, list[int]]], dty
             label = _range_label(names)
         if n > 1:
             ops = _core(graph, every) or every
-            first, last = _name_key(short, ops[0]), _name_key(short, ops[-1])
+            first, last = keys[ops[0]], keys[ops[-1]]
             if first and last and first != last:
                 label = _range_label([first, last])   # 'stage3: unit2 … unit6'
             label = f"{label}   × {n}"

@@ -111,7 +111,8 @@ def _measure(runs: Runs, original: Graph, excluded: frozenset, tensors: Mapping)
     dtypes = conversion.result.node_dtypes
     forced = [n.name for n in conversion.graph.nodes
               if not n.subgraphs and dtypes.get(n.name) in DTYPE_LIMITS]
-    fg = teacher_force(conversion.graph, original, forced, conversion.result.tensor_dtypes)
+    fg = teacher_force(conversion.graph, original, forced, conversion.result.tensor_dtypes,
+                       conversion.result.inserted_casts)
     var_dtypes = {**conversion.arg_dtypes, **conversion.aux_dtypes, **runs.input_dtypes(),
                   **fg.var_dtypes}
     # emulated: the rounding rules are the emulation's own, whatever runs the checks

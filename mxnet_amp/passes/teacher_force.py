@@ -68,12 +68,16 @@ class _Forcer(Rewriter):
     name = "teacher_force"
 
     def __init__(self, converted: Graph, original: Graph, forced: Collection[str],
-                 tensor_dtypes: Mapping[Entry, str | None]) -> None:
+                 tensor_dtypes: Mapping[Entry, str | None],
+                 inserted_casts: Collection[int] | None) -> None:
         super().__init__(converted)
         self.original, self.forced, self.dtypes = original, set(forced), tensor_dtypes
-        self.names = {n.name for n in original.nodes}
+        names = {n.name for n in original.nodes}
+        self.inserted = (set(inserted_casts) if inserted_casts is not None else
+                         {i for i, n in enumerate(converted.nodes)
+                          if n.op in ANY_CAST_OPS and n.name not in names})
         self.builder.names.update(n.name for n in converted.nodes)
-        self.builder.names.update(self.names)
+        self.builder.names.update(names)
         self.used = converted.num_used_outputs()
         self.vars: dict[str, int] = {}
         self.copied: dict[int, int] = {}
@@ -120,7 +124,7 @@ class _Forcer(Rewriter):
         node = self.graph.nodes[e.node]
         if node.is_variable:
             return self.variable(node.name, node)
-        if node.op in ANY_CAST_OPS and node.name not in self.names:
+        if e.node in self.inserted:
             if e.node not in self.copied:   # a cast the conversion inserted: copied once
                 ins = tuple(self.forced_input(x) for x in node.inputs)
                 self.copied[e.node] = self.emit(node.replace(inputs=ins))
@@ -181,13 +185,15 @@ class TeacherForce(GraphPass[ForcedGraph]):
     name = "teacher_force"
 
     def __init__(self, original: Graph, forced: Collection[str],
-                 tensor_dtypes: Mapping[Entry, str | None], *, verify: bool = True) -> None:
+                 tensor_dtypes: Mapping[Entry, str | None],
+                 inserted_casts: Collection[int] | None = None, *, verify: bool = True) -> None:
         super().__init__(verify=verify)
         self.original, self.forced, self.tensor_dtypes = original, forced, tensor_dtypes
+        self.inserted_casts = inserted_casts
 
     def call(self, graph: Graph) -> PassResult[ForcedGraph]:
         """Run the pass on the converted ``graph`` (see the module doc)."""
-        forcer = _Forcer(graph, self.original, self.forced, self.tensor_dtypes)
+        forcer = _Forcer(graph, self.original, self.forced, self.tensor_dtypes, self.inserted_casts)
         forcer.run()
         built = _Perturber(forcer).run()
         out = forcer.out
@@ -197,7 +203,8 @@ class TeacherForce(GraphPass[ForcedGraph]):
 
 
 def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
-                  tensor_dtypes: Mapping[Entry, str | None]) -> ForcedGraph:
+                  tensor_dtypes: Mapping[Entry, str | None],
+                  inserted_casts: Collection[int] | None = None) -> ForcedGraph:
     """The attribution graph of ``converted`` (module doc).
 
     Parameters
@@ -205,12 +212,15 @@ def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
     converted : Graph
         The converted graph (casts included), as the conversion left it.
     original : Graph
-        The float32 graph it was converted from (its node names are kept by the conversion;
-        a node of ``converted`` whose name is not in ``original`` is an inserted cast).
+        The float32 graph it was converted from.
     forced : collection of str
         Names of the op nodes to recompute from reference inputs (those computing in low
         precision).
     tensor_dtypes : mapping of Entry to str
         The dtype of each tensor of ``converted`` (``CastResult.tensor_dtypes``).
+    inserted_casts : collection of int, optional
+        The indices of the cast nodes the conversion inserted (``CastResult.inserted_casts``),
+        copied with the forced nodes that read them. Without the record: the cast nodes whose
+        names are not in ``original`` (the conversion keeps the original's node names).
     """
-    return TeacherForce(original, forced, tensor_dtypes)(converted).decided
+    return TeacherForce(original, forced, tensor_dtypes, inserted_casts)(converted).decided
