@@ -308,11 +308,9 @@ def _params_before_after(conversion: Conversion, arg_params: Mapping | None,
     after_arrays = None if new_arg_params is None and new_aux_params is None else {
         **{f"arg:{k}": v for k, v in (new_arg_params or {}).items()},
         **{f"aux:{k}": v for k, v in (new_aux_params or {}).items()}}
-    decided = {**conversion.arg_dtypes, **conversion.aux_dtypes}
     # a param type inference leaves undecided stays as stored
-    after_dtypes = {k: decided.get(k) or stored for k, stored in conversion.param_dtypes.items()}
-    # dtypes as given (param_dtypes holds those cast_optional_params chose)
-    given = conversion.input_param_dtypes or conversion.param_dtypes
+    after_dtypes = {k: r.bound or r.stored for k, r in conversion.params.items()}
+    given = conversion.input_param_dtypes
     before = _param_stats(before_arrays, dict(given))
     if before_arrays is None and after_arrays is not None:
         # the originals are gone (a checkpoint converted in place): their shapes are the
