@@ -7,7 +7,7 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .convert import Conversion, convert_with_params
 from .dtypes import LOW_PRECISION
@@ -15,7 +15,7 @@ from .errors import ParamError, StrippedCastsError
 from .io import existing_checkpoint_files, graph_from_symbol, save_checkpoint
 from .io import load_checkpoint as read_checkpoint
 from .options import ConvertOptions, make_options
-from .params import (array_dtype, array_nbytes, cast_array, check_data_names, check_param_shapes,
+from .params import (array_dtype, array_nbytes, check_data_names, check_param_shapes,
                      check_params, default_data_names, name_list)
 from .paths import check_outputs, checkpoint_files
 from .progress import byte_bar
@@ -230,16 +230,11 @@ def _recast_in_place(arg_params: dict, aux_params: dict, conversion: Conversion,
     sizes = {"param_bytes_before": 0, "param_bytes_after": 0}
     total = sum(array_nbytes(v) for params in (arg_params, aux_params) for v in params.values())
     with byte_bar("converting params", total, progress) as bar:
-        for params, dtypes in ((arg_params, conversion.arg_dtypes), (aux_params, conversion.aux_dtypes)):
-            for name in list(params):
-                before = array_nbytes(params[name])
-                sizes["param_bytes_before"] += before
-                want = dtypes.get(name)
-                if want is not None and array_dtype(params[name]) != want:
-                    # replacing the entry frees the fp32 original before the next weight is cast
-                    params[name] = cast_array(params[name], want)
-                sizes["param_bytes_after"] += array_nbytes(params[name])
-                bar.update(before)
+        def each(name: str, before: Any, after: Any) -> None:
+            sizes["param_bytes_before"] += array_nbytes(before)
+            sizes["param_bytes_after"] += array_nbytes(after)
+            bar.update(array_nbytes(before))
+        conversion.recast(arg_params, aux_params, in_place=True, each=each)
     return sizes
 
 

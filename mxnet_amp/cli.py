@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Sequence
 
 from .cli_output import (PROG, finish, say, with_extra, with_hardware_note)
 from .errors import AMPError, CLIError, error_text
-from .graph import CAST_OPS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -314,7 +313,7 @@ def _inspect_stripped(args: argparse.Namespace) -> int:
         raise CLIError(f"{args.prefix}: not a model saved without its amp casts")
     report = build_report(conversion, new_arg_params=arg_params, new_aux_params=aux_params,
                           model=os.path.basename(args.prefix))
-    casts = sum(n.op in CAST_OPS for n in conversion.graph.nodes)
+    casts = len(conversion.result.inserted_casts)
     finish(args, conversion, report, [
         "", f"{args.prefix}: a {conversion.policy.target_dtype} "
         "mixed precision model saved without its amp casts (mx.model.save_checkpoint, export() "

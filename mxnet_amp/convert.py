@@ -4,7 +4,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code
 from .errors import AlreadyConvertedError, GraphError, TypeInferenceError
@@ -17,7 +17,7 @@ from .params import (array_dtype, array_nbytes, check_param_shapes, check_params
                      model_inputs, name_list, param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.fusion_barriers import insert_fusion_barriers
-from .passes.insert_casts import CastResult, insert_casts, refuse_converted
+from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
 from .registry import InferenceFailed, infer_types
@@ -26,7 +26,35 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
 __all__ = ["convert_symbol", "convert_model", "convert_graph", "convert_model_full",
-           "convert_with_params", "fold_model", "Conversion"]
+           "convert_with_params", "fold_model", "Conversion", "ParamRecord"]
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    """What a conversion decided for one param (a weight or auxiliary state).
+
+    Attributes
+    ----------
+    given : str
+        Its dtype as given: its array's, else its ``__dtype__`` attribute's, else float32
+        (what a report calls "before").
+    stored : str
+        The dtype the conversion stores it in: ``given``, or the low precision dtype every
+        reader wants under ``cast_optional_params``; its ``__dtype__`` tag in the converted
+        graph.
+    bound : str or None
+        The dtype MXNet's type inference gives it in the converted symbol, the dtype its
+        array is recast to (:meth:`Conversion.recast`); equal to ``stored`` where decided
+        (checked), None where inference leaves it undecided or the symbol does not read it
+        (its array is then kept as it is).
+    why : str
+        Why it is stored so.
+    """
+
+    given: str
+    stored: str
+    bound: str | None
+    why: str
 
 
 @dataclass(frozen=True)
@@ -38,12 +66,14 @@ class Conversion:
     result: CastResult
     policy: OpPolicy
     data_names: tuple[str, ...]
-    param_dtypes: Mapping[str, str]
-    # None: MXNet's type inference left it undecided (it stays as stored)
-    arg_dtypes: Mapping[str, str | None]
-    aux_dtypes: Mapping[str, str | None]
-    # each weight's dtype as given, before cast_optional_params chose new ones (for reports)
-    input_param_dtypes: Mapping[str, str] = field(default_factory=dict)
+    # each param's dtypes: the one record of them (param_dtypes, arg_dtypes, aux_dtypes and
+    # input_param_dtypes below are views of it)
+    params: Mapping[str, ParamRecord]
+    # each model input's dtype by MXNet's type inference (None: undecided)
+    input_dtypes: Mapping[str, str | None]
+    # the converted symbol's list_arguments() and list_auxiliary_states(), in order
+    arguments: tuple[str, ...] = ()
+    auxiliary_states: tuple[str, ...] = ()
     # the converted graph as an mx.sym.Symbol (built once; MXNet symbols are immutable)
     symbol: Any = None
     # (BatchNorm name, producer name) of each BatchNorm folded away before conversion
@@ -58,6 +88,52 @@ class Conversion:
     # (Convolution name, its readers behind an identity amp_cast) where MXNet's oneDNN
     # fusion would hand other readers the fused output (passes/fusion_barriers.py)
     fusion_barriers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def param_dtypes(self) -> dict[str, str]:
+        """Each param's stored dtype (:attr:`ParamRecord.stored`)."""
+        return {k: r.stored for k, r in self.params.items()}
+
+    @property
+    def input_param_dtypes(self) -> dict[str, str]:
+        """Each param's dtype as given (:attr:`ParamRecord.given`)."""
+        return {k: r.given for k, r in self.params.items()}
+
+    def _bound(self, name: str) -> str | None:
+        record = self.params.get(name)
+        return record.bound if record is not None else self.input_dtypes.get(name)
+
+    @property
+    def arg_dtypes(self) -> dict[str, str | None]:
+        """Each argument of the converted symbol (model inputs and weights) -> its dtype by
+        type inference (None: undecided, it stays as stored)."""
+        return {k: self._bound(k) for k in self.arguments}
+
+    @property
+    def aux_dtypes(self) -> dict[str, str | None]:
+        """Each auxiliary state of the converted symbol -> its dtype by type inference."""
+        return {k: self._bound(k) for k in self.auxiliary_states}
+
+    @property
+    def variable_dtypes(self) -> dict[str, str | None]:
+        """:attr:`arg_dtypes` and :attr:`aux_dtypes` in one mapping."""
+        return {**self.arg_dtypes, **self.aux_dtypes}
+
+    def with_given(self, given: Mapping[str, str]) -> Conversion:
+        """This conversion with the params' dtypes as given replaced by ``given`` (a model
+        whose stored params are the converted ones: its report's "before")."""
+        params = {k: replace(r, given=given.get(k, r.given)) for k, r in self.params.items()}
+        return replace(self, params=MappingProxyType(params))
+
+    def recast(self, arg_params: Mapping, aux_params: Mapping, *, current: Mapping[str, str] | None = None,
+               sequential: bool = False, in_place: bool = False,
+               each: Callable[[str, Any, Any], None] | None = None) -> tuple[dict, dict]:
+        """The arg and aux params cast to their :attr:`ParamRecord.bound` dtypes (arrays
+        already right, and params the record lacks, kept): every caller's one way to cast
+        params to a conversion's dtypes (:func:`mxnet_amp.params.recast_params`, which
+        says what ``current``, ``sequential``, ``in_place`` and ``each`` do)."""
+        return (recast_params(arg_params, self.arg_dtypes, current, sequential, in_place=in_place, each=each),
+                recast_params(aux_params, self.aux_dtypes, current, sequential, in_place=in_place, each=each))
 
 
 def _data_names(graph: Graph, data_names: Sequence[str] | str | None,
@@ -148,7 +224,7 @@ def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
 def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
              data_dtypes: Mapping[str, str], stored: dict[str, str],
              output_dtype: str | None) -> Conversion:
-    input_param_dtypes = dict(stored)
+    given = dict(stored)
     result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype)
     if result.unlisted_ops:
         warn_unlisted(result.unlisted_ops, options.target_dtype)
@@ -156,10 +232,20 @@ def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
     # every weight says what it holds, so the symbol binds without a type_dict
     tagged = tag_param_dtypes(result.graph, stored)
     sym = graph_to_symbol(tagged)
-    arg_dtypes, aux_dtypes = _inferred_param_dtypes(sym, stored, data_dtypes)
+    bound = _inferred_variable_dtypes(sym, stored, data_dtypes)
+    params = {k: ParamRecord(given[k], dt, bound.get(k), _why_stored(given[k], dt))
+              for k, dt in stored.items()}
+    inputs = {k: dt for k, dt in bound.items() if k not in stored}
     return Conversion(tagged, graph, result, options.policy, tuple(names),
-                      dict(stored), arg_dtypes, aux_dtypes, input_param_dtypes, sym,
+                      MappingProxyType(params), MappingProxyType(inputs),
+                      tuple(sym.list_arguments()), tuple(sym.list_auxiliary_states()), sym,
                       excluded=options.excluded, fusion_barriers=barriers)
+
+
+def _why_stored(given: str, stored: str) -> str:
+    if given == stored:
+        return "stored as given"
+    return f"every reader computes in {stored}: stored so (cast_optional_params)"
 
 
 def _guard_fusion(result: CastResult, target_dtype: str
@@ -176,7 +262,10 @@ def _guard_fusion(result: CastResult, target_dtype: str
     dtypes = {moved.get(Entry(e.node, e.output), e)._replace(version=e.version): dt
               for e, dt in result.tensor_dtypes.items()}
     dtypes.update(guarded.decided.barrier_dtypes)
-    return (replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes)),
+    casts = {moved[Entry(i)].node: kind for i, kind in result.inserted_casts.items()}
+    casts.update((e.node, FUSION_BARRIER) for e in guarded.decided.barrier_dtypes)
+    return (replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes),
+                    inserted_casts=MappingProxyType(casts)),
             guarded.decided.guarded)
 
 
@@ -210,10 +299,10 @@ def _cast_rounds(graph: Graph, options: ConvertOptions, data_dtypes: Mapping[str
                         excluded=excluded, output_dtype=output_dtype, op_types=op_types)
 
 
-def _inferred_param_dtypes(sym: Symbol, stored: Mapping[str, str], data_dtypes: Mapping[str, str]
-                           ) -> tuple[dict[str, str | None], dict[str, str | None]]:
-    """``(arg dtypes, aux dtypes)`` of the converted symbol by MXNet's type inference, which
-    must agree with the weights' tags."""
+def _inferred_variable_dtypes(sym: Symbol, stored: Mapping[str, str], data_dtypes: Mapping[str, str]
+                              ) -> dict[str, str | None]:
+    """Each argument and auxiliary state of the converted symbol -> its dtype by MXNet's type
+    inference, which must agree with the weights' tags."""
     try:
         # weights pass as stored: one read only by amp_cast is otherwise left undecided
         args, _, auxs = infer_types(sym, {**stored, **data_dtypes})
@@ -226,7 +315,7 @@ def _inferred_param_dtypes(sym: Symbol, stored: Mapping[str, str], data_dtypes: 
         warnings.warn(f"type inference leaves {undecided[:10]} undecided; they stay as stored",
                       stacklevel=2)
     _check_tags(stored, {**arg_dtypes, **aux_dtypes})
-    return arg_dtypes, aux_dtypes
+    return {**arg_dtypes, **aux_dtypes}
 
 
 def _with_weight_dtypes(result: CastResult, stored: Mapping[str, str]) -> CastResult:
@@ -381,8 +470,8 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         input_dtypes=input_dtypes, output_dtype=output_dtype)
     if not cast_params:
         return conversion.symbol, arg_params, aux_params, conversion
-    new_args = recast_params(arg_params, conversion.arg_dtypes, param_dtypes, sequential_casts)
-    new_aux = recast_params(aux_params, conversion.aux_dtypes, param_dtypes, sequential_casts)
+    new_args, new_aux = conversion.recast(arg_params, aux_params, current=param_dtypes,
+                                          sequential=sequential_casts)
     return conversion.symbol, new_args, new_aux, conversion
 
 

@@ -221,7 +221,7 @@ def emulate_conversion(conversion: Conversion, arg_params: Mapping, aux_params: 
     """
     from .graph import Entry
     graph = conversion.graph
-    stored = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    stored = conversion.variable_dtypes
     var_dtypes = _variable_dtypes(arg_params, aux_params, stored, "emulate_conversion")
     tensor = conversion.result.tensor_dtypes
     used = graph.num_used_outputs()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .dtypes import array_dtype, array_nbytes
 from .errors import ParamError
@@ -191,13 +191,22 @@ def param_dict(params: Mapping | None, what: str) -> dict:
 
 
 def recast_params(params: Mapping, dtypes: Mapping[str, str | None],
-                  current: Mapping[str, str] | None = None, sequential: bool = False) -> dict:
+                  current: Mapping[str, str] | None = None, sequential: bool = False, *,
+                  in_place: bool = False, each: Callable[[str, Any, Any], None] | None = None) -> dict:
     """A new dict with each array cast to ``dtypes[name]``; arrays already right are shared.
 
     ``current`` may give each array's dtype name when the caller knows it already. The
     input dict and its arrays are never modified. ``sequential``: finish each cast before
     starting the next (see :func:`mxnet_amp.convert.convert_model_full`); otherwise small
-    arrays of one shape are cast together (:func:`_cast_together`)."""
+    arrays of one shape are cast together (:func:`_cast_together`). ``in_place``: cast one
+    at a time into ``params`` itself (returned), each entry replaced as soon as its cast is
+    queued, so each original is freed before the next is cast (a checkpoint converted with
+    only one copy of each weight alive); ``each(name, before, after)`` is then called for
+    every param."""
+    if in_place:
+        if not isinstance(params, dict):
+            raise TypeError(f"recast_params(in_place=True) needs a dict, got {type(params).__name__}")
+        return _recast_in_place(params, dtypes, each)
     out = {}
     todo: dict[tuple, list[str]] = {}
     for name, value in params.items():
@@ -218,6 +227,19 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str | None],
                     else [cast_array(arrays[0], key[-1])])
             out.update(zip(chunk, cast))
     return out
+
+
+def _recast_in_place(params: dict, dtypes: Mapping[str, str | None],
+                     each: Callable[[str, Any, Any], None] | None) -> dict:
+    for name in list(params):
+        before = params[name]
+        want = dtypes.get(name)
+        if want is not None and array_dtype(before) != want:
+            # replacing the entry frees the original before the next one is cast
+            params[name] = cast_array(before, want)
+        if each is not None:
+            each(name, before, params[name])
+    return params
 
 
 # arrays cast together: at most this many elements each (bigger ones gain nothing from it,

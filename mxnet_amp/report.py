@@ -17,6 +17,7 @@ import numpy as np
 
 from .dtypes import dtype_name
 from .graph import Graph
+from .passes.insert_casts import MULTICAST
 from .policy import Category, Decision
 
 if TYPE_CHECKING:   # only annotations name it
@@ -307,11 +308,9 @@ def _params_before_after(conversion: Conversion, arg_params: Mapping | None,
     after_arrays = None if new_arg_params is None and new_aux_params is None else {
         **{f"arg:{k}": v for k, v in (new_arg_params or {}).items()},
         **{f"aux:{k}": v for k, v in (new_aux_params or {}).items()}}
-    decided = {**conversion.arg_dtypes, **conversion.aux_dtypes}
     # a param type inference leaves undecided stays as stored
-    after_dtypes = {k: decided.get(k) or stored for k, stored in conversion.param_dtypes.items()}
-    # dtypes as given (param_dtypes holds those cast_optional_params chose)
-    given = conversion.input_param_dtypes or conversion.param_dtypes
+    after_dtypes = {k: r.bound or r.stored for k, r in conversion.params.items()}
+    given = conversion.input_param_dtypes
     before = _param_stats(before_arrays, dict(given))
     if before_arrays is None and after_arrays is not None:
         # the originals are gone (a checkpoint converted in place): their shapes are the
@@ -374,14 +373,8 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         if dt == "float32":
             why = (reasons or {}).get(node.name) or _fp32_reason(node.name, decision, fallbacks)
             fp32_nodes.append(FP32Node(node.name, node.op, why))
-    casts_by = Counter(n.attrs.get("dtype", "?") for n in conversion.graph.nodes if n.op == "amp_cast")
+    casts_by, n_multi, n_weight_casts = _cast_counts(conversion)
     n_casts = sum(casts_by.values())
-    data = set(conversion.data_names)
-    graph = conversion.graph
-    n_weight_casts = sum(1 for n in graph.nodes if n.op == "amp_cast"
-                         and graph.nodes[n.inputs[0].node].is_variable
-                         and graph.nodes[n.inputs[0].node].name not in data)
-    n_multi = sum(1 for n in conversion.graph.nodes if n.op == "amp_multicast")
 
     before, after = _params_before_after(conversion, arg_params, aux_params,
                                          new_arg_params, new_aux_params)
@@ -404,6 +397,24 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         unlisted_ops=tuple(sorted(result.unlisted_ops)),
         **_folding(conversion),
     )
+
+
+def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
+    """``(amp_casts by dtype, amp_multicasts, amp_casts of a stored weight)`` among the casts
+    the conversion inserted (its record: a model's own casts are not counted; fusion
+    barriers are amp_casts)."""
+    graph, data = conversion.graph, set(conversion.data_names)
+    casts_by: Counter = Counter()
+    n_multi = n_weight = 0
+    for i, kind in sorted(conversion.result.inserted_casts.items()):
+        node = graph.nodes[i]
+        if kind == MULTICAST:
+            n_multi += 1
+            continue
+        casts_by[node.attrs.get("dtype", "?")] += 1
+        source = graph.nodes[node.inputs[0].node]
+        n_weight += source.is_variable and source.name not in data
+    return casts_by, n_multi, n_weight
 
 
 def _folding(conversion: Conversion) -> dict:

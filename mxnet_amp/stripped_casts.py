@@ -18,7 +18,6 @@ checkpoint came about and how to save it with its casts.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
 from .dtypes import LOW_PRECISION, dtype_of_code
@@ -97,10 +96,10 @@ def restore_casts(graph: Graph, params: Mapping[str, str], dtype: str,
     for _ in range(_MAX_ROUNDS):
         options = make_options(dtype, excluded_sym_names=sorted(excluded), fold_batchnorm=False)
         conversion = convert_graph(graph, options, data_names=data_names, param_dtypes=as_float32)
-        got = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+        got = conversion.variable_dtypes
         wrong = sorted(k for k, d in params.items() if got.get(k, d) != d)
         if not wrong:   # the params as they are stored are the model's (reports: before)
-            return replace(conversion, input_param_dtypes=dict(params))
+            return conversion.with_given(params)
         # a weight kept float32 that the conversion stores low: its readers were excluded
         readers = {graph.nodes[c].name for k in wrong if params[k] == "float32"
                    for c, _ in consumers[index[k]]}

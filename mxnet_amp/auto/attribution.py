@@ -67,7 +67,7 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: M
 
     from ..emulation import round_array
     feeds: dict = {}
-    stored = {**conversion.arg_dtypes, **conversion.aux_dtypes}
+    stored = conversion.variable_dtypes
     for variable in fg.graph.variables():
         name = variable.name
         if name in fg.reference_feeds:
@@ -111,8 +111,9 @@ def _measure(runs: Runs, original: Graph, excluded: frozenset, tensors: Mapping)
     dtypes = conversion.result.node_dtypes
     forced = [n.name for n in conversion.graph.nodes
               if not n.subgraphs and dtypes.get(n.name) in DTYPE_LIMITS]
-    fg = teacher_force(conversion.graph, original, forced, conversion.result.tensor_dtypes)
-    var_dtypes = {**conversion.arg_dtypes, **conversion.aux_dtypes, **runs.input_dtypes(),
+    fg = teacher_force(conversion.graph, original, forced, conversion.result.tensor_dtypes,
+                       conversion.result.inserted_casts)
+    var_dtypes = {**conversion.variable_dtypes, **runs.input_dtypes(),
                   **fg.var_dtypes}
     # emulated: the rounding rules are the emulation's own, whatever runs the checks
     sym = graph_to_symbol(emulate_graph(fg.graph, {k: d for k, d in var_dtypes.items() if d}))

@@ -10,7 +10,6 @@ import numpy as np
 from ..convert import Conversion, convert_model_full
 from ..errors import ParamError, TargetDtypeError
 from ..options import ConvertOptions
-from ..params import recast_params
 from .measure import check_outputs
 from .records import AutoSettings, OutputCheck, SearchStep
 
@@ -71,8 +70,7 @@ class Runs:
         sym, args, auxs, conversion = self.convert(excluded)
         self.conversions = {}
         if self.execution == "emulated":
-            args = recast_params(args, conversion.arg_dtypes, sequential=True)
-            auxs = recast_params(auxs, conversion.aux_dtypes, sequential=True)
+            args, auxs = conversion.recast(args, auxs, sequential=True)
         return sym, args, auxs, conversion
 
     def forward(self, sym: Symbol, arg_params: Mapping, aux_params: Mapping) -> list[np.ndarray]:

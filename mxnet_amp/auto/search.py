@@ -8,7 +8,8 @@ import numpy as np
 
 from ..convert import Conversion
 from ..dtypes import LOW_PRECISION
-from ..graph import CAST_OPS, Entry, Graph
+from ..passes.insert_casts import MULTICAST
+from ..graph import Entry, Graph
 from ..io import graph_to_symbol
 from ..policy import Category
 from .measure import offending_tensors, reference_ranges
@@ -43,25 +44,26 @@ def _descendants(graph: Graph, starts: set[int]) -> set[int]:
     return seen
 
 
-def _low_holders(original: Graph, converted: Graph,
-                 dtypes: list[tuple[str | None, ...]],
-                 categories: Mapping[str, Category]) -> dict[tuple[str, int], set[str]]:
+def _low_holders(converted: Graph, dtypes: list[tuple[str | None, ...]],
+                 categories: Mapping[str, Category],
+                 inserted_casts: Mapping[int, str]) -> dict[tuple[str, int], set[str]]:
     """For each original tensor ``(node name, output)``, the original op nodes that would hold
     it in low precision even if its producer computed in float32: the producer itself when
     it computes in low precision, and every consumer that casts it to low precision (a
-    target op, reading it through a cast or already in low precision)."""
-    names = {n.name for n in original.nodes}
+    target op, reading it through a cast or already in low precision). ``inserted_casts``:
+    the conversion's casts (``CastResult.inserted_casts``)."""
     holders: dict[tuple[str, int], set[str]] = {}
 
     def source(e: Entry) -> tuple[tuple[str, int], str | None, bool]:
         node = converted.nodes[e.node]
-        if node.op in CAST_OPS and node.name not in names:
-            src = node.inputs[0] if node.op == "amp_cast" else node.inputs[e.output]
+        if e.node in inserted_casts:
+            # a multicast's output k casts its input k
+            src = node.inputs[e.output] if inserted_casts[e.node] == MULTICAST else node.inputs[0]
             return (converted.nodes[src.node].name, src.output), dtypes[e.node][e.output], True
         return (node.name, e.output), dtypes[e.node][e.output], False
 
     for j, node in enumerate(converted.nodes):
-        if node.is_variable or node.name not in names:
+        if node.is_variable or j in inserted_casts:
             continue
         for k, d in enumerate(dtypes[j]):
             if d in LOW_PRECISION:
@@ -155,7 +157,8 @@ def _holders_of(conversion: Conversion) -> dict[tuple[str, int], set[str]]:
     used = conversion.graph.num_used_outputs()
     dtypes = [tuple(tensor.get(Entry(i, k)) for k in range(used[i]))
               for i in range(len(conversion.graph.nodes))]
-    return _low_holders(conversion.original, conversion.graph, dtypes, conversion.result.categories)
+    return _low_holders(conversion.graph, dtypes, conversion.result.categories,
+                        conversion.result.inserted_casts)
 
 
 def low_nodes(conversion: Conversion) -> list[str]:

@@ -27,7 +27,14 @@ from ..policy import Category, Decision, OpPolicy
 from ..registry import op_input_names
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["CastResult", "Plan", "insert_casts", "InsertCasts", "refuse_converted"]
+__all__ = ["CastResult", "Plan", "insert_casts", "InsertCasts", "refuse_converted",
+           "CAST", "MULTICAST", "FUSION_BARRIER"]
+
+# the kinds of cast node a conversion inserts (CastResult.inserted_casts): an amp_cast of one
+# tensor to the dtype a reader wants, an amp_multicast unifying a widest op's inputs, and an
+# identity amp_cast that keeps oneDNN's fusion off a shared convolution output
+# (passes/fusion_barriers.py, put in after this pass)
+CAST, MULTICAST, FUSION_BARRIER = "cast", "multicast", "fusion barrier"
 
 
 EXCLUDED_REASON = "excluded by name (excluded_sym_names / --exclude)"
@@ -64,6 +71,10 @@ class CastResult:
     multicasts: int = 0
     # entry of ``graph`` -> the dtype the pass gave that tensor (None: left to MXNet)
     tensor_dtypes: Mapping[Entry, str | None] = field(default_factory=lambda: MappingProxyType({}))
+    # index in ``graph`` of each cast node the conversion inserted -> its kind (CAST,
+    # MULTICAST, FUSION_BARRIER): the one record of which nodes are the conversion's casts
+    # (a model may hold amp_casts of its own); what a cast reads is its inputs in ``graph``
+    inserted_casts: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def categories(self) -> Mapping[str, Category]:
@@ -169,6 +180,7 @@ class _CastInserter(Rewriter):
         self.unlisted: set[str] = set()
         self.index_pos: dict[str, frozenset[int]] = {}
         self.casts = self.multicasts = 0
+        self.inserted: dict[int, str] = {}   # new node index -> CAST / MULTICAST
 
     def result(self) -> CastResult:
         """Walk the graph (:meth:`Rewriter.run`); the new graph and what was decided."""
@@ -177,7 +189,8 @@ class _CastInserter(Rewriter):
                           MappingProxyType(self.node_dtypes), MappingProxyType(self.decisions),
                           MappingProxyType({k: frozenset(v) for k, v in self.wants.items()}),
                           tuple(self.fallbacks), frozenset(self.unlisted), self.op_types.probes,
-                          self.casts, self.multicasts, MappingProxyType(self.dtype_of))
+                          self.casts, self.multicasts, MappingProxyType(self.dtype_of),
+                          MappingProxyType(self.inserted))
 
     # --- variables and heads -------------------------------------------------------------
 
@@ -372,6 +385,7 @@ class _CastInserter(Rewriter):
             base = self.builder.nodes[src.node].name + (f"_out{src.output}" if src.output else "")
             name = self.builder.fresh_name(f"{base}_amp_cast_{dtype}")
             hit = self.cast_cache[(src, dtype)] = Entry(self.builder.add(cast_node(name, src, dtype)))
+            self.inserted[hit.node] = CAST
             self.dtype_of[hit] = dtype
             self.casts += 1
         return hit
@@ -380,6 +394,7 @@ class _CastInserter(Rewriter):
         idx = self.builder.add(multicast_node(self.builder.fresh_name(f"{name}_amp_multicast"),
                                               tuple(srcs)))
         self.multicasts += 1
+        self.inserted[idx] = MULTICAST
         outs = [Entry(idx, k) for k in range(len(srcs))]
         for e in outs:
             self.dtype_of[e] = dtype

@@ -24,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Mapping
 
-from ..graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node
+from ..graph import ANY_CAST_OPS, Entry, Graph, Node
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["ForcedGraph", "teacher_force"]
+__all__ = ["ForcedGraph", "teacher_force", "TeacherForce"]
 
 
 @dataclass(frozen=True)
@@ -60,25 +61,50 @@ class ForcedGraph:
     outputs: list[tuple[str, str, int]] = field(default_factory=list)
 
 
-class _Builder:
-    """The attribution graph under construction: variables made once, casts copied once."""
+class _Forcer(Rewriter):
+    """The forced copies: a loop over the converted graph that copies each forced node,
+    reading new variables (or the casts the conversion put before it, copied once)."""
 
-    def __init__(self, converted: Graph, original: Graph) -> None:
-        self.converted, self.original = converted, original
-        self.names = {n.name for n in original.nodes}
-        self.b = GraphBuilder()
-        self.b.names.update(n.name for n in converted.nodes)
-        self.b.names.update(self.names)
+    name = "teacher_force"
+
+    def __init__(self, converted: Graph, original: Graph, forced: Collection[str],
+                 tensor_dtypes: Mapping[Entry, str | None],
+                 inserted_casts: Collection[int] | None) -> None:
+        super().__init__(converted)
+        self.original, self.forced, self.dtypes = original, set(forced), tensor_dtypes
+        names = {n.name for n in original.nodes}
+        self.inserted = (set(inserted_casts) if inserted_casts is not None else
+                         {i for i, n in enumerate(converted.nodes)
+                          if n.op in ANY_CAST_OPS and n.name not in names})
+        self.builder.names.update(n.name for n in converted.nodes)
+        self.builder.names.update(names)
+        self.used = converted.num_used_outputs()
         self.vars: dict[str, int] = {}
         self.copied: dict[int, int] = {}
         self.fed: dict[tuple[str, int, str], Entry] = {}
-        self.aliases: dict[str, str] = {}   # original variable -> its float32 alias
-        self.heads: list[Entry] = []
+        self.out_heads: list[Entry] = []
         self.out = ForcedGraph(Graph((), ()))
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        if node.is_variable or node.name not in self.forced:
+            return ()   # not copied: nothing in the new graph reads it through the loop
+        ins = tuple(self.forced_input(e) for e in node.inputs)
+        idx = self.emit(node.replace(inputs=ins))
+        self.add_heads("forced", node.name, idx, self.used[i])
+        return idx
+
+    def heads(self) -> list[Entry]:
+        return self.out_heads
+
+    def add_heads(self, kind: str, name: str, idx: int, used: int) -> None:
+        """Output ``k < used`` of new node ``idx`` (a copy of ``name``) as a graph output."""
+        for k in range(used):
+            self.out.outputs.append((kind, name, k))
+            self.out_heads.append(Entry(idx, k))
 
     def variable(self, name: str, node: Node | None = None) -> Entry:
         if name not in self.vars:
-            self.vars[name] = self.b.add(node or Node("null", name))
+            self.vars[name] = self.emit(node or Node("null", name))
         return Entry(self.vars[name])
 
     def feed(self, tensor: tuple[str, int], kind: str, dtype: str | None) -> Entry:
@@ -86,42 +112,99 @@ class _Builder:
         perturbed reference (``'perturbed'``)."""
         key = (tensor[0], tensor[1], kind)
         if key not in self.fed:
-            name = self.b.fresh_name(f"{tensor[0]}_out{tensor[1]}_{kind}")
+            name = self.builder.fresh_name(f"{tensor[0]}_out{tensor[1]}_{kind}")
             self.fed[key] = self.variable(name)
             target = self.out.reference_feeds if kind == "reference" else self.out.perturbed_feeds
             target[name] = tensor
             self.out.var_dtypes[name] = dtype or "float32"
         return self.fed[key]
 
-    def forced_input(self, e: Entry, dtypes: Mapping[Entry, str | None]) -> Entry:
+    def forced_input(self, e: Entry) -> Entry:
         """The new graph's entry for converted entry ``e`` read by a forced node."""
-        node = self.converted.nodes[e.node]
+        node = self.graph.nodes[e.node]
         if node.is_variable:
             return self.variable(node.name, node)
-        if node.op in ANY_CAST_OPS and node.name not in self.names:
+        if e.node in self.inserted:
             if e.node not in self.copied:   # a cast the conversion inserted: copied once
-                ins = tuple(self.forced_input(x, dtypes) for x in node.inputs)
-                self.copied[e.node] = self.b.add(node.replace(inputs=ins))
+                ins = tuple(self.forced_input(x) for x in node.inputs)
+                self.copied[e.node] = self.emit(node.replace(inputs=ins))
             return Entry(self.copied[e.node], e.output)
-        return self.feed((node.name, e.output), "reference", dtypes.get(e))
+        return self.feed((node.name, e.output), "reference", self.dtypes.get(e))
+
+
+class _Perturber(Rewriter):
+    """The perturbed copies: a loop over the original graph, appending to the forced
+    copies' graph a float32 copy of every op that reads another op's output."""
+
+    name = "teacher_force"
+
+    def __init__(self, forcer: _Forcer) -> None:
+        super().__init__(forcer.original)
+        self.forcer, self.builder = forcer, forcer.builder
+        self.used = forcer.original.num_used_outputs()
+        self.aliases: dict[str, str] = {}   # original variable -> its float32 alias
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        nodes = self.graph.nodes
+        if node.is_variable or node.subgraphs or all(nodes[e.node].is_variable for e in node.inputs):
+            return ()   # nothing upstream of it to carry an error through it
+        ins = tuple(self.perturbed_input(e) for e in node.inputs)
+        idx = self.emit(node.replace(name=self.builder.fresh_name(node.name + "_perturbed"),
+                                     inputs=ins))
+        self.forcer.add_heads("perturbed", node.name, idx, self.used[i])
+        return idx
+
+    def heads(self) -> list[Entry]:
+        return self.forcer.out_heads
 
     def perturbed_input(self, e: Entry) -> Entry:
         """The new graph's entry for original entry ``e`` read by a perturbed copy."""
-        node = self.original.nodes[e.node]
+        node, out = self.graph.nodes[e.node], self.forcer.out
         if node.is_variable:
             alias = self.aliases.get(node.name)
             if alias is None:
                 # the perturbed copies read the float32 originals (the forced ones may read
                 # a low precision weight of the same name)
-                alias = self.aliases[node.name] = self.b.fresh_name(f"{node.name}_float32")
-                self.out.param_aliases[alias] = node.name
-                self.out.var_dtypes[alias] = "float32"
-            return self.variable(alias, node.replace(name=alias))
-        return self.feed((node.name, e.output), "perturbed", "float32")
+                alias = self.aliases[node.name] = self.builder.fresh_name(f"{node.name}_float32")
+                out.param_aliases[alias] = node.name
+                out.var_dtypes[alias] = "float32"
+            return self.forcer.variable(alias, node.replace(name=alias))
+        return self.forcer.feed((node.name, e.output), "perturbed", "float32")
+
+
+class TeacherForce(GraphPass[ForcedGraph]):
+    """:func:`teacher_force` as a pass over the converted graph; what it decides is the
+    :class:`ForcedGraph` (the new graph with how to feed and read it).
+
+    Parameters
+    ----------
+    original, forced, tensor_dtypes
+        As :func:`teacher_force`'s.
+    """
+
+    name = "teacher_force"
+
+    def __init__(self, original: Graph, forced: Collection[str],
+                 tensor_dtypes: Mapping[Entry, str | None],
+                 inserted_casts: Collection[int] | None = None, *, verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        self.original, self.forced, self.tensor_dtypes = original, forced, tensor_dtypes
+        self.inserted_casts = inserted_casts
+
+    def call(self, graph: Graph) -> PassResult[ForcedGraph]:
+        """Run the pass on the converted ``graph`` (see the module doc)."""
+        forcer = _Forcer(graph, self.original, self.forced, self.tensor_dtypes, self.inserted_casts)
+        forcer.run()
+        built = _Perturber(forcer).run()
+        out = forcer.out
+        fg = ForcedGraph(Graph(built.nodes, built.heads, graph.attrs), out.var_dtypes,
+                         out.reference_feeds, out.perturbed_feeds, out.param_aliases, out.outputs)
+        return PassResult(fg.graph, fg, True)
 
 
 def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
-                  tensor_dtypes: Mapping[Entry, str | None]) -> ForcedGraph:
+                  tensor_dtypes: Mapping[Entry, str | None],
+                  inserted_casts: Collection[int] | None = None) -> ForcedGraph:
     """The attribution graph of ``converted`` (module doc).
 
     Parameters
@@ -129,43 +212,15 @@ def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
     converted : Graph
         The converted graph (casts included), as the conversion left it.
     original : Graph
-        The float32 graph it was converted from (its node names are kept by the conversion;
-        a node of ``converted`` whose name is not in ``original`` is an inserted cast).
+        The float32 graph it was converted from.
     forced : collection of str
         Names of the op nodes to recompute from reference inputs (those computing in low
         precision).
     tensor_dtypes : mapping of Entry to str
         The dtype of each tensor of ``converted`` (``CastResult.tensor_dtypes``).
+    inserted_casts : collection of int, optional
+        The indices of the cast nodes the conversion inserted (``CastResult.inserted_casts``),
+        copied with the forced nodes that read them. Without the record: the cast nodes whose
+        names are not in ``original`` (the conversion keeps the original's node names).
     """
-    fb = _Builder(converted, original)
-    forced = set(forced)
-    used = converted.num_used_outputs()
-    for i, node in enumerate(converted.nodes):
-        if node.is_variable or node.name not in forced:
-            continue
-        ins = tuple(fb.forced_input(e, tensor_dtypes) for e in node.inputs)
-        idx = fb.b.add(node.replace(inputs=ins))
-        for k in range(used[i]):
-            fb.out.outputs.append(("forced", node.name, k))
-            fb.heads.append(Entry(idx, k))
-    _perturbed_copies(fb)
-    graph = fb.b.build(fb.heads, converted.attrs)
-    return ForcedGraph(graph, fb.out.var_dtypes, fb.out.reference_feeds, fb.out.perturbed_feeds,
-                       fb.out.param_aliases, fb.out.outputs)
-
-
-def _perturbed_copies(fb: _Builder) -> None:
-    """A float32 copy of every original op that reads another op's output, on perturbed
-    inputs (module doc); its outputs appended to the heads."""
-    original = fb.original
-    used = original.num_used_outputs()
-    for i, node in enumerate(original.nodes):
-        if node.is_variable or node.subgraphs:
-            continue
-        if all(original.nodes[e.node].is_variable for e in node.inputs):
-            continue   # nothing upstream of it to carry an error through it
-        ins = tuple(fb.perturbed_input(e) for e in node.inputs)
-        idx = fb.b.add(node.replace(name=fb.b.fresh_name(node.name + "_perturbed"), inputs=ins))
-        for k in range(used[i]):
-            fb.out.outputs.append(("perturbed", node.name, k))
-            fb.heads.append(Entry(idx, k))
+    return TeacherForce(original, forced, tensor_dtypes, inserted_casts)(converted).decided
