@@ -2,13 +2,13 @@
 
 :func:`build_report` reads a :class:`~mxnet_amp.convert.Conversion` (and, when given, the
 param dicts before and after) and returns a :class:`ConversionReport`, a frozen value that
-renders as a dict, JSON or a terminal table. Nothing here runs MXNet.
+renders as a dict, JSON or a terminal table (its tables are built and rendered by
+:mod:`mxnet_amp.report_tables`; ``report_html`` and friends are re-exported here). Nothing
+here runs MXNet.
 """
 from __future__ import annotations
 
-import html
 import json
-import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -19,6 +19,7 @@ from .dtypes import dtype_name
 from .graph import Graph
 from .passes.insert_casts import MULTICAST
 from .policy import Category, Decision
+from .report_tables import report_html, report_notes, report_tables, report_text, result_rows, summary_rows
 
 if TYPE_CHECKING:   # only annotations name it
     from .convert import Conversion
@@ -160,95 +161,15 @@ class ConversionReport:
         """:meth:`to_dict` as JSON text."""
         return json.dumps(self.to_dict(), indent=indent)
 
-    def folding_lines(self, max_names: int = 3) -> list[str]:
-        """The text lines on BatchNorm folding and the input model (empty when nothing was
-        folded or kept)."""
-        if not self.folded_batchnorms and not self.kept_batchnorms:
-            return []
-        names = list(self.folded_batchnorms)
-        shown = ", ".join(names[:max_names]) + (f", … (+{len(names) - max_names})"
-                                                if len(names) > max_names else "")
-        lines = ["", f"BatchNorms folded into the op before them (in float32): {len(names)}"
-                 + (f" ({shown})" if names else "")]
-        if self.input_model is not None:
-            m = self.input_model
-            lines.append(f"  input model before folding: {m['op_nodes']} op nodes, {m['params']} "
-                         f"params, {_size(m['param_bytes'])}")
-        if self.kept_batchnorms:
-            lines.append(f"  BatchNorms kept: {len(self.kept_batchnorms)}")
-            for name, why in self.kept_batchnorms[:10]:
-                lines.append(f"    {name}: {why}")
-            if len(self.kept_batchnorms) > 10:
-                lines.append(f"    … (+{len(self.kept_batchnorms) - 10})")
-        return lines
-
-    def barrier_lines(self, max_names: int = 3) -> list[str]:
-        """The text lines on fusion barriers (empty when there are none)."""
-        names = list(self.fusion_barriers)
-        if not names:
-            return []
-        shown = ", ".join(names[:max_names]) + (f", … (+{len(names) - max_names})"
-                                                if len(names) > max_names else "")
-        return ["", f"Fusion barriers (identity amp_cast after a shared convolution output, which "
-                f"MXNet's oneDNN fusion would misconnect): {len(names)} ({shown})"]
-
     def dtype_columns(self) -> list[str]:
         """The dtypes that occur, low precision first (column order of the tables)."""
         order = {self.target_dtype: 0, "float32": 1}
         return sorted(self.nodes_by_dtype, key=lambda d: (order.get(d, 2 if d != NON_FLOAT else 3), d))
 
     def format_table(self, max_names: int = 3) -> str:
-        """A plain text summary for a terminal."""
-        cols = self.dtype_columns()
-        title = f"mxnet-amp conversion to {self.target_dtype}" + (f": {self.model}" if self.model else "")
-        lines = [title, "=" * len(title), "", "Op nodes by op type and the dtype they compute in"]
-        width = max([len("op")] + [len(op) for op in self.nodes_by_op] + [len("total")])
-        head = "  " + "op".ljust(width) + "".join(f"{c:>11}" for c in cols) + f"{'total':>8}"
-        lines += [head, "  " + "-" * (len(head) - 2)]
-        for op in sorted(self.nodes_by_op, key=lambda o: (-sum(self.nodes_by_op[o].values()), o)):
-            row = self.nodes_by_op[op]
-            lines.append("  " + op.ljust(width) + "".join(f"{row.get(c, 0) or '.':>11}" for c in cols)
-                         + f"{sum(row.values()):>8}")
-        lines.append("  " + "total".ljust(width) + "".join(f"{self.nodes_by_dtype.get(c, 0):>11}" for c in cols)
-                     + f"{self.total_nodes:>8}")
-        lines += ["", "Casts inserted: " + f"{self.casts} amp_cast"
-                  + (" (" + ", ".join(f"{n} to {d}" for d, n in sorted(self.casts_by_dtype.items())) + ")"
-                     if self.casts_by_dtype else "")
-                  + f", {self.multicasts} amp_multicast"]
-        if self.weight_casts:
-            lines.append("  " + WEIGHT_CAST_HINT.format(n=self.weight_casts))
-        if self.params_before is not None or self.params_after is not None:
-            lines += ["", "Params            count          bytes   by dtype"]
-            for label, stats in (("before", self.params_before), ("after", self.params_after)):
-                if stats is None:
-                    continue
-                per = ", ".join(f"{d}: {v['count']}" for d, v in sorted(stats.by_dtype.items()))
-                lines.append(f"  {label:<12}{stats.count:>9}  {_size(stats.bytes):>13}   {per}")
-            if (self.params_before and self.params_after and self.params_before.bytes
-                    and self.params_after.bytes is not None):
-                ratio = self.params_after.bytes / self.params_before.bytes
-                lines.append(f"  after / before bytes: {ratio:.3f}")
-        lines += self.folding_lines(max_names) + self.barrier_lines(max_names)
-        reasons = self.fp32_reasons()
-        lines += ["", f"Nodes kept in float32: {len(self.fp32_nodes)}"]
-        for reason, names in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
-            shown = ", ".join(names[:max_names]) + (f", … (+{len(names) - max_names})" if len(names) > max_names else "")
-            # wrapped at word boundaries, never cut: the reason is the table's answer
-            wrapped = textwrap.wrap(reason, 110, break_long_words=False, break_on_hyphens=False)
-            lines.append(f"  {len(names):>5}  " + ("\n" + " " * 9).join(wrapped or [""]))
-            lines.append(f"         {shown}")
-        if self.unlisted_ops:
-            lines += ["", "Ops in no list (kept in float32): " + ", ".join(self.unlisted_ops)]
-        return "\n".join(lines)
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
+        """A plain text summary for a terminal (the report's tables, lists of names shortened
+        to ``max_names``)."""
+        return report_text(self, report_tables(self, max_names))
 
 
 def _itemsize(dtype: str) -> int:
@@ -424,155 +345,3 @@ def _folding(conversion: Conversion) -> dict:
             "kept_batchnorms": tuple(conversion.kept_batchnorms),
             "input_model": conversion.input_figures,
             "fusion_barriers": tuple(conv for conv, _ in conversion.fusion_barriers)}
-
-
-_CSS = """body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222}
-table{border-collapse:collapse;margin:8px 0 18px}td,th{border:1px solid #ccc;padding:3px 9px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}td.names{text-align:left}
-.pic{overflow:auto;border:1px solid #ddd;padding:6px}code{background:#f5f5f5;padding:0 3px}
-.bad{color:#b00020;font-weight:bold}.good{color:#1b7a2f;font-weight:bold}li{margin:3px 0}"""
-
-WEIGHT_CAST_HINT = ("{n} of the amp_casts convert weights at every run; cast_optional_params "
-                    "(--cast-optional-params) stores them converted")
-
-
-def _fmt(x: float | None, spec: str = ".3g") -> str:
-    return "?" if x is None else format(x, spec)
-
-
-def report_notes(report: ConversionReport) -> list[str]:
-    """What the reader should know about ``report``, one sentence each: the weight-cast
-    hint, the notes the command added (``extra['notes']``: hardware, emulation, degenerate
-    outputs) and automatic mode's notes (the float32 reference holding inf/nan, say)."""
-    notes = []
-    if report.weight_casts:
-        notes.append(WEIGHT_CAST_HINT.format(n=report.weight_casts))
-    notes += [str(n) for n in report.extra.get("notes", ())]
-    auto = report.extra.get("auto")
-    if isinstance(auto, Mapping):
-        notes += [str(n) for n in auto.get("notes", ())]
-    return list(dict.fromkeys(notes))   # each said once, in order
-
-
-def summary_rows(report: ConversionReport) -> list[tuple[str, str]]:
-    """``(label, value)`` rows summarising ``report`` (the first table of the HTML page)."""
-    low = report.nodes_by_dtype.get(report.target_dtype, 0)
-    rows = [("model", report.model or "-"), ("target dtype", report.target_dtype),
-            ("op nodes", str(report.total_nodes)),
-            (f"op nodes in {report.target_dtype}", str(low)),
-            ("op nodes in float32", str(report.nodes_by_dtype.get("float32", 0))),
-            ("casts inserted", f"{report.casts} amp_cast, {report.multicasts} amp_multicast"),
-            ("amp_casts of stored weights (redone at every run)", str(report.weight_casts))]
-    if report.folded_batchnorms or report.kept_batchnorms:
-        rows.append(("BatchNorms folded (float32, before rounding)",
-                     f"{len(report.folded_batchnorms)} folded, {len(report.kept_batchnorms)} kept"))
-    if report.fusion_barriers:
-        rows.append(("fusion barriers (identity amp_cast after a shared convolution output)",
-                     str(len(report.fusion_barriers))))
-    if report.input_model is not None and report.folded_batchnorms:
-        m = report.input_model
-        rows.append(("input model, before folding", f"{m['op_nodes']} op nodes, {m['params']} "
-                     f"params, {_size(m['param_bytes'])}"))
-    before, after = report.params_before, report.params_after
-    if before is not None and after is not None and before.bytes and after.bytes is not None:
-        rows.append(("params size", f"{_size(before.bytes)} -> {_size(after.bytes)} "
-                     f"(x{after.bytes / before.bytes:.3f})"))
-    return rows
-
-
-def result_rows(report: ConversionReport) -> list[tuple[str, str]]:
-    """``(label, value)`` rows of what the command measured (``demo``: accuracy and speed;
-    ``auto``: validated or not, executions, error against tolerance); empty for
-    ``convert`` and ``inspect``."""
-    x = report.extra
-    rows = []
-    auto = x.get("auto")
-    if isinstance(auto, Mapping):
-        from .auto.html import auto_result_rows
-        rows += auto_result_rows(auto)
-    if "relative_max_error" in x:
-        rows += [("execution", str(x.get("execution", "native" if x.get("native") else "emulated"))),
-                 ("input", str(x.get("input", "?"))),
-                 ("max |diff| / max |fp32|", _fmt(x["relative_max_error"], ".2e"))]
-        if x.get("top1_agreement") is not None:
-            rows.append(("top-1 agreement", f"{x['top1_agreement'] * 100:.0f}%"))
-    if "speedup" in x:
-        rows.append(("speed (median, same process)",
-                     f"float32 {_fmt(x.get('fp32_ms'), '.1f')} ms, {report.target_dtype} "
-                     f"{_fmt(x.get('low_ms'), '.1f')} ms, speed-up x{x['speedup']:.2f}"))
-    elif "relative_max_error" in x:
-        rows.append(("speed", "not measured (the low precision model did not run natively)"))
-    return rows
-
-
-def report_html(report: ConversionReport, svg: str | None = None) -> str:
-    """A single self-contained HTML page: summary, what the command measured (``demo`` and
-    ``auto``), notes, the report's tables and, when given, the picture (inline SVG, no
-    external assets). Every command writes this one page."""
-    e = html.escape
-    cols = report.dtype_columns()
-    title = f"mxnet-amp conversion to {report.target_dtype}" + (f": {report.model}" if report.model else "")
-
-    def table(rows, head=None):
-        top = "" if head is None else "<tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-        return "<table>" + top + "".join("<tr><th>" + e(k) + "</th><td class='names'>" + e(v)
-                                         + "</td></tr>" for k, v in rows) + "</table>"
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
-             f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
-             "<h2>Summary</h2>" + table(summary_rows(report))]
-    results = result_rows(report)
-    if results:
-        verdict = report.extra.get("auto", {}).get("validated") if "auto" in report.extra else None
-        mark = ("" if verdict is None else
-                " <span class='good'>validated</span>" if verdict else " <span class='bad'>NOT validated</span>")
-        parts.append(f"<h2>Result{mark}</h2>" + table(results))
-    notes = report_notes(report)
-    if notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
-    rows = []
-    for op in sorted(report.nodes_by_op, key=lambda o: (-sum(report.nodes_by_op[o].values()), o)):
-        r = report.nodes_by_op[op]
-        rows.append("<tr><td>" + e(op) + "</td>" + "".join(f"<td>{r.get(c, 0)}</td>" for c in cols)
-                    + f"<td>{sum(r.values())}</td></tr>")
-    rows.append("<tr><th>total</th>" + "".join(f"<th>{report.nodes_by_dtype.get(c, 0)}</th>" for c in cols)
-                + f"<th>{report.total_nodes}</th></tr>")
-    parts += ["<h2>Op nodes by op type and the dtype they compute in</h2><table><tr><th>op</th>"
-              + "".join(f"<th>{e(c)}</th>" for c in cols) + "<th>total</th></tr>" + "".join(rows) + "</table>",
-              f"<h2>Casts inserted</h2><p>{report.casts} <code>amp_cast</code>"
-              + (" (" + ", ".join(f"{n} to {e(d)}" for d, n in sorted(report.casts_by_dtype.items())) + ")"
-                 if report.casts_by_dtype else "")
-              + f", {report.multicasts} <code>amp_multicast</code>; {report.weight_casts} of the "
-              "<code>amp_cast</code>s read a stored weight</p>"]
-    if report.params_before or report.params_after:
-        prow = []
-        for label, st in (("before", report.params_before), ("after", report.params_after)):
-            if st is not None:
-                per = ", ".join(f"{e(d)}: {v['count']}" for d, v in sorted(st.by_dtype.items()))
-                prow.append(f"<tr><td>{label}</td><td>{st.count}</td><td>{_size(st.bytes)}</td>"
-                            f"<td>{'' if st.bytes is None else st.bytes}</td><td>{per}</td></tr>")
-        parts.append("<h2>Params</h2><table><tr><th></th><th>count</th><th>size</th><th>bytes</th>"
-                     "<th>by dtype</th></tr>" + "".join(prow) + "</table>")
-    if report.folded_batchnorms or report.kept_batchnorms:
-        parts.append(f"<h2>BatchNorms folded: {len(report.folded_batchnorms)}</h2><p class='names'>"
-                     + e(", ".join(report.folded_batchnorms)) + "</p>")
-        if report.kept_batchnorms:
-            parts.append("<table><tr><th>BatchNorm kept</th><th>why</th></tr>" + "".join(
-                f"<tr><td>{e(n)}</td><td class='names'>{e(w)}</td></tr>"
-                for n, w in report.kept_batchnorms) + "</table>")
-    reasons = report.fp32_reasons()
-    parts.append(f"<h2>Nodes kept in float32: {len(report.fp32_nodes)}</h2>")
-    if reasons:
-        parts.append("<table><tr><th>reason</th><th>nodes</th><th>names</th></tr>" + "".join(
-            f"<tr><td>{e(r)}</td><td>{len(n)}</td><td class='names'>{e(', '.join(n))}</td></tr>"
-            for r, n in sorted(reasons.items(), key=lambda kv: -len(kv[1]))) + "</table>")
-    if report.unlisted_ops:
-        parts.append("<p>Ops in no list (kept in float32): " + e(", ".join(report.unlisted_ops)) + "</p>")
-    auto = report.extra.get("auto")
-    if isinstance(auto, Mapping):
-        from .auto.html import auto_sections_html
-        parts.append(auto_sections_html(auto))
-    if svg:
-        body = svg[svg.index("<svg"):] if "<svg" in svg else svg
-        parts.append(f"<h2>Graph</h2><div class='pic'>{body}</div>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"

@@ -1,6 +1,6 @@
 """The automatic mode's part of the HTML report: the figures the terminal shows, the kept
-nodes with their reasons, and the attribution (each node's local error and its contribution
-at the outputs) as sorted bars in plain inline SVG.
+nodes with their reasons (a :class:`~mxnet_amp.tables.Table`), and the attribution (each
+node's local error and its contribution at the outputs) as sorted bars in plain inline SVG.
 
 Works on :meth:`AutoReport.to_dict` (what the report's ``extra['auto']`` holds), so a
 report read back from JSON renders the same."""
@@ -10,7 +10,9 @@ import html
 import math
 from typing import Any, Mapping
 
-__all__ = ["auto_result_rows", "auto_sections_html"]
+from ..tables import HTML, Table
+
+__all__ = ["auto_result_rows", "auto_tables", "attribution_html"]
 
 # bars drawn at most (the report keeps the 200 largest contributions)
 _BARS = 40
@@ -66,14 +68,14 @@ def _step_counts(auto: Mapping[str, Any]) -> dict[str, int]:
     return counts
 
 
-def _kept_table(kept: list[Mapping[str, Any]]) -> str:
-    e = html.escape
-    rows = "".join(
-        f"<tr><td>{e(k['name'])}</td><td>{e(k['op'])}</td>"
-        f"<td>{e(_REASONS.get(k['reason'], k['reason']))}</td>"
-        f"<td class='names'>{e(k.get('detail') or '')}</td></tr>" for k in kept)
-    return ("<h2>Kept in float32 by automatic mode</h2><table class='kept'><tr><th>node</th>"
-            "<th>op</th><th>reason</th><th>what was compared</th></tr>" + rows + "</table>")
+def auto_tables(auto: Mapping[str, Any]) -> list[Table]:
+    """The automatic mode's tables of the page: the nodes it kept in float32, with why."""
+    kept = list(auto.get("kept_fp32", ()))
+    if not kept:
+        return []
+    return [Table("Kept in float32 by automatic mode", header=("node", "op", "reason", "what was compared"),
+                  rows=tuple((k["name"], k["op"], _REASONS.get(k["reason"], k["reason"]), k.get("detail") or "")
+                             for k in kept), wide=(3,), key="kept", formats=frozenset({HTML}))]
 
 
 def _bars(errors: list[Mapping[str, Any]], kept: set[str], tolerance: float | None) -> str:
@@ -115,17 +117,16 @@ def _bars(errors: list[Mapping[str, Any]], kept: set[str], tolerance: float | No
             "stroke-dasharray:3 2}.head{font-weight:bold}</style>" + "".join(parts) + "</svg>")
 
 
-def auto_sections_html(auto: Mapping[str, Any]) -> str:
-    """The kept nodes' table and, when the attribution ran, its bars."""
-    kept = list(auto.get("kept_fp32", ()))
-    out = [_kept_table(kept)] if kept else []
+def attribution_html(auto: Mapping[str, Any]) -> str:
+    """Where the error comes from, when the attribution ran: each node's contribution at the
+    outputs and local error as bars ('' when it did not run)."""
     errors = list(auto.get("attribution", ()))
-    if errors:
-        names = {k["name"] for k in kept}
-        tol = auto.get("tolerance") or auto.get("rtol")
-        out.append(f"<h2>Where the error comes from</h2><p>One teacher-forced run: each low "
-                   f"precision node computed from the exact float32 values of its inputs. "
-                   f"{min(len(errors), _BARS)} of {len(errors)} nodes by estimated contribution "
-                   f"to the outputs' relative error (log scale; red: kept in float32; dashed "
-                   f"line: the tolerance).</p>" + _bars(errors, names, tol))
-    return "\n".join(out)
+    if not errors:
+        return ""
+    names = {k["name"] for k in auto.get("kept_fp32", ())}
+    tol = auto.get("tolerance") or auto.get("rtol")
+    return (f"<h2>Where the error comes from</h2><p>One teacher-forced run: each low "
+            f"precision node computed from the exact float32 values of its inputs. "
+            f"{min(len(errors), _BARS)} of {len(errors)} nodes by estimated contribution "
+            f"to the outputs' relative error (log scale; red: kept in float32; dashed "
+            f"line: the tolerance).</p>" + _bars(errors, names, tol))
