@@ -168,8 +168,8 @@ TEXT_LAYOUTS: dict[str, Callable[[Table], list[str]]] = {
 
 
 def render_text(tables: Iterable[Table]) -> list[str]:
-    """The text lines of every table the text shows, in order (each set off by a blank
-    line)."""
+    """The text lines of every table the text shows, in order (a table with a title set off
+    by a blank line)."""
     lines: list[str] = []
     for t in tables:
         if TEXT in t.formats:
