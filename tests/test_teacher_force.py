@@ -35,7 +35,7 @@ def test_every_low_node_is_copied_once_reading_new_variables_and_perturbed_copie
     original = graph_from_symbol(sym)
     low = [n for n in ("fc1", "s", "fc2") if conv.result.node_dtypes[n] == "float16"]
     assert low == ["fc1", "s", "fc2"]
-    fg = teacher_force(conv.graph, original, low, conv.result.tensor_dtypes)
+    fg = teacher_force(conv.graph, original, low, conv.result.tensor_dtypes, conv.result.inserted_casts)
     verify_graph(fg.graph)
     assert [o for o in fg.outputs if o[0] == "forced"] == [("forced", n, 0) for n in low]
     # fc1 reads the model input (through its cast); s and fc2 read fed reference tensors
@@ -53,7 +53,8 @@ def test_forced_copy_gives_each_node_its_own_low_precision_error():
     float32 product of the rounded inputs, nothing accumulated before it."""
     sym, args, auxs, conv = _converted()
     original = graph_from_symbol(sym)
-    fg = teacher_force(conv.graph, original, ["fc2"], conv.result.tensor_dtypes)
+    fg = teacher_force(conv.graph, original, ["fc2"], conv.result.tensor_dtypes,
+                      conv.result.inserted_casts)
     x = np.random.RandomState(1).randn(2, 5).astype("float32")
     probe, keys = expose_outputs(original)
     ref = dict(zip(keys, run(graph_to_symbol(probe), args, auxs, {"data": x})))

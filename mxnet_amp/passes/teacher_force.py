@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Mapping
 
-from ..graph import ANY_CAST_OPS, Entry, Graph, Node
+from ..graph import Entry, Graph, Node
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["ForcedGraph", "teacher_force", "TeacherForce"]
@@ -69,15 +69,12 @@ class _Forcer(Rewriter):
 
     def __init__(self, converted: Graph, original: Graph, forced: Collection[str],
                  tensor_dtypes: Mapping[Entry, str | None],
-                 inserted_casts: Collection[int] | None) -> None:
+                 inserted_casts: Collection[int]) -> None:
         super().__init__(converted)
         self.original, self.forced, self.dtypes = original, set(forced), tensor_dtypes
-        names = {n.name for n in original.nodes}
-        self.inserted = (set(inserted_casts) if inserted_casts is not None else
-                         {i for i, n in enumerate(converted.nodes)
-                          if n.op in ANY_CAST_OPS and n.name not in names})
+        self.inserted = set(inserted_casts)
         self.builder.names.update(n.name for n in converted.nodes)
-        self.builder.names.update(names)
+        self.builder.names.update(n.name for n in original.nodes)
         self.used = converted.num_used_outputs()
         self.vars: dict[str, int] = {}
         self.copied: dict[int, int] = {}
@@ -186,7 +183,7 @@ class TeacherForce(GraphPass[ForcedGraph]):
 
     def __init__(self, original: Graph, forced: Collection[str],
                  tensor_dtypes: Mapping[Entry, str | None],
-                 inserted_casts: Collection[int] | None = None, *, verify: bool = True) -> None:
+                 inserted_casts: Collection[int], *, verify: bool = True) -> None:
         super().__init__(verify=verify)
         self.original, self.forced, self.tensor_dtypes = original, forced, tensor_dtypes
         self.inserted_casts = inserted_casts
@@ -204,7 +201,7 @@ class TeacherForce(GraphPass[ForcedGraph]):
 
 def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
                   tensor_dtypes: Mapping[Entry, str | None],
-                  inserted_casts: Collection[int] | None = None) -> ForcedGraph:
+                  inserted_casts: Collection[int]) -> ForcedGraph:
     """The attribution graph of ``converted`` (module doc).
 
     Parameters
@@ -218,9 +215,8 @@ def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
         precision).
     tensor_dtypes : mapping of Entry to str
         The dtype of each tensor of ``converted`` (``CastResult.tensor_dtypes``).
-    inserted_casts : collection of int, optional
+    inserted_casts : collection of int
         The indices of the cast nodes the conversion inserted (``CastResult.inserted_casts``),
-        copied with the forced nodes that read them. Without the record: the cast nodes whose
-        names are not in ``original`` (the conversion keeps the original's node names).
+        copied with the forced nodes that read them.
     """
     return TeacherForce(original, forced, tensor_dtypes, inserted_casts)(converted).decided
