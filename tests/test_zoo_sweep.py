@@ -427,3 +427,14 @@ def test_report_names_scaled_failures_and_nets_where_contrib_errs_less(tmp_path)
     assert "**Sensitivity-scaled criterion: 2 of 3 = 66.7% pass**" in bf16_part
     assert "| c | 0.5 | 0.2 | 0.12 | conversion: ours 0.5 (2.5x the rounding floor 0.2)" in bf16_part
     assert "| c | 0.5 | 0.12 | 4.2 | 0.2 | no |" in bf16_part
+
+
+def test_fused_criterion_counts_models_within_1_5x_the_emulated_error_plus_0_005():
+    flat = [{"model": "a", "max_rel_err": 0.01, "native_fused_max_rel_err": 0.02},    # 0.02 = bound
+            {"model": "b", "max_rel_err": 0.01, "native_fused_max_rel_err": 0.021},   # over
+            {"model": "c", "max_rel_err": 0.2, "native_fused_max_rel_err": 0.1},
+            {"model": "d", "max_rel_err": 0.01, "native_fused_max_rel_err": 0.01,
+             "native_fused_nonfinite_outputs": [0]},                                  # non-finite
+            {"model": "e", "max_rel_err": 0.01}]                                      # not run fused
+    summary = zoo_sweep.render.fused_summary(flat)
+    assert summary["ran"] == 4 and summary["within"] == 2 and summary["outside"] == ["b", "d"]
