@@ -355,3 +355,26 @@ def test_bucketing_module_folds_every_bucket():
         got = run(*amp.emulate_model(mod16.symbol, new_args, new_auxs),
                   {"data": batch(w).data[0].asnumpy()})[0]
         assert rel_error(got, refs[w]) < 2e-2
+
+
+def test_a_variance_a_rounding_below_zero_folds():
+    """A trained BatchNorm on a channel whose input never varies stores a running variance a
+    rounding below zero (-4.6e-13 on a trained mobilenet1.0); sqrt(var + eps) is fine, so it
+    folds, and the folded float32 model computes the unfolded one."""
+    net = _gluon_bn_net()
+    net[1].running_var.set_data(mx.nd.array([1.0, -4.6e-13, 0.5, -1e-9]))
+    x = mx.nd.array(np.random.RandomState(0).rand(2, 3, 8, 8))
+    ref = net(x).asnumpy()
+    amp.convert_block(net, target_dtype="float16")     # was a ParamError ("negative")
+    from mxnet_amp.convert import fold_model
+    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    net.hybridize()
+    net(x)
+    sym = net._cached_graph[1]
+    params = {k: v.data() for k, v in net.collect_params().items()}
+    auxs = {k: v for k, v in params.items() if "running" in k}
+    args = {k: v for k, v in params.items() if k not in auxs}
+    graph, fargs, fauxs, done, kept = fold_model(graph_from_symbol(sym), args, auxs)
+    assert [bn for bn, _ in done] == ["net_batchnorm0_fwd"] and kept == ()
+    out = run(graph_to_symbol(graph), fargs, fauxs, {"data": x.asnumpy()})[0]
+    assert np.isfinite(out).all() and rel_error(out, ref) < 1e-5
