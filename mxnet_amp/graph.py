@@ -6,6 +6,7 @@ No mxnet import here: a :class:`Graph` is plain data, built once from symbol JSO
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
@@ -142,6 +143,11 @@ class GraphBuilder:
     def build(self, heads: Iterable[Entry], attrs: Mapping[str, object] = _EMPTY) -> Graph:
         """The finished :class:`Graph` with output entries ``heads`` and graph ``attrs``."""
         return Graph(tuple(self.nodes), tuple(heads), attrs)
+
+
+def attr_ints(text: str | None) -> tuple[int, ...]:
+    """The integers in an attribute's text (``'(3, 3)'`` -> ``(3, 3)``; None -> ``()``)."""
+    return tuple(int(v) for v in re.findall(r"-?\d+", text or ""))
 
 
 def cast_node(name: str, src: Entry, dtype: str) -> Node:

@@ -8,12 +8,11 @@ dimension unknown.
 """
 from __future__ import annotations
 
-import re
 from typing import Mapping
 
-from .graph import Graph, Node
+from .graph import Graph, Node, attr_ints
 
-__all__ = ["SHAPE_KEEPING", "SAME_SHAPE_INPUTS", "unknown_dim", "attr_ints", "reader_guess",
+__all__ = ["SHAPE_KEEPING", "SAME_SHAPE_INPUTS", "unknown_dim", "reader_guess",
            "guess_input_shapes", "windowed_pool"]
 
 # ops whose output has their first input's shape: a model input's rank shows through them
@@ -32,11 +31,6 @@ def unknown_dim() -> int:
     """How MXNet writes an unknown dimension (-1 under numpy shape semantics, else 0)."""
     import mxnet as mx
     return -1 if mx.util.is_np_shape() else 0
-
-
-def attr_ints(text: str | None) -> tuple[int, ...]:
-    """The integers in an attribute's text (``'(3, 3)'`` -> ``(3, 3)``)."""
-    return tuple(int(v) for v in re.findall(r"-?\d+", text or ""))
 
 
 def reader_guess(node: Node, given: Mapping[str, tuple],

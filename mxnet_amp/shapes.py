@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .errors import InputShapeError, ParamError, error_text
 from .gcpause import gc_paused
-from .graph import Graph
+from .graph import Graph, attr_ints
 from .shape_cuts import graph_with_cuts
-from .shape_guess import attr_ints, guess_input_shapes, unknown_dim
+from .shape_guess import guess_input_shapes, unknown_dim
 from .shape_infer import CONTRADICTION, Checker, symbol_input_names
 from .shape_messages import input_shapes, param_error
 

@@ -63,6 +63,14 @@ def rel_error(out, ref) -> float:
     return float(np.abs(out - ref).max() / (np.abs(ref).max() + 1e-30))
 
 
+def fc_sin_fc():
+    """data -> fc1 -> sin -> fc2 (every op follows fc1's dtype). Not relu: MXNet's oneDNN
+    fusion of FC+relu is wrong when the FC's output is also a graph output."""
+    x = mx.sym.var("data")
+    h = mx.sym.sin(mx.sym.FullyConnected(x, num_hidden=6, name="fc1"), name="s")
+    return mx.sym.FullyConnected(h, num_hidden=3, name="fc2")
+
+
 def small_model(seed=0):
     """A model using each category once: conv -> bn -> relu -> conv -> add(residual) -> pool -> flatten -> fc -> softmax."""
     d = mx.sym.var("data")

@@ -9,18 +9,11 @@ from mxnet_amp.passes.expose_outputs import expose_outputs
 from mxnet_amp.passes.fold_param_casts import fold_param_casts, prune
 from mxnet_amp.verify import verify_graph
 
-from helpers import init_params, run
-
-
-def _mlp():
-    x = mx.sym.var("data")
-    # not relu: Symbol.bind's oneDNN fusion of FC+relu is wrong when both are outputs
-    h = mx.sym.sin(mx.sym.FullyConnected(x, num_hidden=6, name="fc1"), name="s")
-    return mx.sym.FullyConnected(h, num_hidden=3, name="fc2")
+from helpers import fc_sin_fc, init_params, run
 
 
 def test_expose_outputs_makes_every_used_op_output_a_head_and_keeps_values():
-    sym = _mlp()
+    sym = fc_sin_fc()
     graph = graph_from_symbol(sym)
     exposed, keys = expose_outputs(graph)
     verify_graph(exposed)
@@ -34,7 +27,7 @@ def test_expose_outputs_makes_every_used_op_output_a_head_and_keeps_values():
 
 
 def test_fold_param_casts_names_each_weight_rounding_and_prunes_the_casts():
-    sym = _mlp()
+    sym = fc_sin_fc()
     args, auxs = init_params(sym, {"data": (2, 5)})
     csym, cargs, cauxs = amp.convert_model(sym, args, auxs, target_dtype="bfloat16",
                                            cast_optional_params=False)
@@ -50,10 +43,10 @@ def test_fold_param_casts_names_each_weight_rounding_and_prunes_the_casts():
 
 
 def test_prune_drops_only_what_no_head_reads():
-    graph = graph_from_symbol(mx.sym.Group([_mlp(), mx.sym.var("unused") * 2]))
+    graph = graph_from_symbol(mx.sym.Group([fc_sin_fc(), mx.sym.var("unused") * 2]))
     from mxnet_amp.graph import Graph
     one_head = Graph(graph.nodes, graph.heads[:1], graph.attrs)
     pruned = prune(one_head)
     verify_graph(pruned)
     assert "unused" not in {n.name for n in pruned.nodes}
-    assert {n.name for n in pruned.nodes} == {n.name for n in graph_from_symbol(_mlp()).nodes}
+    assert {n.name for n in pruned.nodes} == {n.name for n in graph_from_symbol(fc_sin_fc()).nodes}

@@ -12,18 +12,11 @@ from mxnet_amp.passes.expose_outputs import expose_outputs
 from mxnet_amp.passes.teacher_force import teacher_force
 from mxnet_amp.verify import verify_graph
 
-from helpers import init_params, run
-
-
-def _net():
-    """fc1 -> sin -> fc2: every op in float16 (sin follows fc1's dtype)."""
-    x = mx.sym.var("data")
-    h = mx.sym.sin(mx.sym.FullyConnected(x, num_hidden=6, name="fc1"), name="s")
-    return mx.sym.FullyConnected(h, num_hidden=3, name="fc2")
+from helpers import fc_sin_fc, init_params, run
 
 
 def _converted():
-    sym = _net()
+    sym = fc_sin_fc()   # every op in float16
     args, auxs = init_params(sym, {"data": (2, 5)})
     _, _, _, conv = convert_model_full(sym, args, auxs, make_options("float16"),
                                        cast_params=False)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..dtypes import array_values, dtype_name
 from ..errors import ParamError
-from ..graph import Entry, Graph, GraphBuilder, Node
+from ..graph import Entry, Graph, GraphBuilder, Node, attr_ints
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["FoldResult", "fold_batchnorm", "FoldBatchnorm", "FOLDABLE_OPS"]
@@ -223,7 +223,7 @@ def _check_statistics(graph: Graph, bn: Node, params: Mapping[str, Any]) -> None
             # what folding divides by is sqrt(var + eps): a trained BatchNorm on a channel that
             # is always the same stores variances a rounding below zero (-4.6e-13, measured on
             # mobilenet1.0), which fold fine
-            bad |= values + float(bn.attrs.get("eps", _BN_EPS_DEFAULT)) <= 0
+            bad |= values + _eps(bn) <= 0
         if bad.any():
             where = np.flatnonzero(bad)
             shown = ", ".join(f"[{k}]={float(values[k]):g}" for k in where[:5].tolist())
@@ -236,22 +236,21 @@ def _check_statistics(graph: Graph, bn: Node, params: Mapping[str, Any]) -> None
                 "fold_batchnorm=False (--no-fold-bn)")
 
 
+def _eps(bn: Node) -> float:
+    """The epsilon a BatchNorm adds to its variance (MXNet's default where unset)."""
+    return float(bn.attrs.get("eps", _BN_EPS_DEFAULT))
+
+
 def _flag(attrs: Mapping[str, str], key: str, default: bool) -> bool:
     value = attrs.get(key)
     return default if value is None else value.strip().lower() in ("true", "1")
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    """``'(3, 3)'`` / ``'[3,3]'`` / ``'3'`` -> a tuple of ints."""
-    parts = text.strip().strip("()[]").split(",")
-    return tuple(int(p) for p in parts if p.strip() and p.strip() != "None")
 
 
 def _output_ndim(prod: Node) -> int | None:
     if prod.op == "FullyConnected":
         return 2 if _flag(prod.attrs, "flatten", True) else None
     kernel = prod.attrs.get("kernel")
-    return len(_ints(kernel)) + 2 if kernel else None
+    return len(attr_ints(kernel)) + 2 if kernel else None
 
 
 def _channel_axis(prod: Node) -> int | None:
@@ -295,8 +294,7 @@ def _scale_shift(bn: Node, graph_params: Mapping[str, Any],
     gamma, beta, mean, var = (array_values(graph_params[n]).astype(np.float64) for n in names)
     if _flag(bn.attrs, "fix_gamma", True):
         gamma = np.ones_like(gamma)
-    eps = float(bn.attrs.get("eps", _BN_EPS_DEFAULT))
-    scale = gamma / np.sqrt(var + eps)
+    scale = gamma / np.sqrt(var + _eps(bn))
     return scale, beta - mean * scale
 
 

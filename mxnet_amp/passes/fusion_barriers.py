@@ -25,13 +25,12 @@ the inaccurate folding ``fold_batchnorm`` exists to avoid).
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from ..graph import Entry, Graph, Node, cast_node
+from ..graph import Entry, Graph, Node, attr_ints, cast_node
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["insert_fusion_barriers", "InsertFusionBarriers", "Barriers", "BARRIER_SUFFIX"]
@@ -61,7 +60,7 @@ def _fused_conv(node: Node) -> bool:
     """A convolution oneDNN's subgraph backend fuses: a 2-d or 3-d kernel."""
     if node.op != "Convolution":
         return False
-    return len(re.findall(r"\d+", str(node.attrs.get("kernel", "")))) in (2, 3)
+    return len(attr_ints(node.attrs.get("kernel"))) in (2, 3)
 
 
 def _fusable_reader(node: Node, ops: frozenset) -> bool:
