@@ -31,7 +31,8 @@ SUBSET = {
     "ssd_300_mobilenet0.25_voc": "identity",    # detection: box decoding, NMS, amp_multicast in the model
     "fastscnn_citys": "identity",               # segmentation: crop size set to the input, pyramid pooling
 }
-NATIVE = {"cifar_resnet20_v1"}  # native runs are recorded, not judged: one model shows them
+# native runs, where the CPU can: a classifier, and a detector judged before its NMS
+NATIVE = {"cifar_resnet20_v1", "ssd_300_mobilenet0.25_voc"}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,20 @@ def test_native_bf16_run_matches_the_mxnet_cpu_emulation(subset_records, native_
     d = subset_records["cifar_resnet20_v1"]["bfloat16"]
     assert d["native_max_rel_err"] <= zoo_sweep.TOLERANCE
     assert d["native_vs_emulated_mxnet_cpu"] <= d["native_vs_emulated"]
+    assert d["native_vs_emulated_mxnet_cpu"] < 1e-3
+
+
+def test_detector_runs_natively_fused_on_its_pre_nms_tensors(subset_records, native_bf16):
+    """A detector's model outputs all come after NMS: its native runs convert the graph with
+    the dense tensors before NMS as outputs and are judged there against that conversion's
+    emulated error (issue 26's deploy-path criterion)."""
+    if not native_bf16:
+        pytest.skip("this CPU cannot execute bf16 natively")
+    rec = subset_records["ssd_300_mobilenet0.25_voc"]
+    d = rec["bfloat16"]
+    assert rec["pre_ordering_tensors"] and "native_fused" not in d, d.get("native_fused")
+    assert 0 < d["probed_max_rel_err"] <= zoo_sweep.TOLERANCE
+    assert d["native_fused_max_rel_err"] <= 1.5 * d["probed_max_rel_err"] + 0.005
     assert d["native_vs_emulated_mxnet_cpu"] < 1e-3
 
 
@@ -435,6 +450,12 @@ def test_fused_criterion_counts_models_within_1_5x_the_emulated_error_plus_0_005
             {"model": "c", "max_rel_err": 0.2, "native_fused_max_rel_err": 0.1},
             {"model": "d", "max_rel_err": 0.01, "native_fused_max_rel_err": 0.01,
              "native_fused_nonfinite_outputs": [0]},                                  # non-finite
-            {"model": "e", "max_rel_err": 0.01}]                                      # not run fused
+            {"model": "e", "max_rel_err": 0.01},                                      # not run fused
+            # judged before NMS: against the emulated error of the graph converted with
+            # those tensors as outputs, not the model's own
+            {"model": "f", "max_rel_err": 0.01, "probed_max_rel_err": 0.02, "native_fused_max_rel_err": 0.03},
+            {"model": "g", "max_rel_err": 0.02, "probed_max_rel_err": 0.01, "native_fused_max_rel_err": 0.021},
+            {"model": "h", "max_rel_err": 0.01, "native_fused": "error: MXNetError: reorder"}]  # MXNet fails
     summary = zoo_sweep.render.fused_summary(flat)
-    assert summary["ran"] == 4 and summary["within"] == 2 and summary["outside"] == ["b", "d"]
+    assert summary["ran"] == 7 and summary["within"] == 3 and summary["outside"] == ["b", "d", "g", "h"]
+    assert summary["failed"] == ["h"]

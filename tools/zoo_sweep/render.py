@@ -44,18 +44,29 @@ FUSED_FACTOR, FUSED_SLACK = 1.5, 0.005
 def fused_within(rec: dict) -> bool | None:
     """Whether a bfloat16 record's native fused error is within ``1.5 x emulated + 0.005``
     (None: no fused or no emulated figure)."""
-    fused, em = rec.get("native_fused_max_rel_err"), rec.get("max_rel_err")
+    fused, em = rec.get("native_fused_max_rel_err"), fused_base(rec)
     if fused is None or em is None:
         return None
     return bool(fused <= FUSED_FACTOR * em + FUSED_SLACK) and not rec.get("native_fused_nonfinite_outputs")
 
 
+def fused_base(rec: dict) -> float | None:
+    """The emulated error a native fused run is judged against: that of the same converted
+    graph (for a model judged before its NMS / top-k, the one converted with those tensors
+    as outputs, ``probed_max_rel_err``)."""
+    return rec.get("probed_max_rel_err", rec.get("max_rel_err"))
+
+
 def fused_summary(flat: Sequence[dict]) -> dict:
-    """How many models ran natively fused, how many are within the target, which are not."""
+    """How many models ran natively fused, how many are within the target, which are not. A
+    model that MXNet fails to run there (``native_fused`` holds its error) counts as
+    judged and outside: that is what its user gets on the deploy path."""
+    failed = [r["model"] for r in flat if str(r.get("native_fused", "")).startswith("error")]
     judged = [r for r in flat if fused_within(r) is not None]
-    outside = [r["model"] for r in judged if not fused_within(r)]
-    return {"ran": len(judged), "within": len(judged) - len(outside),
-            "rate": (len(judged) - len(outside)) / len(judged) if judged else 0.0, "outside": outside}
+    outside = [r["model"] for r in judged if not fused_within(r)] + failed
+    n = len(judged) + len(failed)
+    return {"ran": n, "within": n - len(outside), "rate": (n - len(outside)) / n if n else 0.0,
+            "outside": outside, "failed": failed}
 
 
 # the sensitivity-scaled criterion: an error within this many times the error of the fp32 model
@@ -402,18 +413,18 @@ def _fused_section(flat: Sequence[dict]) -> list[str]:
     summary = fused_summary(flat)
     if not summary["ran"]:
         return []
-    errors = sorted({r["model"] for r in flat if str(r.get("native_fused", "")).startswith("error")})
+    errors = sorted(summary["failed"])
     lines = ["## Deploy path: native bfloat16 with oneDNN fusion against the emulation", "",
              f"**{summary['within']} of {summary['ran']} models ({summary['rate']:.1%}) within "
              f"{FUSED_FACTOR} x the emulated error + {FUSED_SLACK}** (issue 26), on MXNet's default "
              "oneDNN subgraph backend (what `Module.bind` gives), our default conversion."
-             + (f" MXNet errors on that path: {', '.join(errors)}." if errors else ""), ""]
+             + (f" MXNet fails to run on that path (counted outside): {', '.join(errors)}." if errors else ""), ""]
     outside = [r for r in flat if fused_within(r) is False]
     if outside:
         lines += ["| model | emulated err | native fused err | ratio | native unfused err |", "|---|---|---|---|---|"]
-        for r in sorted(outside, key=lambda r: -r["native_fused_max_rel_err"] / max(r["max_rel_err"], 1e-12)):
-            lines.append(f"| {r['model']} | {r['max_rel_err']:.3g} | {r['native_fused_max_rel_err']:.3g} | "
-                         f"{r['native_fused_max_rel_err'] / max(r['max_rel_err'], 1e-12):.2g} | "
+        for r in sorted(outside, key=lambda r: -r["native_fused_max_rel_err"] / max(fused_base(r), 1e-12)):
+            lines.append(f"| {r['model']} | {fused_base(r):.3g} | {r['native_fused_max_rel_err']:.3g} | "
+                         f"{r['native_fused_max_rel_err'] / max(fused_base(r), 1e-12):.2g} | "
                          f"{_fmt(r.get('native_max_rel_err'), '.3g')} |")
     return lines + [""]
 

@@ -214,7 +214,7 @@ def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool
             from mxnet_amp.io import graph_to_symbol
             folded = _bind_forward(model.probe(graph_to_symbol(conv.original)), cargs, cauxs, data)
             rec["fold_fp32_err"] = model.errors(folded)["max_rel_err"]
-            rec["structure_err"] = _scaled_diff(model, wide, folded)
+            rec["structure_err"] = _scaled_diff(model, wide, folded, model.checked)
         else:
             rec["structure_err"] = model.errors(wide)["max_rel_err"]
     except Exception as err:  # noqa: BLE001
@@ -225,8 +225,10 @@ def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool
     rec.update(max_rel_err=cmp["max_rel_err"], nonfinite_outputs=cmp["nonfinite_outputs"],
                after_ordering_err=cmp["after_ordering_err"])
     _contrib(model, dtype, rec)
-    if native and model.dense:
-        _native_runs(model, (csym, cargs, cauxs), got, rec)
+    if native and model.extra_names:
+        _native_probed(model, dtype, rec)
+    elif native and model.dense:
+        _native_runs(model, (csym, cargs, cauxs), got, rec, model.dense)
     return _judge(model, dtype, tol, auto, rec)
 
 
@@ -291,18 +293,41 @@ def _contrib(model: _Model, dtype: str, rec: dict) -> None:
         rec["contrib_emulated"] = "error: " + _first_line(err)
 
 
-def _native_runs(model: _Model, converted, emulated_out, rec: dict) -> None:
+def _native_probed(model: _Model, dtype: str, rec: dict) -> None:
+    """Native runs of a model judged on the tensors before its NMS / top-k: the model is
+    converted again with those tensors as outputs, as a user's dense outputs would be (so
+    the fusion barriers cover them too: MXNet's fusion miswires a fused tensor that is
+    also read elsewhere), emulated (``probed_max_rel_err``, the figure the native runs are
+    judged against) and run natively."""
+    from mxnet_amp.convert import convert_model_full
+    from mxnet_amp.emulation import emulate_model
+    from mxnet_amp.options import make_options
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            csym, cargs, cauxs, _ = convert_model_full(
+                model.probe(model.sym), model.args, model.auxs, make_options(dtype, cast_optional_params=False))
+        got = _bind_forward(*emulate_model(csym, cargs, cauxs), model.data)
+    except Exception as err:  # noqa: BLE001
+        rec["native_probed"] = "error: " + _first_line(err)
+        return
+    rec["probed_max_rel_err"] = model.errors(got).get("max_rel_err")
+    _native_runs(model, (csym, cargs, cauxs), got, rec, model.checked)
+
+
+def _native_runs(model: _Model, converted, emulated_out, rec: dict, entries: Sequence[int]) -> None:
     """bfloat16 run natively: unfused (``MXNET_SUBGRAPH_BACKEND=NONE``, the numerics the
     emulation models) and with oneDNN fusion (what a user gets); and the emulation's
-    fidelity: unfused native against emulated, ``rounding='nearest'`` and ``'mxnet-cpu'``.
+    fidelity: unfused native against emulated, ``rounding='nearest'`` and ``'mxnet-cpu'``,
+    on the outputs ``entries``.
     On copies of the params: the fp32 runs had oneDNN reorder the shared arrays in place,
     and MXNet 1.9.1 then fails bf16 grouped convolutions reading them."""
     from mxnet_amp.emulation import emulate_model
     csym, cargs, cauxs = converted
-    dense = model.dense
+    dense = list(entries)
     for key, backend in (("native", "NONE"), ("native_fused", None)):
         try:
-            nout = _bind_forward(csym, _copies(cargs), _copies(cauxs), model.data, backend)[:model.n_heads]
+            nout = _bind_forward(csym, _copies(cargs), _copies(cauxs), model.data, backend)
         except Exception as err:  # noqa: BLE001
             rec[key] = "error: " + _first_line(err)
             continue
@@ -319,15 +344,15 @@ def _native_runs(model: _Model, converted, emulated_out, rec: dict) -> None:
             continue
         rec["emulated_mxnet_cpu_max_rel_err"] = compare([model.ref[k] for k in dense],
                                                         [trunc[k] for k in dense]).get("max_rel_err")
-        rec["native_vs_emulated"] = _scaled_diff(model, nout, emulated_out)
-        rec["native_vs_emulated_mxnet_cpu"] = _scaled_diff(model, nout, trunc)
+        rec["native_vs_emulated"] = _scaled_diff(model, nout, emulated_out, dense)
+        rec["native_vs_emulated_mxnet_cpu"] = _scaled_diff(model, nout, trunc, dense)
 
 
-def _scaled_diff(model: _Model, a, b) -> float:
-    """``max |a - b| / max |fp32|`` over the dense outputs (finite elements)."""
+def _scaled_diff(model: _Model, a, b, entries: Sequence[int]) -> float:
+    """``max |a - b| / max |fp32|`` over the outputs ``entries`` (finite elements)."""
     import numpy as np
     worst = 0.0
-    for k in model.dense:
+    for k in entries:
         r = np.asarray(model.ref[k], np.float64)
         fin = np.isfinite(r) & np.isfinite(a[k]) & np.isfinite(b[k])
         scale = float(np.abs(r[fin]).max()) if fin.any() else 0.0
