@@ -17,6 +17,7 @@ from .params import (array_dtype, array_nbytes, check_param_shapes, check_params
                      model_inputs, name_list, param_dict, recast_params)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.fusion_barriers import insert_fusion_barriers
+from .passes.onednn_reshapes import blocked_reshapes
 from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
@@ -226,6 +227,13 @@ def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
              output_dtype: str | None) -> Conversion:
     given = dict(stored)
     result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype)
+    if options.target_dtype == "bfloat16":
+        blocked = blocked_reshapes(result)
+        if blocked:
+            # MXNet's oneDNN cannot run these reshapes in bfloat16: once more, with them in
+            # float32 (passes/onednn_reshapes.py)
+            stored.update(given)
+            result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype, blocked)
     if result.unlisted_ops:
         warn_unlisted(result.unlisted_ops, options.target_dtype)
     result, barriers = _guard_fusion(result, options.target_dtype)
@@ -270,9 +278,11 @@ def _guard_fusion(result: CastResult, target_dtype: str
 
 
 def _cast_rounds(graph: Graph, options: ConvertOptions, data_dtypes: Mapping[str, str],
-                 stored: dict[str, str], output_dtype: str | None) -> CastResult:
+                 stored: dict[str, str], output_dtype: str | None,
+                 kept_fp32: Mapping[str, str] = MappingProxyType({})) -> CastResult:
     """The cast pass, twice with ``cast_optional_params``; ``stored`` is updated to the
-    dtype each weight is stored in."""
+    dtype each weight is stored in. ``kept_fp32``: nodes the conversion keeps in float32,
+    with the reason."""
     policy, excluded = options.policy, options.excluded
     op_types = OpTypes()
     final = False
@@ -282,7 +292,8 @@ def _cast_rounds(graph: Graph, options: ConvertOptions, data_dtypes: Mapping[str
         # weight declared float16/bfloat16 keeps its declared dtype)
         first = insert_casts(graph, policy, data_dtypes=data_dtypes,
                              param_dtypes={k: (None if v == "float32" else v) for k, v in stored.items()},
-                             excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+                             excluded=excluded, output_dtype=output_dtype, op_types=op_types,
+                             kept_fp32=kept_fp32)
         # round one is final when each float32 weight is wanted in exactly one dtype: every
         # consumer already reads it in the dtype it is now stored in, and no dtype was left
         # undecided (a weight no consumer gives a dtype leaves its readers' dtypes open)
@@ -296,7 +307,8 @@ def _cast_rounds(graph: Graph, options: ConvertOptions, data_dtypes: Mapping[str
         # weights' __dtype__ attributes); round one left the weights' own dtypes open
         return _with_weight_dtypes(first, stored)
     return insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
-                        excluded=excluded, output_dtype=output_dtype, op_types=op_types)
+                        excluded=excluded, output_dtype=output_dtype, op_types=op_types,
+                        kept_fp32=kept_fp32)
 
 
 def _inferred_variable_dtypes(sym: Symbol, stored: Mapping[str, str], data_dtypes: Mapping[str, str]

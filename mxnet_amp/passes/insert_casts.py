@@ -87,7 +87,8 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
                  param_dtypes: Mapping[str, str | None],
                  excluded: frozenset[str] = frozenset(),
                  output_dtype: str | None = "float32",
-                 op_types: OpTypes | None = None) -> CastResult:
+                 op_types: OpTypes | None = None,
+                 kept_fp32: Mapping[str, str] = MappingProxyType({})) -> CastResult:
     """Return the mixed precision version of ``graph``.
 
     Parameters
@@ -106,9 +107,12 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
         Node names that compute in float32 whatever their op.
     output_dtype : str or None
         Float outputs in low precision are cast to this dtype; None leaves them.
+    kept_fp32 : mapping of str to str
+        Node names the conversion itself keeps in float32, each with its reason (an MXNet
+        kernel that fails on the low precision plan, found by a first round).
     """
     return InsertCasts(policy, data_dtypes=data_dtypes, param_dtypes=param_dtypes, excluded=excluded,
-                       output_dtype=output_dtype, op_types=op_types)(graph).decided
+                       output_dtype=output_dtype, op_types=op_types, kept_fp32=kept_fp32)(graph).decided
 
 
 class InsertCasts(GraphPass[CastResult]):
@@ -119,16 +123,17 @@ class InsertCasts(GraphPass[CastResult]):
     def __init__(self, policy: OpPolicy, *, data_dtypes: Mapping[str, str],
                  param_dtypes: Mapping[str, str | None], excluded: frozenset[str] = frozenset(),
                  output_dtype: str | None = "float32", op_types: OpTypes | None = None,
-                 verify: bool = True) -> None:
+                 kept_fp32: Mapping[str, str] = MappingProxyType({}), verify: bool = True) -> None:
         super().__init__(verify=verify)
         self.policy, self.data_dtypes, self.param_dtypes = policy, data_dtypes, param_dtypes
         self.excluded, self.output_dtype, self.op_types = excluded, output_dtype, op_types
+        self.kept_fp32 = kept_fp32
 
     def call(self, graph: Graph) -> PassResult[CastResult]:
         """Run the pass on ``graph`` (see the class)."""
         refuse_converted(graph)
         result = _CastInserter(graph, self.policy, self.data_dtypes, self.param_dtypes, self.excluded,
-                               self.output_dtype, self.op_types or OpTypes()).result()
+                               self.output_dtype, self.op_types or OpTypes(), self.kept_fp32).result()
         return PassResult(result.graph, result, True)
 
 
@@ -162,9 +167,10 @@ class _CastInserter(Rewriter):
 
     def __init__(self, graph: Graph, policy: OpPolicy, data_dtypes: Mapping[str, str],
                  param_dtypes: Mapping[str, str | None], excluded: frozenset[str],
-                 output_dtype: str | None, op_types: OpTypes) -> None:
+                 output_dtype: str | None, op_types: OpTypes,
+                 kept_fp32: Mapping[str, str] = MappingProxyType({})) -> None:
         super().__init__(graph)
-        self.policy, self.op_types = policy, op_types
+        self.policy, self.op_types, self.kept_fp32 = policy, op_types, kept_fp32
         self.data_dtypes, self.param_dtypes = data_dtypes, param_dtypes
         self.excluded, self.output_dtype = excluded, output_dtype
         self.target = policy.target_dtype
@@ -274,6 +280,8 @@ class _CastInserter(Rewriter):
         """The node's category and why, and its loop/cond bodies (converted when it has some)."""
         if node.name in self.excluded:
             return Decision(Category.FP32, EXCLUDED_REASON), node.subgraphs
+        if node.name in self.kept_fp32:
+            return Decision(Category.FP32, self.kept_fp32[node.name]), node.subgraphs
         if node.subgraphs:
             # fp32 at the boundary; the bodies are converted inside
             return Decision(Category.FP32, CONTROL_FLOW_REASON), tuple(
