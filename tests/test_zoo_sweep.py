@@ -89,7 +89,6 @@ def test_detector_runs_natively_fused_on_its_pre_nms_tensors(subset_records, nat
     assert rec["pre_ordering_tensors"] and "native_fused" not in d, d.get("native_fused")
     assert 0 < d["probed_max_rel_err"] <= zoo_sweep.TOLERANCE
     assert d["native_fused_max_rel_err"] <= 1.5 * d["probed_max_rel_err"] + 0.005
-    assert d["native_vs_emulated_mxnet_cpu"] < 1e-3
 
 
 def test_subset_covers_several_families(subset_records):
