@@ -326,7 +326,8 @@ def test_summary_and_report_per_dtype(tmp_path):
 
 def test_report_from_merges_sweep_files(tmp_path, capsys):
     """``--report-from`` over several sweep files: one record per model, the last file that
-    ran it wins, a budget-skipped record replaces nothing; files swept otherwise are refused."""
+    ran it wins, a budget-skipped or timed-out record replaces nothing; files swept otherwise
+    are refused."""
     write_json = zoo_sweep.runner.write_json
     first, second, merged, md = (str(tmp_path / n) for n in ("1.json", "2.json", "all.json", "all.md"))
     a, b_old = _record("a", "pose", ("pass", 0.01), ("pass", 0.02)), _record("b", "pose", ("pass", 0.01), ("fail", 0.3))
@@ -335,8 +336,11 @@ def test_report_from_merges_sweep_files(tmp_path, capsys):
                                                     for d in zoo_sweep.DTYPES}}
     write_json(first, [a, b_old], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
     d_skipped = {**a_skipped, "model": "d"}
+    b_timeout = {"model": "b", "family": "pose", **{d: {"status": "timeout"} for d in zoo_sweep.DTYPES}}
     write_json(second, [a_skipped, b_new, c, d_skipped], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
-    assert zoo_sweep.main(["--report-from", first, second, "--json", merged, "--md", md]) == 0
+    third = str(tmp_path / "3.json")
+    write_json(third, [b_timeout], zoo_sweep.DTYPES, 0.1, 400, "calibrated")
+    assert zoo_sweep.main(["--report-from", first, second, third, "--json", merged, "--md", md]) == 0
     saved = json.loads(open(merged).read())
     assert saved["records"] == [a, b_new, c, d_skipped] and saved["dtypes"] == list(zoo_sweep.DTYPES)
     text = open(md).read()

@@ -151,12 +151,16 @@ def write_json(path: str, records: list[dict], dtypes: Sequence[str], tol: float
     atomic_write(path, write)
 
 
+_UNFINISHED = ("skipped", "timeout")
+
+
 def read_sweeps(paths: Sequence[str]) -> tuple[list[dict], dict]:
     """The records of the sweep JSON files ``paths``, one per model, and their shared
     settings (``dtypes``, ``tolerance``, ``timeout_s``, ``bn``).
 
     A model in several files keeps the record of the last file that ran it (a ``skipped``
-    record never replaces one that ran); the order is the first file's, then each new model
+    or ``timeout`` record never replaces one that ran: a rerun that did not finish says
+    nothing new); the order is the first file's, then each new model
     in its file's order. Files swept with other dtypes, tolerance or BatchNorm setting cannot
     be merged: ``ValueError`` naming the file."""
     records: dict[str, dict] = {}
@@ -172,7 +176,7 @@ def read_sweeps(paths: Sequence[str]) -> tuple[list[dict], dict]:
             settings = {**mine, "timeout_s": saved.get("timeout_s")}
         for rec in saved["records"]:
             old = records.get(rec["model"])
-            if old is None or rec.get(mine["dtypes"][0], {}).get("status") != "skipped":
+            if old is None or rec.get(mine["dtypes"][0], {}).get("status") not in _UNFINISHED:
                 records[rec["model"]] = rec
     if settings is None:
         raise ValueError("no sweep JSON given")
