@@ -65,9 +65,9 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, positions
     perturbation (max |delta|) by feed name. The forced copies are nodes of the converted
     graph (a producer that absorbed a BatchNorm outputs what the BatchNorm did: ``index``);
     the perturbed ones are nodes of the original graph and read its own tensors
-    (``positions``: a
-    convolution's raw output, not the BatchNorm's after it: fed that, every BatchNorm
-    normalised an already normalised tensor and measured a gain ~1000x too large)."""
+    (``positions``: a convolution's raw output, not the BatchNorm's after it; fed that,
+    every folded BatchNorm normalised an already normalised tensor and measured a gain
+    ~1000x too large)."""
     import mxnet as mx
 
     from ..emulation import round_array

@@ -98,7 +98,7 @@ class NodeError:
 class SearchStep:
     """One model execution of the auto mode."""
 
-    kind: str                  # 'reference', 'check', 'attribution', 'validate', 'all-fp32', 'bisect'
+    kind: str   # 'reference', 'check', 'attribution', 'validate', 'trim', 'all-fp32', 'bisect'
     excluded: int              # nodes kept in float32 in the executed configuration
     passed: bool | None        # None for the reference run
     tolerance_ratio: float | None
