@@ -118,9 +118,13 @@ def markdown(results: list[dict]) -> str:
                  f"{first['sensitivity']:.3g}"]
         for rows in keyed:
             r = rows.get(key)
-            cells += ([f"{r['executions']}" + ("" if r["validated"] else " (not validated)"),
-                       f"{r['kept']} ({r['candidates']}), {r['error_returned']:.3g}"]
-                      if r else ["-", "-"])
+            cells += ([f"{r['executions']}" + (" (the cap)" if r["executions"] >= MAX_EXECUTIONS
+                                                else "")
+                       + ("" if r["validated"] else " (not validated)"),
+                       f"{r['kept']} ({r['candidates']}), {r['error_returned']:.3g}"
+                       + (f"; {r['kept_by_reason']['budget']} of them undecided at the cap"
+                          if r["kept_by_reason"].get("budget") else "")]
+                      if r and "error" not in r else ["-", "-"])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
