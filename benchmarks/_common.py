@@ -316,3 +316,14 @@ def default_out(script: str, quick: bool) -> str:
 
 def format_exc() -> str:
     return traceback.format_exc(limit=3)
+
+
+def write_between_markers(doc: str, name: str, body: str) -> None:
+    """Replace what lies between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in the
+    file ``doc`` with ``body`` (a rendered benchmark table)."""
+    with open(doc) as f:
+        text = f.read()
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    i, j = text.index(start) + len(start), text.index(end)
+    with open(doc, "w") as f:
+        f.write(text[:i] + "\n" + body + "\n" + text[j:])

@@ -4,9 +4,13 @@ in one run, on the same graphs (benchmarks/planted_culprits.py).
 
 For each shape (chain, DAG), N (op nodes) and k (culprits): executions, whether the
 float32 set found is exactly the planted culprits, whether the result validated, and wall
-time. The check is the default one at tolerance 0.05: a 5000-layer chain of random
-orthogonal FullyConnected layers accumulates ~0.02 of plain float16 rounding (measured:
-``relative_error`` of the k=0 row), beyond float16's default 0.01, with nothing wrong in it.
+time; and, to show each cell is fair, the outputs' error with exactly the planted culprits
+in float32 (``oracle_error``, two executions outside the counts): "exact and validated"
+is possible only where it is within the tolerance. The check is the default one at
+tolerance 0.1: a 5000-layer chain of random orthogonal FullyConnected layers accumulates
+0.015-0.03 of plain float16 rounding with no culprit (10 seeds, measured 2026-12-04) and
+up to 0.051 with one culprit kept in float32 (seed 5001), beyond float16's default 0.01
+and the 0.05 used before, with nothing wrong in it; each culprit alone costs ~1.
 
     python benchmarks/auto_attribution.py               # k 1,2,4,8 x N 50,400,5000 x chain,dag
     python benchmarks/auto_attribution.py --quick       # seconds
@@ -26,10 +30,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from _common import default_out, environment, write_json  # noqa: E402
+from _common import default_out, environment, write_between_markers, write_json  # noqa: E402
 from planted_culprits import planted  # noqa: E402
 
-TOLERANCE = 0.05
+TOLERANCE = 0.1
 
 
 def _one(p, search: str) -> dict:
@@ -44,6 +48,15 @@ def _one(p, search: str) -> dict:
             "steps": [s.kind for s in report.steps]}
 
 
+def _oracle(p) -> float:
+    """The outputs' relative error with exactly the planted culprits kept in float32."""
+    from mxnet_amp.auto import auto_convert_model
+    _, _, _, report = auto_convert_model(p.sym, p.arg_params, {}, p.sample, "float16",
+                                         tolerance=TOLERANCE, quiet=True,
+                                         excluded_sym_names=list(p.culprits))
+    return report.relative_error
+
+
 def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int, out: str | None = None) -> dict:
     rows: list = []
     for shape in shapes:
@@ -51,7 +64,7 @@ def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int, out: str | N
             for k in ks:
                 p = planted(n, k, shape, seed=n + k)
                 row = {"shape": shape, "n": p.op_nodes, "k": k, "bound": 2 + k + 1,
-                       "attribution": _one(p, "attribution")}
+                       "oracle_error": _oracle(p), "attribution": _one(p, "attribution")}
                 if n <= bisection_max_n or k <= bisection_max_k:
                     row["bisection"] = _one(p, "bisection")
                     row["bisection_bound"] = 3 + k * (math.ceil(math.log2(p.op_nodes)) + 1)
@@ -68,18 +81,22 @@ def _line(row: dict) -> str:
     b = row.get("bisection")
     old = (f"{b['executions']:>4} exec exact={b['exact']!s:5} ok={b['validated']!s:5} "
            f"{b['seconds']:7.1f}s") if b else "   (not run)"
-    return (f"{row['shape']:5} N={row['n']:5} k={row['k']}  attribution {a['executions']:>2} exec "
+    return (f"{row['shape']:5} N={row['n']:5} k={row['k']} oracle {row['oracle_error']:.3f}  "
+            f"attribution {a['executions']:>2} exec "
             f"(bound {row['bound']}) exact={a['exact']!s:5} ok={a['validated']!s:5} "
             f"{a['seconds']:6.1f}s | bisection {old}")
 
 
 def markdown(result: dict) -> str:
     """The table for docs/emulation_and_auto.md."""
-    lines = ["| shape | N | k | attribution: executions (bound 2+k+1) | exact, validated | "
-             "bisection: executions | exact, validated |", "|---|---|---|---|---|---|---|"]
+    lines = ["| shape | N | k | error, culprits alone float32 | attribution: executions "
+             "(bound 2+k+1) | exact, validated | bisection: executions | exact, validated |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         a, b = r["attribution"], r.get("bisection")
-        lines.append(f"| {r['shape']} | {r['n']} | {r['k']} | {a['executions']} ({r['bound']}) | "
+        oracle = f"{r['oracle_error']:.3f}" if "oracle_error" in r else "-"
+        lines.append(f"| {r['shape']} | {r['n']} | {r['k']} | {oracle} | "
+                     f"{a['executions']} ({r['bound']}) | "
                      f"{'yes' if a['exact'] else 'NO'}, {'yes' if a['validated'] else 'NO'} | "
                      + (f"{b['executions']} | {'yes' if b['exact'] else 'NO'}, "
                         f"{'yes' if b['validated'] else 'NO'} |" if b else "not run | |"))
@@ -96,18 +113,15 @@ def render(paths: list[str], doc: str) -> None:
         envs.append(data.get("environment", {}))
         commands.append(data.get("command", "") + (" (cut short)" if data.get("partial") else ""))
     env = envs[0] if envs else {}
+    unrun = sorted({(r["n"], r["k"]) for r in rows if "bisection" not in r})
     table = markdown({"rows": rows}) + (
         f"\n\nMeasured {env.get('utc', '?')} on {env.get('cpu', '?')} ({env.get('cpu_count')} "
-        f"cores shared with other jobs, load average {env.get('loadavg')}): "
-        + "; ".join(f"`{c}`" for c in commands) + ". "
-        "Bisection at N = 5000 not run (about k log2 N executions of a 5000-node graph each: "
-        "too slow on this shared machine); its bound there is 3 + k (log2 5000 + 1) = 3 + 14k.")
-    with open(doc) as f:
-        text = f.read()
-    start, end = "<!-- auto_attribution:start -->", "<!-- auto_attribution:end -->"
-    i, j = text.index(start) + len(start), text.index(end)
-    with open(doc, "w") as f:
-        f.write(text[:i] + "\n" + table + "\n" + text[j:])
+        f"cores shared with other jobs, load average {env.get('loadavg')}), tolerance "
+        f"{data.get('tolerance', TOLERANCE)}: " + "; ".join(f"`{c}`" for c in commands) + ". "
+        + (f"Bisection not run at N ~ {unrun[0][0]} for k in "
+           f"{sorted({k for _, k in unrun})} (about 3 + k (log2 N + 1) executions of a "
+           f"{unrun[0][0]}-node graph each: too slow on this shared machine)." if unrun else ""))
+    write_between_markers(doc, "auto_attribution", table)
 
 
 def main(argv=None) -> int:

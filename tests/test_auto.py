@@ -315,18 +315,36 @@ def test_tensor_range():
     assert math.isnan(tensor_range(x, lim, chunk=64).max_abs)
 
 
-def test_range_check_flags_tensors_holding_nan_or_inf():
+def test_range_check_judges_the_finite_values_not_float32s_own_inf_and_nan():
+    """Issue 24: inf or nan in the float32 run is no overflow of the low precision dtype
+    (float32 lost those values itself; keeping the node in float32 changes nothing): a
+    tensor is flagged by its largest finite value, which a nan beside it no longer hides."""
     from mxnet_amp.auto.measure import offending_tensors
     lim = DTYPE_LIMITS["float16"]
     overflow = np.array([7e4, 1.0], dtype=np.float32)
     stats = {(0, 0): tensor_range(overflow, lim),
-             (1, 0): tensor_range(np.append(overflow, np.nan), lim),   # nan hides the 7e4
+             (1, 0): tensor_range(np.append(overflow, np.nan), lim),   # 7e4 beside a nan
              (2, 0): tensor_range(np.array([np.nan, 1.0], dtype=np.float32), lim),
              (3, 0): tensor_range(np.array([-np.inf, 1.0], dtype=np.float32), lim),
              (4, 0): tensor_range(np.array([1.0, 2.0], dtype=np.float32), lim)}
+    assert stats[(3, 0)].max_abs == np.inf and stats[(3, 0)].finite_max == 1.0
     found = offending_tensors(stats, lim, underflow_fraction=0.1)
-    assert [(key, reason) for key, reason, _ in found] == [
-        ((0, 0), "overflow"), ((1, 0), "overflow"), ((2, 0), "overflow"), ((3, 0), "overflow")]
+    assert [(key, reason, value) for key, reason, value in found] == [
+        ((0, 0), "overflow", np.float32(7e4)), ((1, 0), "overflow", np.float32(7e4))]
+
+
+def test_check_does_not_blame_low_precision_for_float32s_own_inf():
+    """Issue 24 (YOLOv3 with random weights): elements where the float32 reference is inf
+    or nan are not judged; the others are, and a non-finite output where float32 is finite
+    still fails."""
+    ref = np.array([[np.inf, 1.0, 2.0], [np.nan, 3.0, 4.0]], dtype=np.float32)
+    out = np.array([[65504.0, 1.001, 2.0], [7.0, 3.0, 4.002]], dtype=np.float32)
+    check = check_outputs([ref], [out.reshape(1, 2, 3)[0]])
+    assert check.passed and check.relative_error < 1e-3 and math.isfinite(check.max_abs_error)
+    out[0, 1] = np.inf
+    assert not check_outputs([ref], [out]).passed
+    out[0, 1] = 1.2                                 # a finite element beyond the tolerance
+    assert not check_outputs([ref], [out]).passed
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

@@ -241,6 +241,20 @@ def test_auto_attribution_quick(tmp_path):
         a, b = row["attribution"], row["bisection"]
         assert a["exact"] and a["validated"] and a["executions"] <= 2 + row["k"] + 1
         assert b["exact"] and b["validated"] and b["executions"] > a["executions"]
+        # fair: exactly the planted culprits in float32 validate
+        assert row["oracle_error"] <= data["tolerance"]
+
+
+def test_auto_detectors_quick(tmp_path):
+    """A random-weight gluoncv SSD, BatchNorm calibrated as the zoo sweep does: auto
+    converges in at most 20 executions, validated, judged on the tensors before NMS."""
+    pytest.importorskip("gluoncv")
+    _, out = run_script("auto_detectors", tmp_path)
+    (row,) = load(out)["rows"]
+    assert row["model"] == "ssd_512_mobilenet1.0_voc" and row["calibrated_batchnorms"] > 0
+    assert row["validated"] and row["executions"] <= 20 and row["judged_before_nms"]
+    assert row["error_returned"] <= row["tolerance"] < row["error_all_low"]
+    assert 0 < row["kept"] < row["candidates"]
 
 
 def test_trained_zoo_quick(tmp_path):

@@ -75,3 +75,18 @@ def test_trained_checkpoints_are_reused_by_recipe(trained):
                for k, v in model.arg_params.items())
     other = zt.Recipe("resnet18_v1", "resnet18_v1", epochs=5, copies=1, lr=3e-3)
     assert zt.recipe_hash(other) != zt.recipe_hash(RECIPES["resnet18_v1"])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_auto_keeps_no_node_in_float32_on_trained_zoo_nets(trained, name, dtype):
+    """Issue 24: on trained nets (BatchNorm folded, padding taps, conv biases before a
+    BatchNorm) the automatic mode keeps nothing in float32 that the plain conversion did
+    not need: every node stays low, in 2 executions (reference and check)."""
+    from mxnet_amp.auto import auto_convert_model
+    model, _, _ = trained(name)
+    _, _, _, report = auto_convert_model(model.sym, model.arg_params, model.aux_params,
+                                         model.x_test[:64], dtype, quiet=True,
+                                         execution="emulated")
+    assert report.validated and report.kept_fp32 == () and report.executions == 2
+    assert report.low_precision_nodes > 0

@@ -59,10 +59,15 @@ def _tensor(tensors: Mapping, index: dict, name: str, k: int) -> np.ndarray:
     return np.asarray(tensors[(i, k0 + k)])
 
 
-def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: Mapping,
-           conversion: Conversion) -> tuple[dict, dict[str, float]]:
+def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, positions: dict,
+           params: Mapping, conversion: Conversion) -> tuple[dict, dict[str, float]]:
     """The arrays of every variable of the attribution graph, and the size of each
-    perturbation (max |delta|) by feed name."""
+    perturbation (max |delta|) by feed name. The forced copies are nodes of the converted
+    graph (a producer that absorbed a BatchNorm outputs what the BatchNorm did: ``index``);
+    the perturbed ones are nodes of the original graph and read its own tensors
+    (``positions``: a convolution's raw output, not the BatchNorm's after it; fed that,
+    every folded BatchNorm normalised an already normalised tensor and measured a gain
+    ~1000x too large)."""
     import mxnet as mx
 
     from ..emulation import round_array
@@ -82,7 +87,7 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: M
     sizes: dict[str, float] = {}
     rng = np.random.RandomState(_SEED)
     for name, tensor in fg.perturbed_feeds.items():
-        ref = _tensor(tensors, index, *tensor)
+        ref = _tensor(tensors, positions, *tensor)
         mag = np.abs(ref)
         floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
         delta = (PERTURBATION * (mag + floor)).astype(np.float32)
@@ -93,13 +98,14 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, params: M
 
 
 def _sq_diff(a: np.ndarray, b: np.ndarray) -> float:
-    """``sum((a - b)**2)``; inf where they differ by inf or nan (nan in both agrees)."""
+    """``sum((a - b)**2)`` over the elements where the reference ``b`` is finite (where
+    float32 itself is inf or nan, low precision changes nothing that could be blamed on
+    it); inf where ``a`` is not finite there."""
     if a.shape != b.shape:
         return math.inf
+    judged = np.isfinite(b)
     with np.errstate(invalid="ignore", over="ignore"):
-        d = a.astype(np.float64) - b
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
-    d = np.where(same, 0.0, d)
+        d = np.where(judged, a.astype(np.float64) - b, 0.0)
     if not np.isfinite(d).all():
         return math.inf
     return float(np.dot(d.ravel(), d.ravel()))
@@ -119,7 +125,8 @@ def _measure(runs: Runs, original: Graph, excluded: frozenset, tensors: Mapping)
     sym = graph_to_symbol(emulate_graph(fg.graph, {k: d for k, d in var_dtypes.items() if d}))
     index = _ref_index(original, conversion.folded_batchnorms)
     positions = {n.name: i for i, n in enumerate(original.nodes)}
-    feeds, sizes = _feeds(runs, fg, tensors, index, {**args, **auxs}, conversion)
+    feeds, sizes = _feeds(runs, fg, tensors, index, {n: (i, 0) for n, i in positions.items()},
+                          {**args, **auxs}, conversion)
     outs = runs.forward(sym, feeds, {})
     runs.steps.append(SearchStep("attribution", len(excluded), None, None, None))
     del feeds

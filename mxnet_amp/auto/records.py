@@ -40,6 +40,8 @@ class TensorRange:
     max_abs: float      # largest |value| (inf/nan when the float32 run had them)
     flushed: float      # fraction of its nonzero values the dtype rounds to zero
     subnormal: float    # fraction of its nonzero values that become subnormal
+    # largest finite |value| (None: as max_abs): what the dtype's range is compared with
+    finite_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class NodeError:
 class SearchStep:
     """One model execution of the auto mode."""
 
-    kind: str                  # 'reference', 'check', 'attribution', 'validate', 'all-fp32', 'bisect'
+    kind: str   # 'reference', 'check', 'attribution', 'validate', 'trim', 'all-fp32', 'bisect'
     excluded: int              # nodes kept in float32 in the executed configuration
     passed: bool | None        # None for the reference run
     tolerance_ratio: float | None
@@ -265,7 +267,8 @@ class OutputCheck:
     ``passed`` is the criterion's verdict: ``'scale'`` (the default) passes when every
     output's ``max|out - ref| / max|ref|`` is at most ``tolerance`` and no classifier-shaped
     output changes a top-1 prediction; ``'allclose'`` when ``|out - ref| <= atol + rtol |ref|``
-    everywhere. Outputs non-finite where the reference is finite fail both.
+    everywhere. Outputs non-finite where the reference is finite fail both; elements where
+    the reference itself is inf or nan are not judged.
     """
 
     criterion: str          # 'scale' or 'allclose'

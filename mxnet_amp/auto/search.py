@@ -2,7 +2,8 @@
 run, then a bisection for accuracy culprits."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+import math
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -21,9 +22,12 @@ from .runner import Runs
 Stats = Mapping[tuple[int, int], TensorRange]
 Tensors = Mapping[tuple[int, int], Any]
 
-# the attribution's picks are validated; when that fails, the next ones are added this
-# many times (doubling the picks) before the bisection takes over
-_ATTRIBUTION_RETRIES = 2
+# the attribution's picks are validated; when that fails, the nodes left are scaled to the
+# error measured and picked again, this many times, before the bisection takes over
+_ATTRIBUTION_RETRIES = 3
+# the picks aim the estimated error left in low precision at this share of the tolerance
+# (the estimate's proportions are approximate: a margin, not the bound itself)
+_AIM = 0.8
 # at most this many node errors are kept in the report
 _ATTRIBUTION_REPORTED = 200
 
@@ -239,27 +243,32 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
         lo, hi = 0, len(cands)
 
 
-def _select(errors: list[NodeError], tolerance: float) -> list[str]:
-    """The nodes to keep in float32 by their estimated contribution: each one at least half
-    the tolerance, then, while the rest still add up to more than half of it, the next ones
-    down to a twentieth of it; at least the first."""
-    picks = [e for e in errors if e.contribution >= tolerance / 2]
-    rest = errors[len(picks):]
-    left = sum(e.contribution for e in rest)
+def _select(errors: Sequence[NodeError], tolerance: float, scale: float = 1.0) -> list[NodeError]:
+    """The nodes to keep in float32 by their estimated contribution (times ``scale``): each
+    one at least half the tolerance, then the next ones down to a twentieth of it while the
+    rest still add up to more than ``_AIM`` of it; at least the first. Contributions add in
+    quadrature, as :func:`~mxnet_amp.auto.attribution.attribute` scales them (added up
+    linearly, a hundred nodes of 0.002 each, 0.02 together, read as 0.2 and were all kept)."""
+    picks = [e for e in errors if e.contribution * scale >= tolerance / 2]
+    rest = list(errors[len(picks):])
+    left = sum((e.contribution * scale) ** 2 for e in rest)
     for e in rest:
-        if left <= tolerance / 2 or e.contribution < tolerance / 20:
+        c = e.contribution * scale
+        if math.sqrt(max(left, 0.0)) <= _AIM * tolerance or c < tolerance / 20:
             break
         picks.append(e)
-        left -= e.contribution
-    return [e.name for e in (picks or errors[:1])]
+        left -= c * c
+    return picks or list(errors[:1])
 
 
 def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Tensors,
                        notes: list[str]) -> tuple[frozenset | None, dict[str, KeptNode],
                                                   list[NodeError]]:
     """Step 4 of the module doc: one attribution run, the top nodes kept in float32,
-    validated. ``(exclusions, culprits, node errors)``; exclusions None when no
-    configuration it tried validated (the bisection takes over, in its ranking)."""
+    validated; when that fails, the nodes not picked are scaled to the error just measured
+    and picked again by the same rule, up to ``_ATTRIBUTION_RETRIES`` times.
+    ``(exclusions, culprits, node errors)``; exclusions None when no configuration it tried
+    validated (the bisection takes over, in its ranking)."""
     from ..errors import AMPError
     from .attribution import attribute
     try:
@@ -270,31 +279,87 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
         return None, {}, []
     tolerance = runs.tolerance if runs.rtol is None else runs.rtol
     picks = _select(errors, tolerance)
-    by_name = {e.name: e for e in errors}
+    rounds: dict[str, float | None] = {e.name: None for e in picks}   # name -> error before
     for _ in range(_ATTRIBUTION_RETRIES + 1):
         if not runs.budget_left:
             break
-        config = base | frozenset(picks)
+        config = base | frozenset(_needed(runs, base, list(rounds)))
         ok, _, _ = runs.check(config, "validate")
         if ok:
-            total = sum(by_name[n].contribution for n in picks)
-            return config, {n: _attributed(by_name[n], total, runs) for n in picks}, errors
-        picks = [e.name for e in errors[:2 * len(picks)]]
+            kept = _trim(runs, base, [e for e in errors if e.name in config and e.name in rounds],
+                         tolerance)
+            config = base | frozenset(kept)
+            return config, _attributed(errors, {n: rounds[n] for n in kept}, runs), errors
+        rest = [e for e in errors if e.name not in rounds]
+        measured = runs.results[config].relative_error
+        left = math.sqrt(sum(e.contribution ** 2 for e in rest))
+        if not rest or not math.isfinite(measured) or not left > 0:
+            break
+        rounds.update({e.name: measured for e in _select(rest, tolerance, measured / left)})
     notes.append("the nodes the attribution ranked first did not validate; the accuracy "
                  "search bisected, in the attribution's order")
     return None, {}, errors
 
 
-def _attributed(e: NodeError, total: float, runs: Runs) -> KeptNode:
-    """The :class:`KeptNode` of a culprit the attribution found."""
+def _needed(runs: Runs, base: frozenset, picks: Sequence[str]) -> list[str]:
+    """``picks`` less the nodes that compute in float32 anyway once the others are excluded:
+    an op that follows its inputs' dtype (relu, pooling, reshape, ...) runs in float32 when
+    its producer does, so excluding it too changes nothing (the same conversion) and it is
+    no culprit. On a random SSD the attribution picked each relu beside its convolution
+    (it re-rounds its input, so it shows that rounding as its own local error): 31 nodes
+    kept where the 18 convolutions gave the same outputs."""
+    _, _, _, conversion = runs.convert(base)   # the ops' own categories (none excluded)
+    categories = conversion.result.categories
+    core = [n for n in picks if categories.get(n) is Category.TARGET]
+    if len(core) == len(picks):
+        return list(picks)
+    _, _, _, conversion = runs.convert(base | frozenset(core))
+    dtypes = conversion.result.node_dtypes
+    return [n for n in picks if n in core or dtypes.get(n) in LOW_PRECISION]
+
+
+def _trim(runs: Runs, base: frozenset, picks: list[NodeError], tolerance: float) -> list[str]:
+    """The picks that validated, less those the check does not need: a node estimated
+    beyond the tolerance alone stays; of the others (estimated to matter only together), the
+    fewest top-ranked ones that still validate, found by a binary search over how many
+    (``ceil(log2(n + 1))`` executions; a diffuse error, spread over many nodes, makes the
+    estimate keep more than it needs). Returns names, ranked; the configuration returned
+    was measured to pass."""
+    alone = [e.name for e in picks if e.contribution > tolerance]
+    together = [e.name for e in picks if e.contribution <= tolerance]
+    lo, hi = 0, len(together)    # keeping ``hi`` of them passes (measured)
+    while lo < hi and runs.budget_left:
+        mid = (lo + hi) // 2
+        ok, _, _ = runs.check(base | frozenset(_needed(runs, base, alone + together[:mid])),
+                              "trim")
+        lo, hi = (lo, mid) if ok else (mid + 1, hi)
+    return _needed(runs, base, [e.name for e in picks if e.name in set(alone + together[:hi])])
+
+
+def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
+                runs: Runs) -> dict[str, KeptNode]:
+    """The :class:`KeptNode` of each culprit the attribution found (``rounds``: its name ->
+    None for a first pick, else the error measured with the picks before it)."""
     tolerance = runs.tolerance if runs.rtol is None else runs.rtol
-    alone = e.contribution > tolerance
-    return KeptNode(e.name, e.op, runs.accuracy_reason, e.contribution, e.name,
-                    f"relative error ~{e.contribution:.3g} at outputs (estimated from its local "
-                    f"error {e.local_error:.3g}, {e.relative_local_error:.3g} of its output)"
-                    + (f" > tolerance {tolerance:g}" if alone else
-                       f"; with the other picks ~{total:.3g} > tolerance {tolerance:g}")
-                    + "; validated without it in low precision")
+    first = [e for e in errors if e.name in rounds and rounds[e.name] is None]
+    together = math.sqrt(sum(e.contribution ** 2 for e in first))
+    kept = {}
+    for e in errors:
+        if e.name not in rounds:
+            continue
+        estimate = (f"relative error ~{e.contribution:.3g} at outputs (estimated from its "
+                    f"local error {e.local_error:.3g}, {e.relative_local_error:.3g} of its "
+                    "output)")
+        if rounds[e.name] is not None:
+            why = (f"; added when the picks before it measured {rounds[e.name]:.3g} > "
+                   f"tolerance {tolerance:g} (the nodes left scaled to that)")
+        elif e.contribution > tolerance:
+            why = f" > tolerance {tolerance:g}"
+        else:
+            why = f"; with the other first picks ~{together:.3g} > tolerance {tolerance:g}"
+        kept[e.name] = KeptNode(e.name, e.op, runs.accuracy_reason, e.contribution, e.name,
+                                estimate + why + "; validated without it in low precision")
+    return kept
 
 
 def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, underflow_fraction: float,
@@ -365,7 +430,8 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
         _judge_dense(runs, original, tensors, notes)
     reference_finite = all(np.isfinite(r).all() for r in runs.reference)
     if not reference_finite:
-        notes.append("the float32 reference outputs hold inf/nan on these sample inputs")
+        notes.append("the float32 reference outputs hold inf/nan on these sample inputs: "
+                     "those elements were not judged (float32 itself lost them)")
     excluded, kept, errors = _search(runs, original, stats, limits, settings.underflow_fraction,
                                      runs.options.excluded, notes, tensors)
     return excluded, kept, reference_finite, errors
