@@ -59,9 +59,11 @@ def fused_base(rec: dict) -> float | None:
 
 def fused_summary(flat: Sequence[dict]) -> dict:
     """How many models ran natively fused, how many are within the target, which are not. A
-    model that MXNet fails to run there (``native_fused`` holds its error) counts as
-    judged and outside: that is what its user gets on the deploy path."""
-    failed = [r["model"] for r in flat if str(r.get("native_fused", "")).startswith("error")]
+    model that MXNet fails to run there (``native_fused`` holds its error, or
+    ``native_probed``: converted with its pre-NMS tensors as outputs) counts as judged and
+    outside: that is what its user gets on the deploy path."""
+    failed = [r["model"] for r in flat
+              if any(str(r.get(k, "")).startswith("error") for k in ("native_fused", "native_probed"))]
     judged = [r for r in flat if fused_within(r) is not None]
     outside = [r["model"] for r in judged if not fused_within(r)] + failed
     n = len(judged) + len(failed)
