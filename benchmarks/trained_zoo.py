@@ -46,7 +46,7 @@ RECIPES = (
     R("se_resnet18_v1", "se_resnet18_v1"),
     R("mobilenet1.0", "mobilenet1.0", copies=32),
     R("resnet18_v2", "resnet18_v2"),
-    R("shufflenet_v2", "shufflenet_v2", copies=48),
+    R("shufflenet_v2", "shufflenet_v2", copies=32),   # 48 copies: 83.1%, 32: 85.1%
     R("resnet18_v1b", "resnet18_v1b"),
     # no BatchNorm, a relu on the logits: SGD (lr 0.002-0.01) stayed at chance (loss 2.302);
     # Adam with a long warmup learns it
@@ -57,7 +57,7 @@ RECIPES = (
     R("vgg11_bn", "vgg11_bn", copies=16, lr=0.02),
     R("resnet50_v1d", "resnet50_v1d", copies=16),
     R("mobilenetv2_1.0", "mobilenetv2_1.0", copies=64, wd=4e-5),
-    R("resnet50_v2", "resnet50_v2", copies=16),
+    R("resnet50_v2", "resnet50_v2", copies=16, lr=0.02, warmup=0.1),
 )
 QUICK = R("quick_resnet18_v1", "resnet18_v1", size=16, copies=2)
 

@@ -1,4 +1,4 @@
-"""Zoo architectures trained here in seconds (tests/zoo_trainers.py, 16x16 inputs, one pass over 4 corrupted
+"""Zoo architectures trained here in seconds (tests/zoo_trainers.py, 16x16 inputs, one pass over 8 corrupted
 copies of the training set): our
 conversion flips no test prediction that mx.contrib.amp's keeps, in float16 and bfloat16.
 
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 # tiny recipes (a minute of training at most): post-activation residual + BatchNorm (what
 # fold_batchnorm and oneDNN's conv+BN fusion touch) and pre-activation residual
 RECIPES = {
-    "resnet18_v1": zt.Recipe("resnet18_v1", "resnet18_v1", size=16, copies=4),
-    "resnet18_v2": zt.Recipe("resnet18_v2", "resnet18_v2", size=16, copies=4),
+    "resnet18_v1": zt.Recipe("resnet18_v1", "resnet18_v1", size=16, copies=8),
+    "resnet18_v2": zt.Recipe("resnet18_v2", "resnet18_v2", size=16, copies=8),
 }
 
 
@@ -74,5 +74,5 @@ def test_trained_checkpoints_are_reused_by_recipe(trained):
     assert again.cached and not model.cached
     assert all(np.array_equal(again.arg_params[k].asnumpy(), v.asnumpy())
                for k, v in model.arg_params.items())
-    other = zt.Recipe("resnet18_v1", "resnet18_v1", size=16, copies=4, lr=0.02)
+    other = zt.Recipe("resnet18_v1", "resnet18_v1", size=16, copies=8, lr=0.02)
     assert zt.recipe_hash(other) != zt.recipe_hash(RECIPES["resnet18_v1"])
