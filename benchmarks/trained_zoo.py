@@ -7,7 +7,7 @@ harder digits task of ``tests/zoo_trainers.py`` (offline; 32x32 inputs) for a fe
 each; trained checkpoints are cached outside git, keyed by a hash of the recipe
 (``--cache-dir``, default ``~/.cache/mxnet-amp/trained_zoo``), so reruns reuse them.
 
-Each converted model runs on the 450 test images: float16 emulated (``mxnet_amp.emulate_model``;
+Each converted model runs on the test set (450 images; 1000 sequences for the encoder): float16 emulated (``mxnet_amp.emulate_model``;
 MXNet has no CPU float16 kernels); bfloat16 emulated and, where this CPU runs bfloat16,
 natively through ``mx.mod.Module`` (oneDNN's default subgraph fusion on, conv+BatchNorm fused)
 and through a hybridized ``SymbolBlock.imports`` of the saved files (unfused). Recorded:
@@ -58,6 +58,9 @@ RECIPES = (
     R("resnet50_v1d", "resnet50_v1d", copies=16, lr=0.02, warmup=0.1),   # lr 0.05: 36.9%
     R("mobilenetv2_1.0", "mobilenetv2_1.0", copies=64, wd=4e-5),
     R("resnet50_v2", "resnet50_v2", copies=16, lr=0.02, warmup=0.1),
+    # gluonnlp's BERTEncoder on the majority sequence task: 8 epochs reach 100%, 2 stay in range
+    R("bert_encoder", "bert_encoder", epochs=2, optimizer="adam", lr=1e-3, wd=0.0, warmup=0.1,
+      task="majority"),
 )
 QUICK = R("quick_cifar_resnet20_v1", "cifar_resnet20_v1", size=16, copies=8)   # the CI test's
 
@@ -137,12 +140,18 @@ def mark_unexplained(rows: dict, logits: dict, ref: np.ndarray, floor: np.ndarra
             rows[ours][path]["unexplained_flips"] = len(zt.unexplained_flips(lg, contrib, ref, floor))
 
 
+def input_text(recipe) -> str:
+    if recipe.task == "majority":
+        return f"{tm.SEQ_LEN} tokens"
+    return f"{recipe.size}x{recipe.size}"
+
+
 def run_model(recipe, cache_dir: str | None) -> dict:
     import tempfile
     model = zt.train(recipe, cache_dir)
     ref = tm.predict(model.sym, model.arg_params, model.aux_params, model.x_test)
     row = {"model": recipe.name, "zoo_name": recipe.model, "recipe": zt.recipe_hash(recipe),
-           "input": f"{recipe.size}x{recipe.size}", "epochs": recipe.epochs, "copies": recipe.copies,
+           "input": input_text(recipe), "epochs": recipe.epochs, "copies": recipe.copies,
            "optimizer": f"{recipe.optimizer} lr {recipe.lr:g} wd {recipe.wd:g} warmup {recipe.warmup:g}",
            "train_seconds": model.train_seconds, "cached": model.cached, "train_accuracy": model.train_accuracy,
            "test_images": len(model.y_test), "fp32_accuracy": tm.accuracy(ref, model.y_test),
@@ -257,7 +266,11 @@ def markdown(payload: dict) -> str:
         "# Trained zoo architectures: accuracy after float16 / bfloat16 conversion", "",
         f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores shared with other work, "
         f"load average at the end {env['loadavg'][0]:.1f}; bf16 runs natively: {env['bf16_runs_natively']}), "
-        f"MXNet {env['mxnet']}. Command: `{payload['command']}`.", "",
+        f"MXNet {env['mxnet']}. Command: `{payload.get('command', '?')}`."]
+    lines += [f"Rows {', '.join(a['models'])} measured in a later run, {a['environment']['utc']}, load "
+              f"average at its end {a['environment']['loadavg'][0]:.1f}: `{a['command']}`."
+              for a in payload.get("appended", [])]
+    lines += ["",
         f"Models: gluon / gluoncv zoo constructors, `pretrained=False`, 10 classes, {_sizes(results)} "
         "inputs (ImageNet stems; densenet121 and squeezenet1.1 with their final fixed 7/13-pixel average "
         "pooling made global), trained here (`tests/zoo_trainers.py`: one pass over a number of "
@@ -265,7 +278,12 @@ def markdown(payload: dict) -> str:
         "warmup then cosine decay; Adam for squeezenet1.1) on "
         "scikit-learn's digits made harder: 20% of pixels dropped, upsampled bilinearly, shifted up to "
         "1/8 of the side, noise sigma 0.25, three channels; 1347 training images per corrupted copy "
-        "(copies per recipe below), 450 test images. "
+        "(copies per recipe below), 450 test images. bert_encoder: a BERT-style encoder (gluonnlp's "
+        "`BERTEncoder`, 2 post-norm layers of 4-head self-attention through MXNet's interleaved "
+        "matmul attention ops, GELU, LayerNorm, 64 units; a Dense token embedding, BERT's tanh pooler "
+        "over the mean token) on the synthetic majority task of `tests/trained_models.py` (16 noisy "
+        "one-hot tokens over 10 symbols, the label's symbol 5 times; 3000 training, 1000 test "
+        "sequences). "
         "Trained checkpoints are cached outside git under a hash of the recipe.", "",
         "Each cell: test accuracy (%) / predictions that differ from float32 (in brackets, where not "
         "0, those that count against ours: see the targets) / `max|lp - fp32| / "
@@ -329,6 +347,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one tiny recipe; no docs page unless --md")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/trained_zoo.json)")
     ap.add_argument("--md", help="markdown page (default docs/trained_zoo.md; none with --quick)")
+    ap.add_argument("--append", action="store_true",
+                    help="put the rows of --models into the JSON (--out) of an earlier run, replacing "
+                         "rows of the same name; this run's machine and load are recorded beside it")
     opts = ap.parse_args(argv)
     if opts.worker:
         import json
@@ -338,9 +359,7 @@ def main(argv=None) -> int:
             json.dump(row, f, default=str)
         return 0
     if opts.render:
-        import json
-        with open(opts.out or C.default_out("trained_zoo", False)) as f:
-            payload = json.load(f)
+        payload = _load(opts)
         with open(opts.md or os.path.join(C._ROOT, "docs", "trained_zoo.md"), "w") as f:
             f.write(markdown(payload))
         return 0
@@ -348,7 +367,9 @@ def main(argv=None) -> int:
     unknown = set(opts.models or ()) - {r.name for r in RECIPES}
     if unknown:
         ap.error(f"unknown recipes: {sorted(unknown)}; known: {[r.name for r in RECIPES]}")
-    results = []
+    base = _load(opts) if opts.append else None
+    chosen = {r.name for r in recipes}
+    results = [r for r in base["results"] if r["model"] not in chosen] if base else []
     for recipe in recipes:
         if opts.train_only:
             m = zt.train(recipe, opts.cache_dir, opts.retrain)
@@ -359,10 +380,19 @@ def main(argv=None) -> int:
         print(f"{recipe.name}: fp32 {pct(row.get('fp32_accuracy'))}; " + "; ".join(
             f"{k} {'ok' if v['ok'] else 'NOT MET'}" for k, v in verdicts(row).items()), flush=True)
         # written after every model: a run stopped early keeps what it measured
+        order = [r.name for r in RECIPES + (QUICK,)]
+        results.sort(key=lambda r: order.index(r["model"]) if r["model"] in order else len(order))
         done = {r["model"] for r in results}
         write(opts, results, [r.name + " (not reached)" for r in recipes if r.name not in done]
-              + ([] if opts.quick else [r.name + " (not selected)" for r in RECIPES if r not in recipes]))
+              + ([] if opts.quick else [r.name + " (not selected)" for r in RECIPES
+                                        if r not in recipes and r.name not in done]), base)
     return 0
+
+
+def _load(opts) -> dict:
+    import json
+    with open(opts.out or C.default_out("trained_zoo", opts.quick)) as f:
+        return json.load(f)
 
 
 def isolated(recipe, opts) -> dict:
@@ -383,17 +413,22 @@ def isolated(recipe, opts) -> dict:
             return json.load(f)
 
 
-def write(opts, results: list, not_run: list) -> None:
-    """The JSON and the markdown page of ``results``."""
-    payload = {"benchmark": "trained_zoo", "environment": C.environment(), "results": results,
-               "verdicts": {r["model"]: verdicts(r) for r in results},
+def write(opts, results: list, not_run: list, base: dict | None = None) -> None:
+    """The JSON and the markdown page of ``results``; with ``base`` (``--append``), the
+    earlier run's machine and command stay first and this run's are added under 'appended'."""
+    here = {"environment": C.environment(), "command": "python " + " ".join(sys.argv)}
+    payload = {"benchmark": "trained_zoo", **(base and {k: base[k] for k in here} or here),
+               "results": results, "verdicts": {r["model"]: verdicts(r) for r in results},
                "not_run": not_run + list(NOT_IN_RECIPES)}
+    if base:
+        payload["appended"] = base.get("appended", []) + [
+            {"models": opts.models or [], **here}]
     out = opts.out or C.default_out("trained_zoo", opts.quick)
     C.write_json(out, payload)
     md = opts.md or (None if opts.quick else os.path.join(C._ROOT, "docs", "trained_zoo.md"))
     if md:
         with open(md, "w") as f:
-            f.write(markdown({"command": "python " + " ".join(sys.argv), **payload}))
+            f.write(markdown(payload))
     print(f"wrote {out}" + (f" and {md}" if md else ""), flush=True)
 
 

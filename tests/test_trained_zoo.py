@@ -147,3 +147,21 @@ def test_trained_checkpoints_are_reused_by_recipe(trained):
                for k, v in model.arg_params.items())
     other = zt.Recipe("cifar_resnet20_v1", "cifar_resnet20_v1", size=16, copies=8, lr=0.02)
     assert zt.recipe_hash(other) != zt.recipe_hash(RECIPES["cifar_resnet20_v1"])
+
+
+def test_digits_recipes_keep_their_cached_hashes():
+    """Recipe.task came after checkpoints were cached: a digits recipe hashes as before."""
+    assert zt.recipe_hash(zt.Recipe("resnet18_v1", "resnet18_v1")) == "9fa7961831cd0348"
+    majority = zt.Recipe("resnet18_v1", "resnet18_v1", task="majority")
+    assert zt.recipe_hash(majority) != "9fa7961831cd0348"
+
+
+def test_bert_encoder_reads_each_sequence_alone():
+    """gluonnlp's BERTEncoder takes (length, batch, units): fed (batch, length, units) it
+    attends across the batch, and a sequence's logits depend on its batch (36 of 1000 test
+    predictions moved between batches of 150 and 1000 before the transpose)."""
+    import mxnet as mx
+    net = zt.bert_encoder(units=16, layers=1, heads=2)
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.random.normal(shape=(6, tm.SEQ_LEN, 10))
+    np.testing.assert_allclose(net(x)[:2].asnumpy(), net(x[:2]).asnumpy(), rtol=1e-5, atol=1e-6)

@@ -56,11 +56,15 @@ class Recipe:
     seed: int = 0
     kwargs: dict = field(default_factory=dict)   # extra constructor arguments
     global_pool_output: bool = False   # fixed-size final pooling replaced by a global one
+    task: str = "digits"           # "digits" (hard_digits) or "majority" (a sequence task)
 
 
 def recipe_hash(recipe: Recipe) -> str:
     """A short hash of everything that decides the trained weights."""
-    text = json.dumps({"recipe": dataclasses.asdict(recipe), "data": DATA_VERSION,
+    fields = dataclasses.asdict(recipe)
+    if fields["task"] == "digits":   # added later: the digits recipes keep their cached hashes
+        del fields["task"]
+    text = json.dumps({"recipe": fields, "data": DATA_VERSION,
                        "trainer": TRAINER_VERSION}, sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
@@ -97,12 +101,54 @@ def hard_digits(size: int = 32, copies: int = 2, seed: int = 0):
     return x_train, np.tile(y[:1347], copies), x_test, y[1347:]
 
 
+def task_data(recipe: Recipe):
+    """``(x_train, y_train, x_test, y_test)`` of ``recipe``'s task: the harder digits at its
+    size and copies, or ``tests/trained_models.py``'s majority task (3000 training and 1000
+    test sequences of 16 noisy one-hot tokens over 10 symbols; the label occurs 5 times)."""
+    if recipe.task == "majority":
+        import trained_models as tm
+        return tm.majority()
+    return hard_digits(recipe.size, recipe.copies, recipe.seed)
+
+
 # -------------------------------------------------------------------------------- models
 
+def bert_encoder(units: int = 64, layers: int = 2, heads: int = 4):
+    """A BERT-style encoder on (N, 16, 10) token features: a Dense token embedding, gluonnlp's
+    ``BERTEncoder`` (learned positions, post-norm layers of multi-head self-attention through
+    MXNet's interleaved-matmul attention ops, GELU feed-forward, LayerNorm), BERT's tanh pooler
+    (over the mean token: the task has no [CLS]) and a Dense classifier."""
+    import gluonnlp
+    import trained_models as tm
+    from mxnet.gluon import nn
+
+    class Bert(nn.HybridBlock):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.embed = nn.Dense(units, flatten=False)
+                self.encoder = gluonnlp.model.BERTEncoder(
+                    num_layers=layers, units=units, hidden_size=2 * units, max_length=tm.SEQ_LEN,
+                    num_heads=heads, dropout=0.0, output_attention=False, output_all_encodings=False)
+                self.pooler = nn.Dense(units, activation="tanh")
+                self.out = nn.Dense(10)
+
+        def hybrid_forward(self, F, x):
+            # the encoder reads (length, batch, units), as gluonnlp's BERTModel feeds it
+            seq = self.encoder(F.transpose(self.embed(x), axes=(1, 0, 2)))[0]
+            return self.out(self.pooler(F.mean(seq, axis=0)))
+    return Bert(prefix="bert_")
+
+
+CUSTOM = {"bert_encoder": bert_encoder}   # builders beside the zoo's (Recipe.model)
+
+
 def build(recipe: Recipe):
-    """The zoo net of ``recipe``, not initialised."""
+    """The zoo net of ``recipe`` (or one of :data:`CUSTOM`), not initialised."""
     from gluoncv.model_zoo import get_model
     from mxnet.gluon import nn
+    if recipe.model in CUSTOM:
+        return CUSTOM[recipe.model](**recipe.kwargs)
     kw = {"pretrained": False, "classes": 10, **recipe.kwargs}
     net = get_model(recipe.model, **kw)
     if recipe.global_pool_output:
@@ -188,7 +234,7 @@ def train(recipe: Recipe, cache_dir: str | None = None, retrain: bool = False) -
     """Train ``recipe`` (or load it from ``cache_dir``/<hash>/, where it is then saved)."""
     import mxnet as mx
     from mxnet_amp.gluon import block_model
-    x_train, y_train, x_test, y_test = hard_digits(recipe.size, recipe.copies, recipe.seed)
+    x_train, y_train, x_test, y_test = task_data(recipe)
     folder = os.path.join(cache_dir or DEFAULT_CACHE, recipe_hash(recipe))
     prefix = os.path.join(folder, "model")
     meta_file = os.path.join(folder, "meta.json")
