@@ -161,6 +161,7 @@ def test_bert_encoder_reads_each_sequence_alone():
     attends across the batch, and a sequence's logits depend on its batch (36 of 1000 test
     predictions moved between batches of 150 and 1000 before the transpose)."""
     import mxnet as mx
+    pytest.importorskip("gluonnlp", reason="the 'nlp' extra is not installed")
     net = zt.bert_encoder(units=16, layers=1, heads=2)
     net.initialize(mx.init.Xavier())
     x = mx.nd.random.normal(shape=(6, tm.SEQ_LEN, 10))
