@@ -166,3 +166,21 @@ def test_bert_encoder_reads_each_sequence_alone():
     net.initialize(mx.init.Xavier())
     x = mx.nd.random.normal(shape=(6, tm.SEQ_LEN, 10))
     np.testing.assert_allclose(net(x)[:2].asnumpy(), net(x[:2]).asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_digit_masks_label_each_digit_on_its_pixels():
+    x_train, m_train, x_test, m_test = zt.digit_masks(16, 1, 0)
+    _, y_train, _, y_test = zt.hard_digits(16, 1, 0)
+    np.testing.assert_array_equal(x_test, zt.hard_digits(16, 1, 0)[2])    # the same draws
+    for masks, labels in ((m_train, y_train), (m_test, y_test)):
+        assert masks.shape == (len(labels), 16, 16)
+        for mask, label in zip(masks[:50], labels[:50]):
+            assert set(np.unique(mask)) <= {0, 1 + label} and (mask > 0).any()
+
+
+def test_rows_give_one_prediction_per_pixel():
+    logits = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
+    flat = zt.rows(logits)
+    assert flat.shape == (8, 3)
+    np.testing.assert_array_equal(flat[5], logits[1, :, 0, 1])
+    assert zt.rows(flat) is flat

@@ -56,7 +56,7 @@ class Recipe:
     seed: int = 0
     kwargs: dict = field(default_factory=dict)   # extra constructor arguments
     global_pool_output: bool = False   # fixed-size final pooling replaced by a global one
-    task: str = "digits"           # "digits" (hard_digits) or "majority" (a sequence task)
+    task: str = "digits"           # "digits" (hard_digits), "masks" (digit_masks) or "majority"
 
 
 def recipe_hash(recipe: Recipe) -> str:
@@ -71,34 +71,57 @@ def recipe_hash(recipe: Recipe) -> str:
 
 # ---------------------------------------------------------------------------------- data
 
-def _corrupt(images: np.ndarray, size: int, rng: np.random.RandomState) -> np.ndarray:
+def _corrupt(images: np.ndarray, size: int, rng: np.random.RandomState, labels=None):
     """Dropped pixels, bilinear upsampling to ``size``, a shift of up to size/8, noise;
-    (N, 8, 8) in [0, 1] -> (N, 3, size, size) standardised."""
+    (N, 8, 8) in [0, 1] -> (N, 3, size, size) standardised. With ``labels``, also each
+    image's mask (N, size, size): 1 + its label where the clean digit, upsampled and shifted
+    alike, exceeds 0.5, else 0 (background); the same random draws either way."""
     from scipy.ndimage import shift as nd_shift, zoom
     kept = images * (rng.rand(*images.shape) > 0.2)            # 20% of the pixels dropped
     big = zoom(kept, (1, size / 8, size / 8), order=1)
+    clean = None if labels is None else zoom(images, (1, size / 8, size / 8), order=1)
     reach = max(1, size // 8)
     out = np.empty((len(images), 3, size, size), np.float32)
+    masks = np.zeros((len(images), size, size), np.int64)
     for i, img in enumerate(big):
         dy, dx = rng.randint(-reach, reach + 1, 2)
         moved = nd_shift(img, (dy, dx), order=0, mode="constant")
         out[i] = moved[None] + rng.normal(0, 0.25, (3, size, size))
-    return (out - 0.3) / 0.45
+        if clean is not None:
+            masks[i][nd_shift(clean[i], (dy, dx), order=0, mode="constant") > 0.5] = 1 + labels[i]
+    x = (out - 0.3) / 0.45
+    return x if labels is None else (x, masks)
 
 
-@lru_cache(maxsize=None)
-def hard_digits(size: int = 32, copies: int = 2, seed: int = 0):
-    """``(x_train, y_train, x_test, y_test)`` of the harder digits task at ``size``."""
+def _digits_split():
     from sklearn.datasets import load_digits
     data = load_digits()
     x = (data.images / 16.0).astype(np.float32)
     y = data.target.astype(np.int64)
     order = np.random.RandomState(0).permutation(len(y))
-    x, y = x[order], y[order]
+    return x[order], y[order]
+
+
+@lru_cache(maxsize=None)
+def hard_digits(size: int = 32, copies: int = 2, seed: int = 0):
+    """``(x_train, y_train, x_test, y_test)`` of the harder digits task at ``size``."""
+    x, y = _digits_split()
     rng = np.random.RandomState(seed + 1)
     x_test = _corrupt(x[1347:], size, rng)
     x_train = np.concatenate([_corrupt(x[:1347], size, rng) for _ in range(copies)])
     return x_train, np.tile(y[:1347], copies), x_test, y[1347:]
+
+
+@lru_cache(maxsize=None)
+def digit_masks(size: int = 64, copies: int = 2, seed: int = 0):
+    """The harder digits as a segmentation task: ``(x_train, masks_train, x_test,
+    masks_test)``, masks (N, size, size) of 11 classes (0 background, 1 + the digit)."""
+    x, y = _digits_split()
+    rng = np.random.RandomState(seed + 1)
+    x_test, m_test = _corrupt(x[1347:], size, rng, y[1347:])
+    train = [_corrupt(x[:1347], size, rng, y[:1347]) for _ in range(copies)]
+    return (np.concatenate([t[0] for t in train]), np.concatenate([t[1] for t in train]),
+            x_test, m_test)
 
 
 def task_data(recipe: Recipe):
@@ -108,6 +131,8 @@ def task_data(recipe: Recipe):
     if recipe.task == "majority":
         import trained_models as tm
         return tm.majority()
+    if recipe.task == "masks":
+        return digit_masks(recipe.size, recipe.copies, recipe.seed)
     return hard_digits(recipe.size, recipe.copies, recipe.seed)
 
 
@@ -140,7 +165,15 @@ def bert_encoder(units: int = 64, layers: int = 2, heads: int = 4):
     return Bert(prefix="bert_")
 
 
-CUSTOM = {"bert_encoder": bert_encoder}   # builders beside the zoo's (Recipe.model)
+def fastscnn(size: int = 64):
+    """gluoncv's Fast-SCNN (learning-to-downsample, depthwise global feature extractor with
+    pyramid pooling, bilinear upsampling), 11 classes for :func:`digit_masks`, sized for
+    ``size`` x ``size`` inputs (its pooling is fixed to the input size), no auxiliary head."""
+    from gluoncv.model_zoo.fastscnn import FastSCNN
+    return FastSCNN(11, aux=False, height=size, width=size)
+
+
+CUSTOM = {"bert_encoder": bert_encoder, "fastscnn": fastscnn}   # beside the zoo's (Recipe.model)
 
 
 def build(recipe: Recipe):
@@ -208,7 +241,7 @@ def _fit(net, recipe: Recipe, x_train, y_train) -> float:
     if recipe.optimizer == "sgd":
         opt["momentum"] = 0.9
     trainer = gluon.Trainer(net.collect_params(), recipe.optimizer, opt)
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(axis=1)   # (N, C) logits or (N, C, H, W) masks
     per_epoch = len(y_train) // recipe.batch_size
     total = recipe.epochs * per_epoch
     correct = seen = step = 0
@@ -220,13 +253,14 @@ def _fit(net, recipe: Recipe, x_train, y_train) -> float:
             xb, yb = mx.nd.array(x_train[idx]), mx.nd.array(y_train[idx])
             with autograd.record():
                 out = net(xb)
+                out = out[0] if isinstance(out, (list, tuple)) else out   # a segmentation net's list
                 loss = loss_fn(out, yb)
             loss.backward()
             trainer.step(len(idx))
             step += 1
             if step > total - max(1, total // 4):
                 correct += int((out.argmax(axis=1).asnumpy() == y_train[idx]).sum())
-                seen += len(idx)
+                seen += y_train[idx].size
     return correct / max(1, seen)
 
 
@@ -289,6 +323,13 @@ def module_logits(sym, args, auxs, x: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------ judging
 
+def rows(logits: np.ndarray) -> np.ndarray:
+    """Logits as (predictions, classes): a segmentation net's (N, C, H, W) as one row per pixel."""
+    if logits.ndim == 2:
+        return logits
+    return np.moveaxis(logits, 1, -1).reshape(-1, logits.shape[1])
+
+
 def margins(logits: np.ndarray) -> np.ndarray:
     """Per row: the top logit minus the runner-up (how far rounding must move it to flip)."""
     top = np.sort(logits, axis=1)
@@ -296,7 +337,7 @@ def margins(logits: np.ndarray) -> np.ndarray:
 
 
 def rounding_floor(model: TrainedZoo, dtype: str) -> np.ndarray:
-    """Per test image, the largest logit change of the float32 model run on its input and
+    """Per test image (pixel, for a segmentation net), the largest logit change of the float32 model run on its input and
     parameters merely rounded to ``dtype``: the image's rounding floor, what any conversion to
     ``dtype`` costs at least (the zoo sweep's criterion scales by the same floor)."""
     import mxnet as mx
@@ -308,7 +349,7 @@ def rounding_floor(model: TrainedZoo, dtype: str) -> np.ndarray:
     ref = tm.predict(model.sym, model.arg_params, model.aux_params, model.x_test)
     low = tm.predict(model.sym, rounded(model.arg_params), rounded(model.aux_params),
                      round_numpy(model.x_test, dtype))
-    return np.abs(low - ref).max(axis=1)
+    return np.abs(rows(low) - rows(ref)).max(axis=1)
 
 
 def unexplained_flips(logits: np.ndarray, contrib: np.ndarray, ref: np.ndarray,
