@@ -58,7 +58,7 @@ RECIPES = (
     R("resnet50_v1d", "resnet50_v1d", copies=16, lr=0.02, warmup=0.1),   # lr 0.05: 36.9%
     # lr 0.05 warmup 0.05: 55.8% on 64 copies (57.6% train on 32: a plateau, not memorising)
     R("mobilenetv2_1.0", "mobilenetv2_1.0", copies=32, lr=0.02, warmup=0.1, wd=4e-5),
-    R("resnet50_v2", "resnet50_v2", copies=16, lr=0.02, warmup=0.1),
+    R("resnet50_v2", "resnet50_v2", copies=32, lr=0.02, warmup=0.1),   # 16 copies: 78.0%
     # gluonnlp's BERTEncoder on the majority sequence task: 8 epochs reach 100%, 2 stay in range
     R("bert_encoder", "bert_encoder", epochs=2, optimizer="adam", lr=1e-3, wd=0.0, warmup=0.1,
       task="majority"),
@@ -252,15 +252,18 @@ def table_lines(results: list) -> list:
 
 
 def target_counts(results: list) -> list:
-    """One line per target: the architectures where every row of ours meets it."""
+    """One line per target: the architectures where every row of ours by default
+    (``fold_batchnorm=True``), and of both settings, meets it."""
     judged = [verdicts(r) for r in results]
 
-    def holds(check):
-        return sum(all(x.get(check, False) for x in v.values()) for v in judged)
+    def holds(check, variants):
+        return sum(all(x.get(check, False) for k, x in v.items() if k.endswith(variants) or k == "run")
+                   for v in judged)
     names = {"accuracy": "within 0.5 / 1 point of fp32", "finite": "no non-finite logit",
              "no_unexplained_flip": "no flip of ours beyond rounding that contrib keeps",
              "flips_le_contrib": "(not judged) per-model flip count <= contrib's"}
-    return [f"- {text}: {holds(check)} of {len(results)} architectures, on every row"
+    return [f"- {text}: ours by default {holds(check, ('ours_fold',))} of {len(results)} architectures, "
+            f"both fold_batchnorm settings {holds(check, OURS)}, on every row"
             for check, text in names.items()]
 
 
@@ -270,7 +273,8 @@ def _sizes(results: list) -> str:
 
 def markdown(payload: dict) -> str:
     env, results = payload["environment"], payload["results"]
-    met = sum(all(x["ok"] for x in verdicts(r).values()) for r in results)
+    met = sum(all(x["ok"] for k, x in verdicts(r).items() if not k.endswith("ours_nofold"))
+              for r in results)
     lines = [
         "# Trained zoo architectures: accuracy after float16 / bfloat16 conversion", "",
         f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores shared with other work, "
@@ -292,7 +296,9 @@ def markdown(payload: dict) -> str:
         "matmul attention ops, GELU, LayerNorm, 64 units; a Dense token embedding, BERT's tanh pooler "
         "over the mean token) on the synthetic majority task of `tests/trained_models.py` (16 noisy "
         "one-hot tokens over 10 symbols, the label's symbol 5 times; 3000 training, 1000 test "
-        "sequences). "
+        "sequences). fastscnn: gluoncv's Fast-SCNN (11 classes, no auxiliary head) segmenting the "
+        "same harder digits at 64x64, each digit's pixels labelled 1 + its class, 0 background "
+        "(68% of the pixels); judged per pixel (1,843,200 test pixels). "
         "Trained checkpoints are cached outside git under a hash of the recipe.", "",
         "Each cell: test accuracy (%) / predictions that differ from float32 (in brackets, where not "
         "0, those that count against ours: see the targets) / `max|lp - fp32| / "
@@ -311,7 +317,8 @@ def markdown(payload: dict) -> str:
         "flips beyond its floors counts). A flip count per model above contrib's whose flips are all "
         "such ties is marked *ties* in the targets column: on 450 images a trained net has a few "
         "margins under 0.01 logit, which either conversion flips by chance.", "",
-        f"**Architectures meeting every target on every row: {met} of {len(results)}.** fp32 test "
+        f"**Architectures where ours by default meets every target on every row: {met} of "
+        f"{len(results)}.** fp32 test "
         "accuracy outside the 85-99% the recipes aim at: "
         + (", ".join(f"{r['model']} {pct(r['fp32_accuracy'])}" for r in results
                      if "error" not in r and not 0.85 <= r["fp32_accuracy"] <= 0.99) or "none") + ".", "",
@@ -347,7 +354,55 @@ NOT_IN_RECIPES = (
 )
 # read off the run the page renders (docs/trained_zoo.md), each with its evidence; rewrite
 # them when a rerun changes the figures
-FINDINGS: tuple = ()
+FINDINGS: tuple = (
+    "**Ours by default (`fold_batchnorm=True`) meets every judged target on every row of the 14 "
+    "image classifiers and the BERT-style encoder**: within 0.5 point (float16) / 1 point (bfloat16) "
+    "of fp32, no non-finite logit, no flip beyond rounding that contrib keeps, on every path, "
+    "through MXNet's fused Module included (at most 4 flips there; contrib's default: up to 70).",
+    "**Per-model flip counts above contrib's (ties, not judged)**: mobilenetv3_small bfloat16 "
+    "emulated / symbolblock ours 3 vs 0 (module: ours 2 vs contrib 7), vgg11_bn symbolblock 1 vs 0, "
+    "mobilenetv2_1.0 emulated / symbolblock 1 vs 0 (module 1 vs 14). Every one of these flips has an fp32 margin within 6 "
+    "rounding floors of its image (0 counted in brackets): folding BatchNorm rounds other values than "
+    "contrib's graph, so near ties fall differently. The CI test shows why a count is no criterion: on "
+    "12 CI nets the count failed 3 times on ties (margins 0.0004-0.056 logit), the per-image rule 0 "
+    "times, while weights rounded to 2 mantissa bits and contrib's fused Module fail it.",
+    "**`fold_batchnorm=False` through the fused Module** (not the default) misses on mobilenet1.0 "
+    "(-1.55 points, 15 flips, error 0.092), resnet50_v1d (-1.55 points, 70 flips, error 0.25) and "
+    "shufflenet_v2 (9 flips, 3 beyond rounding, error 0.28; contrib cannot run this net in "
+    "bfloat16 at all, so there is no contrib row to set off its flips against). Its figures equal "
+    "contrib default's wherever contrib runs (mobilenet1.0, resnet50_v1d, mobilenetv3_small, "
+    "mobilenetv2_1.0, resnet50_v2: identical cells; Fast-SCNN unfolded: 16975 pixel flips, 7736 "
+    "beyond rounding): unfolded, the graph hands BatchNorm to "
+    "oneDNN's bfloat16 conv+BatchNorm fusion, whose error is MXNet's, not the conversion's "
+    "(fp32 through the same Module: 0 flips, error <= 1.1e-6, the float32 line under the table). The unfused "
+    "paths of the same conversion meet the targets.",
+    "**fp32 accuracy below the 85-99% the recipes aim at: resnet50_v1d 44.2%** (training accuracy "
+    "40.9%: it underfits, it does not memorise). Measured: lr 0.05 / warmup 0.05 on 16 copies "
+    "36.9% (train 33.2%); lr 0.02 / warmup 0.1 44.2%; an older recipe (Adam lr 0.002, 2 copies x 5 passes) "
+    "reached 69.8% training accuracy, test not recorded. Its 50 layers with a deep stem leave "
+    "an 8x8 map after the stem and 1x1 at stage 4 at 32x32; one pass over 16 copies (336 steps) is "
+    "too few. A longer schedule (more copies, ~10 min a try here) was not tried within the "
+    "30 min of CPU this session gave the three short nets. Its conversion rows still meet every "
+    "judged target.",
+    "**resnet50_v2 now 86.9%** (train 90.7%): 32 copies instead of 16 (78.0%, train 84.2%), lr 0.02 "
+    "/ warmup 0.1; its row comes from a later run (above): with 16 copies it met every judged "
+    "target as well.",
+    "**mobilenetv2_1.0 now 87.6%**: lr 0.02 with warmup 0.1 on 32 copies (train 89.2%); lr 0.05 with "
+    "warmup 0.05 plateaued at 57-58% training accuracy on 32 and on 64 copies.",
+    "**Segmentation (fastscnn, per pixel)**: float16 and bfloat16 emulated meet every target; "
+    "bfloat16 native (Module and SymbolBlock alike, so not fusion) costs no accuracy (89.31%) but "
+    "flips 2956-3012 of 1,843,200 pixels against emulation's 1626, error 0.027 against 0.0071, and "
+    "15-17 of those pixels lie beyond 6 rounding floors. contrib converts no bfloat16 Fast-SCNN "
+    "(Concat of mixed dtypes in the pyramid pooling), so there is no contrib row to set them off "
+    "against. Some native bfloat16 kernel of this net rounds differently from emulation (its ops "
+    "beyond the classifiers': adaptive average Pooling, BilinearResize2D, Concat of upsampled "
+    "maps); not traced to the op in this session. Reproducer: `python benchmarks/trained_zoo.py "
+    "--models fastscnn --out /tmp/f.json --md /tmp/f.md`.",
+    "**contrib fails where ours converts**: bfloat16 BERT-style encoder (interleaved_matmul_selfatt "
+    "dtype check), Fast-SCNN (Concat), shufflenet_v2 (both settings), and with "
+    "`cast_optional_params=True` mobilenetv3_small, mobilenet1.0, resnest14, mobilenetv2_1.0 "
+    "(oneDNN: could not create a primitive descriptor).",
+)
 
 
 def main(argv=None) -> int:

@@ -179,7 +179,6 @@ CUSTOM = {"bert_encoder": bert_encoder, "fastscnn": fastscnn}   # beside the zoo
 def build(recipe: Recipe):
     """The zoo net of ``recipe`` (or one of :data:`CUSTOM`), not initialised."""
     from gluoncv.model_zoo import get_model
-    from mxnet.gluon import nn
     if recipe.model in CUSTOM:
         return CUSTOM[recipe.model](**recipe.kwargs)
     kw = {"pretrained": False, "classes": 10, **recipe.kwargs}
