@@ -35,7 +35,7 @@ DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "mxnet-amp", "tr
 # (:func:`unexplained_flips`). Measured on 12 trained CI nets (cifar_resnet20_v1/v2 at 16x16,
 # seeds 0-5), float16 and bfloat16, emulated / native / fused Module: of the 126 images ours
 # could flip there (twice its logit error >= the margin) every margin was under 4 floors, while
-# weights rounded to 2 mantissa bits flipped images of 6-56 floors on all 12
+# bfloat16 weights rounded to 2 mantissa bits flipped on each of the 12 an image 8.5-56 floors wide
 MARGIN_FLOORS = 6
 
 
