@@ -3,11 +3,11 @@ ours (``fold_batchnorm`` True and False) against ``mx.contrib.amp`` (default, an
 ``cast_optional_params=True``), on every path the model can be deployed through.
 
 Models: gluon / gluoncv zoo constructors (``pretrained=False``, 10 classes) trained on the
-harder digits task of ``tests/zoo_trainers.py`` (offline; 16x16 inputs) for a few minutes
+harder digits task of ``tests/zoo_trainers.py`` (offline; 32x32 inputs) for a few minutes
 each; trained checkpoints are cached outside git, keyed by a hash of the recipe
 (``--cache-dir``, default ``~/.cache/mxnet-amp/trained_zoo``), so reruns reuse them.
 
-Each converted model runs on the 450 test images: float16 emulated (``mxnet_amp.emulate_model``;
+Each converted model runs on the test set (450 images; 1000 sequences for the encoder): float16 emulated (``mxnet_amp.emulate_model``;
 MXNet has no CPU float16 kernels); bfloat16 emulated and, where this CPU runs bfloat16,
 natively through ``mx.mod.Module`` (oneDNN's default subgraph fusion on, conv+BatchNorm fused)
 and through a hybridized ``SymbolBlock.imports`` of the saved files (unfused). Recorded:
@@ -37,26 +37,37 @@ import zoo_trainers as zt  # noqa: E402
 from trained_accuracy import pct  # noqa: E402 - the same percentages as the trained models page
 
 R = zt.Recipe
-# in the order they run: a run stopped early has covered the most op families. 16x16 inputs
-# unless the net's pooling needs more (32x32: its last stage would be under its pooling window)
+# in the order they run: a run stopped early has covered the most op families. 32x32 inputs;
+# one pass over `copies` freshly corrupted copies of the training set (SGD with momentum,
+# warmup, cosine decay: tests/zoo_trainers.py); more copies for the nets that learn slower
 RECIPES = (
-    R("resnet18_v1", "resnet18_v1", epochs=6),
-    R("mobilenetv3_small", "mobilenetv3_small", epochs=10),
-    R("se_resnet18_v1", "se_resnet18_v1", epochs=6),
-    R("mobilenet1.0", "mobilenet1.0", epochs=8),
-    R("resnet18_v2", "resnet18_v2", epochs=6),
-    R("shufflenet_v2", "shufflenet_v2", epochs=8),
-    R("resnet18_v1b", "resnet18_v1b", epochs=6),
-    R("squeezenet1.1", "squeezenet1.1", size=32, epochs=10, lr=5e-4, global_pool_output=True),
-    R("densenet121", "densenet121", size=32, epochs=5, global_pool_output=True),
-    R("resnest14", "resnest14", size=32, epochs=5),
-    R("vgg11_bn", "vgg11_bn", size=32, epochs=5, lr=5e-4),
-    R("resnet50_v1d", "resnet50_v1d", size=32, epochs=5),
-    R("mobilenetv2_1.0", "mobilenetv2_1.0", epochs=8),
-    R("resnet50_v2", "resnet50_v2", epochs=5),
-    R("resnext50_32x4d", "resnext50_32x4d", epochs=4),
+    R("resnet18_v1", "resnet18_v1"),
+    R("mobilenetv3_small", "mobilenetv3_small", copies=32),
+    R("se_resnet18_v1", "se_resnet18_v1"),
+    R("mobilenet1.0", "mobilenet1.0", copies=32),
+    R("resnet18_v2", "resnet18_v2"),
+    R("shufflenet_v2", "shufflenet_v2", copies=32),   # 48 copies: 83.1%, 32: 85.1%
+    R("resnet18_v1b", "resnet18_v1b"),
+    # no BatchNorm, a relu on the logits: SGD (lr 0.002-0.01) stayed at chance (loss 2.302);
+    # Adam with a long warmup learns it
+    R("squeezenet1.1", "squeezenet1.1", copies=32, epochs=4, optimizer="adam", lr=1e-3, wd=0.0,
+      warmup=0.2, global_pool_output=True),
+    R("densenet121", "densenet121", global_pool_output=True),
+    R("resnest14", "resnest14"),
+    R("vgg11_bn", "vgg11_bn", copies=16, lr=0.02),
+    R("resnet50_v1d", "resnet50_v1d", copies=16, lr=0.02, warmup=0.1),   # lr 0.05: 36.9%
+    # lr 0.05 warmup 0.05: 55.8% on 64 copies (57.6% train on 32: a plateau, not memorising)
+    R("mobilenetv2_1.0", "mobilenetv2_1.0", copies=32, lr=0.02, warmup=0.1, wd=4e-5),
+    R("resnet50_v2", "resnet50_v2", copies=32, lr=0.02, warmup=0.1),   # 16 copies: 78.0%
+    # gluonnlp's BERTEncoder on the majority sequence task: 8 epochs reach 100%, 2 stay in range
+    R("bert_encoder", "bert_encoder", epochs=2, optimizer="adam", lr=1e-3, wd=0.0, warmup=0.1,
+      task="majority"),
+    # gluoncv's Fast-SCNN on digit masks (64x64; accuracy per pixel, 68% background): Adam lr
+    # 0.002 on 4 copies reached 73% (background only), SGD lr 0.05 on 12 copies 87%
+    R("fastscnn", "fastscnn", size=64, copies=12, optimizer="adam", lr=5e-3, wd=0.0, warmup=0.1,
+      task="masks", kwargs={"size": 64}),
 )
-QUICK = R("quick_resnet18_v1", "resnet18_v1", epochs=1, copies=1)
+QUICK = R("quick_cifar_resnet20_v1", "cifar_resnet20_v1", size=16, copies=8)   # the CI test's
 
 DTYPES = ("float16", "bfloat16")
 # name: (converter, keyword arguments)
@@ -92,14 +103,16 @@ def symbolblock_logits(sym, args, auxs, x: np.ndarray, folder: str) -> np.ndarra
 
 
 def logits_on(path: str, sym, args, auxs, x: np.ndarray, folder: str) -> np.ndarray:
+    """Logits on ``path``, one row per prediction (per pixel for a segmentation net)."""
     if path == "emulated":
-        return tm.logits_of(sym, args, auxs, x, "emulated")
+        return zt.rows(tm.logits_of(sym, args, auxs, x, "emulated"))
     if path == "module":
-        return zt.module_logits(sym, args, auxs, x)
-    return symbolblock_logits(sym, args, auxs, x, folder)
+        return zt.rows(zt.module_logits(sym, args, auxs, x))
+    return zt.rows(symbolblock_logits(sym, args, auxs, x, folder))
 
 
 def measure(logits: np.ndarray, ref: np.ndarray, labels: np.ndarray) -> dict:
+    labels = labels.reshape(-1)   # a segmentation net's masks: one label per pixel
     bad = ~np.isfinite(logits)
     with np.errstate(invalid="ignore", over="ignore"):
         err = float(np.abs(logits - ref).max() / np.abs(ref).max()) if not bad.any() else float("inf")
@@ -107,37 +120,61 @@ def measure(logits: np.ndarray, ref: np.ndarray, labels: np.ndarray) -> dict:
             "rel_error": err, "nonfinite": int(bad.any(axis=1).sum())}
 
 
-def convert_row(model, ref, dtype: str, variant: str, folder: str) -> dict:
-    """One converter variant in ``dtype``, run on every path."""
+def convert_row(model, ref, dtype: str, variant: str, folder: str) -> tuple[dict, dict]:
+    """One converter variant in ``dtype``, run on every path: its row, and its logits by path."""
     which, kw = VARIANTS[variant]
     t0 = time.perf_counter()
     got = C.try_convert(which, model.sym, model.arg_params, model.aux_params, target_dtype=dtype, **kw)
     if not got["ok"]:
-        return {"error": got["error"]}
-    row = {"convert_s": time.perf_counter() - t0, **C.cast_counts(got["sym"])}
+        return {"error": got["error"]}, {}
+    row, logits = {"convert_s": time.perf_counter() - t0, **C.cast_counts(got["sym"])}, {}
     for path in paths(dtype):
         try:
-            logits = logits_on(path, got["sym"], got["args"], got["auxs"], model.x_test, folder)
-            row[path] = measure(logits, ref, model.y_test)
+            logits[path] = logits_on(path, got["sym"], got["args"], got["auxs"], model.x_test, folder)
+            row[path] = measure(logits[path], ref, model.y_test)
         except Exception as err:  # noqa: BLE001 - a model that fails to run is a result
             row[path] = {"error": C.error_text(err)}
-    return row
+    return row, logits
+
+
+def mark_unexplained(rows: dict, logits: dict, ref: np.ndarray, floor: np.ndarray) -> None:
+    """Adds to each of ours' paths the flips that contrib's default keeps on that path and that
+    rounding does not explain (``zoo_trainers.unexplained_flips``); where contrib did not
+    run, every flip wider than the rounding floors counts."""
+    for ours in OURS:
+        for path, lg in logits.get(ours, {}).items():
+            contrib = logits.get("contrib", {}).get(path, ref)
+            rows[ours][path]["unexplained_flips"] = len(zt.unexplained_flips(lg, contrib, ref, floor))
+
+
+def input_text(recipe) -> str:
+    if recipe.task == "majority":
+        return f"{tm.SEQ_LEN} tokens"
+    if recipe.task == "masks":
+        return f"{recipe.size}x{recipe.size} masks"
+    return f"{recipe.size}x{recipe.size}"
 
 
 def run_model(recipe, cache_dir: str | None) -> dict:
     import tempfile
     model = zt.train(recipe, cache_dir)
-    ref = tm.predict(model.sym, model.arg_params, model.aux_params, model.x_test)
+    ref = zt.rows(tm.predict(model.sym, model.arg_params, model.aux_params, model.x_test))
     row = {"model": recipe.name, "zoo_name": recipe.model, "recipe": zt.recipe_hash(recipe),
-           "input": f"{recipe.size}x{recipe.size}", "epochs": recipe.epochs,
-           "train_seconds": model.train_seconds, "cached": model.cached,
-           "test_images": len(model.y_test), "fp32_accuracy": tm.accuracy(ref, model.y_test)}
+           "input": input_text(recipe), "epochs": recipe.epochs, "copies": recipe.copies,
+           "optimizer": f"{recipe.optimizer} lr {recipe.lr:g} wd {recipe.wd:g} warmup {recipe.warmup:g}",
+           "train_seconds": model.train_seconds, "cached": model.cached, "train_accuracy": model.train_accuracy,
+           "test_images": len(model.y_test), "fp32_accuracy": tm.accuracy(ref, model.y_test.reshape(-1)),
+           "floor_max": {}}
     if "module" in paths("bfloat16"):   # fp32 through the fused Module: fusion's own share
-        row["fp32_module"] = measure(zt.module_logits(model.sym, model.arg_params, model.aux_params,
-                                                   model.x_test), ref, model.y_test)
+        row["fp32_module"] = measure(zt.rows(zt.module_logits(model.sym, model.arg_params, model.aux_params,
+                                                           model.x_test)), ref, model.y_test)
     with tempfile.TemporaryDirectory() as folder:
         for dtype in DTYPES:
-            row[dtype] = {v: convert_row(model, ref, dtype, v, folder) for v in VARIANTS}
+            floor = zt.rounding_floor(model, dtype)
+            got = {v: convert_row(model, ref, dtype, v, folder) for v in VARIANTS}
+            row[dtype] = {v: r for v, (r, _) in got.items()}
+            mark_unexplained(row[dtype], {v: lg for v, (_, lg) in got.items()}, ref, floor)
+            row["floor_max"][dtype] = float(floor.max())
     return row
 
 
@@ -146,8 +183,10 @@ OURS = ("ours_fold", "ours_nofold")
 
 
 def verdicts(row: dict) -> dict:
-    """Per dtype and path: whether each of ours is within the accuracy bound, finite, and
-    flips no more than mx.contrib.amp's default conversion."""
+    """Per dtype and path, for each of ours: within the accuracy bound, finite, and no flip
+    that contrib's default keeps beyond rounding (``no_unexplained_flip``: the target, judged
+    image by image). ``flips_le_contrib``, the per-model count, is recorded beside it, not
+    judged: near ties flip by chance in either conversion (tests/test_trained_zoo.py)."""
     if "error" in row:
         return {"run": {"ok": False, "why": row["error"]}}
     out = {}
@@ -161,16 +200,32 @@ def verdicts(row: dict) -> dict:
                     continue
                 lost = row["fp32_accuracy"] - r["accuracy"]
                 checks = {"accuracy": lost <= BOUNDS[dtype] + 1e-9, "finite": r["nonfinite"] == 0,
-                          "flips_le_contrib": "flips" not in contrib or r["flips"] <= contrib["flips"]}
-                out[f"{dtype}/{path}/{ours}"] = {"ok": all(checks.values()), **checks}
+                          "no_unexplained_flip": r.get("unexplained_flips", r["flips"]) == 0}
+                out[f"{dtype}/{path}/{ours}"] = {
+                    "ok": all(checks.values()), **checks,
+                    "flips_le_contrib": "flips" not in contrib or r["flips"] <= contrib["flips"]}
     return out
+
+
+JUDGED = ("accuracy", "finite", "no_unexplained_flip")
 
 
 def cell(r: dict) -> str:
     if "error" in r:
         return f"error: {r['error'][:50]}"
-    return (f"{pct(r['accuracy'])} / {r['flips']} / {r['rel_error']:.2g}"
+    unexplained = r.get("unexplained_flips")
+    flips = f"{r['flips']}" + (f" ({unexplained})" if unexplained else "")
+    return (f"{pct(r['accuracy'])} / {flips} / {r['rel_error']:.2g}"
             + (f" / **{r['nonfinite']} non-finite**" if r["nonfinite"] else ""))
+
+
+def target_cell(judged: list) -> str:
+    """'met', or which of ours missed which target; a per-model flip count above contrib's
+    whose flips all lie within rounding is noted (ties)."""
+    bad = [f"{o}: " + ", ".join(c for c in JUDGED if not j.get(c, False))
+           for o, j in zip(OURS, judged) if not j["ok"]]
+    ties = [o for o, j in zip(OURS, judged) if j["ok"] and not j["flips_le_contrib"]]
+    return ("; ".join(bad) if bad else "met") + (f" (ties: {', '.join(ties)} flips > contrib's)" if ties else "")
 
 
 def _cell_text(text) -> str:
@@ -191,12 +246,25 @@ def table_lines(results: list) -> list:
             casts = " / ".join(str(conv[k].get("amp_cast", "-")) for k in VARIANTS)
             for path in paths(dtype):
                 cells = " | ".join(cell(conv[k].get(path, conv[k])) for k in VARIANTS)
-                bad = [f"{o}: " + ", ".join(c for c in ("accuracy", "finite", "flips_le_contrib")
-                                            if not v[f"{dtype}/{path}/{o}"].get(c, False))
-                       for o in OURS if not v[f"{dtype}/{path}/{o}"]["ok"]]
                 lines.append(f"| {row['model']} | {pct(row['fp32_accuracy'])} | {dtype} | {path} | {cells} | "
-                             f"{casts} | {'met' if not bad else '; '.join(bad)} |")
+                             f"{casts} | {target_cell([v[f'{dtype}/{path}/{o}'] for o in OURS])} |")
     return lines
+
+
+def target_counts(results: list) -> list:
+    """One line per target: the architectures where every row of ours by default
+    (``fold_batchnorm=True``), and of both settings, meets it."""
+    judged = [verdicts(r) for r in results]
+
+    def holds(check, variants):
+        return sum(all(x.get(check, False) for k, x in v.items() if k.endswith(variants) or k == "run")
+                   for v in judged)
+    names = {"accuracy": "within 0.5 / 1 point of fp32", "finite": "no non-finite logit",
+             "no_unexplained_flip": "no flip of ours beyond rounding that contrib keeps",
+             "flips_le_contrib": "(not judged) per-model flip count <= contrib's"}
+    return [f"- {text}: ours by default {holds(check, ('ours_fold',))} of {len(results)} architectures, "
+            f"both fold_batchnorm settings {holds(check, OURS)}, on every row"
+            for check, text in names.items()]
 
 
 def _sizes(results: list) -> str:
@@ -205,51 +273,139 @@ def _sizes(results: list) -> str:
 
 def markdown(payload: dict) -> str:
     env, results = payload["environment"], payload["results"]
-    met = sum(all(x["ok"] for x in verdicts(r).values()) for r in results)
+    met = sum(all(x["ok"] for k, x in verdicts(r).items() if not k.endswith("ours_nofold"))
+              for r in results)
     lines = [
         "# Trained zoo architectures: accuracy after float16 / bfloat16 conversion", "",
         f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores shared with other work, "
         f"load average at the end {env['loadavg'][0]:.1f}; bf16 runs natively: {env['bf16_runs_natively']}), "
-        f"MXNet {env['mxnet']}. Command: `{payload['command']}`.", "",
+        f"MXNet {env['mxnet']}. Command: `{payload.get('command', '?')}`."]
+    lines += [f"Rows {', '.join(a['models'])} measured in a later run, {a['environment']['utc']}, load "
+              f"average at its end {a['environment']['loadavg'][0]:.1f}: `{a['command']}`."
+              for a in payload.get("appended", [])]
+    lines += ["",
         f"Models: gluon / gluoncv zoo constructors, `pretrained=False`, 10 classes, {_sizes(results)} "
         "inputs (ImageNet stems; densenet121 and squeezenet1.1 with their final fixed 7/13-pixel average "
-        "pooling made global), trained here (Adam, linear decay, `tests/zoo_trainers.py`) on "
+        "pooling made global), trained here (`tests/zoo_trainers.py`: one pass over a number of "
+        "freshly corrupted copies of the training set, SGD with momentum 0.9, weight decay, linear "
+        "warmup then cosine decay; Adam for squeezenet1.1) on "
         "scikit-learn's digits made harder: 20% of pixels dropped, upsampled bilinearly, shifted up to "
         "1/8 of the side, noise sigma 0.25, three channels; 1347 training images per corrupted copy "
-        "(recipe), 450 test images. "
+        "(copies per recipe below), 450 test images. bert_encoder: a BERT-style encoder (gluonnlp's "
+        "`BERTEncoder`, 2 post-norm layers of 4-head self-attention through MXNet's interleaved "
+        "matmul attention ops, GELU, LayerNorm, 64 units; a Dense token embedding, BERT's tanh pooler "
+        "over the mean token) on the synthetic majority task of `tests/trained_models.py` (16 noisy "
+        "one-hot tokens over 10 symbols, the label's symbol 5 times; 3000 training, 1000 test "
+        "sequences). fastscnn: gluoncv's Fast-SCNN (11 classes, no auxiliary head) segmenting the "
+        "same harder digits at 64x64, each digit's pixels labelled 1 + its class, 0 background "
+        "(68% of the pixels); judged per pixel (1,843,200 test pixels). "
         "Trained checkpoints are cached outside git under a hash of the recipe.", "",
-        "Each cell: test accuracy (%) / predictions that differ from float32 / `max|lp - fp32| / "
+        "Each cell: test accuracy (%) / predictions that differ from float32 (in brackets, where not "
+        "0, those that count against ours: see the targets) / `max|lp - fp32| / "
         "max|fp32|` over the test logits. Paths: *emulated* = `mxnet_amp.emulate_model` (float16 "
         "always: no CPU float16 kernels); *module* = native bfloat16 through `mx.mod.Module` "
         "(oneDNN's default subgraph fusion: conv+BatchNorm fused); *symbolblock* = native bfloat16 "
         "through a hybridized `SymbolBlock.imports` of the files saved with their casts (unfused). "
         "Variants: ours with `fold_batchnorm=True` and `False`; mx.contrib.amp default and "
         "`cast_optional_params=True`. Targets per row: ours within 0.5 points of fp32 (float16) / 1 "
-        "point (bfloat16), no non-finite logit, ours flips <= contrib default's flips.", "",
-        f"**Architectures meeting every target on every row: {met} of {len(results)}.** fp32 test "
+        "point (bfloat16), no non-finite logit, and no flip of ours that contrib's default keeps on "
+        "the same path unless rounding explains it: the image's fp32 margin (top logit minus "
+        "runner-up) is at most "
+        f"{zt.MARGIN_FLOORS}x its rounding floor (the largest logit change of the fp32 model run on "
+        "input and parameters merely rounded to the dtype), as the CI test judges "
+        "(`tests/zoo_trainers.py` `unexplained_flips`; where contrib fails to run, each of ours' "
+        "flips beyond its floors counts). A flip count per model above contrib's whose flips are all "
+        "such ties is marked *ties* in the targets column: on 450 images a trained net has a few "
+        "margins under 0.01 logit, which either conversion flips by chance.", "",
+        f"**Architectures where ours by default meets every target on every row: {met} of "
+        f"{len(results)}.** fp32 test "
         "accuracy outside the 85-99% the recipes aim at: "
         + (", ".join(f"{r['model']} {pct(r['fp32_accuracy'])}" for r in results
                      if "error" not in r and not 0.85 <= r["fp32_accuracy"] <= 0.99) or "none") + ".", "",
     ]
-    lines += table_lines(results)
+    lines += target_counts(results) + [""] + table_lines(results)
     ran = [r for r in results if "error" not in r]
     fp32m = [(r["model"], r["fp32_module"]) for r in ran if "fp32_module" in r]
     if fp32m:
         lines += ["", "float32 through the fused Module against the unfused reference (flips / error): "
                   + "; ".join(f"{m} {x['flips']} / {x['rel_error']:.2g}" for m, x in fp32m) + "."]
-    lines += ["", "Training (recipe hash, epochs, seconds; cached = trained in an earlier run): "
-              + "; ".join(f"{r['model']} {r['recipe']} {r['epochs']} ep {r['train_seconds']:.0f} s"
+    lines += ["", "Training (recipe hash, corrupted copies x passes, optimizer, training accuracy over "
+              "the last quarter of the steps, seconds with "
+              f"OMP_NUM_THREADS={env.get('omp_num_threads')}; cached = trained in an earlier run): "
+              + "; ".join(f"{r['model']} {r['recipe']} {r.get('copies', '?')} x {r['epochs']}, "
+                          f"{r.get('optimizer', '?')}, train {pct(r['train_accuracy']) if 'train_accuracy' in r else '?'}, "
+                          f"{r['train_seconds']:.0f} s"
                           f"{' cached' if r['cached'] else ''}" for r in ran) + "."]
     if payload.get("not_run"):
         lines += ["", "**Not run**: " + "; ".join(payload["not_run"]) + "."]
+    if FINDINGS:
+        lines += ["", "## Targets, exceptions and their evidence", ""] + [f"- {f}" for f in FINDINGS]
     return "\n".join(lines) + "\n"
 
 
 NOT_IN_RECIPES = (
+    "resnext50_32x4d (1.5 s per training step of 64 images at 32x32 on one thread: 2.5x resnet50, "
+    "not trained within this run's hour)",
     "inceptionv3 (needs 299 px inputs: 38 s per training step of 64 images here)",
     "googlenet (fixed 7-pixel pooling inside; not adapted in time)",
-    "a detector (SSD / YOLOv3), a segmentation net (FCN / DeepLab) and a BERT-style encoder "
-    "(not built in this session)",
+    "a detector (SSD / YOLOv3 on a synthetic box task: not built in this session)",
+    "FCN / DeepLab (dilated ResNet-50 backbones: some 4x resnet50_v2's training time at 64x64; "
+    "Fast-SCNN stands for segmentation)",
+)
+# read off the run the page renders (docs/trained_zoo.md), each with its evidence; rewrite
+# them when a rerun changes the figures
+FINDINGS: tuple = (
+    "**Ours by default (`fold_batchnorm=True`) meets every judged target on every row of the 14 "
+    "image classifiers and the BERT-style encoder**: within 0.5 point (float16) / 1 point (bfloat16) "
+    "of fp32, no non-finite logit, no flip beyond rounding that contrib keeps, on every path, "
+    "through MXNet's fused Module included (at most 4 flips there; contrib's default: up to 70).",
+    "**Per-model flip counts above contrib's (ties, not judged)**: mobilenetv3_small bfloat16 "
+    "emulated / symbolblock ours 3 vs 0 (module: ours 2 vs contrib 7), vgg11_bn symbolblock 1 vs 0, "
+    "mobilenetv2_1.0 emulated / symbolblock 1 vs 0 (module 1 vs 14). Every one of these flips has an fp32 margin within 6 "
+    "rounding floors of its image (0 counted in brackets): folding BatchNorm rounds other values than "
+    "contrib's graph, so near ties fall differently. The CI test shows why a count is no criterion: on "
+    "12 CI nets the count failed 3 times on ties (margins 0.0004-0.056 logit), the per-image rule 0 "
+    "times, while weights rounded to 2 mantissa bits and contrib's fused Module fail it.",
+    "**`fold_batchnorm=False` through the fused Module** (not the default) misses on mobilenet1.0 "
+    "(-1.55 points, 15 flips, error 0.092), resnet50_v1d (-1.55 points, 70 flips, error 0.25) and "
+    "shufflenet_v2 (9 flips, 3 beyond rounding, error 0.28; contrib cannot run this net in "
+    "bfloat16 at all, so there is no contrib row to set off its flips against). Its figures equal "
+    "contrib default's wherever contrib runs (mobilenet1.0, resnet50_v1d, mobilenetv3_small, "
+    "mobilenetv2_1.0, resnet50_v2: identical cells; Fast-SCNN unfolded: 16975 pixel flips, 7736 "
+    "beyond rounding): unfolded, the graph hands BatchNorm to "
+    "oneDNN's bfloat16 conv+BatchNorm fusion, whose error is MXNet's, not the conversion's "
+    "(fp32 through the same Module: 0 flips, error <= 1.1e-6, the float32 line under the table). The unfused "
+    "paths of the same conversion meet the targets.",
+    "**fp32 accuracy below the 85-99% the recipes aim at: resnet50_v1d 44.2%** (training accuracy "
+    "40.9%: it underfits, it does not memorise). Measured: lr 0.05 / warmup 0.05 on 16 copies "
+    "36.9% (train 33.2%); lr 0.02 / warmup 0.1 44.2%; an older recipe (Adam lr 0.002, 2 copies x 5 passes) "
+    "reached 69.8% training accuracy, test not recorded. Its 50 layers with a deep stem leave "
+    "an 8x8 map after the stem and 1x1 at stage 4 at 32x32; one pass over 16 copies (336 steps) is "
+    "too few. A longer schedule (more copies, ~10 min a try here) was not tried within the "
+    "30 min of CPU this session gave the three short nets. Its conversion rows still meet every "
+    "judged target.",
+    "**resnet50_v2 now 86.9%** (train 90.7%): 32 copies instead of 16 (78.0%, train 84.2%), lr 0.02 "
+    "/ warmup 0.1; its row comes from a later run (above): with 16 copies it met every judged "
+    "target as well.",
+    "**mobilenetv2_1.0 now 87.6%**: lr 0.02 with warmup 0.1 on 32 copies (train 89.2%); lr 0.05 with "
+    "warmup 0.05 plateaued at 57-58% training accuracy on 32 and on 64 copies.",
+    "**Segmentation (fastscnn, per pixel)**: float16 and bfloat16 emulated meet every target; "
+    "bfloat16 native (Module and SymbolBlock alike, so not fusion) costs no accuracy (89.31%) but "
+    "flips 2956-3012 of 1,843,200 pixels against emulation's 1626, error 0.027 against 0.0071, and "
+    "15-17 of those pixels lie beyond 6 rounding floors. contrib converts no bfloat16 Fast-SCNN "
+    "(Concat of mixed dtypes in the pyramid pooling), so there is no contrib row to set them off "
+    "against. The op is `_contrib_BilinearResize2D`: MXNet's native bfloat16 kernel is coarser than "
+    "emulation models (fp32 arithmetic, output rounded). On 60 test images, error of the whole net "
+    "emulated / native: 0.0070 / 0.0269 as converted; 0.0061 / 0.0061 with "
+    "`fp32_ops=['_contrib_BilinearResize2D'], overrides='move'`; keeping any other op of the net in "
+    "fp32 (Activation, BatchNorm, Concat, AdaptiveAvgPooling2D, elemwise_add) leaves native at "
+    "0.022-0.029. Not changed here (the lists and the emulation are outside this work): either "
+    "that op goes on the bfloat16 fp32 list or emulation models its kernel. Reproducer: "
+    "`python benchmarks/trained_zoo.py --models fastscnn --out /tmp/f.json --md /tmp/f.md`.",
+    "**contrib fails where ours converts**: bfloat16 BERT-style encoder (interleaved_matmul_selfatt "
+    "dtype check), Fast-SCNN (Concat), shufflenet_v2 (both settings), and with "
+    "`cast_optional_params=True` mobilenetv3_small, mobilenet1.0, resnest14, mobilenetv2_1.0 "
+    "(oneDNN: could not create a primitive descriptor).",
 )
 
 
@@ -265,6 +421,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one tiny recipe; no docs page unless --md")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/trained_zoo.json)")
     ap.add_argument("--md", help="markdown page (default docs/trained_zoo.md; none with --quick)")
+    ap.add_argument("--append", action="store_true",
+                    help="put the rows of --models into the JSON (--out) of an earlier run, replacing "
+                         "rows of the same name; this run's machine and load are recorded beside it")
     opts = ap.parse_args(argv)
     if opts.worker:
         import json
@@ -274,9 +433,7 @@ def main(argv=None) -> int:
             json.dump(row, f, default=str)
         return 0
     if opts.render:
-        import json
-        with open(opts.out or C.default_out("trained_zoo", False)) as f:
-            payload = json.load(f)
+        payload = _load(opts)
         with open(opts.md or os.path.join(C._ROOT, "docs", "trained_zoo.md"), "w") as f:
             f.write(markdown(payload))
         return 0
@@ -284,7 +441,9 @@ def main(argv=None) -> int:
     unknown = set(opts.models or ()) - {r.name for r in RECIPES}
     if unknown:
         ap.error(f"unknown recipes: {sorted(unknown)}; known: {[r.name for r in RECIPES]}")
-    results = []
+    base = _load(opts) if opts.append else None
+    chosen = {r.name for r in recipes}
+    results = [r for r in base["results"] if r["model"] not in chosen] if base else []
     for recipe in recipes:
         if opts.train_only:
             m = zt.train(recipe, opts.cache_dir, opts.retrain)
@@ -295,10 +454,19 @@ def main(argv=None) -> int:
         print(f"{recipe.name}: fp32 {pct(row.get('fp32_accuracy'))}; " + "; ".join(
             f"{k} {'ok' if v['ok'] else 'NOT MET'}" for k, v in verdicts(row).items()), flush=True)
         # written after every model: a run stopped early keeps what it measured
+        order = [r.name for r in RECIPES + (QUICK,)]
+        results.sort(key=lambda r: order.index(r["model"]) if r["model"] in order else len(order))
         done = {r["model"] for r in results}
         write(opts, results, [r.name + " (not reached)" for r in recipes if r.name not in done]
-              + ([] if opts.quick else [r.name + " (not selected)" for r in RECIPES if r not in recipes]))
+              + ([] if opts.quick else [r.name + " (not selected)" for r in RECIPES
+                                        if r not in recipes and r.name not in done]), base)
     return 0
+
+
+def _load(opts) -> dict:
+    import json
+    with open(opts.out or C.default_out("trained_zoo", opts.quick)) as f:
+        return json.load(f)
 
 
 def isolated(recipe, opts) -> dict:
@@ -319,17 +487,22 @@ def isolated(recipe, opts) -> dict:
             return json.load(f)
 
 
-def write(opts, results: list, not_run: list) -> None:
-    """The JSON and the markdown page of ``results``."""
-    payload = {"benchmark": "trained_zoo", "environment": C.environment(), "results": results,
-               "verdicts": {r["model"]: verdicts(r) for r in results},
+def write(opts, results: list, not_run: list, base: dict | None = None) -> None:
+    """The JSON and the markdown page of ``results``; with ``base`` (``--append``), the
+    earlier run's machine and command stay first and this run's are added under 'appended'."""
+    here = {"environment": C.environment(), "command": "python " + " ".join(sys.argv)}
+    payload = {"benchmark": "trained_zoo", **(base and {k: base[k] for k in here} or here),
+               "results": results, "verdicts": {r["model"]: verdicts(r) for r in results},
                "not_run": not_run + list(NOT_IN_RECIPES)}
+    if base:
+        payload["appended"] = base.get("appended", []) + [
+            {"models": opts.models or [], **here}]
     out = opts.out or C.default_out("trained_zoo", opts.quick)
     C.write_json(out, payload)
     md = opts.md or (None if opts.quick else os.path.join(C._ROOT, "docs", "trained_zoo.md"))
     if md:
         with open(md, "w") as f:
-            f.write(markdown({"command": "python " + " ".join(sys.argv), **payload}))
+            f.write(markdown(payload))
     print(f"wrote {out}" + (f" and {md}" if md else ""), flush=True)
 
 
