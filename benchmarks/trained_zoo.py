@@ -399,8 +399,8 @@ FINDINGS: tuple = (
     "emulated / native: 0.0070 / 0.0269 as converted; 0.0061 / 0.0061 with "
     "`fp32_ops=['_contrib_BilinearResize2D'], overrides='move'`; keeping any other op of the net in "
     "fp32 (Activation, BatchNorm, Concat, AdaptiveAvgPooling2D, elemwise_add) leaves native at "
-    "0.022-0.029. Not changed here (the lists and the emulation are outside this work): either "
-    "that op goes on the bfloat16 fp32 list or emulation models its kernel. Reproducer: "
+    "0.022-0.029. Since this run the op is on the bfloat16 fp32 list (lists/bfloat16.toml, "
+    "measured kernel error; tests/test_lists.py), so a rerun converts it so. Reproducer: "
     "`python benchmarks/trained_zoo.py --models fastscnn --out /tmp/f.json --md /tmp/f.md`.",
     "**contrib fails where ours converts**: bfloat16 BERT-style encoder (interleaved_matmul_selfatt "
     "dtype check), Fast-SCNN (Concat), shufflenet_v2 (both settings), and with "
