@@ -278,16 +278,19 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
                      "the accuracy search bisected")
         return None, {}, []
     tolerance = runs.tolerance if runs.rtol is None else runs.rtol
+    # the ops' own categories (nothing but ``base`` excluded), read once: every pick below
+    # is judged against them
+    categories = runs.convert(base)[3].result.categories
     picks = _select(errors, tolerance)
     rounds: dict[str, float | None] = {e.name: None for e in picks}   # name -> error before
     for _ in range(_ATTRIBUTION_RETRIES + 1):
         if not runs.budget_left:
             break
-        config = base | frozenset(_needed(runs, base, list(rounds)))
+        config = base | frozenset(_needed(runs, base, categories, list(rounds)))
         ok, _, _ = runs.check(config, "validate")
         if ok:
-            kept = _trim(runs, base, [e for e in errors if e.name in config and e.name in rounds],
-                         tolerance)
+            kept = _trim(runs, base, categories,
+                         [e for e in errors if e.name in config and e.name in rounds], tolerance)
             config = base | frozenset(kept)
             return config, _attributed(errors, {n: rounds[n] for n in kept}, runs), errors
         rest = [e for e in errors if e.name not in rounds]
@@ -301,15 +304,15 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
     return None, {}, errors
 
 
-def _needed(runs: Runs, base: frozenset, picks: Sequence[str]) -> list[str]:
+def _needed(runs: Runs, base: frozenset, categories: Mapping[str, Category],
+            picks: Sequence[str]) -> list[str]:
     """``picks`` less the nodes that compute in float32 anyway once the others are excluded:
     an op that follows its inputs' dtype (relu, pooling, reshape, ...) runs in float32 when
     its producer does, so excluding it too changes nothing (the same conversion) and it is
     no culprit. On a random SSD the attribution picked each relu beside its convolution
     (it re-rounds its input, so it shows that rounding as its own local error): 31 nodes
-    kept where the 18 convolutions gave the same outputs."""
-    _, _, _, conversion = runs.convert(base)   # the ops' own categories (none excluded)
-    categories = conversion.result.categories
+    kept where the 18 convolutions gave the same outputs. ``categories``: each node's own
+    category in the conversion excluding ``base``."""
     core = [n for n in picks if categories.get(n) is Category.TARGET]
     if len(core) == len(picks):
         return list(picks)
@@ -318,7 +321,8 @@ def _needed(runs: Runs, base: frozenset, picks: Sequence[str]) -> list[str]:
     return [n for n in picks if n in core or dtypes.get(n) in LOW_PRECISION]
 
 
-def _trim(runs: Runs, base: frozenset, picks: list[NodeError], tolerance: float) -> list[str]:
+def _trim(runs: Runs, base: frozenset, categories: Mapping[str, Category], picks: list[NodeError],
+          tolerance: float) -> list[str]:
     """The picks that validated, less those the check does not need: a node estimated
     beyond the tolerance alone stays; of the others (estimated to matter only together), the
     fewest top-ranked ones that still validate, found by a binary search over how many
@@ -330,10 +334,11 @@ def _trim(runs: Runs, base: frozenset, picks: list[NodeError], tolerance: float)
     lo, hi = 0, len(together)    # keeping ``hi`` of them passes (measured)
     while lo < hi and runs.budget_left:
         mid = (lo + hi) // 2
-        ok, _, _ = runs.check(base | frozenset(_needed(runs, base, alone + together[:mid])),
-                              "trim")
+        ok, _, _ = runs.check(
+            base | frozenset(_needed(runs, base, categories, alone + together[:mid])), "trim")
         lo, hi = (lo, mid) if ok else (mid + 1, hi)
-    return _needed(runs, base, [e.name for e in picks if e.name in set(alone + together[:hi])])
+    return _needed(runs, base, categories,
+                   [e.name for e in picks if e.name in set(alone + together[:hi])])
 
 
 def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
