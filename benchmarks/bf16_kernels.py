@@ -48,6 +48,11 @@ OPS = {
     "Convolution 3x3 depthwise": ("Convolution", lambda mx, x, y, b, w: mx.nd.Convolution(
         x, w["dw"], kernel=(3, 3), pad=(1, 1), num_filter=x.shape[1], num_group=x.shape[1],
         no_bias=True)),
+    # 72 channels, not a multiple of 16: oneDNN's reference gemm kernel in bf16 (the
+    # [[slow_kernel]] rule of lists/bfloat16.toml); its own input, 72 of x's channels
+    "Convolution 3x3 depthwise, 72 ch": ("Convolution", lambda mx, x, y, b, w: mx.nd.Convolution(
+        w["x72"], w["dw72"], kernel=(3, 3), pad=(1, 1), num_filter=w["x72"].shape[1],
+        num_group=w["x72"].shape[1], no_bias=True)),
     "Convolution 1x1": ("Convolution", lambda mx, x, y, b, w: mx.nd.Convolution(
         x, w["1x1"], kernel=(1, 1), num_filter=96, no_bias=True)),
     "FullyConnected": ("FullyConnected", lambda mx, x, y, b, w: mx.nd.FullyConnected(
@@ -55,11 +60,15 @@ OPS = {
     "batch_dot": ("batch_dot", lambda mx, x, y, b, w: mx.nd.batch_dot(
         x.reshape((-1, x.shape[-2], x.shape[-1])), y.reshape((-1, y.shape[-2], y.shape[-1])))),
 }
+# the attributes the category column is decided for (the list may decide by shape)
+ATTRS = {"Convolution 3x3 depthwise": {"num_group": "96", "num_filter": "96"},
+         "Convolution 3x3 depthwise, 72 ch": {"num_group": "72", "num_filter": "72"}}
 
 
 def inputs(shape, dtype: str):
     """``(x, y, b, w)``: two tensors of ``shape``, a per-channel one and a dict of weights
-    (96 output channels / units over ``shape``'s channels), in ``dtype``."""
+    (96 output channels / units over ``shape``'s channels, and a 72-channel depthwise one with
+    its own input ``x72``: at most 72 of ``x``'s channels), in ``dtype``."""
     import mxnet as mx
     from mxnet_amp.params import cast_array
     rng = np.random.default_rng(0)
@@ -69,6 +78,9 @@ def inputs(shape, dtype: str):
                "fc": (96, int(np.prod(shape[1:])))}
     nd = [mx.nd.array(a, dtype="float32") for a in arrays]
     w = {k: mx.nd.array(rng.normal(0, 0.05, s), dtype="float32") for k, s in weights.items()}
+    c72 = min(c, 72)
+    w["x72"] = nd[0][:, :c72].copy()
+    w["dw72"] = mx.nd.array(rng.normal(0, 0.05, (c72, 1, 3, 3)), dtype="float32")
     if dtype != "float32":
         nd, w = [cast_array(a, dtype) for a in nd], {k: cast_array(a, dtype) for k, a in w.items()}
     return [*nd, w]
@@ -77,7 +89,7 @@ def inputs(shape, dtype: str):
 def measure(label: str, shape, rounds: int, inner: int, policy) -> dict:
     import mxnet as mx
     op, call = OPS[label]
-    row = {"op": label, "list_op": op, "bfloat16_category": policy.category_of(op).value}
+    row = {"op": label, "list_op": op, "bfloat16_category": policy.decide(op, ATTRS.get(label, {})).value}
     fns = {}
     for dtype in ("float32", "bfloat16"):
         args = inputs(shape, dtype)

@@ -1,8 +1,9 @@
 """Op categories as data: load ``lists/<dtype>.toml``, validate it, apply user overrides.
 
 A list file holds ``[[group]]`` tables (category, reason, ops), ``[[conditional]]`` tables
-(op, attr, values, reason), ``[[pattern]]`` tables (name prefix, category, reason) and an
-``[index_inputs]`` table. ``docs/ops.md`` describes the format and every op's category.
+(op, attr, values, reason), ``[[slow_kernel]]`` tables (target ops, the shapes MXNet's low
+precision kernel is too slow for, reason), ``[[pattern]]`` tables (name prefix, category,
+reason) and an ``[index_inputs]`` table. ``docs/ops.md`` describes the format and every op's category.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from .errors import ListError, UnknownOpError
 
-__all__ = ["Category", "Decision", "OpPolicy", "load_policy", "lists_dir", "SUPPORTED_TARGET_DTYPES",
+__all__ = ["Category", "Decision", "OpPolicy", "SlowKernel", "load_policy", "lists_dir", "SUPPORTED_TARGET_DTYPES",
            "check_target_dtype", "OVERRIDE_MODES"]
 
 SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
@@ -81,6 +82,33 @@ def lists_dir() -> Path:
 
 
 @dataclass(frozen=True)
+class SlowKernel:
+    """Nodes of a target op that run in float32 because MXNet's low precision kernel for
+    their shape is far slower than its float32 one (a list's ``[[slow_kernel]]`` table).
+
+    The one shape kind so far is a depthwise convolution (``num_group == num_filter > 1``:
+    one output channel per group) whose channel count is not a multiple of
+    ``channels_not_multiple_of``.
+    """
+
+    op: str
+    channels_not_multiple_of: int
+    reason: str
+
+    def matches(self, attrs: Mapping[str, str]) -> bool:
+        """Whether a node of :attr:`op` with ``attrs`` has the slow shape."""
+        try:
+            groups, filters = int(attrs.get("num_group", "1")), int(attrs["num_filter"])
+        except (KeyError, ValueError):
+            return False
+        return groups > 1 and groups == filters and groups % self.channels_not_multiple_of != 0
+
+    def describe(self) -> str:
+        """The shape in words, for reports."""
+        return f"depthwise {self.op} over a channel count not a multiple of {self.channels_not_multiple_of}"
+
+
+@dataclass(frozen=True)
 class OpPolicy:
     """The op categories for one target dtype, after user overrides."""
 
@@ -101,6 +129,8 @@ class OpPolicy:
     # when it runs in low precision ([fp32_params]; None where the file has no such table)
     loss_outputs: tuple[str, ...] = ()
     fp32_params: Mapping[str, tuple[str, ...]] | None = None
+    # target op nodes whose shape MXNet's low precision kernel runs far slower ([[slow_kernel]])
+    slow_kernels: tuple[SlowKernel, ...] = ()
 
     def category_of(self, op: str) -> Category | None:
         """The category ``op`` is listed in (or matched by a pattern); None when unlisted."""
@@ -132,7 +162,13 @@ class OpPolicy:
                 if cop == op and attrs.get(attr) in values:
                     return Category.FP32
             return Category.FOLLOW
+        if cat is Category.TARGET and self._slow_kernel(op, attrs) is not None:
+            return Category.FP32
         return cat
+
+    def _slow_kernel(self, op: str, attrs: Mapping[str, str]) -> SlowKernel | None:
+        """The ``[[slow_kernel]]`` rule a node of ``op`` with ``attrs`` meets, if any."""
+        return next((k for k in self.slow_kernels if k.op == op and k.matches(attrs)), None)
 
     @cached_property
     def _explained(self) -> dict[str, Decision | None]:
@@ -144,7 +180,8 @@ class OpPolicy:
         if op in self._explained:
             return self._explained[op]
         decision = self._explain(op, attrs)
-        if self._categories.get(op) is not Category.CONDITIONAL:
+        if self._categories.get(op) is not Category.CONDITIONAL and all(
+                k.op != op for k in self.slow_kernels):
             self._explained[op] = decision
         return decision
 
@@ -152,6 +189,9 @@ class OpPolicy:
         cat = self.decide(op, attrs)
         if cat is None:
             return None
+        slow = self._slow_kernel(op, attrs) if op in self.target else None
+        if slow is not None:
+            return Decision(cat, f"slow kernel: {slow.describe()} ({slow.reason})")
         if op in self._listed(cat):
             why = self.reasons.get(op, "")
             return Decision(cat, f"{cat.value} list: {op}" + (f" ({why})" if why else ""))
@@ -224,6 +264,7 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
         seen[op] = "conditional"
         reasons.setdefault(op, cond.get("reason", ""))
         conditional.append((op, attr, values))
+    slow_kernels = _slow_kernels(data, path, cats[Category.TARGET])
     patterns = tuple((p["prefix"], Category(p["category"])) for p in data.get("pattern", ()))
     index_inputs = {op: tuple(names) for op, names in data.get("index_inputs", {}).items()}
     reuse = _reuse_casts(data, path)
@@ -233,7 +274,27 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
     return OpPolicy(target_dtype, frozenset(cats[Category.TARGET]), frozenset(cats[Category.FP32]),
                     frozenset(cats[Category.WIDEST]), frozenset(cats[Category.FOLLOW]), tuple(conditional),
                     patterns, MappingProxyType(index_inputs), MappingProxyType(reasons), reuse,
-                    loss_outputs, fp32_params)
+                    loss_outputs, fp32_params, slow_kernels)
+
+
+def _slow_kernels(data: dict, path: Path, target: set[str]) -> tuple[SlowKernel, ...]:
+    """The ``[[slow_kernel]]`` tables: each names target ops (``ops``), the shape kind
+    (``depthwise = true``, the only one), ``channels_not_multiple_of`` and a reason."""
+    rules = []
+    for k, table in enumerate(data.get("slow_kernel", ())):
+        ops, reason = table.get("ops"), table.get("reason")
+        multiple = table.get("channels_not_multiple_of")
+        if (not isinstance(ops, list) or not ops or not reason or table.get("depthwise") is not True
+                or not isinstance(multiple, int) or multiple < 2
+                or set(table) - {"ops", "reason", "depthwise", "channels_not_multiple_of"}):
+            raise ListError(f"{path}: slow_kernel {k} needs ops (a list), a reason, depthwise = true "
+                            "and channels_not_multiple_of (an integer >= 2), and nothing else")
+        not_target = [op for op in ops if op not in target]
+        if not_target:
+            raise ListError(f"{path}: slow_kernel {k} names {', '.join(not_target)}, which the "
+                            "target list does not hold (a slow kernel only keeps target ops in float32)")
+        rules += [SlowKernel(op, multiple, reason) for op in ops]
+    return tuple(rules)
 
 
 def _contrib_tables(data: dict, path: Path
@@ -342,9 +403,11 @@ def load_policy(target_dtype: str = "float16",
         s.difference_update(named)
     for cat, ops in moves.items():
         sets[cat].update(ops)
+    # an op the user places keeps that place on every node, as contrib runs it
+    slow_kernels = tuple(k for k in base.slow_kernels if k.op not in named)
     return replace(base, target=frozenset(sets[Category.TARGET]), fp32=frozenset(sets[Category.FP32]),
                    widest=frozenset(sets[Category.WIDEST]), follow=frozenset(sets[Category.FOLLOW]),
-                   conditional=conditional + tuple(conds),
+                   conditional=conditional + tuple(conds), slow_kernels=slow_kernels,
                    reasons=_user_reasons(base.reasons, dropped, named))
 
 

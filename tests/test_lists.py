@@ -93,7 +93,7 @@ def test_schema_and_reasons(dtype):
     assert data["schema"] == 1
     assert data["target_dtype"] == dtype
     assert set(data) <= {"schema", "target_dtype", "group", "conditional", "pattern", "index_inputs",
-                         "reuse_casts", "loss_outputs", "fp32_params"}
+                         "reuse_casts", "loss_outputs", "fp32_params", "slow_kernel"}
     for key in ("loss_outputs", "fp32_params"):   # contrib's list functions read these
         if key in data:
             assert set(data[key]) == {"reason", "ops"} and data[key]["reason"].strip(), key
@@ -106,6 +106,8 @@ def test_schema_and_reasons(dtype):
         assert set(cond) == {"op", "attr", "values", "reason"}, cond
         assert cond["values"] and all(isinstance(v, str) for v in cond["values"]), cond
         assert cond["reason"].strip(), cond
+    for rule in data.get("slow_kernel", []):
+        assert rule["reason"].strip() and rule["ops"], rule
     for pat in data.get("pattern", []):
         assert set(pat) == {"prefix", "category", "reason"}, pat
         assert pat["category"] in CATEGORIES, pat
@@ -338,6 +340,92 @@ def test_bf16_bilinear_resize_is_fp32_because_its_kernel_rounds_every_step(nativ
     scale = np.abs(exact).max()
     once = np.abs(round_numpy(exact, "bfloat16") - exact).max() / scale
     assert np.abs(native - exact).max() / scale > 2.5 * once
+
+
+def _depthwise_net(channels: int):
+    """data -> 1x1 conv to ``channels`` -> 3x3 depthwise conv -> 1x1 conv, with params."""
+    import mxnet as mx
+    x = mx.sym.Convolution(mx.sym.var("data"), kernel=(1, 1), num_filter=channels, name="expand")
+    x = mx.sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=channels, num_group=channels,
+                           name="dw")
+    y = mx.sym.Convolution(x, kernel=(1, 1), num_filter=16, name="project")
+    rng = np.random.RandomState(0)
+    shapes = dict(zip(y.list_arguments(), y.infer_shape(data=(2, 8, 6, 6))[0]))
+    args = {k: mx.nd.array(rng.normal(0, 0.2, v)) for k, v in shapes.items() if k != "data"}
+    return y, args
+
+
+@pytest.mark.parametrize("channels, dw_dtype", [(72, "float32"), (24, "float32"), (96, "bfloat16"),
+                                                (16, "bfloat16")])
+def test_bf16_depthwise_conv_without_a_bf16_kernel_stays_fp32(channels, dw_dtype):
+    """lists/bfloat16.toml [[slow_kernel]]: a depthwise convolution over a channel count that
+    is not a multiple of 16 has no oneDNN bfloat16 kernel (the reference gemm runs, 13-18x
+    the float32 time: benchmarks/depthwise_bf16.py) and stays float32; the convolutions
+    around it, and depthwise ones over multiples of 16, are bfloat16."""
+    from mxnet_amp.convert import convert_graph
+    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.options import make_options
+    graph = graph_from_symbol(_depthwise_net(channels)[0])
+
+    def dtypes(**overrides):
+        result = convert_graph(graph, make_options("bfloat16", **overrides)).result
+        return tuple(result.node_dtypes[n] for n in ("expand", "dw", "project")), result
+
+    got, result = dtypes()
+    assert got == ("bfloat16", dw_dtype, "bfloat16")
+    if dw_dtype == "float32":
+        assert result.decisions["dw"].reason.startswith("slow kernel: depthwise Convolution")
+    # the user's own list names Convolution: every convolution is then bfloat16, as in
+    # contrib, whether the list moves it or replaces the target list
+    assert dtypes(target_dtype_ops=["Convolution"], overrides="move")[0][1] == "bfloat16"
+    assert dtypes(target_dtype_ops=["Convolution"])[0][1] == "bfloat16"
+
+
+def test_bf16_slow_kernel_rule_decides_by_shape():
+    p = policy.load_policy("bfloat16")
+    decide = p.decide
+    assert decide("Convolution", {"num_group": "72", "num_filter": "72"}).value == "fp32"
+    assert decide("_npx_convolution", {"num_group": "200", "num_filter": "200"}).value == "fp32"
+    assert decide("Convolution", {"num_group": "96", "num_filter": "96"}).value == "target"
+    # grouped but not depthwise, dense, no attributes: the target list decides
+    assert decide("Convolution", {"num_group": "8", "num_filter": "72"}).value == "target"
+    assert decide("Convolution", {"num_filter": "72"}).value == "target"
+    assert decide("Convolution", {}).value == "target"
+    assert policy.load_policy("float16").decide("Convolution", {"num_group": "72",
+                                                                "num_filter": "72"}).value == "target"
+    # the answer is per node, not cached per op
+    assert p.explain("Convolution", {"num_group": "96", "num_filter": "96"}).category.value == "target"
+    assert p.explain("Convolution", {"num_group": "72", "num_filter": "72"}).category.value == "fp32"
+
+
+@pytest.mark.parametrize("table, match", [
+    ({"ops": ["Convolution"], "depthwise": True, "channels_not_multiple_of": 16}, "reason"),
+    ({"ops": ["Convolution"], "reason": "r", "channels_not_multiple_of": 16}, "depthwise"),
+    ({"ops": ["Convolution"], "reason": "r", "depthwise": True, "channels_not_multiple_of": 1},
+     "integer"),
+    ({"ops": ["Activation"], "reason": "r", "depthwise": True, "channels_not_multiple_of": 16},
+     "Activation"),
+])
+def test_loader_rejects_malformed_slow_kernel(tmp_path, table, match):
+    import shutil
+    from mxnet_amp.errors import ListError
+    folder = tmp_path / "lists"
+    shutil.copytree(LISTS, folder)
+    text = (folder / "bfloat16.toml").read_text()
+    start = text.index("[[slow_kernel]]")
+    end = text.index("\n\n", start)
+    body = "\n".join(f"{k} = {_toml_value(v)}" for k, v in table.items())
+    (folder / "bfloat16.toml").write_text(text[:start] + "[[slow_kernel]]\n" + body + text[end:])
+    with pytest.raises(ListError, match=match):
+        policy._base_policy.__wrapped__("bfloat16", str(folder))
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(f'"{x}"' for x in v) + "]"
+    return f'"{v}"' if isinstance(v, str) else str(v)
 
 
 BF16_NO_KERNEL = {  # op name -> call; each must be fp32 in bfloat16.toml because it cannot run
