@@ -57,7 +57,7 @@ def classify(data: dict, names) -> tuple[dict[str, tuple[str, str]], list[str]]:
     """Map each op in ``names`` to (category text, rule id); also return the problems found.
 
     Rule ids: ``H3`` = third [[group]] of float16.toml, ``HC2`` = second [[conditional]],
-    ``HP1`` = first [[pattern]] (``B...`` for bfloat16).
+    ``HS1`` = first [[slow_kernel]], ``HP1`` = first [[pattern]] (``B...`` for bfloat16).
     """
     tag = ABBREV[data["target_dtype"]]
     names = set(names)
@@ -77,6 +77,13 @@ def classify(data: dict, names) -> tuple[dict[str, tuple[str, str]], list[str]]:
         text = "conditional: fp32 if " + " or ".join(
             f"{attr} in {{{', '.join(values)}}}" for attr, values, _ in entries) + ", else follow"
         where[op] = (text, ", ".join(rid for _, _, rid in entries))
+    for k, rule in enumerate(data.get("slow_kernel", []), 1):
+        for op in rule["ops"]:
+            if where.get(op, ("",))[0] != "target":
+                problems.append(f"{op}: slow kernel {tag}S{k} names an op outside the target list")
+                continue
+            where[op] = (f"target: fp32 if depthwise over channels not a multiple of "
+                         f"{rule['channels_not_multiple_of']}", f"{where[op][1]}, {tag}S{k}")
     for op in sorted(set(where) - names):
         problems.append(f"{op}: not in the MXNet registry")
     for op in sorted(names - set(where)):
@@ -139,6 +146,8 @@ def render(reg: dict[str, str] | None = None, folder: Path = LISTS) -> str:
       "in the list files |")
     w("| conditional | fp32 when the node's attribute has one of the listed values, otherwise "
       "follow |")
+    w("| target: fp32 if ... | a `[[slow_kernel]]` rule: target, except the nodes of the shape "
+      "named, whose low precision kernel in MXNet is far slower than float32 |")
     w("")
     w("Integer and bool tensors are never cast. Inputs named in a list's `[index_inputs]` table "
       "(indices, masks, lengths) are never cast to low precision.")
@@ -205,6 +214,10 @@ def render(reg: dict[str, str] | None = None, folder: Path = LISTS) -> str:
         for k, cond in enumerate(datas[dt].get("conditional", []), 1):
             w(f"| {tag}C{k} | conditional ({_code(cond['op'])}: {cond['attr']} in "
               f"{{{', '.join(cond['values'])}}}) | {_md(cond['reason'])} |")
+        for k, rule in enumerate(datas[dt].get("slow_kernel", []), 1):
+            w(f"| {tag}S{k} | slow kernel ({', '.join(map(_code, rule['ops']))}: fp32 if depthwise "
+              f"over channels not a multiple of {rule['channels_not_multiple_of']}) | "
+              f"{_md(rule['reason'])} |")
         for k, pat in enumerate(datas[dt].get("pattern", []), 1):
             w(f"| {tag}P{k} | {pat['category']} (prefix `{pat['prefix']}`) | {_md(pat['reason'])} |")
         w("")
