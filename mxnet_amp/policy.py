@@ -3,7 +3,8 @@
 A list file holds ``[[group]]`` tables (category, reason, ops), ``[[conditional]]`` tables
 (op, attr, values, reason), ``[[slow_kernel]]`` tables (target ops, the shapes MXNet's low
 precision kernel is too slow for, reason), ``[[pattern]]`` tables (name prefix, category,
-reason) and an ``[index_inputs]`` table. ``docs/ops.md`` describes the format and every op's category.
+reason) and an ``[index_inputs]`` table. ``docs/ops.md`` describes the format and every
+op's category.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from .errors import ListError, UnknownOpError
 
-__all__ = ["Category", "Decision", "OpPolicy", "SlowKernel", "load_policy", "lists_dir", "SUPPORTED_TARGET_DTYPES",
-           "check_target_dtype", "OVERRIDE_MODES"]
+__all__ = ["Category", "Decision", "OpPolicy", "SlowKernel", "load_policy", "lists_dir",
+           "SUPPORTED_TARGET_DTYPES", "check_target_dtype", "OVERRIDE_MODES"]
 
 SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
 
@@ -105,7 +106,8 @@ class SlowKernel:
 
     def describe(self) -> str:
         """The shape in words, for reports."""
-        return f"depthwise {self.op} over a channel count not a multiple of {self.channels_not_multiple_of}"
+        return (f"depthwise {self.op} over a channel count not a multiple of "
+                f"{self.channels_not_multiple_of}")
 
 
 @dataclass(frozen=True)
