@@ -155,6 +155,55 @@ def test_bf16_kernels_quick(tmp_path):
     assert "bf16_over_fp32" in rows["_plus_scalar"]
 
 
+def test_bf16_kernels_depthwise_rows_carry_the_slow_kernel_decision(tmp_path):
+    _, out = run_script("bf16_kernels", tmp_path)
+    rows = {r["op"]: r for r in load(out)["results"]}
+    # the category column is decided for each row's shape: 72 channels -> the slow kernel rule
+    assert rows["Convolution 3x3 depthwise, 72 ch"]["bfloat16_category"] == "fp32"
+    assert rows["Convolution 3x3 depthwise"]["bfloat16_category"] == "target"
+
+
+def test_depthwise_bf16_quick(tmp_path, native_bf16):
+    _, out = run_script("depthwise_bf16", tmp_path)
+    data = load(out)
+    if not native_bf16:
+        assert "skipped" in data
+        return
+    layers = {r["channels"]: r for r in data["layers"]}
+    assert layers[24]["default_category"] == "fp32" and layers[32]["default_category"] == "target"
+    for r in layers.values():
+        assert r["fp32"]["ms"] > 0 and r["bf16"]["ms"] > 0 and r["bf16"]["max_rel_err"] < 0.05
+    (model,) = data["models"]
+    assert model["kept_fp32_by_rule"] > 0 and model["kept_fp32_by_rule"] <= model["depthwise"]
+    assert all(c % 16 for c in model["kept_channels"])
+    for k in ("ours", "rule_off", "depthwise_fp32"):
+        assert 0 < model[k]["max_rel_err"] < 0.1, (k, model[k])
+
+
+def test_zoo_vs_contrib_quick(tmp_path, native_bf16):
+    _, out = run_script("zoo_vs_contrib", tmp_path)
+    (row,) = load(out)["results"]
+    # unfolded, ours converts what contrib converts: same error on the emulated path
+    assert row["ours_unfolded_emulated"] == pytest.approx(row["contrib_emulated"], rel=0.5)
+    assert 0 < row["ours_emulated"] < 0.1
+    if native_bf16:
+        assert 0 < row["ours_fused"] < row["contrib_fused"]
+
+
+def test_zoo_vs_contrib_renders_its_summary():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import zoo_vs_contrib as Z
+    rows = [{"model": "a", "ours_emulated": 0.3, "ours_unfolded_emulated": 0.2, "contrib_emulated": 0.2,
+             "ours_fused": 0.2, "contrib_fused": 0.4, "contrib_cop_fused": 0.4},
+            {"model": "b", "ours_emulated": 0.3, "ours_unfolded_emulated": 0.3, "contrib_emulated": 0.2,
+             "ours_fused": "error: x", "contrib_fused": 0.4, "contrib_cop_fused": 0.4}]
+    env = {"utc": "t", "cpu": "c", "cpu_count": 2, "loadavg": (1.0, 1.0, 1.0), "mxnet": "1.9.1"}
+    text = Z.render(rows, 1.1, env, "python x")
+    assert "equal to contrib's to the last digit on 1, within 1.1x on 1" in text
+    assert "ours within 1.1x of contrib on 1 of 1, and below it on 1" in text
+    assert "| b | 0.3 | 0.3 | 0.2 | error: x |" in text
+
+
 def test_memory_before_src_rows(tmp_path):
     """--before-src runs the auto method with another tree's mxnet_amp first, same checkpoint."""
     _, out = run_script("memory", tmp_path, "--methods", "ours_auto", "--workdir", str(tmp_path),
