@@ -202,6 +202,7 @@ def test_zoo_vs_contrib_renders_its_summary():
     assert "equal to contrib's to the last digit on 1, within 1.1x on 1" in text
     assert "ours within 1.1x of contrib on 1 of 1, and below it on 1" in text
     assert "| b | 0.3 | 0.3 | 0.2 | error: x |" in text
+    assert "converts none of the model's ops) on 0." in text
 
 
 def test_memory_before_src_rows(tmp_path):
