@@ -53,8 +53,11 @@ def measure(name: str, native: bool) -> dict:
     from mxnet_amp.options import make_options
     z = C.load_tool("zoo_sweep")
     checks = z.checks
-    model = z.sweep._Model(name, "calibrated")
-    model.export()
+    try:
+        model = z.sweep._Model(name, "calibrated")
+        model.export()
+    except Exception as err:  # noqa: BLE001 - a model that cannot be built is a result
+        return {"model": name, "not_built": C.error_text(err)}
     dense = list(model.checked)
     sym = model.probe(model.sym)
 
@@ -149,7 +152,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", default=os.path.join(DOCS, "zoo_sweep_bf16.json"))
     ap.add_argument("--factor", type=float, default=1.1)
     ap.add_argument("--models", nargs="+", help="these models instead of the sweep's excesses")
-    ap.add_argument("--quick", action="store_true", help="one small model, seconds")
+    ap.add_argument("--quick", action="store_true", help="one small model (or --models), seconds")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/zoo_vs_contrib.json)")
     ap.add_argument("--doc", action="store_true", help="write docs/zoo_vs_contrib.md")
     ap.add_argument("--render", action="store_true",
@@ -162,7 +165,7 @@ def main(argv=None) -> int:
             f.write(render(data["results"], data["factor"], data["environment"], data["command"]))
         return 0
     from mxnet_amp.hardware import bf16_runs_natively
-    models = ["cifar_resnet20_v1"] if opts.quick else (opts.models or models_above(opts.sweep, opts.factor))
+    models = opts.models or (["cifar_resnet20_v1"] if opts.quick else models_above(opts.sweep, opts.factor))
     env = C.environment()
     native = bf16_runs_natively()
     rows = []

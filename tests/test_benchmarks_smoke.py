@@ -190,6 +190,13 @@ def test_zoo_vs_contrib_quick(tmp_path, native_bf16):
         assert 0 < row["ours_fused"] < row["contrib_fused"]
 
 
+def test_zoo_vs_contrib_records_a_model_it_cannot_build(tmp_path):
+    _, out = run_script("zoo_vs_contrib", tmp_path, "--models", "no_such_model", "cifar_resnet20_v1")
+    bad, good = load(out)["results"]
+    assert bad["model"] == "no_such_model" and "no_such_model" in bad["not_built"]
+    assert good["model"] == "cifar_resnet20_v1" and isinstance(good["contrib_emulated"], float)
+
+
 def test_zoo_vs_contrib_renders_its_summary():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import zoo_vs_contrib as Z
