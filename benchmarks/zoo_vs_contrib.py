@@ -1,4 +1,4 @@
-"""Where the zoo sweep finds our bfloat16 error above contrib's: why, and on which path.
+"""Where the zoo sweep finds our error above contrib's: why, and on which path.
 
 For each model (by default every model of a sweep JSON whose emulated error is above
 ``--factor`` x contrib's), the sweep's model (``tools/zoo_sweep``: same weights, calibrated
@@ -8,8 +8,11 @@ output:
 * emulated (``mxnet_amp.emulate_model``, no fusion): ours by default (BatchNorm folded),
   ours with ``fold_batchnorm=False`` (the graph contrib converts) and contrib's default;
 * natively with MXNet's default oneDNN fusion, the path ``Module`` / ``simple_bind`` /
-  the C predict API run (where the CPU runs bfloat16): ours by default, contrib's default and
-  contrib with ``cast_optional_params=True``.
+  the C predict API run (bfloat16, where the CPU runs it): ours by default, contrib's
+  default and contrib with ``cast_optional_params=True``.
+
+``--dtype float16`` reads the float16 records of a sweep (``--sweep``) and measures the
+emulated rows only (MXNet runs no float16 on a CPU).
 
 It says whether an excess comes from folding (ours unfolded equals contrib) or from a list
 decision, and how the two compare where users deploy.
@@ -17,6 +20,8 @@ decision, and how the two compare where users deploy.
     python benchmarks/zoo_vs_contrib.py --doc        # from docs/zoo_sweep_bf16.json, writes
                                                      # docs/zoo_vs_contrib.md
     python benchmarks/zoo_vs_contrib.py --models resnet18_v1b mobilenetv3_large
+    python benchmarks/zoo_vs_contrib.py --dtype float16 --sweep docs/zoo_sweep_fp16.json \
+        --out benchmarks/results/zoo_vs_contrib_fp16.json --doc
     python benchmarks/zoo_vs_contrib.py --quick              # one small model, seconds
 """
 from __future__ import annotations
@@ -29,23 +34,24 @@ import time
 import _common as C
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
-DOC = os.path.join(DOCS, "zoo_vs_contrib.md")
+DOC = {"bfloat16": os.path.join(DOCS, "zoo_vs_contrib.md"),
+       "float16": os.path.join(DOCS, "zoo_vs_contrib_fp16.md")}
 
 
-def models_above(sweep_json: str, factor: float) -> list[str]:
-    """Models of a sweep JSON whose bfloat16 emulated error is above ``factor`` x contrib's."""
+def models_above(sweep_json: str, factor: float, dtype: str = "bfloat16") -> list[str]:
+    """Models of a sweep JSON whose emulated error in ``dtype`` is above ``factor`` x contrib's."""
     with open(sweep_json) as f:
         records = json.load(f)["records"]
     out = []
     for r in records:
-        b = r.get("bfloat16") or {}
+        b = r.get(dtype) or {}
         ours, contrib = b.get("max_rel_err"), b.get("contrib_max_rel_err")
         if isinstance(ours, float) and isinstance(contrib, float) and ours > factor * contrib:
             out.append(r["model"])
     return out
 
 
-def measure(name: str, native: bool) -> dict:
+def measure(name: str, native: bool, dtype: str = "bfloat16") -> dict:
     """One model's row (errors against its float32 output on the sweep's judged tensors)."""
     from mxnet.contrib import amp as contrib_amp
     from mxnet_amp.convert import convert_model_full
@@ -66,12 +72,12 @@ def measure(name: str, native: bool) -> dict:
 
     def ours(fold: bool):
         s, a, au, _ = convert_model_full(sym, model.args, model.auxs, make_options(
-            "bfloat16", cast_optional_params=False, fold_batchnorm=fold))
+            dtype, cast_optional_params=False, fold_batchnorm=fold))
         return s, a, au
 
     def contrib(**kw):
         return contrib_amp.convert_model(sym, checks._copies(model.args), checks._copies(model.auxs),
-                                         target_dtype="bfloat16", **kw)
+                                         target_dtype=dtype, **kw)
 
     row: dict = {"model": name}
     builds = {"ours": lambda: ours(True), "ours_unfolded": lambda: ours(False), "contrib": contrib,
@@ -99,7 +105,8 @@ def _ratio(a, b) -> float | None:
     return a / b if b > 0 else (1.0 if a == 0 else float("inf"))
 
 
-def render(rows: list[dict], factor: float, env: dict, command: str) -> str:
+def render(rows: list[dict], factor: float, env: dict, command: str,
+           dtype: str = "bfloat16") -> str:
     """The markdown section: a summary and one line per model."""
     def fmt(v) -> str:
         return f"{v:.3g}" if isinstance(v, float) else ("–" if v is None else str(v)[:40])
@@ -113,7 +120,7 @@ def render(rows: list[dict], factor: float, env: dict, command: str) -> str:
     fused_ok = [r for r in fused if (_ratio(r["ours_fused"], r["contrib_fused"]) or 99) <= factor]
     untouched = [r["model"] for r in rows if r.get("contrib_emulated") == 0.0]
     lines = [
-        "# Ours against mx.contrib.amp where the bfloat16 zoo sweep finds ours worse",
+        f"# Ours against mx.contrib.amp where the {dtype} zoo sweep finds ours worse",
         "",
         "Written by `benchmarks/zoo_vs_contrib.py` (its docstring gives the method); the sweep: "
         "[zoo_sweep_bf16.md](zoo_sweep_bf16.md). Errors are max |out - fp32| / max |fp32| on the "
@@ -127,7 +134,7 @@ def render(rows: list[dict], factor: float, env: dict, command: str) -> str:
         f"- ours with `fold_batchnorm=False` (contrib's graph): error equal to contrib's to the "
         f"last digit on {len(same)}, within {factor}x on {len(unfolded_ok)}: there the excess "
         "is folding's, whose rounding differs (one difference: the folded shift becomes a "
-        "bfloat16 conv bias, where unfolded the BatchNorm adds it in float32), amplified by "
+        "low precision conv bias, where unfolded the BatchNorm adds it in float32), amplified by "
         "these chaotic random nets; the others differ from contrib by list decisions.",
         f"- natively with MXNet's default fusion (the deploy path; contrib's BatchNorms are then "
         f"folded into its bf16 weights by oneDNN): ours within {factor}x of contrib on "
@@ -149,38 +156,48 @@ def render(rows: list[dict], factor: float, env: dict, command: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sweep", default=os.path.join(DOCS, "zoo_sweep_bf16.json"))
+    ap.add_argument("--dtype", choices=sorted(DOC), default="bfloat16")
+    ap.add_argument("--sweep", default=None, help="sweep JSON (default docs/zoo_sweep_bf16.json "
+                    "for bfloat16; needed for float16)")
     ap.add_argument("--factor", type=float, default=1.1)
     ap.add_argument("--models", nargs="+", help="these models instead of the sweep's excesses")
     ap.add_argument("--quick", action="store_true", help="one small model (or --models), seconds")
-    ap.add_argument("--out", help="JSON path (default benchmarks/results/zoo_vs_contrib.json)")
-    ap.add_argument("--doc", action="store_true", help="write docs/zoo_vs_contrib.md")
+    ap.add_argument("--out", help="JSON path (default benchmarks/results/zoo_vs_contrib[_fp16].json)")
+    ap.add_argument("--doc", action="store_true",
+                    help="write docs/zoo_vs_contrib.md (float16: docs/zoo_vs_contrib_fp16.md)")
     ap.add_argument("--render", action="store_true",
-                    help="run nothing: write docs/zoo_vs_contrib.md from the JSON (--out) of a run")
+                    help="run nothing: write the doc page from the JSON (--out) of a run")
     opts = ap.parse_args(argv)
+    default_out = C.default_out("zoo_vs_contrib" + ("_fp16" if opts.dtype == "float16" else ""),
+                                opts.quick)
     if opts.render:
-        with open(opts.out or C.default_out("zoo_vs_contrib", False)) as f:
+        with open(opts.out or default_out) as f:
             data = json.load(f)
-        with open(DOC, "w") as f:
-            f.write(render(data["results"], data["factor"], data["environment"], data["command"]))
+        dtype = data.get("dtype", "bfloat16")
+        with open(DOC[dtype], "w") as f:
+            f.write(render(data["results"], data["factor"], data["environment"], data["command"], dtype))
         return 0
+    if opts.sweep is None and opts.dtype == "bfloat16":
+        opts.sweep = os.path.join(DOCS, "zoo_sweep_bf16.json")
+    if not (opts.models or opts.quick or opts.sweep):
+        ap.error("--dtype float16 needs --sweep (a float16 sweep JSON) or --models")
     from mxnet_amp.hardware import bf16_runs_natively
-    models = opts.models or (["cifar_resnet20_v1"] if opts.quick else models_above(opts.sweep, opts.factor))
+    models = opts.models or (["cifar_resnet20_v1"] if opts.quick
+                             else models_above(opts.sweep, opts.factor, opts.dtype))
     env = C.environment()
-    native = bf16_runs_natively()
+    native = opts.dtype == "bfloat16" and bf16_runs_natively()
     rows = []
     for name in models:
         t = time.time()
-        rows.append({**measure(name, native), "s": round(time.time() - t, 1)})
+        rows.append({**measure(name, native, opts.dtype), "s": round(time.time() - t, 1)})
         print(json.dumps(rows[-1]), flush=True)
-    out = opts.out or C.default_out("zoo_vs_contrib", opts.quick)
-    C.write_json(out, {"benchmark": "zoo_vs_contrib", "factor": opts.factor, "sweep": opts.sweep,
-                       "native_bf16": native, "environment": {**env, "loadavg_end": os.getloadavg()},
-                       "results": rows})
-    if opts.doc and not opts.quick:
-        with open(DOC, "w") as f:
-            f.write(render(rows, opts.factor, env, "python " + " ".join(os.sys.argv)))
-    # docs/zoo_vs_contrib.md: --render rewrites it from this JSON
+    out = opts.out or default_out
+    C.write_json(out, {"benchmark": "zoo_vs_contrib", "dtype": opts.dtype, "factor": opts.factor,
+                       "sweep": opts.sweep, "native_bf16": native,
+                       "environment": {**env, "loadavg_end": os.getloadavg()}, "results": rows})
+    if opts.doc and not opts.quick:   # --render writes it again from the JSON
+        with open(DOC[opts.dtype], "w") as f:
+            f.write(render(rows, opts.factor, env, "python " + " ".join(os.sys.argv), opts.dtype))
     print(f"wrote {out}")
     return 0
 

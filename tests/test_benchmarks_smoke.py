@@ -197,6 +197,14 @@ def test_zoo_vs_contrib_records_a_model_it_cannot_build(tmp_path):
     assert good["model"] == "cifar_resnet20_v1" and isinstance(good["contrib_emulated"], float)
 
 
+def test_zoo_vs_contrib_float16_is_emulated_only(tmp_path):
+    _, out = run_script("zoo_vs_contrib", tmp_path, "--dtype", "float16")
+    data = load(out)
+    (row,) = data["results"]
+    assert data["dtype"] == "float16" and not data["native_bf16"]
+    assert 0 < row["ours_emulated"] < 0.01 and "ours_fused" not in row
+
+
 def test_zoo_vs_contrib_renders_its_summary():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import zoo_vs_contrib as Z
