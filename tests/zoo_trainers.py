@@ -325,6 +325,9 @@ def train(recipe: Recipe, cache_dir: str | None = None, retrain: bool = False) -
                    "trainer": TRAINER_VERSION, "train_seconds": seconds,
                    "train_accuracy": train_acc}, f, indent=1)
     os.replace(meta_file + ".tmp", meta_file)      # the meta file marks a complete entry
+    # the model as saved, as a cached run loads it: saving strips amp casts (gluoncv's
+    # amp_multicast before box_decode), and contrib converts the two graphs differently
+    sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
     return TrainedZoo(recipe, sym, args, auxs, x_test, y_test, seconds, False, train_acc)
 
 
