@@ -220,7 +220,8 @@ def test_digit_boxes_mark_where_the_digits_were_drawn():
             objs = lab[lab[:, 0] >= 0]
             assert 1 <= len(objs) <= zd.MAX_OBJECTS and set(objs[:, 0]) <= set(range(10))
             for _, x0, y0, x1, y1 in objs.astype(int):
-                assert zd.SCALES[0] <= x1 - x0 == y1 - y0 <= zd.SCALES[1] and 0 <= x0 and x1 <= 64 and 0 <= y0 and y1 <= 64
+                assert zd.SCALES[0] <= x1 - x0 == y1 - y0 <= zd.SCALES[1]
+                assert 0 <= x0 and x1 <= 64 and 0 <= y0 and y1 <= 64
                 inside[y0:y1, x0:x1] = True
                 ys, xs = np.nonzero(ink[y0:y1, x0:x1])
                 # the digit fills its box: its strokes span most of one side (a 1 is narrow)

@@ -6,7 +6,8 @@ position and scale (:data:`SCALES`, no two overlapping) on a noisy ``size`` x ``
 class is the digit, the box the square it was pasted into. Training canvases draw from the
 1347 training digits, test canvases from the 450 test digits; deterministic by seed.
 
-Model (:func:`ssd_digits`): gluoncv's ``SSD`` on a ``mobilenet0.25`` base (random init),
+Model (:func:`ssd_digits`): gluoncv's ``SSD`` on a random-init mobilenet base (0.25 by default;
+the benchmark's row, ``benchmarks/trained_zoo.py``, uses mobilenet0.5),
 features at strides 8 and 16 plus one appended layer (stride 32), 2 square anchors a location
 (168 at 64x64), 10 classes; trained (:func:`fit`) with gluoncv's ``SSDTargetGenerator`` and
 ``SSDMultiBoxLoss`` (hard negatives 3:1).
@@ -15,14 +16,13 @@ Judging: an object is *hit* when a detection of its class with score >= :data:`S
 overlaps its box with IoU >= :data:`IOU_THRESH`; :func:`object_margins` gives per object the
 signed distance of that decision, ``max over its class's detections of min(score - 0.5,
 IoU - 0.5)`` (>= 0: hit), so the classifiers' per-image rule (``zoo_trainers.unexplained_flips``
-on rows ``[margin, 0]``) judges objects. The pre-NMS tensors (the class probabilities and the
-box regressions before ``box_decode``) are found as the zoo sweep finds them
-(``tools/zoo_sweep/checks.py`` ``checked_entries``) and judged by :func:`pre_nms_errors`.
+on rows ``[margin, 0]``) judges objects, against a rounding floor per object
+(:meth:`BoxJudge.floor`). The pre-NMS tensors (the foreground probabilities before the score
+threshold, the box regressions and anchors before ``box_decode``) are found as the zoo sweep
+finds them (``tools/zoo_sweep/checks.py`` ``checked_entries``) and judged by
+:func:`pre_nms_errors`.
 """
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 
@@ -208,7 +208,8 @@ def iou(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
     """IoU of each of ``boxes`` (K, 4) with ``box`` (4,), corners in pixels."""
     w = np.clip(np.minimum(boxes[:, 2], box[2]) - np.maximum(boxes[:, 0], box[0]), 0, None)
     h = np.clip(np.minimum(boxes[:, 3], box[3]) - np.maximum(boxes[:, 1], box[1]), 0, None)
-    area = lambda b: np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
+    def area(b):
+        return np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
     union = area(boxes) + area(box) - w * h
     return np.where(union > 0, w * h / np.where(union > 0, union, 1), 0.0)
 
