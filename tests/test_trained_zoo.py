@@ -199,3 +199,121 @@ def test_auto_keeps_no_node_in_float32_on_trained_zoo_nets(trained, name, dtype)
                                          execution="emulated")
     assert report.validated and report.kept_fp32 == () and report.executions == 2
     assert report.low_precision_nodes > 0
+
+
+# ------------------------------------------------------------------ the detector's box task
+# (benchmarks/trained_zoo.py's ssd_digits row trains for ~2 min on one thread: no CI subset;
+# the data, the judging and the pre-NMS tensors are checked here)
+
+def test_digit_boxes_mark_where_the_digits_were_drawn():
+    import zoo_detection as zd
+    noisy = zd.digit_boxes(64, 40, 20, seed=3)
+    clean = zd.digit_boxes(64, 40, 20, seed=3, noise=0.0)
+    for a, b in zip(noisy, zd.digit_boxes(64, 40, 20, seed=3)):
+        np.testing.assert_array_equal(a, b)                   # deterministic by seed
+    assert not np.array_equal(noisy[1], zd.digit_boxes(64, 40, 20, seed=4)[1])
+    for images, labels in ((clean[0], clean[1]), (clean[2], clean[3])):
+        np.testing.assert_array_equal(labels, noisy[1] if len(images) == 40 else noisy[3])
+        for img, lab in zip(images, labels):
+            ink = img[0] * 0.45 + 0.3 > 1e-6                   # undo the standardisation
+            inside = np.zeros_like(ink)
+            objs = lab[lab[:, 0] >= 0]
+            assert 1 <= len(objs) <= zd.MAX_OBJECTS and set(objs[:, 0]) <= set(range(10))
+            for _, x0, y0, x1, y1 in objs.astype(int):
+                assert zd.SCALES[0] <= x1 - x0 == y1 - y0 <= zd.SCALES[1]
+                assert 0 <= x0 and x1 <= 64 and 0 <= y0 and y1 <= 64
+                inside[y0:y1, x0:x1] = True
+                ys, xs = np.nonzero(ink[y0:y1, x0:x1])
+                # the digit fills its box: its strokes span most of one side (a 1 is narrow)
+                assert max(xs.ptp(), ys.ptp()) >= 0.6 * (x1 - x0)
+            assert not (ink & ~inside).any()                   # nothing drawn outside the boxes
+
+
+def _detections(boxes, classes, scores):
+    ids = np.full((1, 4, 1), -1.0)
+    sc = np.full((1, 4, 1), -1.0)
+    bx = np.full((1, 4, 4), -1.0)
+    for k, (b, c, s) in enumerate(zip(boxes, classes, scores)):
+        ids[0, k, 0], sc[0, k, 0], bx[0, k] = c, s, b
+    return ids, sc, bx
+
+
+def test_object_margins_follow_class_score_and_overlap():
+    import zoo_detection as zd
+    labels = np.array([[[3, 10, 10, 30, 30], [7, 40, 40, 60, 60], [-1, -1, -1, -1, -1]]], np.float32)
+    good = _detections([[10, 10, 30, 30], [40, 40, 60, 60]], [3, 7], [0.9, 0.8])
+    m = zd.object_margins(*good, labels)
+    np.testing.assert_allclose(m, [0.4, 0.3])                 # min(score - 0.5, IoU 1 - 0.5)
+    assert zd.hit_rate(m) == 1.0 and zd.false_positives(*good, labels) == 0
+    cases = {
+        "box moved off": _detections([[20, 20, 40, 40], [40, 40, 60, 60]], [3, 7], [0.9, 0.8]),
+        "wrong class": _detections([[10, 10, 30, 30], [40, 40, 60, 60]], [5, 7], [0.9, 0.8]),
+        "low score": _detections([[10, 10, 30, 30], [40, 40, 60, 60]], [3, 7], [0.4, 0.8]),
+    }
+    for why, dets in cases.items():
+        got = zd.object_margins(*dets, labels)
+        assert got[0] < 0 and got[1] == m[1], why
+        assert zd.hit_rate(got) == 0.5 and zd.false_positives(*dets, labels) == (why != "low score"), why
+    assert zd.object_margins(*cases["wrong class"], labels)[0] == -1.0   # no detection of its class
+    bad = _detections([[10, 10, 30, np.nan], [40, 40, 60, 60]], [3, 7], [0.9, 0.8])
+    assert np.isnan(zd.object_margins(*bad, labels)).all()   # its image's detections: non-finite
+
+
+def test_detector_judging_counts_object_flips_beyond_rounding():
+    """A perturbed copy of the detections changes the hit rate and the object flips as it
+    should, and only a flip contrib keeps, wider than its rounding floor, counts."""
+    import zoo_detection as zd
+    labels = np.array([[[3, 10, 10, 30, 30], [7, 40, 40, 60, 60], [-1, -1, -1, -1, -1]]], np.float32)
+    probs = np.zeros((1, 5, 10))
+    probs[0, :, 0], probs[0, 0, 3] = 0.9, 0.95               # anchor 0 confident in class 3
+    pre = [probs, np.ones((1, 5, 4)), np.ones((1, 5, 4))]
+    ref = [*_detections([[10, 10, 30, 30], [40, 40, 60, 60]], [3, 7], [0.9, 0.52]), *pre]
+    moved = [*_detections([[20, 20, 40, 40], [40, 40, 60, 60]], [3, 7], [0.9, 0.49]),
+             probs[:, :, ::-1].copy(), pre[1] * 1.1, pre[2]]
+    r = zd.measure(moved, ref, labels)
+    assert r["accuracy"] == 0.0 and r["flips"] == 2 and r["nonfinite"] == 0
+    # anchor 0 (confident) flips from class 3 to 6; anchors 1-4 flip from 0 to 9 too (0.9 >= 0.5)
+    assert r["pre_nms"]["anchor_flips"] == 5 and r["pre_nms"]["confident_anchors"] == 5
+    assert r["pre_nms"]["box_error"] == pytest.approx(0.1) and r["pre_nms"]["anchor_error"] == 0
+    rows, ref_rows = zd.judged_rows(zd.object_margins(*moved[:3], labels)), \
+        zd.judged_rows(zd.object_margins(*ref[:3], labels))
+    floor = np.array([0.01, 0.01])
+    # object 1's margin 0.02 is within 6 floors (a tie), object 0's 0.4 is not
+    assert zt.unexplained_flips(rows, ref_rows, ref_rows, floor).tolist() == [0]
+    assert not len(zt.unexplained_flips(rows, rows, ref_rows, floor))   # contrib flips it too
+
+
+def test_detector_pre_nms_tensors_are_found_on_the_exported_graph():
+    """The zoo sweep's pre-ordering tensors of the SSD: foreground probabilities, box
+    regressions and anchors, whether the graph still holds gluoncv's amp_multicast before
+    box_decode (a block's own graph) or not (a saved checkpoint)."""
+    import mxnet as mx
+    import zoo_detection as zd
+    from mxnet_amp.gluon import block_model
+    net = zd.ssd_digits(64)
+    net.initialize(mx.init.Xavier(magnitude=2.0))
+    net.hybridize()
+    net(mx.nd.zeros((1, 3, 64, 64)))
+    sym, args, auxs, _ = block_model(net, ["data"])
+    saved = mx.sym.load_json(sym.tojson())                   # amp casts stripped, as on save
+    assert zd.pre_nms_entries(sym) == zd.pre_nms_entries(saved)
+    from types import SimpleNamespace
+    judge = zd.BoxJudge(SimpleNamespace(sym=sym, x_test=np.zeros((2, 3, 64, 64), np.float32)))
+    got = judge.run("fp32", saved, args, auxs)
+    anchors = (8 * 8 + 4 * 4 + 2 * 2) * 2                      # strides 8, 16, 32; 2 a location
+    assert [o.shape for o in got] == [(2, 20, 1), (2, 20, 1), (2, 20, 4), (2, anchors, 10),
+                                      (2, anchors, 4), (1, anchors, 4)]
+
+
+def test_a_fresh_and_a_cached_model_are_the_same_graph(tmp_path):
+    """A rerun loads the cached checkpoint, whose graph saving stripped of amp casts; the run
+    that trained it returns that same graph (an SSD's amp_multicast before box_decode made
+    contrib's float16 conversion run on the first run and fail type inference on reruns).
+    A few seconds: one pass over 1000 canvases."""
+    recipe = zt.Recipe("ssd_tiny", "ssd_digits", size=64, copies=1, batch_size=32, task="boxes",
+                       kwargs={"size": 64})
+    fresh = zt.train(recipe, str(tmp_path))
+    again = zt.train(recipe, str(tmp_path))
+    graph = fresh.sym.tojson(remove_amp_cast=False)          # tojson() would strip the casts
+    assert not fresh.cached and again.cached and graph == again.sym.tojson(remove_amp_cast=False)
+    assert "amp_multicast" not in graph and "_contrib_box_nms" in graph

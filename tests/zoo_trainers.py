@@ -56,7 +56,8 @@ class Recipe:
     seed: int = 0
     kwargs: dict = field(default_factory=dict)   # extra constructor arguments
     global_pool_output: bool = False   # fixed-size final pooling replaced by a global one
-    task: str = "digits"           # "digits" (hard_digits), "masks" (digit_masks) or "majority"
+    task: str = "digits"           # "digits" (hard_digits), "masks" (digit_masks), "majority"
+    #                                or "boxes" (zoo_detection.digit_boxes: copies x 1000 canvases)
 
 
 def recipe_hash(recipe: Recipe) -> str:
@@ -64,8 +65,11 @@ def recipe_hash(recipe: Recipe) -> str:
     fields = dataclasses.asdict(recipe)
     if fields["task"] == "digits":   # added later: the digits recipes keep their cached hashes
         del fields["task"]
-    text = json.dumps({"recipe": fields, "data": DATA_VERSION,
-                       "trainer": TRAINER_VERSION}, sort_keys=True)
+    versions = {"data": DATA_VERSION, "trainer": TRAINER_VERSION}
+    if fields.get("task") == "boxes":
+        import zoo_detection
+        versions["boxes"] = zoo_detection.VERSION
+    text = json.dumps({"recipe": fields, **versions}, sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -133,6 +137,9 @@ def task_data(recipe: Recipe):
         return tm.majority()
     if recipe.task == "masks":
         return digit_masks(recipe.size, recipe.copies, recipe.seed)
+    if recipe.task == "boxes":
+        import zoo_detection
+        return zoo_detection.digit_boxes(recipe.size, 1000 * recipe.copies, seed=recipe.seed)
     return hard_digits(recipe.size, recipe.copies, recipe.seed)
 
 
@@ -173,7 +180,14 @@ def fastscnn(size: int = 64):
     return FastSCNN(11, aux=False, height=size, width=size)
 
 
-CUSTOM = {"bert_encoder": bert_encoder, "fastscnn": fastscnn}   # beside the zoo's (Recipe.model)
+def ssd_digits(**kwargs):
+    """gluoncv's SSD for the box task (:func:`zoo_detection.ssd_digits`)."""
+    import zoo_detection
+    return zoo_detection.ssd_digits(**kwargs)
+
+
+CUSTOM = {"bert_encoder": bert_encoder, "fastscnn": fastscnn,   # beside the zoo's (Recipe.model)
+          "ssd_digits": ssd_digits}
 
 
 def build(recipe: Recipe):
@@ -230,36 +244,50 @@ def learning_rate(recipe: Recipe, step: int, total: int) -> float:
     return recipe.lr * 0.5 * (1 + np.cos(np.pi * (step - warm) / max(1, total - warm)))
 
 
+def make_trainer(net, recipe: Recipe):
+    """A gluon Trainer with ``recipe``'s optimizer: SGD with momentum 0.9, or Adam."""
+    from mxnet import gluon
+    opt = {"learning_rate": recipe.lr, "wd": recipe.wd}
+    if recipe.optimizer == "sgd":
+        opt["momentum"] = 0.9
+    return gluon.Trainer(net.collect_params(), recipe.optimizer, opt)
+
+
+def batch_steps(recipe: Recipe, n: int, trainer):
+    """For each training step: ``(indices of its batch, whether it is in the last quarter of
+    the steps)``, a fresh permutation of the ``n`` samples each epoch, ``trainer``'s rate set
+    (:func:`learning_rate`) before the step."""
+    rng = np.random.RandomState(recipe.seed)
+    per_epoch = n // recipe.batch_size
+    total = recipe.epochs * per_epoch
+    step = 0
+    for _ in range(recipe.epochs):
+        order = rng.permutation(n)
+        for i in range(per_epoch):
+            trainer.set_learning_rate(learning_rate(recipe, step, total))
+            step += 1
+            yield order[i * recipe.batch_size:(i + 1) * recipe.batch_size], step > total - max(1, total // 4)
+
+
 def _fit(net, recipe: Recipe, x_train, y_train) -> float:
     """SGD with momentum (or Adam), warmup and cosine decay, per step; returns the training
     accuracy over the last quarter of the steps."""
     import mxnet as mx
     from mxnet import autograd, gluon
-    rng = np.random.RandomState(recipe.seed)
-    opt = {"learning_rate": recipe.lr, "wd": recipe.wd}
-    if recipe.optimizer == "sgd":
-        opt["momentum"] = 0.9
-    trainer = gluon.Trainer(net.collect_params(), recipe.optimizer, opt)
+    trainer = make_trainer(net, recipe)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(axis=1)   # (N, C) logits or (N, C, H, W) masks
-    per_epoch = len(y_train) // recipe.batch_size
-    total = recipe.epochs * per_epoch
-    correct = seen = step = 0
-    for _ in range(recipe.epochs):
-        order = rng.permutation(len(y_train))
-        for i in range(per_epoch):
-            trainer.set_learning_rate(learning_rate(recipe, step, total))
-            idx = order[i * recipe.batch_size:(i + 1) * recipe.batch_size]
-            xb, yb = mx.nd.array(x_train[idx]), mx.nd.array(y_train[idx])
-            with autograd.record():
-                out = net(xb)
-                out = out[0] if isinstance(out, (list, tuple)) else out   # a segmentation net's list
-                loss = loss_fn(out, yb)
-            loss.backward()
-            trainer.step(len(idx))
-            step += 1
-            if step > total - max(1, total // 4):
-                correct += int((out.argmax(axis=1).asnumpy() == y_train[idx]).sum())
-                seen += y_train[idx].size
+    correct = seen = 0
+    for idx, counted in batch_steps(recipe, len(y_train), trainer):
+        xb, yb = mx.nd.array(x_train[idx]), mx.nd.array(y_train[idx])
+        with autograd.record():
+            out = net(xb)
+            out = out[0] if isinstance(out, (list, tuple)) else out   # a segmentation net's list
+            loss = loss_fn(out, yb)
+        loss.backward()
+        trainer.step(len(idx))
+        if counted:
+            correct += int((out.argmax(axis=1).asnumpy() == y_train[idx]).sum())
+            seen += y_train[idx].size
     return correct / max(1, seen)
 
 
@@ -282,7 +310,11 @@ def train(recipe: Recipe, cache_dir: str | None = None, retrain: bool = False) -
     net.initialize(mx.init.Xavier(magnitude=2.0))
     net.hybridize()
     start = time.perf_counter()
-    train_acc = _fit(net, recipe, x_train, y_train)
+    if recipe.task == "boxes":
+        import zoo_detection
+        train_acc = zoo_detection.fit(net, recipe, x_train, y_train)
+    else:
+        train_acc = _fit(net, recipe, x_train, y_train)
     mx.nd.waitall()
     seconds = time.perf_counter() - start
     sym, args, auxs, _ = block_model(net, ["data"])
@@ -293,19 +325,26 @@ def train(recipe: Recipe, cache_dir: str | None = None, retrain: bool = False) -
                    "trainer": TRAINER_VERSION, "train_seconds": seconds,
                    "train_accuracy": train_acc}, f, indent=1)
     os.replace(meta_file + ".tmp", meta_file)      # the meta file marks a complete entry
+    # the model as saved, as a cached run loads it: saving strips amp casts (gluoncv's
+    # amp_multicast before box_decode), and contrib converts the two graphs differently
+    sym, args, auxs = mx.model.load_checkpoint(prefix, 0)
     return TrainedZoo(recipe, sym, args, auxs, x_test, y_test, seconds, False, train_acc)
 
 
 # ------------------------------------------------------------------------------- running
 
-def batches(run, x: np.ndarray) -> np.ndarray:
-    """``run`` over ``x`` in batches of :data:`BATCH`, the outputs concatenated."""
-    return np.concatenate([run(x[i:i + BATCH]) for i in range(0, len(x), BATCH)])
+def batches(run, x: np.ndarray):
+    """``run`` over ``x`` in batches of :data:`BATCH`, the outputs concatenated (where
+    ``run`` returns a list, a list of each output concatenated)."""
+    got = [run(x[i:i + BATCH]) for i in range(0, len(x), BATCH)]
+    if isinstance(got[0], list):
+        return [np.concatenate(parts) for parts in zip(*got)]
+    return np.concatenate(got)
 
 
-def module_logits(sym, args, auxs, x: np.ndarray) -> np.ndarray:
+def module_logits(sym, args, auxs, x: np.ndarray, every_output: bool = False):
     """Logits through ``mx.mod.Module`` bound for inference (oneDNN subgraph fusion on, as
-    MXNet does by default)."""
+    MXNet does by default); with ``every_output``, a list of all the outputs (a detector's)."""
     import mxnet as mx
     mod = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
     mod.bind(data_shapes=[("data", (BATCH,) + x.shape[1:])], for_training=False, grad_req="null")
@@ -316,7 +355,27 @@ def module_logits(sym, args, auxs, x: np.ndarray) -> np.ndarray:
         if n < BATCH:   # the module is bound for BATCH images: pad the last batch
             xb = np.concatenate([xb, np.zeros((BATCH - n,) + xb.shape[1:], xb.dtype)])
         mod.forward(mx.io.DataBatch([mx.nd.array(xb)]), is_train=False)
-        return mod.get_outputs()[0].astype("float32").asnumpy()[:n]
+        outs = [o.astype("float32").asnumpy()[:n] for o in mod.get_outputs()]
+        return outs if every_output else outs[0]
+    return batches(run, x)
+
+
+def symbolblock_logits(sym, args, auxs, x: np.ndarray, folder: str, every_output: bool = False):
+    """Logits through ``SymbolBlock.imports`` of the model saved with its casts (in
+    ``folder``), hybridized; with ``every_output``, a list of all the outputs."""
+    import mxnet as mx
+    prefix = os.path.join(folder, "deploy")
+    with open(prefix + "-symbol.json", "w") as f:
+        f.write(sym.tojson(remove_amp_cast=False))
+    mx.nd.save(prefix + "-0000.params", {**{f"arg:{k}": v for k, v in args.items()},
+                                         **{f"aux:{k}": v for k, v in auxs.items()}})
+    net = mx.gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"], prefix + "-0000.params")
+    net.hybridize(static_alloc=True, static_shape=True)
+
+    def run(xb):
+        out = net(mx.nd.array(xb))
+        outs = [o.astype("float32").asnumpy() for o in (out if isinstance(out, (list, tuple)) else [out])]
+        return outs if every_output else outs[0]
     return batches(run, x)
 
 
@@ -335,20 +394,23 @@ def margins(logits: np.ndarray) -> np.ndarray:
     return top[:, -1] - top[:, -2]
 
 
-def rounding_floor(model: TrainedZoo, dtype: str) -> np.ndarray:
+def rounding_floor(model: TrainedZoo, dtype: str, judged=None) -> np.ndarray:
     """Per test image (pixel, for a segmentation net), the largest logit change of the float32 model run on its input and
     parameters merely rounded to ``dtype``: the image's rounding floor, what any conversion to
-    ``dtype`` costs at least (the zoo sweep's criterion scales by the same floor)."""
+    ``dtype`` costs at least (the zoo sweep's criterion scales by the same floor).
+    ``judged(sym, args, auxs, x)``: the rows judged (default: :func:`rows` of the logits; a
+    detector's, one per object: ``zoo_detection.BoxJudge.judged``)."""
     import mxnet as mx
     import trained_models as tm
     from mxnet_amp.emulation import round_numpy
+    judged = judged or (lambda *a: rows(tm.predict(*a)))
 
     def rounded(params):
         return {k: mx.nd.array(round_numpy(v.asnumpy(), dtype)) for k, v in params.items()}
-    ref = tm.predict(model.sym, model.arg_params, model.aux_params, model.x_test)
-    low = tm.predict(model.sym, rounded(model.arg_params), rounded(model.aux_params),
-                     round_numpy(model.x_test, dtype))
-    return np.abs(rows(low) - rows(ref)).max(axis=1)
+    ref = judged(model.sym, model.arg_params, model.aux_params, model.x_test)
+    low = judged(model.sym, rounded(model.arg_params), rounded(model.aux_params),
+                 round_numpy(model.x_test, dtype))
+    return np.abs(low - ref).max(axis=1)
 
 
 def unexplained_flips(logits: np.ndarray, contrib: np.ndarray, ref: np.ndarray,
