@@ -94,6 +94,35 @@ def test_folded_fp32_graph_equals_unfolded(op, bias, fix_gamma, groups):
     assert _snapshot({**args, **auxs}) == before  # the input params are not modified
 
 
+def test_sync_batchnorm_is_folded_like_batchnorm():
+    """gluoncv's *_syncbn_* nets use SyncBatchNorm, which is BatchNorm at inference: folded
+    too. In float16 an unfolded one is a float32 island reading the conv's raw output, which
+    overflows float16 where the BatchNorm would have scaled it down (measured on
+    faster_rcnn_fpn_syncbn_resnet101_v1d_coco: inf from a backbone conv)."""
+    d = mx.sym.var("data")
+    p = mx.sym.Convolution(d, num_filter=8, kernel=(3, 3), pad=(1, 1), name="prod")
+    sym = mx.sym.relu(mx.sym.contrib.SyncBatchNorm(p, fix_gamma=False, eps=1e-4, key="bn", name="bn"),
+                      name="act")
+    shape = (2, 4, 6, 6)
+    args, auxs = _bn_params(sym, *init_params(sym, {"data": shape}))
+    args["prod_weight"] = args["prod_weight"] * 1e6       # raw conv outputs beyond float16
+    auxs["bn_moving_var"] = auxs["bn_moving_var"] * 1e12   # ... which the BatchNorm scales down
+    x = {"data": np.random.default_rng(2).normal(0, 1, shape).astype("float32")}
+    (ref,) = run(sym, args, auxs, x)
+    fsym, fargs, fauxs, _ = _fold(sym, args, auxs)
+    assert "_contrib_SyncBatchNorm" not in {n["op"] for n in _nodes(fsym)}
+    assert rel_error(run(fsym, fargs, fauxs, x)[0], ref) < FP32_TOL
+    for fold, finite in ((True, True), (False, False)):
+        low = amp.convert_model(sym, args, auxs, target_dtype="float16", fold_batchnorm=fold)
+        (out,) = run(*amp.emulate_model(*low), x)
+        assert np.isfinite(out).all() == finite, fold
+
+
+def _nodes(sym) -> list[dict]:
+    import json
+    return json.loads(sym.tojson())["nodes"]
+
+
 def test_names_of_everything_not_folded_are_kept():
     """Only the BatchNorm and its four params disappear; the new bias is named after the
     producer; a second run changes nothing."""

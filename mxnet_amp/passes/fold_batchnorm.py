@@ -1,5 +1,8 @@
 """Fold inference BatchNorms into the Convolution / FullyConnected / Deconvolution before them.
 
+``BatchNorm`` and ``_contrib_SyncBatchNorm`` alike (:data:`BATCHNORM_OPS`): at inference
+both apply their moving statistics.
+
 At inference a BatchNorm is an affine map per channel, ``y = x * s + t`` with
 ``s = gamma / sqrt(moving_var + eps)`` (``gamma`` taken as 1 under ``fix_gamma``) and
 ``t = beta - moving_mean * s``. When it reads the output of a linear op that nothing else
@@ -37,10 +40,13 @@ from ..errors import ParamError
 from ..graph import Entry, Graph, GraphBuilder, Node, attr_ints
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["FoldResult", "fold_batchnorm", "FoldBatchnorm", "FOLDABLE_OPS"]
+__all__ = ["FoldResult", "fold_batchnorm", "FoldBatchnorm", "FOLDABLE_OPS", "BATCHNORM_OPS"]
 
 # ops whose output channel is an affine function of a weight slice plus a bias
 FOLDABLE_OPS = frozenset({"Convolution", "FullyConnected", "Deconvolution"})
+# the BatchNorm ops folded: at inference SyncBatchNorm is BatchNorm (moving statistics; its
+# batch statistics are synchronised across devices only in training)
+BATCHNORM_OPS = frozenset({"BatchNorm", "_contrib_SyncBatchNorm"})
 
 # MXNet 1.9.1's parameter defaults (src/operator/nn/*-inl.h)
 _NO_BIAS_DEFAULT = {"Convolution": False, "FullyConnected": False, "Deconvolution": True}
@@ -163,7 +169,7 @@ def _plan(graph: Graph, params: Mapping[str, Any],
     plans: dict[int, _Plan] = {}
     skipped: list[tuple[str, str]] = []
     for i, node in enumerate(graph.nodes):
-        if node.op != "BatchNorm":
+        if node.op not in BATCHNORM_OPS:
             continue
         why = _why_not(graph, i, params, keep, consumers, head_nodes)
         if why:
