@@ -34,6 +34,7 @@ import time
 import _common as C
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+SWEEP_DOC = {"bfloat16": "zoo_sweep_bf16.md", "float16": "zoo_sweep_fp16.md"}
 DOC = {"bfloat16": os.path.join(DOCS, "zoo_vs_contrib.md"),
        "float16": os.path.join(DOCS, "zoo_vs_contrib_fp16.md")}
 
@@ -123,7 +124,7 @@ def render(rows: list[dict], factor: float, env: dict, command: str,
         f"# Ours against mx.contrib.amp where the {dtype} zoo sweep finds ours worse",
         "",
         "Written by `benchmarks/zoo_vs_contrib.py` (its docstring gives the method); the sweep: "
-        "[zoo_sweep_bf16.md](zoo_sweep_bf16.md). Errors are max |out - fp32| / max |fp32| on the "
+        f"[{SWEEP_DOC[dtype]}]({SWEEP_DOC[dtype]}). Errors are max |out - fp32| / max |fp32| on the "
         "sweep's judged tensors.",
         "",
         f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores, load average "
@@ -136,10 +137,11 @@ def render(rows: list[dict], factor: float, env: dict, command: str,
         "is folding's, whose rounding differs (one difference: the folded shift becomes a "
         "low precision conv bias, where unfolded the BatchNorm adds it in float32), amplified by "
         "these chaotic random nets; the others differ from contrib by list decisions.",
-        f"- natively with MXNet's default fusion (the deploy path; contrib's BatchNorms are then "
-        f"folded into its bf16 weights by oneDNN): ours within {factor}x of contrib on "
-        f"{len(fused_ok)} of {len(fused)}, and below it on "
-        f"{sum(1 for r in fused if r['ours_fused'] < r['contrib_fused'])}.",
+        (f"- natively with MXNet's default fusion (the deploy path; contrib's BatchNorms are then "
+         f"folded into its bf16 weights by oneDNN): ours within {factor}x of contrib on "
+         f"{len(fused_ok)} of {len(fused)}, and below it on "
+         f"{sum(1 for r in fused if r['ours_fused'] < r['contrib_fused'])}." if fused else
+         "- no native runs (MXNet runs no float16 on a CPU): the fused columns are empty."),
         f"- contrib's output equals float32 (error 0: it converts none of the model's ops) on "
         f"{len(untouched)}" + (f" ({', '.join(untouched)})" if untouched else "") + ".",
         "",
