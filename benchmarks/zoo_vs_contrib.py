@@ -81,22 +81,29 @@ def measure(name: str, native: bool, dtype: str = "bfloat16") -> dict:
                                          target_dtype=dtype, **kw)
 
     row: dict = {"model": name}
-    builds = {"ours": lambda: ours(True), "ours_unfolded": lambda: ours(False), "contrib": contrib,
-              "contrib_cop": lambda: contrib(cast_optional_params=True)}
-    runs = [("emulated", k) for k in ("ours", "ours_unfolded", "contrib")]
-    if native:
-        runs += [("fused", k) for k in ("ours", "contrib", "contrib_cop")]
-    for path, which in runs:
-        key = f"{which}_{path}"
+    fused = ["fused"] if native else []
+    # each variant converted once, then run on each of its paths
+    variants = (("ours", lambda: ours(True), ["emulated", *fused]),
+                ("ours_unfolded", lambda: ours(False), ["emulated"]),
+                ("contrib", contrib, ["emulated", *fused]),
+                ("contrib_cop", lambda: contrib(cast_optional_params=True), fused))
+    for which, build, paths in variants:
+        if not paths:
+            continue
         try:
-            s, a, au = builds[which]()
-            if path == "emulated":
-                out = checks._bind_forward(*emulate_model(s, a, au), model.data)
-            else:   # the default oneDNN fusion, on copies (oneDNN reorders params in place)
-                out = checks._bind_forward(s, checks._copies(a), checks._copies(au), model.data, None)
-            row[key] = error(out)
-        except Exception as err:  # noqa: BLE001 - a model that cannot run is a result
-            row[key] = "error: " + C.error_text(err)
+            s, a, au = build()
+        except Exception as err:  # noqa: BLE001 - a model that cannot convert is a result
+            row.update({f"{which}_{path}": "error: " + C.error_text(err) for path in paths})
+            continue
+        for path in paths:
+            try:
+                if path == "emulated":
+                    out = checks._bind_forward(*emulate_model(s, a, au), model.data)
+                else:   # the default oneDNN fusion, on copies (oneDNN reorders params in place)
+                    out = checks._bind_forward(s, checks._copies(a), checks._copies(au), model.data, None)
+                row[f"{which}_{path}"] = error(out)
+            except Exception as err:  # noqa: BLE001 - a model that cannot run is a result
+                row[f"{which}_{path}"] = "error: " + C.error_text(err)
     return row
 
 

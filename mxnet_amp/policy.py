@@ -191,7 +191,8 @@ class OpPolicy:
         cat = self.decide(op, attrs)
         if cat is None:
             return None
-        slow = self._slow_kernel(op, attrs) if op in self.target else None
+        # decide() said float32 for a target op: only a slow-kernel rule does that
+        slow = self._slow_kernel(op, attrs) if cat is Category.FP32 and op in self.target else None
         if slow is not None:
             return Decision(cat, f"slow kernel: {slow.describe()} ({slow.reason})")
         if op in self._listed(cat):

@@ -364,11 +364,9 @@ def symbolblock_logits(sym, args, auxs, x: np.ndarray, folder: str, every_output
     """Logits through ``SymbolBlock.imports`` of the model saved with its casts (in
     ``folder``), hybridized; with ``every_output``, a list of all the outputs."""
     import mxnet as mx
+    from mxnet_amp.io import save_checkpoint
     prefix = os.path.join(folder, "deploy")
-    with open(prefix + "-symbol.json", "w") as f:
-        f.write(sym.tojson(remove_amp_cast=False))
-    mx.nd.save(prefix + "-0000.params", {**{f"arg:{k}": v for k, v in args.items()},
-                                         **{f"aux:{k}": v for k, v in auxs.items()}})
+    save_checkpoint(prefix, 0, sym, args, auxs)   # with its casts, as a converted model is saved
     net = mx.gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"], prefix + "-0000.params")
     net.hybridize(static_alloc=True, static_shape=True)
 
