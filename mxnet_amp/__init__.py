@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Callable, NoReturn
 
+from . import hardware  # noqa: F401  (the docs call mxnet_amp.hardware.bf16_runs_natively())
 from .auto import auto_convert_block, auto_convert_model
 from .bucketing import convert_bucketing_module
 from .checkpoint import convert_checkpoint, load_checkpoint
 from .convert import convert_model, convert_symbol
 from .emulation import emulate, emulate_model
-from .errors import (AlreadyConvertedError, AMPError, CheckpointError, DeferredInitError,
+from .errors import (AlreadyConvertedError, AMPError, ArgumentError, CheckpointError, DeferredInitError,
                      GraphError, InputShapeError, ListError, OutputPathError, OverwriteError,
                      ParamError, StrippedCastsError, TargetDtypeError, TypeInferenceError,
                      UnknownOpError)
@@ -31,7 +32,7 @@ __all__ = [
     "load_policy",
     "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_widest_type_cast",
     "list_conditional_fp32_ops", "list_loss_output_functions", "list_lp16_use_fp32_params",
-    "AMPError", "AlreadyConvertedError", "CheckpointError", "DeferredInitError", "GraphError",
+    "AMPError", "AlreadyConvertedError", "ArgumentError", "CheckpointError", "DeferredInitError", "GraphError",
     "ListError", "ParamError", "TargetDtypeError", "TypeInferenceError", "UnknownOpError",
     "InputShapeError", "OutputPathError", "OverwriteError", "StrippedCastsError",
 ]

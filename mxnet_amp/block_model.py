@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import DeferredInitError, GraphError, ParamError, error_text
+from .arguments import check_names, check_path
+from .errors import ArgumentError, DeferredInitError, GraphError, ParamError, error_text
 from .graph import Graph
 from .io import graph_from_symbol, graph_to_symbol, save_checkpoint
 
@@ -34,18 +35,24 @@ def _traced_graph(block: HybridBlock, input_names: Sequence[str]) -> Any:
     inputs = [mx.sym.var(n) for n in input_names]
     try:
         out = block(*inputs)
+        flat, out_format = _flatten(out, "output")
     except TypeError as err:
         raise GraphError(
             f"tracing {type(block).__name__} with inputs {list(input_names)} failed ({err}); "
             "pass input_names with one name per positional input of its forward, or "
             "hybridize it and run one forward pass first") from None
+    except ValueError as err:
+        # MXNet's own check of what forward returned (a dict, say)
+        raise GraphError(
+            f"the block {type(block).__name__} cannot be converted: {error_text(err)}; only "
+            "blocks whose forward returns a symbol or a (nested) list or tuple of them have a "
+            "graph to convert") from None
     except (AttributeError, mx.base.MXNetError) as err:
         # what hybridize() would hit too: the block reads x.shape, calls asnumpy(), ...
         raise GraphError(
             f"{type(block).__name__} cannot be traced symbolically: {error_text(err)}; only "
             "blocks whose forward runs on symbols (blocks that can hybridize) have a graph "
             "to convert") from None
-    flat, out_format = _flatten(out, "output")
     if not flat or not all(isinstance(s, mx.sym.Symbol) for s in flat):
         raise GraphError(f"{type(block).__name__} returned {type(out).__name__} when called "
                          "on symbols; only (nested) tuples of symbols can be converted")
@@ -80,10 +87,9 @@ def block_graph(block: HybridBlock, input_names: Sequence[str] | None) -> Any:
     """The block's graph: ``(input names, output symbol, input format, output format)``."""
     gluon = _gluon()
     if not isinstance(block, gluon.HybridBlock):
-        raise TypeError(f"expected a gluon HybridBlock or SymbolBlock, got {type(block).__name__}"
-                        " (a plain Block has no symbolic graph to convert)")
-    if isinstance(input_names, str):
-        input_names = [input_names]
+        raise ArgumentError(f"block must be a gluon HybridBlock or SymbolBlock, got "
+                            f"{type(block).__name__} (a plain Block has no symbolic graph to convert)")
+    input_names = check_names(input_names, "input_names")
     if block._cached_graph:
         names, sym, in_format, out_format = _cached_graph(block)
         if input_names is not None:
@@ -178,7 +184,9 @@ def export_block(block: HybridBlock, path: str | os.PathLike, epoch: int = 0) ->
         The symbol file and params file paths.
     """
     import mxnet as mx
-    prefix = os.fspath(path)
+    from .paths import check_epoch
+    prefix = str(check_path(path, "path"))
+    epoch = check_epoch(epoch)
     sym, arg_params, aux_params, _ = block_model(block)
     cpu = mx.cpu()
     save_checkpoint(prefix, epoch, sym,

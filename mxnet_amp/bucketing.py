@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .convert import convert_graph, convert_model_full
-from .errors import GraphError, ParamError
+from .errors import ArgumentError, GraphError, ParamError
 from .io import graph_from_symbol
 from .options import ConvertOptions, make_options
 from .params import array_dtype
@@ -142,7 +142,7 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides)
     if not isinstance(bucketing_mod, mx.mod.BucketingModule):
-        raise TypeError(f"expected an mx.mod.BucketingModule, got {type(bucketing_mod).__name__}")
+        raise ArgumentError(f"bucketing_mod must be an mx.mod.BucketingModule, got {type(bucketing_mod).__name__}")
     if not bucketing_mod.params_initialized:
         raise ParamError("the BucketingModule's params are not initialised: bind it and call "
                          "init_params / set_params (or fit, or BucketingModule.load) first")

@@ -15,8 +15,9 @@ from .errors import ParamError, StrippedCastsError
 from .io import existing_checkpoint_files, graph_from_symbol, save_checkpoint
 from .io import load_checkpoint as read_checkpoint
 from .options import ConvertOptions, make_options
+from .arguments import check_bool, check_names, check_optional_bool, check_path
 from .params import (array_dtype, array_nbytes, check_data_names, check_param_shapes,
-                     check_params, default_data_names, name_list)
+                     check_params, default_data_names, label_inputs, name_list, with_labels)
 from .paths import check_outputs, checkpoint_files
 from .progress import byte_bar
 from .stripped_casts import restore_casts as restore_casts_of
@@ -100,6 +101,10 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
                           progress: bool | None = False
                           ) -> tuple[Conversion, dict, dict, dict[str, int]]:
     """:func:`convert_checkpoint` under ``options`` (:func:`mxnet_amp.options.make_options`)."""
+    prefix = str(check_path(prefix, "prefix"))
+    out_prefix = check_path(out_prefix, "out_prefix", optional=True)
+    write, progress = check_bool(write, "write"), check_optional_bool(progress, "progress")
+    data_names = check_names(data_names, "data_names")
     out_prefix = out_prefix or prefix + "-amp"
     out_epoch = epoch if out_epoch is None else out_epoch
     # a wrong input prefix is named as such, not as the missing folder of the output beside it
@@ -167,6 +172,8 @@ def load_checkpoint(prefix: str, epoch: int = 0, *, restore_casts: bool = True,
     GraphError
         The symbol file is not a symbol MXNet can load.
     """
+    restore_casts = check_bool(restore_casts, "restore_casts")
+    progress = check_optional_bool(progress, "progress")
     sym, arg_params, aux_params, restored = restoring_load(prefix, epoch, restore_casts, progress)
     return (sym if restored is None else restored.symbol), arg_params, aux_params
 
@@ -211,6 +218,7 @@ def _checked_data_names(sym: Symbol, graph: Graph, arg_params: Mapping, aux_para
     names = name_list(data_names)
     if names is not None:   # the caller's mistake, not the files': said without them
         check_data_names(arg_names, arg_params, names)
+        names = with_labels(names, label_inputs(graph), arg_params)
     try:
         if names is None:
             names = default_data_names(arg_names, arg_params, where=params_file)

@@ -46,6 +46,28 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_ERROR)
 
 
+class _PrefixFirst(argparse.HelpFormatter):
+    """Usage with the positional arguments first (``convert PREFIX [options]``): after an
+    option that takes several values, ``PREFIX`` would be read as one more of them."""
+
+    def _format_usage(self, usage: str | None, actions: Any, groups: Any, prefix: str | None) -> str:
+        positionals = [a for a in actions if not a.option_strings]
+        if usage is not None or not positionals:
+            return super()._format_usage(usage, actions, groups, prefix)
+        optionals = [a for a in actions if a.option_strings]
+        parts = [self._prog] + [self._format_actions_usage(positionals, groups)] + re.findall(
+            r"\(.*?\)+(?=\s|$)|\[.*?\]+(?=\s|$)|\S+", self._format_actions_usage(optionals, groups))
+        head = prefix if prefix is not None else "usage: "
+        indent, lines, line = " " * (len(head) + len(self._prog) + 1), [], ""
+        for part in parts:
+            if line and len(head) + len(line) + 1 + len(part) > self._width:
+                lines.append(line)
+                line = indent[len(head):]
+            line = f"{line} {part}" if line.strip() else line + part
+        lines.append(line)
+        return head + ("\n" + " " * len(head)).join(lines) + "\n\n"
+
+
 def _target_dtype(text: str) -> str:
     """``--target-dtype`` value: the aliases of :func:`mxnet_amp.policy.check_target_dtype`."""
     from .policy import check_target_dtype
@@ -123,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("convert", help="convert a checkpoint and write a new one",
+    p = sub.add_parser("convert", formatter_class=_PrefixFirst,
+                       help="convert a checkpoint and write a new one",
                        description="Convert PREFIX-symbol.json + PREFIX-NNNN.params to mixed "
                        "precision and write OUT-symbol.json + OUT-NNNN.params (casts kept).")
     _conversion_options(p, dtype_required=True)
@@ -134,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     _input_shape_option(p)
     p.set_defaults(run=_cmd_convert)
 
-    p = sub.add_parser("inspect", help="print what a conversion would do; writes no checkpoint",
+    p = sub.add_parser("inspect", formatter_class=_PrefixFirst,
+                       help="print what a conversion would do; writes no checkpoint",
                        description="Convert in memory and print the report; no checkpoint is "
                        "written (--report/--graph/--html still write those files).")
     _conversion_options(p, dtype_required=False)
@@ -195,10 +219,33 @@ def _check_values(args: argparse.Namespace) -> None:
     value = getattr(args, "tolerance", None)
     if value is not None and not (math.isfinite(value) and value > 0):
         raise CLIError(f"--tolerance must be a finite number > 0, got {value}")
+    _check_conflicts(args)
     if getattr(args, "execution", None) == "native" and args.target_dtype == "float16":
         raise CLIError("--execution native cannot run float16 here: MXNet has no float16 CPU "
                        "kernels; use --execution emulated (or auto) to check it through "
                        "emulation, and run the converted model on a GPU")
+
+
+def _check_conflicts(args: argparse.Namespace) -> None:
+    """Flags that contradict each other, refused by name (none silently wins)."""
+    given = [flag for flag in ("rtol", "atol") if getattr(args, flag, None) is not None]
+    if given and getattr(args, "tolerance", None) is not None:
+        raise CLIError(f"--tolerance and --{'/--'.join(given)} are two different checks "
+                       "(the scaled bound, or elementwise allclose): give one")
+    if getattr(args, "inputs", None) and getattr(args, "inputs_npz", None):
+        raise CLIError("--input and --inputs-npz both give sample inputs: give one of them")
+    for flag, specs in (("--input", getattr(args, "inputs", None)),
+                        ("--input-shape", getattr(args, "input_shapes", None))):
+        seen: dict[str, str] = {}
+        for spec in specs or ():
+            name = spec.partition(":")[0]
+            if name in seen:
+                raise CLIError(f"{flag} gives {name!r} twice ({seen[name]!r} and {spec!r}): "
+                               "give each input once")
+            seen[name] = spec
+    if getattr(args, "max_drop", None) is not None and getattr(args, "eval_data", None) is None:
+        raise CLIError("--max-drop bounds the drop of the --eval-data metric: give --eval-data "
+                       "and --labels too")
 
 
 def _out_prefix(args: argparse.Namespace) -> str | None:
@@ -359,7 +406,8 @@ def _shape_spec(spec: str, flag: str, other: str = "") -> tuple[str, tuple[int, 
 
 def _auto_parser(sub: Any) -> None:
     """The ``auto`` subcommand's arguments."""
-    p = sub.add_parser("auto", help="automatic mode: choose float32 nodes from sample inputs",
+    p = sub.add_parser("auto", formatter_class=_PrefixFirst,
+                       help="automatic mode: choose float32 nodes from sample inputs",
                        description="Convert, run sample inputs through the fp32 and the converted "
                        "model, and keep in float32 what the accuracy check asks for.")
     _conversion_options(p, dtype_required=False)
@@ -524,7 +572,8 @@ def _cmd_auto(args: argparse.Namespace) -> int:
     reasons = {k.name: f"auto: {k.reason}: {kept_text(k)}" for k in auto.kept_fp32
                if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
-                          model=os.path.basename(args.prefix), reasons=reasons)
+                          model=os.path.basename(args.prefix), reasons=reasons,
+                          excluded=args.exclude or ())   # the user's; auto's have reasons
     report = with_extra(report, {"auto": auto.to_dict()})
     finish(args, conversion, report, ["", auto.summary()])
     say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")

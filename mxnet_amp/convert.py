@@ -1,7 +1,6 @@
 """``convert_symbol`` and ``convert_model``: the symbol-level public API."""
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -13,8 +12,10 @@ from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
 from .options import ConvertOptions, make_options
 from .optypes import OpTypes
+from .arguments import check_names, check_symbol
 from .params import (array_dtype, array_nbytes, check_param_shapes, check_params, default_data_names,
-                     model_inputs, name_list, param_dict, recast_params)
+                     label_inputs, model_inputs, name_list, param_dict, recast_params,
+                     with_labels)
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.fusion_barriers import insert_fusion_barriers
 from .passes.onednn_reshapes import blocked_reshapes
@@ -22,6 +23,7 @@ from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts, refus
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
 from .registry import InferenceFailed, infer_types
+from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -147,7 +149,7 @@ def _data_names(graph: Graph, data_names: Sequence[str] | str | None,
         if unknown:
             raise GraphError(f"data_names {unknown} are not inputs of the symbol "
                              f"(its inputs: {sorted(names)[:20]})")
-        return given
+        return with_labels(given, label_inputs(graph), set(param_names or ()))
     if param_names is not None:
         return default_data_names([n.name for n in variables], dict.fromkeys(param_names), "param_dtypes")
     # as mx.contrib.amp: inputs without a __dtype__ attribute are data
@@ -171,8 +173,8 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
     converted before.
     """
     if all(n.is_variable for n in graph.nodes):
-        warnings.warn(f"the symbol has no operators, only the inputs {[n.name for n in graph.nodes][:10]}: "
-                      "there is nothing to convert; the result is the same graph", stacklevel=2)
+        warn_user(f"the symbol has no operators, only the inputs {[n.name for n in graph.nodes][:10]}: "
+                  "there is nothing to convert; the result is the same graph")
     options = make_options() if options is None else options
     names = _data_names(graph, data_names, None if param_dtypes is None else set(param_dtypes))
     options.check_excluded(graph)
@@ -324,8 +326,7 @@ def _inferred_variable_dtypes(sym: Symbol, stored: Mapping[str, str], data_dtype
     aux_dtypes = dict(zip(sym.list_auxiliary_states(), auxs))
     undecided = [k for k, v in {**arg_dtypes, **aux_dtypes}.items() if v is None]
     if undecided:
-        warnings.warn(f"type inference leaves {undecided[:10]} undecided; they stay as stored",
-                      stacklevel=2)
+        warn_user(f"type inference leaves {undecided[:10]} undecided; they stay as stored")
     _check_tags(stored, {**arg_dtypes, **aux_dtypes})
     return {**arg_dtypes, **aux_dtypes}
 
@@ -410,7 +411,8 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, overrides=overrides)
-    return convert_graph(graph_from_symbol(sym), options, data_names=data_names).symbol
+    return convert_graph(graph_from_symbol(check_symbol(sym)), options,
+                         data_names=check_names(data_names, "data_names")).symbol
 
 
 def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
@@ -472,7 +474,7 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     graph = graph_from_symbol(sym)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     arg_names, aux_names = sym.list_arguments(), sym.list_auxiliary_states()
-    data_names = model_inputs(arg_names, arg_params, data_names)
+    data_names = model_inputs(arg_names, arg_params, data_names, labels=label_inputs(graph))
     check_params(arg_names, aux_names, arg_params, aux_params, data_names, options.strict_params)
     if check_shapes:
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
@@ -598,6 +600,5 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
                            strict_params=strict_params)
-    sym, args, auxs, _ = convert_model_full(sym, arg_params, aux_params, options,
-                                            data_names=data_names, data_shapes=data_shapes)
-    return sym, args, auxs
+    return convert_model_full(check_symbol(sym), arg_params, aux_params, options, data_shapes=data_shapes,
+                              data_names=check_names(data_names, "data_names"))[:3]

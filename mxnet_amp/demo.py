@@ -28,6 +28,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from .report import build_report
     if args.size < 16 or args.batch < 1 or args.runs < 1:
         raise CLIError("demo needs --size >= 16, --batch >= 1 and --runs >= 1")
+    _check_batch_memory(args.batch, args.size, per_sample=0)   # the input alone, before any work
     bar = _progress(4 + 2 * args.runs, f"demo {args.model}")
     sym, arg_params, aux_params, x = _demo_model(args.model, args.size, args.batch, args.seed)
     bar.update(1)
@@ -133,9 +134,9 @@ def _demo_model(name: str, size: int, batch: int, seed: int) -> Any:
         elif param.name.endswith(("beta", "bias", "running_mean", "moving_mean")):
             param.init = mx.init.Zero()
     net.initialize(mx.init.MSRAPrelu(factor_type="in", slope=0.0))
-    x = np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype("float32")
     try:
-        net(mx.nd.array(x))   # settles deferred shapes
+        # one sample settles deferred shapes; the batch is drawn once it is known to fit
+        net(mx.nd.array(np.random.default_rng(seed).standard_normal((1, 3, size, size))))
     except ValueError as err:   # a param whose own initializer rejects its shape
         raise CLIError(f"{name} cannot be built with random weights: {error_text(err)}") from None
     except mx.base.MXNetError as err:
@@ -144,11 +145,54 @@ def _demo_model(name: str, size: int, batch: int, seed: int) -> Any:
     sym = net(mx.sym.var("data"))
     if isinstance(sym, (list, tuple)):   # detection nets: ids, scores, boxes
         sym = mx.sym.Group(list(sym))
+    _check_batch_memory(batch, size, _largest_activation_bytes(sym, size))
+    x = np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype("float32")
     params = {p.name: p.data() for p in net.collect_params().values()}
     args = set(sym.list_arguments())
     arg_params = {k: v for k, v in params.items() if k in args}
     aux_params = {k: v for k, v in params.items() if k not in args}
     return sym, arg_params, aux_params, x
+
+
+def _largest_activation_bytes(sym: Any, size: int) -> int:
+    """The float32 bytes of the largest tensor ``sym`` computes, per sample (a run holds it
+    and the op input it is computed from at once, whatever MXNet's memory planner shares)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # partial inference warns about what it cannot tell
+        _, shapes, _ = sym.get_internals().infer_shape_partial(data=(1, 3, size, size))
+    return max((4 * int(np.prod(s)) for s in shapes or () if s and 0 not in s), default=0)
+
+
+def _check_batch_memory(batch: int, size: int, per_sample: int) -> None:
+    """:class:`CLIError` naming ``--batch`` when a run cannot fit in the memory available:
+    the input (drawn in float64, kept in float32 twice) and, per sample, the largest
+    activation twice (``per_sample`` bytes). A lower bound: what is refused cannot run."""
+    need = batch * (3 * size * size * (8 + 4 + 4) + 2 * per_sample)
+    available = _available_memory()
+    if available is None or need <= available:
+        return
+    fits = available // max(need // batch, 1)
+    raise CLIError(f"--batch {batch} needs at least {need / 2**30:.1f} GiB of memory at --size "
+                   f"{size} ({'its input' if not per_sample else 'its input and activations'}); "
+                   f"{available / 2**30:.1f} GiB is available: use a smaller --batch"
+                   + (f" (at most {fits}; fewer may be needed)" if per_sample and fits else ""))
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux's MemAvailable; None where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _zoo_model(name: str) -> Any:

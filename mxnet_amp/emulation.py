@@ -44,11 +44,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
+from .arguments import check_bool, check_dtype_map, check_symbol
 from .dtypes import LOW_PRECISION
-from .errors import TargetDtypeError
+from .errors import ArgumentError, ParamError, TargetDtypeError
 from .io import graph_from_symbol, graph_to_symbol
-from .params import array_dtype, cast_array
-from .passes.emulate import BIAS_ROUNDINGS, ROUNDINGS, EmulateGraph, emulate_graph
+from .params import array_dtype, cast_array, param_dict
+from .passes.emulate import BIAS_ROUNDINGS, ROUNDINGS, EmulateGraph, check_rounding, emulate_graph
 from .passes.fold_param_casts import fold_param_casts
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -162,7 +163,17 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         symbol reads.
         The caller's symbol and dicts are not modified.
     """
+    sym, copy_params = check_symbol(sym), check_bool(copy_params, "copy_params")
+    for what, params in (("arg_params", arg_params), ("aux_params", aux_params)):
+        if params is None:
+            raise ParamError(f"emulate_model: {what} is None: pass the model's params as a dict of "
+                             "name to NDArray ({} where it has none)")
+    arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
+    check_rounding(rounding, bias_rounding)
     graph = graph_from_symbol(sym)
+    input_dtypes = check_dtype_map(input_dtypes, "input_dtypes",  # type: ignore[assignment]
+                                   (n.name for n in graph.variables()))
+    stored_dtypes = check_dtype_map(stored_dtypes, "stored_dtypes", optional_values=True)
     var_dtypes = _variable_dtypes(arg_params, aux_params, stored_dtypes, "stored_dtypes")
     if stored_dtypes is None:   # (given float32 originals, nothing can be stripped)
         _refuse_stripped(graph, sym, var_dtypes, input_dtypes)
@@ -203,7 +214,7 @@ def _variable_dtypes(arg_params: Mapping, aux_params: Mapping,
     if stored_dtypes is not None:
         given_low = sorted(k for k in stored_dtypes if var_dtypes.get(k, "float32") != "float32")
         if given_low:
-            raise ValueError(f"{what}: the params must be the float32 originals; "
+            raise ArgumentError(f"{what}: the params must be the float32 originals; "
                              f"{given_low[:5]} are {var_dtypes[given_low[0]]}")
         var_dtypes.update((k, d) for k, d in stored_dtypes.items() if k in var_dtypes and d)
     return var_dtypes

@@ -30,6 +30,7 @@ __all__ = [
     "InputShapeError",
     "InputValueError",
     "BackendError",
+    "ArgumentError",
     "error_text",
 ]
 
@@ -146,6 +147,12 @@ class InputValueError(AMPError, ValueError):
 class BackendError(AMPError, ValueError):
     """A ``hybridize=`` value a converter cannot run the block with: neither a bool nor None
     nor a subgraph backend this MXNet build registers (the message names it)."""
+
+
+class ArgumentError(AMPError, TypeError, ValueError):
+    """An argument of a public function has a wrong type or value (a str where a list or a
+    bool goes, a negative count, an unknown choice); the message names the parameter. Also a
+    TypeError and a ValueError, which callers caught before it existed."""
 
 
 class TargetDtypeError(AMPError, ValueError):

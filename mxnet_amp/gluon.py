@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from .arguments import check_contexts
 from .block_model import block_graph, block_model, export_block, model_params
 from .convert import convert_model_full
 from .errors import BackendError, error_text
@@ -40,7 +41,7 @@ def _flat_outputs(sym: Symbol) -> list:
 def _contexts(block, ctx):
     import mxnet as mx
     if ctx is not None:
-        return [ctx] if isinstance(ctx, mx.Context) else list(ctx)
+        return check_contexts(ctx)
     for param in block.collect_params().values():
         if param._data is not None:
             return param.list_ctx()
@@ -266,11 +267,12 @@ def emulate_block(block: HybridBlock,
     """
     from .emulation import emulate_model
     names, sym, in_format, out_format = block_graph(block, None)
+    ctx_list = _contexts(block, ctx)
     arg_params, aux_params = model_params(block, sym, names)
     esym, eargs, eauxs = emulate_model(sym, arg_params, aux_params)
     params = {f"arg:{k}": v for k, v in eargs.items()}
     params.update({f"aux:{k}": v for k, v in eauxs.items()})
-    return _symbol_block(esym, names, in_format, out_format, params, _contexts(block, ctx))
+    return _symbol_block(esym, names, in_format, out_format, params, ctx_list)
 
 
 def converted_symbol_block(block: HybridBlock, input_names: Sequence[str] | None, sym: Symbol,

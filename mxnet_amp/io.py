@@ -124,13 +124,8 @@ def symbol_json(sym: Symbol) -> str:
 def graph_from_symbol(sym: Symbol) -> Graph:
     """The :class:`Graph` of an ``mx.sym.Symbol`` (the symbol is not modified);
     :class:`GraphError` saying what to pass for anything else (a path, a Gluon block)."""
-    import mxnet as mx
-    if not isinstance(sym, mx.sym.Symbol):
-        hint = ("for a Gluon block use convert_hybrid_block / emulate_block"
-                if isinstance(sym, mx.gluon.Block) else
-                "load a checkpoint with mxnet_amp.load_checkpoint(prefix, epoch) or a symbol file "
-                "with mx.sym.load(path), or convert files with convert_checkpoint")
-        raise GraphError(f"expected an mx.sym.Symbol, got {type(sym).__name__}: {hint}")
+    from .arguments import check_symbol
+    check_symbol(sym)
     return graph_from_json(symbol_json(sym), where=f"symbol {sym.name!r}")
 
 
@@ -251,6 +246,9 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
     from .dtypes import array_nbytes
     from .progress import byte_bar, watch_growth
     from .paths import checkpoint_files
+    from .arguments import check_optional_bool, check_symbol, param_dict
+    sym, progress = check_symbol(sym), check_optional_bool(progress, "progress")
+    arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     params_file, sym_file = checkpoint_files(prefix, epoch)[::-1]
     save = {f"arg:{k}": v.as_in_context(mx.cpu()) for k, v in arg_params.items()}
     save.update({f"aux:{k}": v.as_in_context(mx.cpu()) for k, v in aux_params.items()})

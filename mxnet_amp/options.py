@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from .arguments import check_bool, check_names
 from .errors import GraphError
-from .params import name_list
 from .policy import OpPolicy, load_policy
 
 if TYPE_CHECKING:
@@ -108,8 +108,14 @@ def make_options(target_dtype: str = "float16",
     ------
     TargetDtypeError, UnknownOpError, ListError
         As :func:`mxnet_amp.load_policy`.
+    ArgumentError
+        A flag that is not a bool (``fold_batchnorm='no'`` would fold), or
+        ``excluded_sym_names`` that is not a list of names.
     """
+    flags = {name: check_bool(value, name) for name, value in (
+        ("cast_optional_params", cast_optional_params), ("fold_batchnorm", fold_batchnorm),
+        ("strict_params", strict_params))}
+    excluded = frozenset(check_names(excluded_sym_names, "excluded_sym_names") or ())
     policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                          conditional_fp32_ops, follow_ops, overrides)
-    return ConvertOptions(policy, frozenset(name_list(excluded_sym_names) or ()), bool(cast_optional_params),
-                          bool(fold_batchnorm), bool(strict_params))
+    return ConvertOptions(policy, excluded, **flags)

@@ -3,18 +3,22 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from .arguments import param_dict
 from .dtypes import array_dtype, array_nbytes
 from .errors import ParamError
 from .shapes import check_param_shapes
+from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
 
+    from .graph import Graph
+
 __all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params",
-           "default_data_names", "model_inputs", "name_list", "check_param_shapes", "check_data_names", "param_dict"]
+           "default_data_names", "model_inputs", "name_list", "check_param_shapes", "check_data_names", "param_dict",
+           "label_inputs", "with_labels"]
 
 
 def cast_array(array: NDArray, dtype: str) -> NDArray:
@@ -78,11 +82,36 @@ def name_list(names: str | Iterable[str] | None) -> list[str] | None:
 
 
 def model_inputs(arg_names: Sequence[str], arg_params: Mapping,
-                 data_names: str | Iterable[str] | None, where: str = "arg_params") -> list[str]:
-    """The model inputs: ``data_names`` as given (a string is one name), else
-    :func:`default_data_names` (the one rule every entry point uses)."""
+                 data_names: str | Iterable[str] | None, where: str = "arg_params",
+                 labels: Iterable[str] = ()) -> list[str]:
+    """The model inputs: ``data_names`` as given (a string is one name) plus the ``labels``
+    without a param (:func:`with_labels`), else :func:`default_data_names` (the one rule
+    every entry point uses)."""
     names = name_list(data_names)
-    return names if names is not None else default_data_names(arg_names, arg_params, where)
+    if names is None:
+        return default_data_names(arg_names, arg_params, where)
+    return with_labels(names, labels, arg_params)
+
+
+def label_inputs(graph: Graph) -> list[str]:
+    """The variables that feed an op's ``label`` input (``SoftmaxOutput``,
+    ``LinearRegressionOutput``, ``SVMOutput``, ...): inputs, like Module's ``label_names``."""
+    from .registry import op_input_names
+    nodes = graph.nodes
+    found: dict[str, None] = {}
+    for node in nodes:
+        if node.is_variable:
+            continue
+        for entry, name in zip(node.inputs, op_input_names(node.op)):
+            if name == "label" and nodes[entry.node].is_variable:
+                found[nodes[entry.node].name] = None
+    return list(found)
+
+
+def with_labels(data_names: Sequence[str], labels: Iterable[str], params: Mapping | set) -> list[str]:
+    """``data_names`` plus each label variable that has no param: a Module user names the
+    data only (``data_names=['data']``) and the label is an input all the same."""
+    return [*data_names, *(n for n in labels if n not in data_names and n not in params)]
 
 
 def default_data_names(arg_names: Sequence[str], arg_params: Mapping, where: str = "arg_params") -> list[str]:
@@ -149,8 +178,8 @@ def check_params(arg_names: Sequence[str], aux_names: Sequence[str], arg_params:
         if strict:
             raise ParamError(f"params the symbol does not use: {shown}; are these params from "
                              "another model? (strict_params=True)")
-        warnings.warn(f"params the symbol does not use: {shown}; they are returned as given, not "
-                      "converted (strict_params=True makes this an error)", stacklevel=3)
+        warn_user(f"params the symbol does not use: {shown}; they are returned as given, not "
+                  "converted (strict_params=True makes this an error)")
     dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     wide = {k: v for k, v in dtypes.items() if v in _WIDE_FLOATS}
     if wide:
@@ -171,23 +200,6 @@ def check_data_names(arg_names: Sequence[str], arg_params: Mapping,
 
 # float dtypes a model to convert cannot hold: wider than float32
 _WIDE_FLOATS = frozenset({"float64"})
-
-
-def param_dict(params: Mapping | None, what: str) -> dict:
-    """``params`` as a dict (None is an empty one); :class:`ParamError` for anything but a
-    mapping of names to arrays."""
-    if params is None:
-        return {}
-    if not isinstance(params, Mapping):
-        raise ParamError(f"{what} must be a dict of param name to NDArray (or None), got "
-                         f"{type(params).__name__}")
-    from mxnet.ndarray import NDArray
-    for name, value in params.items():
-        if not isinstance(value, NDArray):
-            kind = type(value)
-            raise ParamError(f"{what}[{name!r}] is a {kind.__module__}.{kind.__qualname__}, not an "
-                             "MXNet NDArray; pass mx.nd.array(value, dtype=value.dtype)")
-    return dict(params)
 
 
 def recast_params(params: Mapping, dtypes: Mapping[str, str | None],

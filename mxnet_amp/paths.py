@@ -33,6 +33,8 @@ def check_epoch(epoch: object, what: str = "epoch") -> int:
 def checkpoint_files(prefix: str | os.PathLike, epoch: int, what: str = "epoch") -> tuple[str, str]:
     """``(prefix-symbol.json, prefix-NNNN.params)`` for a checkpoint; :class:`CheckpointError`
     for a prefix that names a folder (``out/`` would mean files ``out/-symbol.json``)."""
+    if not isinstance(prefix, (str, os.PathLike)):
+        raise CheckpointError(f"{what.replace('epoch', 'prefix')} must be a path (str), got {prefix!r}")
     prefix = os.fspath(prefix)
     if not os.path.basename(prefix):
         raise CheckpointError(f"checkpoint prefix {prefix!r} names a folder: the files are "

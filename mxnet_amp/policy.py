@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import enum
 import tomllib
-import warnings
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
-from .errors import ListError, UnknownOpError
+from .errors import ArgumentError, ListError, UnknownOpError
+from .warn import warn_user
 
 __all__ = ["Category", "Decision", "OpPolicy", "SlowKernel", "load_policy", "lists_dir",
            "SUPPORTED_TARGET_DTYPES", "check_target_dtype", "OVERRIDE_MODES"]
@@ -326,8 +326,14 @@ def _names(value: object, what: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str) or not isinstance(value, Iterable):
-        raise TypeError(f"{what} must be a list of op names, got {value!r}")
-    return [str(v) for v in value]
+        raise ArgumentError(f"{what} must be a list of op names, got {value!r}"
+                            + (f" (write [{value!r}])" if isinstance(value, str) else ""))
+    names = list(value)
+    wrong = [v for v in names if not isinstance(v, str)]
+    if wrong:
+        raise ArgumentError(f"{what} must be a list of op names (str), got {wrong[0]!r} in it")
+    _check_ops(names, what)
+    return names
 
 
 OVERRIDE_MODES = ("replace", "move")
@@ -378,7 +384,7 @@ def load_policy(target_dtype: str = "float16",
         have or a value outside the attribute's choices, or ``overrides`` is neither mode.
     """
     target_dtype = check_target_dtype(target_dtype)
-    if overrides not in OVERRIDE_MODES:
+    if not isinstance(overrides, str) or overrides not in OVERRIDE_MODES:
         raise ListError(f"overrides must be 'replace' (the lists replace the shipped ones, as in "
                         f"mx.contrib.amp) or 'move' (the named ops move), got {overrides!r}")
     base = _base_policy(target_dtype, str(lists_dir()))
@@ -445,19 +451,23 @@ def _user_reasons(shipped: Mapping[str, str], dropped: Mapping[str, str],
 
 def _conditions(items: Iterable | None) -> list[tuple[str, str, tuple[str, ...]]]:
     """The ``conditional_fp32_ops`` ``items`` as ``(op, attr, values)`` tuples of strings."""
+    if items is not None and (isinstance(items, (str, Mapping)) or not isinstance(items, Iterable)):
+        raise ArgumentError("conditional_fp32_ops must be a list of (op, attr, values) tuples, "
+                            f"got {items!r}")
     conds = []
     for item in items or ():
         try:
             op, attr, values = item
         except (TypeError, ValueError):
-            raise TypeError("conditional_fp32_ops entries must be (op, attr, values) tuples, "
-                            f"got {item!r}") from None
+            raise ArgumentError("conditional_fp32_ops entries must be (op, attr, values) tuples, "
+                                f"got {item!r}") from None
         if isinstance(values, str):
             values = [values]
         if not isinstance(values, Iterable):
-            raise TypeError("conditional_fp32_ops entries must be (op, attr, values) tuples with "
-                            f"a list of values, got {tuple(item)!r}")
+            raise ArgumentError("conditional_fp32_ops entries must be (op, attr, values) tuples "
+                                f"with a list of values, got {tuple(item)!r}")
         conds.append((str(op), str(attr), tuple(str(v) for v in values)))
+    _check_ops({c[0] for c in conds}, "conditional_fp32_ops")
     return conds
 
 
@@ -512,7 +522,6 @@ def warn_unlisted(ops: Iterable[str], target_dtype: str) -> None:
     """Warn once about ops that no list classifies (they are kept in float32)."""
     ops = sorted(set(ops))
     if ops:
-        warnings.warn(f"op(s) {', '.join(ops)} are in no {target_dtype} list; they run in float32. "
-                      "Name them in follow_ops, or in target_dtype_ops / fp32_ops / widest_dtype_ops "
-                      "with overrides='move' (a list alone replaces the shipped one), to choose.",
-                      stacklevel=3)
+        warn_user(f"op(s) {', '.join(ops)} are in no {target_dtype} list; they run in float32. "
+                  "Name them in follow_ops, or in target_dtype_ops / fp32_ops / widest_dtype_ops "
+                  "with overrides='move' (a list alone replaces the shipped one), to choose.")

@@ -316,7 +316,7 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         excluded=tuple(sorted(excluded_set)),
         fallbacks=tuple(result.fallbacks),
         unlisted_ops=tuple(sorted(result.unlisted_ops)),
-        **_folding(conversion),
+        **_folding(conversion, reasons or {}),
     )
 
 
@@ -338,10 +338,28 @@ def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
     return casts_by, n_multi, n_weight
 
 
-def _folding(conversion: Conversion) -> dict:
+def _folding(conversion: Conversion, reasons: Mapping[str, str]) -> dict:
     """The report's fields on what the conversion did besides casting: BatchNorm folding,
     fusion barriers."""
     return {"folded_batchnorms": tuple(bn for bn, _ in conversion.folded_batchnorms),
-            "kept_batchnorms": tuple(conversion.kept_batchnorms),
+            "kept_batchnorms": tuple(_kept_batchnorms(conversion, reasons)),
             "input_model": conversion.input_figures,
             "fusion_barriers": tuple(conv for conv, _ in conversion.fusion_barriers)}
+
+
+def _kept_batchnorms(conversion: Conversion, reasons: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(BatchNorm, why it was not folded)``; where the caller's ``reasons`` say why the
+    BatchNorm or its producer stays float32 (automatic mode kept it), that reason, not the
+    ``excluded_sym_names`` the fold pass was given on the caller's behalf."""
+    graph = conversion.original
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
+    kept = []
+    for bn, why in conversion.kept_batchnorms:
+        node = graph.nodes[index[bn]] if bn in index else None
+        producer = graph.nodes[node.inputs[0].node].name if node is not None and node.inputs else None
+        if bn in reasons:
+            why = f"it stays float32: {reasons[bn]}"
+        elif producer is not None and producer in reasons:
+            why = f"its producer {producer!r} stays float32: {reasons[producer]}"
+        kept.append((bn, why))
+    return kept

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from .tables import HTML, TEXT, Rich, Table, render_html, render_text, shorten
+from .tables import HTML, Rich, Table, render_html, render_text, shorten
 
 if TYPE_CHECKING:   # only annotations name it
     from .report import ConversionReport
@@ -26,7 +26,7 @@ th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}td.names{tex
 
 WEIGHT_CAST_HINT = ("{n} of the amp_casts convert weights at every run; cast_optional_params "
                     "(--cast-optional-params) stores them converted")
-_ONLY_TEXT, _ONLY_HTML = frozenset({TEXT}), frozenset({HTML})
+_ONLY_HTML = frozenset({HTML})
 
 
 def size_text(n: int | None) -> str:
@@ -197,10 +197,12 @@ def report_tables(report: ConversionReport, max_names: int = 3) -> list[Table]:
     tables = [*_page_tables(report), _ops_table(report), _casts_table(report),
               *_params_tables(report), *_folding_tables(report, max_names)]
     if report.fusion_barriers:
-        tables.append(Table(
-            "Fusion barriers (identity amp_cast after a shared convolution output, which MXNet's "
-            f"oneDNN fusion would misconnect): {len(report.fusion_barriers)} "
-            f"({shorten(report.fusion_barriers, max_names)})", formats=_ONLY_TEXT))
+        what = ("Fusion barriers (identity amp_cast after a shared convolution output, which "
+                f"MXNet's oneDNN fusion would misconnect): {len(report.fusion_barriers)}")
+        barriers = ", ".join(report.fusion_barriers)
+        tables.append(Table(Rich(f"{what} ({shorten(report.fusion_barriers, max_names)})",
+                                 html.escape(what)),
+                            notes=(Rich("", f"<p class='names'>{html.escape(barriers)}</p>"),)))
     tables += _fp32_tables(report, max_names)
     if report.unlisted_ops:
         tables.append(Table("Ops in no list (kept in float32): " + ", ".join(report.unlisted_ops),

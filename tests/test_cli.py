@@ -106,7 +106,7 @@ def test_inspect_writes_no_checkpoint(ckpt, tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["convert", "{tmp}/nope", "--target-dtype", "float16"], "checkpoint file not found: {tmp}/nope-symbol.json"),
     (["convert", "{ckpt}", "--epoch", "3", "--target-dtype", "float16", "--fp32-ops", "NoSuchOp"],
-     "unknown operator name(s) in user overrides: NoSuchOp"),
+     "unknown operator name(s) in --fp32-ops: NoSuchOp"),
     (["convert", "{ckpt}", "--epoch", "3", "--target-dtype", "float16", "--exclude", "nosuchnode"],
      "--exclude ['nosuchnode'] name no node"),
     (["convert", "{ckpt}", "--epoch", "7", "--target-dtype", "float16"], "{ckpt}-0007.params"),

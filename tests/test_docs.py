@@ -178,6 +178,77 @@ def test_cli_check_finds_unknown_commands_and_options():
     assert not any("--target-dtype" in p or "--debug" in p for p in problems)
 
 
+def undocumented_options(text: str, parser: argparse.ArgumentParser) -> list[str]:
+    """``command --option`` for each option of each command that ``text`` never mentions
+    (``--no-X`` counts as mentioned by ``--[no-]X`` or ``--X``)."""
+    missing = []
+    for sub, sp in [("", parser), *_subparsers(parser).items()]:
+        for option in sorted(_options(sp) - {"-h", "--help"}):
+            spellings = {option}
+            if option.startswith("--no-"):
+                spellings |= {"--" + option[5:], "--[no-]" + option[5:]}
+            elif option.startswith("--"):
+                spellings.add("--[no-]" + option[2:])
+            if not any(re.search(r"(?<![\w-])" + re.escape(s) + r"(?![\w-])", text) for s in spellings):
+                missing.append(f"{sub} {option}".strip())
+    return missing
+
+
+def test_every_cli_option_is_documented():
+    from mxnet_amp.cli import build_parser
+    assert undocumented_options((DOCS / "cli.md").read_text(encoding="utf-8"), build_parser()) == []
+
+
+def test_option_check_finds_an_undocumented_flag():
+    from mxnet_amp.cli import build_parser
+    text = (DOCS / "cli.md").read_text(encoding="utf-8").replace("--max-drop", "--max-dr0p")
+    assert undocumented_options(text, build_parser()) == ["auto --max-drop"]
+
+
+@pytest.mark.parametrize("command", ["convert", "inspect", "auto"])
+def test_help_usage_puts_prefix_first(command, capsys):
+    from mxnet_amp.cli import main
+    assert main([command, "--help"]) == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.startswith(f"usage: mxnet-amp {command} PREFIX ["), usage
+    assert usage.count("PREFIX ") == 1 and "--epoch N" in usage and "--target-dtype" in usage
+
+
+def _json_table_keys(text: str) -> set[str]:
+    """The keys named in the first column of the JSON table of docs/cli.md's report section."""
+    section = text[text.index("| JSON key | meaning |"):]
+    table = section[:section.index("\n\n")]
+    return {k for line in table.splitlines()[2:] for k in re.findall(r"`([a-z_0-9]+)`", line.split("|")[1])}
+
+
+def test_every_json_report_key_is_documented(tmp_path):
+    import mxnet as mx
+    from mxnet_amp.convert import convert_model_full
+    from mxnet_amp.options import make_options
+    from mxnet_amp.report import build_report
+    from helpers import init_params
+    data = mx.sym.var("data")
+    sym = mx.sym.FullyConnected(mx.sym.BatchNorm(mx.sym.Convolution(data, kernel=(3, 3), num_filter=4,
+                                                                      name="c"), name="bn"),
+                                num_hidden=2, name="fc")
+    args, auxs = init_params(sym, {"data": (1, 3, 6, 6)})
+    conversion = convert_model_full(sym, args, auxs, make_options("bfloat16"))[3]
+    keys = set(build_report(conversion, args, auxs).to_dict()) | {"extra"}
+    documented = _json_table_keys((DOCS / "cli.md").read_text(encoding="utf-8"))
+    assert keys - documented == set()
+    assert documented - keys == set()
+
+
+def test_hardware_is_reachable_after_import_mxnet_amp():
+    """getting_started.md writes ``mxnet_amp.hardware.bf16_runs_natively()`` after a plain
+    ``import mxnet_amp`` (a fresh interpreter: no test imported the submodule first)."""
+    code = "import mxnet_amp; print(type(mxnet_amp.hardware.bf16_runs_natively()).__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "bool"
+
+
 # --- docstrings ---------------------------------------------------------------------------
 
 def test_public_api_has_numpydoc_docstrings():

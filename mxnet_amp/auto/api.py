@@ -5,17 +5,22 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names,
+                         check_number, check_symbol)
 from ..convert import Conversion
+from ..errors import ArgumentError
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
-from ..params import check_param_shapes, model_inputs, param_dict
+from ..params import check_data_names, check_param_shapes, label_inputs, model_inputs, param_dict
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
 from .inputs import sample_inputs as sample_input_arrays
-from .metrics import MetricCheck
+from .metrics import DROPS, MetricCheck
+from .numpy_notes import numpy_warnings_noted
 from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck
 from .runner import Runs, context_of, execution_mode
 from .search import low_nodes, reference_and_search
+from ..warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -62,21 +67,23 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
         ``metric`` without ``max_drop`` or with ``validate``, or a bad ``max_drop``/``drop``.
     """
     target_dtype = check_target_dtype(target_dtype)
+    rtol = None if rtol is None else check_number(rtol, "rtol", low=0)
+    atol = None if atol is None else check_number(atol, "atol", low=0)
     if rtol is not None or atol is not None:
         d_rtol, d_atol = default_tolerances(target_dtype)
-        rtol = d_rtol if rtol is None else float(rtol)
-        atol = d_atol if atol is None else float(atol)
-        if not (rtol >= 0 and atol >= 0 and math.isfinite(rtol) and math.isfinite(atol)):
-            raise ValueError(f"rtol and atol must be finite and >= 0, got rtol={rtol}, atol={atol}")
-    tolerance = default_scale_tolerance(target_dtype) if tolerance is None else float(tolerance)
-    if not (tolerance > 0 and math.isfinite(tolerance)):
-        raise ValueError(f"tolerance must be finite and positive, got {tolerance}")
-    if max_executions is not None and max_executions < 2:
-        raise ValueError(f"max_executions must be at least 2 (reference and check), got {max_executions}")
-    if not 0 < underflow_fraction <= 1:
-        raise ValueError(f"underflow_fraction must be in (0, 1], got {underflow_fraction}")
-    if search not in SEARCHES:
-        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
+        rtol = d_rtol if rtol is None else rtol
+        atol = d_atol if atol is None else atol
+    tolerance = (default_scale_tolerance(target_dtype) if tolerance is None
+                 else check_number(tolerance, "tolerance", low=0, low_open=True))
+    max_executions = check_int(max_executions, "max_executions", low=2, optional=True)
+    underflow_fraction = check_number(underflow_fraction, "underflow_fraction", low=0, high=1,
+                                      low_open=True)
+    search = check_choice(search, "search", SEARCHES)
+    validate = check_callable(validate, "validate")
+    drop = check_choice(drop, "drop", DROPS)
+    if metric is None and max_drop is not None:
+        raise ArgumentError("max_drop is given without metric: it bounds the drop of the metric's "
+                            "score; give metric too")
     if metric is not None:
         validate = _metric_check(metric, validate, max_drop, drop)
     return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions,
@@ -88,14 +95,15 @@ def _metric_check(metric: Callable[[list], float], validate: Callable | None,
     """The check of a user ``metric`` (a fresh one per run: it remembers the float32 score
     of this model only); ValueError for what :func:`auto_settings` says."""
     if validate is not None:
-        raise ValueError("give metric or validate, not both: both decide the check")
+        raise ArgumentError("give metric or validate, not both: both decide the check")
     if max_drop is None:
-        raise ValueError("metric needs max_drop: the largest drop of the score from the "
+        raise ArgumentError("metric needs max_drop: the largest drop of the score from the "
                          "float32 model's that passes (absolute, or relative with "
                          "drop='relative')")
     if not callable(metric):
-        raise ValueError(f"metric must be a callable of the model outputs, got {metric!r}")
-    return MetricCheck(metric, float(max_drop), drop, getattr(metric, "__name__", "metric"))
+        raise ArgumentError(f"metric must be a callable of the model outputs, got {metric!r}")
+    return MetricCheck(metric, check_number(max_drop, "max_drop", low=0),
+                       drop, getattr(metric, "__name__", "metric"))
 
 
 def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
@@ -187,11 +195,16 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     """:func:`auto_convert_model` under ``options`` (:func:`mxnet_amp.options.make_options`)
     and ``settings`` (:func:`auto_settings`); the other parameters and the result as there."""
     from tqdm.auto import tqdm
+    sym, quiet = check_symbol(sym), check_bool(quiet, "quiet")
     ctx = context_of(ctx)
     mode, mode_note = execution_mode(options.target_dtype, ctx, execution)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
-    data_names = model_inputs(sym.list_arguments(), arg_params, data_names)
+    data_names = check_names(data_names, "data_names")
+    if data_names is not None:
+        check_data_names(sym.list_arguments(), arg_params, data_names)
     original = graph_from_symbol(sym)
+    data_names = model_inputs(sym.list_arguments(), arg_params, data_names,
+                              labels=label_inputs(original))
     inputs = sample_input_arrays(sample_inputs, data_names, ctx, sym, original)
     # the sample inputs' shapes reach every weight: a wrong one is named before any run
     check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
@@ -203,18 +216,18 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         runs = Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
                      ctx=ctx, options=options, data_names=data_names, settings=settings,
                      execution=mode, progress=progress)
-        # the first conversion checks params against the symbol (typed errors) before a run
-        runs.convert(options.excluded)
-        excluded, kept, reference_finite, errors = reference_and_search(runs, original,
-                                                                        settings, notes)
-        model = runs.final(excluded)
+        with numpy_warnings_noted(runs.steps, notes):
+            # the first conversion checks params against the symbol (typed errors) first
+            runs.convert(options.excluded)
+            excluded, kept, reference_finite, errors = reference_and_search(runs, original,
+                                                                            settings, notes)
+            model = runs.final(excluded)
     finally:
         progress.close()
     report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite, tuple(errors))
     if not report.validated:
-        import warnings
-        warnings.warn("auto_convert_model: the returned model did not validate "
-                      f"({report.criterion_text()}); see report.notes", stacklevel=2)
+        warn_user("auto_convert_model: the returned model did not validate "
+                  f"({report.criterion_text()}); see report.notes")
     return model[0], model[1], model[2], report
 
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from ..dtypes import dtype_of_code, np_dtype
-from ..errors import GraphError, InputValueError
+from ..errors import GraphError, InputShapeError, InputValueError
 from ..registry import op_input_names
+from ..warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -72,6 +73,13 @@ def sample_inputs(given: Any, data_names: Sequence[str], ctx: Context, sym: Symb
 
 
 def _by_name(given: Any, names: list[str]) -> dict:
+    if given is None or isinstance(given, (str, bytes)):
+        # a dtype given positionally lands here: auto_convert_model(sym, args, auxs, "bfloat16")
+        hint = (f"; {given!r} looks like target_dtype, given in sample_inputs' place: pass "
+                f"target_dtype={given!r} by keyword" if isinstance(given, str) else "")
+        raise InputValueError(f"sample_inputs is {given!r}: give one batch of model inputs (an "
+                              "array, a list of arrays in input order, or a dict of input name "
+                              f"to array){hint}")
     if isinstance(given, Mapping):
         return dict(given)
     if isinstance(given, (list, tuple)):
@@ -87,6 +95,10 @@ def _by_name(given: Any, names: list[str]) -> dict:
 def _as_input(name: str, value: Any, declared: str | None, ctx: Context) -> Any:
     """``value`` as an NDArray on ``ctx`` (never the caller's own array), checked."""
     import mxnet as mx
+    shape = getattr(value, "shape", None)
+    if shape is not None and 0 in tuple(shape):
+        raise InputShapeError(f"sample_inputs {name!r} has shape {tuple(shape)}: an empty batch; "
+                              "give at least one sample (the checks compare outputs on it)")
     if isinstance(value, mx.nd.NDArray):
         arr = value.copyto(ctx)
         _check_finite(name, arr.asnumpy() if np.dtype(arr.dtype).kind == "f" else None)
@@ -100,8 +112,8 @@ def _as_input(name: str, value: Any, declared: str | None, ctx: Context) -> Any:
     if values.dtype != np.dtype(want) and declared is None:
         # MXNet binds an undeclared input as float32: a float64 or int64 sample would meet
         # float32 weights ("requires uniform type")
-        warnings.warn(f"sample_inputs {name!r} is {values.dtype}: cast to float32, as "
-                      "mx.nd.array does (the model's inputs are float32)", stacklevel=4)
+        warn_user(f"sample_inputs {name!r} is {values.dtype}: cast to float32, as "
+                  "mx.nd.array does (the model's inputs are float32)")
     _check_finite(name, values if values.dtype.kind == "f" else None)
     return mx.nd.array(values, ctx=ctx, dtype=np_dtype(want))
 

@@ -10,6 +10,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import ArgumentError
+
 __all__ = ["MetricCheck", "builtin_metric", "METRICS", "DROPS"]
 
 METRICS = ("top1", "top5", "mse")
@@ -47,7 +49,7 @@ def builtin_metric(name: str, labels: np.ndarray) -> Callable[[list], float]:
         return _top(5, labels)
     if name == "mse":
         return _mse(labels)
-    raise ValueError(f"metric must be one of {METRICS} or a callable, got {name!r}")
+    raise ArgumentError(f"metric must be one of {METRICS} or a callable, got {name!r}")
 
 
 @dataclass
@@ -65,9 +67,9 @@ class MetricCheck:
 
     def __post_init__(self) -> None:
         if self.drop not in DROPS:
-            raise ValueError(f"drop must be one of {DROPS}, got {self.drop!r}")
+            raise ArgumentError(f"drop must be one of {DROPS}, got {self.drop!r}")
         if not (self.max_drop >= 0 and math.isfinite(self.max_drop)):
-            raise ValueError(f"max_drop must be finite and >= 0, got {self.max_drop}")
+            raise ArgumentError(f"max_drop must be finite and >= 0, got {self.max_drop}")
 
     def __call__(self, reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> bool:
         if self.reference_score is None:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from ..convert import Conversion, convert_model_full
-from ..errors import ParamError, TargetDtypeError
+from ..arguments import check_contexts
+from ..errors import ArgumentError, ParamError, TargetDtypeError
 from ..options import ConvertOptions
 from .measure import check_outputs
 from .records import AutoSettings, OutputCheck, SearchStep
@@ -196,7 +197,8 @@ def context_of(ctx: object) -> Context:
     if ctx is None:
         return mx.cpu()
     if not isinstance(ctx, mx.Context):
-        raise TypeError(f"ctx must be an mx.Context (mx.cpu(), mx.gpu(0)), got {ctx!r}")
+        raise ArgumentError(f"ctx must be an mx.Context (mx.cpu(), mx.gpu(0)), got {ctx!r}")
+    check_contexts(ctx)   # a GPU this build or machine lacks
     return ctx
 
 
@@ -204,7 +206,7 @@ def execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str
     """``('native'|'emulated', note)``; ``execution='auto'`` picks native where it runs."""
     from ..hardware import bf16_runs_natively, fp16_runs_natively
     if execution not in ("auto", "native", "emulated"):
-        raise ValueError(f"execution must be 'auto', 'native' or 'emulated', got {execution!r}")
+        raise ArgumentError(f"execution must be 'auto', 'native' or 'emulated', got {execution!r}")
     if execution == "native" and target_dtype == "float16" and ctx.device_type == "cpu":
         # refused here, not by MXNet's "FP16 gemm on cpu not implemented" mid-search
         raise TargetDtypeError(f"execution='native' cannot run float16 on {ctx}: MXNet has no "

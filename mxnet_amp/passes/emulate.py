@@ -7,11 +7,12 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from ..dtypes import LOW_PRECISION, MX_CODE
+from ..errors import ArgumentError
 from ..graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
 from .infer_dtypes import infer_dtypes
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
-__all__ = ["emulate_graph", "EmulateGraph", "ROUNDINGS", "BIAS_ROUNDINGS"]
+__all__ = ["emulate_graph", "EmulateGraph", "ROUNDINGS", "BIAS_ROUNDINGS", "check_rounding"]
 
 # how each low precision op output is rounded (module doc): the dtype's own rounding, or
 # MXNet 1.9.1's CPU kernels (bfloat16 ops outside oneDNN truncate)
@@ -43,11 +44,13 @@ _BIAS_AFTER_PRODUCT_OPS = frozenset({
     "Deconvolution", "_npx_deconvolution"})
 
 
-def _check_rounding(rounding: str, bias_rounding: str = "auto") -> None:
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
-    if bias_rounding not in BIAS_ROUNDINGS:
-        raise ValueError(f"bias_rounding must be one of {BIAS_ROUNDINGS}, got {bias_rounding!r}")
+def check_rounding(rounding: str, bias_rounding: str = "auto") -> None:
+    """:class:`~mxnet_amp.errors.ArgumentError` for a ``rounding`` or ``bias_rounding`` that
+    is not one of the choices."""
+    if not isinstance(rounding, str) or rounding not in ROUNDINGS:
+        raise ArgumentError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+    if not isinstance(bias_rounding, str) or bias_rounding not in BIAS_ROUNDINGS:
+        raise ArgumentError(f"bias_rounding must be one of {BIAS_ROUNDINGS}, got {bias_rounding!r}")
 
 
 def _truncates(node: Node, dtype: str | None, rounding: str) -> bool:
@@ -98,7 +101,7 @@ class EmulateGraph(GraphPass[None]):
         # node_dtypes: each node's output dtypes where the caller knows them already (the
         # conversion's record); else MXNet's type inference gives them (infer_dtypes)
         super().__init__(verify=verify)
-        _check_rounding(rounding, bias_rounding)
+        check_rounding(rounding, bias_rounding)
         self.node_dtypes, self.bias_rounding = node_dtypes, bias_rounding
         self.var_dtypes, self.rounding = var_dtypes, rounding
         self.keep_low_variables, self.round_low_variables = keep_low_variables, round_low_variables
