@@ -162,9 +162,9 @@ def _casting_cases(lp):
     which marks a converted graph here (refused, README "Differences")."""
     data, data2 = mx.sym.var("data", dtype="float32"), mx.sym.var("data2", dtype=lp)
     yield (mx.sym.amp_multicast(data, data2, num_outputs=2), {},
-           # contrib binds the declared-float32 `data` in lp16 (MXNet's assertion); ours
-           # keeps every declared dtype: the multicast then computes float32, as declared
-           {"data": "float32", "data2": "lp"})
+           # no data_names: both are weights, and the float32 one, read only beside a low
+           # precision one, is stored in low precision (MXNet's assertion; issue 33)
+           {"data": "lp", "data2": "lp"})
     data, data2 = mx.sym.var("data", dtype="float32"), mx.sym.var("data2", dtype=lp)
     data3 = mx.sym.var("data3", dtype=lp)
     yield (mx.sym.amp_multicast(data, mx.sym.elemwise_add(data2, data3), num_outputs=2),

@@ -295,3 +295,36 @@ def test_convert_hybrid_block_call_as_contrib(net, label, args, kwargs, dtype):
     # the same params, in the same dtypes (the weights of nodes that differ on purpose aside)
     assert ({k: p.dtype for k, p in ours.collect_params().items() if k not in differ}
             == {k: p.dtype for k, p in theirs.collect_params().items() if k not in differ})
+
+
+# --------------------------------------------------------------------------- MXNet's casting test
+
+def _bound_dtypes(sym) -> dict[str, str]:
+    """Each argument's dtype as ``simple_bind`` allocates it (bfloat16 by name)."""
+    exe = sym.simple_bind(ctx=mx.cpu(), grad_req="null", **{n: (1, 2) for n in sym.list_arguments()})
+    return {n: ("bfloat16" if a.dtype == contrib.amp.bfloat16 else np.dtype(a.dtype).name)
+            for n, a in zip(sym.list_arguments(), exe.arg_arrays)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_multicast_of_a_float32_and_a_low_precision_variable_matches_contrib(dtype):
+    """MXNet 1.9.1's test_fp16_casting / test_bf16_casting: ``amp_multicast`` of a variable
+    declared float32 and one declared in the target dtype, ``cast_optional_params=True``.
+    Without data_names both are weights (each declares a dtype): contrib stores the float32
+    one in low precision, read only beside a low precision one, and so does ours. Given
+    data_names, ours keeps a named input as the caller gives it (contrib makes every named
+    input float32, even one declared low precision: README "Differences")."""
+    data = mx.sym.var("data", dtype="float32")
+    data2 = mx.sym.var("data2", dtype=_contrib_dtype(dtype))
+    sym = mx.sym.amp_multicast(data, data2, num_outputs=2)
+    theirs = _bound_dtypes(contrib.convert_symbol(sym, target_dtype=dtype, cast_optional_params=True))
+    ours = _bound_dtypes(amp.convert_symbol(sym, target_dtype=dtype, cast_optional_params=True))
+    assert theirs == ours == {"data": dtype, "data2": dtype}
+    named = _bound_dtypes(amp.convert_symbol(sym, target_dtype=dtype, cast_optional_params=True,
+                                             data_names=["data"]))
+    assert named == {"data": "float32", "data2": dtype}
+    assert named == _bound_dtypes(contrib.convert_symbol(sym, target_dtype=dtype, cast_optional_params=True,
+                                                         data_names=["data"]))
+    # without cast_optional_params nothing is stored anew: each variable as declared
+    kept = _bound_dtypes(amp.convert_symbol(sym, target_dtype=dtype))
+    assert kept == {"data": "float32", "data2": dtype}

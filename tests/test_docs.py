@@ -341,6 +341,22 @@ def test_example_runner_catches_drift(tmp_path):
     assert "exited 2" in bd.run_examples(page, tmp_path)[0]
 
 
+def test_example_runner_shows_stderr_as_a_reader_sees_it(tmp_path):
+    """Python's warnings and what is written to file descriptor 2 (MXNet's C++ log) are part
+    of what a reader sees: above the printed lines, install paths as ``.../``, the clock of
+    MXNet's log lines not compared."""
+    page = tmp_path / "page.md"
+    code = ("import os, warnings\nos.write(2, b'[01:02:03] ../src/x.cc:1: native line\\n')\n"
+            "warnings.warn('careful')\nprint('done')\n")
+    shown = "[09:09:09] ../src/x.cc:1: native line\npage.md:1:3: UserWarning: careful\ndone\n"
+    page.write_text(f"```python\n{code}```\n\n```text\n{shown}```\n", encoding="utf-8")
+    assert bd.run_examples(page, tmp_path) == []
+    page.write_text(f"```python\n{code}```\n\n```text\ndone\n```\n", encoding="utf-8")
+    assert "UserWarning: careful" in bd.run_examples(page, tmp_path)[0]
+    assert bd._as_shown("/usr/lib/python3.11/site-packages/mxnet/gluon/block.py:1: W") == \
+        ".../mxnet/gluon/block.py:1: W"
+
+
 def test_update_examples_rewrites_outputs(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# t\n\n```python\nprint('a')\n```\n\n```text\nold\n```\n", encoding="utf-8")

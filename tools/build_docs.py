@@ -21,7 +21,9 @@ output the page shows. Every problem is listed, one line each.
 
 Example convention (``--examples`` and ``tests/test_docs.py``): the fenced ``python`` blocks
 of the pages in ``EXAMPLE_PAGES`` run in order in one namespace, in a scratch folder; a
-fenced ``text`` block right after a ``python`` block is that block's expected stdout; a
+fenced ``text`` block right after a ``python`` block is what a reader's terminal shows of it:
+its stderr (MXNet's log lines, Python's warnings; install paths written ``.../``, the clock of
+the log lines not compared), then its stdout; a
 fenced ``sh`` block whose every command line starts with ``mxnet-amp`` runs there too
 (as ``python -m mxnet_amp``, which must exit 0). ``--update-examples`` rewrites the
 ``text`` blocks with what the code prints now.
@@ -46,7 +48,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -238,6 +240,64 @@ def _normalise(output: str) -> str:
     return "\n".join(line.rstrip() for line in output.strip("\n").splitlines())
 
 
+# what differs between two readers' terminals: the clock in MXNet's log lines, and where
+# Python and its packages are installed
+_CLOCK = re.compile(r"^\[\d\d:\d\d:\d\d\] ", re.MULTILINE)
+_INSTALLED = re.compile(r"(?:/[^\s:]*)?/(?:site-packages|dist-packages|lib/python3\.\d+)/")
+
+
+def _as_shown(stderr: str) -> str:
+    """What a page shows of a block's stderr: install paths as ``.../``."""
+    return _INSTALLED.sub(".../", stderr)
+
+
+def _comparable(output: str) -> str:
+    return _normalise(_CLOCK.sub("[hh:mm:ss] ", _as_shown(output)))
+
+
+# a reader's shell sets none of these; the test suite and the CLI quiet MXNet with them
+_QUIETING_VARIABLES = ("MXNET_SUBGRAPH_VERBOSE", "MXNET_STORAGE_FALLBACK_LOG_VERBOSE")
+
+
+@contextlib.contextmanager
+def _readers_warnings() -> Iterator[None]:
+    """Python's warnings as a fresh interpreter shows them (its default filters, printed on
+    stderr), whatever the caller set up (pytest records them instead)."""
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", category)
+        warnings.filterwarnings("default", category=DeprecationWarning, module="__docs_example__")
+
+        def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+            sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+        warnings.showwarning = show
+        yield
+
+
+@contextlib.contextmanager
+def _stderr_captured(into: list[str]) -> Iterator[None]:
+    """Everything written to file descriptor 2 in the block (MXNet's C++ log lines and
+    Python's warnings alike, in the order written), appended to ``into`` as text."""
+    sys.stderr.flush()
+    saved, saved_stream = os.dup(2), sys.stderr
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        # sys.stderr may not be fd 2 (pytest's capture): Python's writes go to the same file
+        sys.stderr = open(tmp.fileno(), "w", encoding="utf-8", buffering=1, closefd=False)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            sys.stderr.close()
+            sys.stderr = saved_stream
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            into.append(tmp.read().decode("utf-8", "replace"))
+
+
 def run_examples(page: Path, workdir: Path, update: bool = False) -> list[str]:
     """Run the examples of ``page`` in ``workdir``; problems found, one line each.
 
@@ -247,6 +307,8 @@ def run_examples(page: Path, workdir: Path, update: bool = False) -> list[str]:
     blocks = code_blocks(text)
     namespace: dict = {"__name__": "__docs_example__"}
     problems, replacements = [], []
+    for name in _QUIETING_VARIABLES:   # MXNet reads them once, at its first use
+        os.environ.pop(name, None)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     old_cwd = os.getcwd()
     os.chdir(workdir)
@@ -254,20 +316,23 @@ def run_examples(page: Path, workdir: Path, update: bool = False) -> list[str]:
         for i, block in enumerate(blocks):
             where = f"{page.name}:{block.line}"
             if block.lang == "python":
-                out = io.StringIO()
+                out, err_text = io.StringIO(), []
                 try:
-                    with contextlib.redirect_stdout(out), warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
+                    # the page shows what a reader sees: stderr (MXNet's log lines, the
+                    # warnings Python shows once per place) above what the block prints
+                    with contextlib.redirect_stdout(out), _readers_warnings(), \
+                            _stderr_captured(err_text):
                         exec(compile(block.code, where, "exec"), namespace)
                 except Exception as err:  # the page is wrong: report, do not crash the build
                     problems.append(f"{where}: python example raised {type(err).__name__}: {err}")
                     break   # later blocks depend on this one
                 expected = _expected_output(blocks, i, text)
                 if expected is not None:
-                    got = _normalise(out.getvalue())
+                    seen = _as_shown("".join(err_text)) + out.getvalue()
+                    got = _normalise(seen)
                     if update:
                         replacements.append((expected, got + "\n"))
-                    elif got != _normalise(expected.code):
+                    elif _comparable(seen) != _comparable(expected.code):
                         problems.append(f"{where}: the example prints\n{got}\n--- but the page shows "
                                         f"(line {expected.line})\n{_normalise(expected.code)}")
             elif block.lang in ("sh", "bash", "console"):

@@ -259,10 +259,14 @@ class _CastInserter(Rewriter):
                 acts.append(k)
         flexible = []
         if not acts and params:
-            # an op reading weights only (tied embeddings, say): the weights are its data
+            # an op reading weights only (tied embeddings, say): the weights are its data.
+            # An undecided one joins the widest dtype the others are stored in: a float32
+            # weight beside a low precision one (MXNet's test_fp16_casting, an amp_multicast
+            # of the two) is stored in low precision, as mx.contrib.amp stores it
             flexible = [k for k in params if cur[k] is None]
+            decided = {cur[k] for k in params if cur[k] is not None}
             for k in flexible:
-                cur[k] = "float32"
+                cur[k] = widest(decided) if decided else "float32"
             acts, params = params, []
         return _Split(ins, cur, acts, params, flexible)
 
