@@ -264,7 +264,7 @@ class _CastInserter(Rewriter):
             # weight beside a low precision one (MXNet's test_fp16_casting, an amp_multicast
             # of the two) is stored in low precision, as mx.contrib.amp stores it
             flexible = [k for k in params if cur[k] is None]
-            decided = {cur[k] for k in params if cur[k] is not None}
+            decided = {d for d in (cur[k] for k in params) if d is not None}
             for k in flexible:
                 cur[k] = widest(decided) if decided else "float32"
             acts, params = params, []
