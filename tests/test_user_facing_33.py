@@ -273,3 +273,18 @@ def test_numpy_warnings_during_auto_are_report_notes_with_their_step(tmp_path):
     page = report_html(with_extra(report, {"auto": auto.to_dict()}))
     import html
     assert html.escape(note[0]) in page
+
+
+def test_the_html_report_names_the_fusion_barriers():
+    from mxnet_amp.convert import convert_graph
+    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.options import make_options
+    from mxnet_amp.report import build_report
+    from mxnet_amp.report_tables import report_html
+    data = mx.sym.var("data")
+    conv = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, name="shared_conv")
+    sym = mx.sym.Activation(conv, act_type="relu", name="relu") + conv
+    report = build_report(convert_graph(graph_from_symbol(sym), make_options("bfloat16"), data_names=["data"]))
+    assert report.fusion_barriers == ("shared_conv",)
+    page = report_html(report)
+    assert "Fusion barriers" in page and "<p class='names'>shared_conv</p>" in page
