@@ -255,8 +255,9 @@ def _comparable(output: str) -> str:
     return _normalise(_CLOCK.sub("[hh:mm:ss] ", _as_shown(output)))
 
 
-# a reader's shell sets none of these; the test suite and the CLI quiet MXNet with them
-_QUIETING_VARIABLES = ("MXNET_SUBGRAPH_VERBOSE", "MXNET_STORAGE_FALLBACK_LOG_VERBOSE")
+# a reader's shell sets none of these (the test suite and the CLI quiet MXNet's log with the
+# first two; the pages show MXNet's default backend's log lines)
+_READER_UNSET = ("MXNET_SUBGRAPH_VERBOSE", "MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "MXNET_SUBGRAPH_BACKEND")
 
 
 @contextlib.contextmanager
@@ -307,7 +308,7 @@ def run_examples(page: Path, workdir: Path, update: bool = False) -> list[str]:
     blocks = code_blocks(text)
     namespace: dict = {"__name__": "__docs_example__"}
     problems, replacements = [], []
-    for name in _QUIETING_VARIABLES:   # MXNet reads them once, at its first use
+    for name in _READER_UNSET:   # MXNet reads them once, at its first use
         os.environ.pop(name, None)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     old_cwd = os.getcwd()
