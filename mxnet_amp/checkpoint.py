@@ -17,7 +17,7 @@ from .io import load_checkpoint as read_checkpoint
 from .options import ConvertOptions, make_options
 from .params import (array_dtype, array_nbytes, check_data_names, check_param_shapes,
                      check_params, default_data_names, name_list)
-from .paths import check_outputs, checkpoint_files
+from .paths import check_outputs, checkpoint_files, refuse_stream_prefix
 from .progress import byte_bar
 from .stripped_casts import restore_casts as restore_casts_of
 from .stripped_casts import stripped_dtype, stripped_message
@@ -196,7 +196,9 @@ def checkpoint_inputs(prefix: str, epoch: int) -> list[tuple[str, str]]:
 
 
 def checkpoint_outputs(prefix: str, epoch: int, what: str = "epoch") -> list[tuple[str, str]]:
-    """The files of an output checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`."""
+    """The files of an output checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`;
+    :class:`OutputPathError` for a prefix meaning standard output (``-``)."""
+    refuse_stream_prefix(prefix)
     sym_file, params_file = checkpoint_files(prefix, epoch, what)
     return [("output symbol file", sym_file), ("output params file", params_file)]
 
