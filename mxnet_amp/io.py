@@ -13,8 +13,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import CheckpointError, GraphError, OutputPathError, error_text
+from .entries import check_entries
 from .gcpause import gc_paused
-from .graph import Entry, Graph, Node
+from .graph import Entry, Graph, Node, graph_obj
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -44,11 +45,18 @@ def _parse_graph(obj: Any, where: str) -> Graph:
             if type(e.node) is not int or type(e.output) is not int or type(e.version) is not int:
                 raise GraphError(f"{where}: node {name!r} has a malformed input {list(raw['inputs'])!r}"
                                  " (each input is [node, index, version] integers)")
-            if not 0 <= e.node < i:
+            if not 0 <= e.node < len(raw_nodes):
+                raise GraphError(f"{where}: node {name!r} reads node {e.node}, which does not "
+                                 f"exist (the graph has {len(raw_nodes)} nodes, 0 to "
+                                 f"{len(raw_nodes) - 1})")
+            if e.node >= i:
                 raise GraphError(f"{where}: node {name!r} reads node {e.node}, which does not "
                                  "come before it (nodes must be in topological order)")
         # MXNet has written attributes under 'attrs', 'attr' (<=1.x) and 'param' (0.x)
         attrs = raw.get("attrs") or raw.get("attr") or raw.get("param") or _EMPTY
+        if not isinstance(attrs, (dict, MappingProxyType)):
+            raise GraphError(f"{where}: node {name!r} has attributes {str(attrs)[:80]!r}, "
+                             "not a mapping of names to values")
         if attrs is not _EMPTY:
             if not all(type(v) is str for v in attrs.values()):
                 attrs = {str(k): str(v) for k, v in attrs.items()}
@@ -62,10 +70,16 @@ def _parse_graph(obj: Any, where: str) -> Graph:
             extra = MappingProxyType({k: v for k, v in raw.items() if k not in _NODE_KEYS})
         append(Node(op, name, inputs, attrs, subgraphs, extra))
     heads = []
-    for e in obj.get("heads", ()):
-        if not isinstance(e, (list, tuple)) or len(e) < 2 or not 0 <= e[0] < len(nodes):
-            raise GraphError(f"{where}: malformed head {e!r}")
-        heads.append(Entry(int(e[0]), int(e[1]), int(e[2]) if len(e) > 2 else 0))
+    raw_heads = obj.get("heads", ())
+    for k, e in enumerate(raw_heads if isinstance(raw_heads, list) else [raw_heads]):
+        if not isinstance(e, (list, tuple)) or not 2 <= len(e) <= 3 \
+                or not all(type(v) is int for v in e):
+            raise GraphError(f"{where}: malformed head {e!r} (each head is [node, index, "
+                             "version] integers)")
+        if not 0 <= e[0] < len(nodes):
+            raise GraphError(f"{where}: malformed head {e!r}: graph output {k} reads node "
+                             f"{e[0]}, which does not exist (the graph has {len(nodes)} nodes)")
+        heads.append(Entry(*e))
     if not heads:
         raise GraphError(f"{where}: the graph has no outputs ('heads')")
     attrs = obj.get("attrs", {})
@@ -79,31 +93,9 @@ def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
             obj = json.loads(text)
         except (json.JSONDecodeError, TypeError) as err:
             raise GraphError(f"{where}: not valid JSON ({err}); the file may be truncated") from None
-        return _parse_graph(obj, where)
-
-
-def graph_obj(graph: Graph) -> dict[str, Any]:
-    """``graph`` as the JSON object MXNet reads (casts kept), before serialisation."""
-    nodes: list[dict[str, Any]] = []
-    append = nodes.append
-    for node in graph.nodes:
-        raw: dict[str, Any] = {"op": node.op, "name": node.name}
-        if node.attrs:
-            raw["attrs"] = dict(node.attrs)
-        raw["inputs"] = node.inputs   # Entry tuples: json writes them as [node, index, version]
-        if node.subgraphs:
-            raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
-        if node.extra:
-            raw.update(node.extra)
-        append(raw)
-    attrs = dict(graph.attrs) or {"mxnet_version": ["int", 10901]}
-    # node_row_ptr is left out: MXNet recomputes it on load
-    return {
-        "nodes": nodes,
-        "arg_nodes": [i for i, n in enumerate(graph.nodes) if n.op == "null"],
-        "heads": [list(e) for e in graph.heads],
-        "attrs": attrs,
-    }
+        graph = _parse_graph(obj, where)
+    check_entries(graph, where)   # MXNet crashes on an output index past its producer's
+    return graph
 
 
 def graph_to_json(graph: Graph, indent: int | None = None) -> str:
