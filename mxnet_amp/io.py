@@ -265,21 +265,22 @@ def _write_stream(target: Any, write: Callable[[str], object]) -> None:
     name = {"stdout": " (standard output)", "stderr": " (standard error)"}.get(target.kind, "")
     try:
         _filled(write, tmp, target.path)
-        with open(tmp, "rb") as f:
-            data = f.read()
         try:
-            if target.kind == "stream":
-                with open(target.real, "wb", buffering=0) as out:
-                    _write_all(out.fileno(), data)
-            else:
-                stream = sys.stdout if target.kind == "stdout" else sys.stderr
-                stream.flush()
-                binary = getattr(stream, "buffer", None)
-                if binary is not None:
-                    binary.write(data)
-                else:   # a text-only stream (a test's capture): what goes to one is text
-                    stream.write(data.decode("utf-8", errors="replace"))
-                stream.flush()
+            with open(tmp, "rb") as f:
+                if target.kind == "stream":
+                    with open(target.real, "wb", buffering=0) as out:
+                        for chunk in iter(lambda: f.read(1 << 20), b""):
+                            _write_all(out.fileno(), chunk)
+                else:
+                    stream = sys.stdout if target.kind == "stdout" else sys.stderr
+                    stream.flush()
+                    binary = getattr(stream, "buffer", None)
+                    if binary is not None:
+                        for chunk in iter(lambda: f.read(1 << 20), b""):
+                            binary.write(chunk)
+                    else:   # a text-only stream (a test's capture): what goes to one is text
+                        stream.write(f.read().decode("utf-8", errors="replace"))
+                    stream.flush()
         except OSError as err:
             raise OutputPathError(f"cannot write {target.path}{name}: "
                                   f"{err.strerror or err}") from err

@@ -2,7 +2,7 @@
 
 Used by tests/test_graph_fuzz.py. The models (:func:`base_models`) are small real ones: a
 residual conv net with BatchNorm, an MLP ending in SoftmaxOutput, a split + LSTM (RNN op) +
-foreach model, and an exported Gluon block. :func:`mutations` makes a fixed list of
+foreach model, a Gluon block and the model zoo's mobilenet0.25 (random weights). :func:`mutations` makes a fixed list of
 ``(model, description, json text)`` from a seed; ``python graph_fuzz.py CASES OUT FOLDER START STOP`` converts
 each case through the checkpoint path (the symbol file is parsed by mxnet-amp before MXNet
 sees it) and writes ``start i`` / ``ok i`` / ``typed i`` / ``raw i ...`` lines to OUT as it
@@ -77,6 +77,12 @@ def base_models(folder: str) -> dict[str, str]:
     net.hybridize()
     net(mx.nd.ones((1, 3, 8, 8)))
     save("gluon_block", net(mx.sym.var("data")), {"data": (1, 3, 8, 8)})
+
+    zoo = mx.gluon.model_zoo.vision.get_model("mobilenet0.25", pretrained=False)
+    zoo.initialize(mx.init.Xavier())
+    zoo.hybridize()
+    zoo(mx.nd.ones((1, 3, 32, 32)))
+    save("zoo_mobilenet0.25", zoo(mx.sym.var("data")), {"data": (1, 3, 32, 32)})
     return models
 
 
