@@ -188,6 +188,24 @@ def test_enospc_in_a_writer_keeps_the_old_file_and_names_it(tmp_path):
     assert path.read_text() == "previous" and os.listdir(tmp_path) == ["r.json"]
 
 
+def test_mxnet_write_incomplete_is_named_and_keeps_the_old_file(tmp_path):
+    """MXNet's own failed write (as nd.save raises it on a full disk), simulated."""
+    path = tmp_path / "m.params"
+    path.write_bytes(b"previous")
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            f.write(b"half")
+        raise mx.base.MXNetError("Traceback (most recent call last):\n  File \"local_filesys.cc\", "
+                                 "line 38\nMXNetError: Check failed: std::fwrite(ptr, 1, size, fp_) "
+                                 "== size: FileStream.Write incomplete")
+    with pytest.raises(OutputPathError, match=r"cannot write .*m\.params: .*FileStream\.Write "
+                                              r"incomplete") as err:
+        atomic_write(path, write)
+    assert "Traceback" not in str(err.value)
+    assert path.read_bytes() == b"previous" and os.listdir(tmp_path) == ["m.params"]
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A 64 KiB tmpfs (root only; skipped where mount is refused)."""
