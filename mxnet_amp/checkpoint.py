@@ -18,7 +18,7 @@ from .options import ConvertOptions, make_options
 from .arguments import check_bool, check_names, check_optional_bool, check_path
 from .params import (array_dtype, array_nbytes, check_data_names, check_param_shapes,
                      check_params, default_data_names, label_inputs, name_list, with_labels)
-from .paths import check_outputs, checkpoint_files
+from .paths import check_outputs, checkpoint_files, refuse_stream_prefix
 from .progress import byte_bar
 from .stripped_casts import restore_casts as restore_casts_of
 from .stripped_casts import stripped_dtype, stripped_message
@@ -45,7 +45,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        write: bool = True, shapes_from: str = "data_shapes",
                        progress: bool | None = False,
                        follow_ops: Sequence[str] | None = None,
-                       overrides: str = "replace", strict_params: bool = False
+                       overrides: str = "replace", strict_params: bool = False,
+                       guard_weight_range: bool = True
                        ) -> tuple[Conversion, dict, dict, dict[str, int]]:
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
@@ -87,7 +88,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
-                           strict_params=strict_params)
+                           strict_params=strict_params, guard_weight_range=guard_weight_range)
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
                                  data_names=data_names, data_shapes=data_shapes, write=write,
                                  shapes_from=shapes_from, progress=progress)
@@ -121,8 +122,11 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
                                  + "; to convert again, convert the original float32 model")
     data_names = _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
                                      shapes_from, sym_file, params_file, options.strict_params)
-    conversion, arg_params, aux_params, _ = convert_with_params(
-        graph, arg_params, aux_params, options, data_names=data_names)
+    try:
+        conversion, arg_params, aux_params, _ = convert_with_params(
+            graph, arg_params, aux_params, options, data_names=data_names)
+    except ParamError as err:   # a param's own fault (an int32 weight): say which file holds it
+        raise (_in_files(err, f"{params_file}: ") if err.param else err) from None
     del sym, graph
     sizes = _recast_in_place(arg_params, aux_params, conversion, progress)
     if write:
@@ -203,7 +207,9 @@ def checkpoint_inputs(prefix: str, epoch: int) -> list[tuple[str, str]]:
 
 
 def checkpoint_outputs(prefix: str, epoch: int, what: str = "epoch") -> list[tuple[str, str]]:
-    """The files of an output checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`."""
+    """The files of an output checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`;
+    :class:`OutputPathError` for a prefix meaning standard output (``-``)."""
+    refuse_stream_prefix(prefix)
     sym_file, params_file = checkpoint_files(prefix, epoch, what)
     return [("output symbol file", sym_file), ("output params file", params_file)]
 

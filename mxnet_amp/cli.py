@@ -105,6 +105,10 @@ def _conversion_options(p: argparse.ArgumentParser, dtype_required: bool) -> Non
     p.add_argument("--strict-params", action="store_true",
                    help="params the symbol does not read are an error (default: a warning "
                    "naming them; stale checkpoint entries are common)")
+    p.add_argument("--guard-weight-range", action=argparse.BooleanOptionalAction, default=True,
+                   help="float16: keep the ops reading a weight float16 cannot hold (inf, or "
+                   "mostly flushed to 0) in float32, each with its reason in the report "
+                   "(default on; --no-guard-weight-range converts them, with a warning)")
     _fold_option(p)
     _output_options(p)
 
@@ -295,7 +299,7 @@ _FLAG_OF = {"out_prefix": "--out", "out_epoch": "--out-epoch", "data_names": "--
             "follow_ops": "--follow-ops",
             "max_executions": "--max-executions", "target_dtype": "--target-dtype",
             "cast_optional_params": "--cast-optional-params", "sample_inputs": "--input",
-            "data_shapes": "--input-shape"}
+            "data_shapes": "--input-shape", "guard_weight_range": "--guard-weight-range"}
 _API_NAME = re.compile(r"\b(" + "|".join(_FLAG_OF) + r")\b")
 
 
@@ -311,6 +315,7 @@ def _options(args: argparse.Namespace) -> ConvertOptions:
                         follow_ops=args.follow_ops, excluded_sym_names=args.exclude,
                         cast_optional_params=args.cast_optional_params,
                         fold_batchnorm=args.fold_bn, strict_params=args.strict_params,
+                        guard_weight_range=args.guard_weight_range,
                         # the flags add to the shipped lists ("move"), as their help says
                         overrides="move")
 

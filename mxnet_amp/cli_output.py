@@ -55,18 +55,23 @@ def finish(args: argparse.Namespace, conversion: Conversion, report: ConversionR
            extra_lines: Sequence[str] = ()) -> None:
     """Write the files the flags ask for, print the report table (unless ``--quiet``) and
     ``extra_lines``, then say on stderr what was written."""
+    from .paths import STREAM_NAMES
     written = write_outputs(args, conversion, report)
+    # a file written to standard output (``--report -``) keeps it to itself: the table and
+    # the findings go to stderr then, so that ``> report.json`` gets the file alone
+    out = sys.stderr if any(STREAM_NAMES.get(path) == "stdout" for path in written) else sys.stdout
     if not args.quiet:
-        print(report.format_table())
+        print(report.format_table(), file=out)
     lines = list(extra_lines)
     if args.quiet:
         # the report table is what --quiet leaves out; the command's own findings stay
         while lines and not lines[0]:
             lines.pop(0)
     for line in lines:
-        print(line)
+        print(line, file=out)
     for path in written:
-        say(f"{PROG}: wrote {path}")
+        say(f"{PROG}: wrote {path}" if path not in STREAM_NAMES
+            else f"{PROG}: wrote {path} (standard {'output' if STREAM_NAMES[path] == 'stdout' else 'error'})")
 
 
 def with_extra(report: ConversionReport, extra: dict) -> ConversionReport:

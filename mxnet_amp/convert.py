@@ -5,8 +5,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code
-from .errors import AlreadyConvertedError, GraphError, TypeInferenceError
+from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code, is_float
+from .errors import AlreadyConvertedError, GraphError, ParamError, TypeInferenceError
 from .gcpause import gc_paused
 from .graph import Entry, Graph
 from .io import graph_from_symbol, graph_to_symbol
@@ -24,6 +24,7 @@ from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
 from .registry import InferenceFailed, infer_types
 from .warn import warn_user
+from .weight_range import out_of_range_weights, readers_kept
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -161,7 +162,8 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
                   param_dtypes: Mapping[str, str] | None = None,
                   input_dtypes: Mapping[str, str] | None = None,
                   output_dtype: str | None = "float32",
-                  accept_low_precision_params: bool = False) -> Conversion:
+                  accept_low_precision_params: bool = False,
+                  kept_fp32: Mapping[str, str] = MappingProxyType({})) -> Conversion:
     """Convert a :class:`Graph` under ``options`` (default: :func:`make_options`'s).
 
     ``data_names`` as in :func:`convert_symbol`. ``param_dtypes`` gives the stored dtype of
@@ -170,7 +172,8 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
     ``__dtype__`` attribute says). ``accept_low_precision_params`` lets weights stored in
     float16/bfloat16 through (they are read as stored, cast where a consumer wants another
     dtype); by default they raise :class:`AlreadyConvertedError`, as they mark a model
-    converted before.
+    converted before. ``kept_fp32``: node names kept in float32, each with its reason (the
+    readers of weights float16 cannot hold, :func:`convert_with_params`).
     """
     if all(n.is_variable for n in graph.nodes):
         warn_user(f"the symbol has no operators, only the inputs {[n.name for n in graph.nodes][:10]}: "
@@ -185,7 +188,7 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
         # declares float16/bfloat16 is an input (or a weight the caller binds) of that dtype
         _refuse_low_precision_params({k: v for k, v in stored.items() if k in (param_dtypes or {})})
     with gc_paused():
-        return _convert(graph, options, names, data_dtypes, stored, output_dtype)
+        return _convert(graph, options, names, data_dtypes, stored, output_dtype, kept_fp32)
 
 
 def _variable_dtypes(graph: Graph, data_set: set[str], param_dtypes: Mapping[str, str] | None,
@@ -226,23 +229,27 @@ def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
 
 def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
              data_dtypes: Mapping[str, str], stored: dict[str, str],
-             output_dtype: str | None) -> Conversion:
+             output_dtype: str | None, kept_fp32: Mapping[str, str]) -> Conversion:
     given = dict(stored)
-    result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype)
+    result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype, kept_fp32)
     if options.target_dtype == "bfloat16":
         blocked = blocked_reshapes(result)
         if blocked:
             # MXNet's oneDNN cannot run these reshapes in bfloat16: once more, with them in
             # float32 (passes/onednn_reshapes.py)
             stored.update(given)
-            result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype, blocked)
+            result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype,
+                                  {**kept_fp32, **blocked})
     if result.unlisted_ops:
         warn_unlisted(result.unlisted_ops, options.target_dtype)
     result, barriers = _guard_fusion(result, options.target_dtype)
     # every weight says what it holds, so the symbol binds without a type_dict
     tagged = tag_param_dtypes(result.graph, stored)
     sym = graph_to_symbol(tagged)
-    bound = _inferred_variable_dtypes(sym, stored, data_dtypes)
+    try:
+        bound = _inferred_variable_dtypes(sym, stored, data_dtypes)
+    except TypeInferenceError as err:
+        raise _non_float_param_error(tagged, stored, err) or err from None
     params = {k: ParamRecord(given[k], dt, bound.get(k), _why_stored(given[k], dt))
               for k, dt in stored.items()}
     inputs = {k: dt for k, dt in bound.items() if k not in stored}
@@ -250,6 +257,32 @@ def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
                       MappingProxyType(params), MappingProxyType(inputs),
                       tuple(sym.list_arguments()), tuple(sym.list_auxiliary_states()), sym,
                       excluded=options.excluded, fusion_barriers=barriers)
+
+
+def _non_float_param_error(graph: Graph, stored: Mapping[str, str],
+                           err: TypeInferenceError) -> ParamError | None:
+    """The type check failed at a node reading a param that is no float (an int32 weight):
+    a :class:`ParamError` naming that param, its dtype and its reader (None: no such param
+    there, ``err`` stands)."""
+    import re
+    found = re.search(r"Error in operator (\S+?):", str(err))
+    if found is None:
+        return None
+    try:
+        node = graph.nodes[graph.index_of(found.group(1))]
+    except KeyError:
+        return None
+    for k, e in enumerate(node.inputs):
+        name = graph.nodes[e.node].name
+        dtype = stored.get(name)
+        if graph.nodes[e.node].is_variable and dtype is not None and not is_float(dtype):
+            said = re.search(r"expected \w+, got \w+", str(err))
+            return ParamError(f"param {name} is {dtype}, but {node.name} ({node.op}) reads it "
+                              f"as input {k} in a float dtype"
+                              + (f" (MXNet: {said.group(0)})" if said else "")
+                              + f"; give it as float32 (e.g. arg_params[{name!r}]"
+                              ".astype('float32'))", param=name)
+    return None
 
 
 def _why_stored(given: str, stored: str) -> str:
@@ -515,10 +548,26 @@ def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
                                                                  options.excluded)
     param_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     conversion = convert_graph(graph, options, data_names=data_names, param_dtypes=param_dtypes,
-                               input_dtypes=input_dtypes, output_dtype=output_dtype)
+                               input_dtypes=input_dtypes, output_dtype=output_dtype,
+                               kept_fp32=_range_kept(graph, arg_params, aux_params, options))
     conversion = replace(conversion, folded_batchnorms=folded, kept_batchnorms=kept,
                          input_figures=figures)
     return conversion, arg_params, aux_params, param_dtypes
+
+
+def _range_kept(graph: Graph, arg_params: Mapping, aux_params: Mapping,
+                options: ConvertOptions) -> dict[str, str]:
+    """The readers of the weights float16 cannot hold (:mod:`mxnet_amp.weight_range`), to
+    keep in float32 with the reason; with ``guard_weight_range`` off, none, and a warning
+    naming the weights."""
+    found = out_of_range_weights({**arg_params, **aux_params}, options.target_dtype)
+    if not found:
+        return {}
+    if not options.guard_weight_range:
+        warnings.warn("; ".join(found.values()) + ": converted to float16 anyway "
+                      "(guard_weight_range off), where it holds inf or zeros", stacklevel=3)
+        return {}
+    return readers_kept(graph, found)
 
 
 # (paused here too, so the conversion record is freed before the collector restarts)
@@ -535,8 +584,8 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   data_shapes: Mapping[str, Sequence[int]] | None = None,
                   fold_batchnorm: bool = True,
                   follow_ops: Sequence[str] | None = None,
-                  overrides: str = "replace",
-                  strict_params: bool = False) -> tuple[Symbol, dict, dict]:
+                  overrides: str = "replace", strict_params: bool = False,
+                  guard_weight_range: bool = True) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
 
     The positional parameters are those of ``mx.contrib.amp.convert_model``, in its order
@@ -575,7 +624,8 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     strict_params : bool, default False
         Params the symbol does not read raise :class:`ParamError`; by default a warning
         names them and they are returned as given (``mx.contrib.amp`` ignores them).
-
+    guard_weight_range : bool, default True
+        float16: readers of a weight float16 cannot hold stay float32 (:mod:`~mxnet_amp.weight_range`).
     Returns
     -------
     (Symbol, dict, dict)
@@ -599,6 +649,6 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
-                           strict_params=strict_params)
+                           strict_params=strict_params, guard_weight_range=guard_weight_range)
     return convert_model_full(check_symbol(sym), arg_params, aux_params, options, data_shapes=data_shapes,
                               data_names=check_names(data_names, "data_names"))[:3]

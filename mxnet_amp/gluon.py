@@ -171,7 +171,8 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                          fold_batchnorm: bool = True,
                          follow_ops: Sequence[str] | None = None,
                          overrides: str = "replace",
-                         hybridize: bool | str | None = None) -> AMPSymbolBlock:
+                         hybridize: bool | str | None = None, guard_weight_range: bool = True
+                         ) -> AMPSymbolBlock:
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
 
     The positional parameters are those of ``mx.contrib.amp.convert_hybrid_block``, in its
@@ -195,9 +196,8 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     cast_optional_params : bool, default True
         Store in low precision the weights that are only read by low precision ops (False:
         every weight stays float32 and is cast at every run, ``mx.contrib.amp``'s default).
-    fold_batchnorm : bool, default True
-        Fold inference BatchNorms into the op before them first, as in
-        :func:`mxnet_amp.convert_model` (False keeps them).
+    fold_batchnorm, guard_weight_range : bool, default True
+        As in :func:`mxnet_amp.convert_model` (BatchNorms folded; weight range guarded).
     hybridize : None, bool or str, default None
         None (or True, ``'default'``): the block runs MXNet's fused oneDNN kernels,
         ``hybridize(backend='MKLDNN', static_alloc=True, static_shape=True)``, where its
@@ -226,9 +226,9 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     AlreadyConvertedError, GraphError, ParamError, TypeInferenceError
         As for :func:`mxnet_amp.convert_model`.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides)
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                           follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm,
+                           overrides=overrides, guard_weight_range=guard_weight_range)
     names, sym, in_format, out_format = block_graph(block, input_names)
     arg_params, aux_params = model_params(block, sym, names)
     ctx_list = _contexts(block, ctx)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
-__all__ = ["Entry", "Node", "Graph", "GraphBuilder", "CAST_OPS", "ANY_CAST_OPS", "cast_node", "multicast_node"]
+__all__ = ["Entry", "Node", "Graph", "GraphBuilder", "CAST_OPS", "ANY_CAST_OPS", "cast_node", "multicast_node",
+           "graph_obj", "node_alone_obj"]
 
 # the cast ops a converted graph holds
 CAST_OPS = frozenset({"amp_cast", "amp_multicast"})
@@ -159,3 +160,43 @@ def multicast_node(name: str, srcs: tuple[Entry, ...]) -> Node:
     """An ``amp_multicast`` unifying ``srcs`` to their widest dtype, one output per input."""
     return Node("amp_multicast", name, tuple(srcs),
                 MappingProxyType({"num_outputs": str(len(srcs)), "cast_narrow": "False"}))
+
+
+def graph_obj(graph: Graph) -> dict[str, Any]:
+    """``graph`` as the JSON object MXNet reads (casts kept), before serialisation."""
+    nodes: list[dict[str, Any]] = []
+    append = nodes.append
+    for node in graph.nodes:
+        raw: dict[str, Any] = {"op": node.op, "name": node.name}
+        if node.attrs:
+            raw["attrs"] = dict(node.attrs)
+        raw["inputs"] = node.inputs   # Entry tuples: json writes them as [node, index, version]
+        if node.subgraphs:
+            raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
+        if node.extra:
+            raw.update(node.extra)
+        append(raw)
+    attrs = dict(graph.attrs) or {"mxnet_version": ["int", 10901]}
+    # node_row_ptr is left out: MXNet recomputes it on load
+    return {
+        "nodes": nodes,
+        "arg_nodes": [i for i, n in enumerate(graph.nodes) if n.op == "null"],
+        "heads": [list(e) for e in graph.heads],
+        "attrs": attrs,
+    }
+
+
+def node_alone_obj(node: Node, inputs: int, outputs: int = 1) -> dict[str, Any]:
+    """JSON object of ``node`` alone: it reads ``inputs`` variables ``in0``, ``in1``…
+    (its attributes and loop/cond bodies kept, named ``probe``) and its first ``outputs``
+    outputs are the heads; what MXNet is asked about one node (its dtypes, its outputs)."""
+    raw: dict[str, Any] = {"op": node.op, "name": "probe", "attrs": dict(node.attrs),
+                           "inputs": [[i, 0, 0] for i in range(inputs)]}
+    if node.subgraphs:
+        raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
+    return {
+        "nodes": [{"op": "null", "name": f"in{i}", "inputs": []} for i in range(inputs)] + [raw],
+        "arg_nodes": list(range(inputs)),
+        "heads": [[inputs, k, 0] for k in range(outputs)],
+        "attrs": {"mxnet_version": ["int", 10901]},
+    }

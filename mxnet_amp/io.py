@@ -13,8 +13,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import CheckpointError, GraphError, OutputPathError, error_text
+from .entries import check_entries
 from .gcpause import gc_paused
-from .graph import Entry, Graph, Node
+from .graph import Entry, Graph, Node, graph_obj
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -44,11 +45,18 @@ def _parse_graph(obj: Any, where: str) -> Graph:
             if type(e.node) is not int or type(e.output) is not int or type(e.version) is not int:
                 raise GraphError(f"{where}: node {name!r} has a malformed input {list(raw['inputs'])!r}"
                                  " (each input is [node, index, version] integers)")
-            if not 0 <= e.node < i:
+            if not 0 <= e.node < len(raw_nodes):
+                raise GraphError(f"{where}: node {name!r} reads node {e.node}, which does not "
+                                 f"exist (the graph has {len(raw_nodes)} nodes, 0 to "
+                                 f"{len(raw_nodes) - 1})")
+            if e.node >= i:
                 raise GraphError(f"{where}: node {name!r} reads node {e.node}, which does not "
                                  "come before it (nodes must be in topological order)")
         # MXNet has written attributes under 'attrs', 'attr' (<=1.x) and 'param' (0.x)
         attrs = raw.get("attrs") or raw.get("attr") or raw.get("param") or _EMPTY
+        if not isinstance(attrs, (dict, MappingProxyType)):
+            raise GraphError(f"{where}: node {name!r} has attributes {str(attrs)[:80]!r}, "
+                             "not a mapping of names to values")
         if attrs is not _EMPTY:
             if not all(type(v) is str for v in attrs.values()):
                 attrs = {str(k): str(v) for k, v in attrs.items()}
@@ -62,10 +70,16 @@ def _parse_graph(obj: Any, where: str) -> Graph:
             extra = MappingProxyType({k: v for k, v in raw.items() if k not in _NODE_KEYS})
         append(Node(op, name, inputs, attrs, subgraphs, extra))
     heads = []
-    for e in obj.get("heads", ()):
-        if not isinstance(e, (list, tuple)) or len(e) < 2 or not 0 <= e[0] < len(nodes):
-            raise GraphError(f"{where}: malformed head {e!r}")
-        heads.append(Entry(int(e[0]), int(e[1]), int(e[2]) if len(e) > 2 else 0))
+    raw_heads = obj.get("heads", ())
+    for k, e in enumerate(raw_heads if isinstance(raw_heads, list) else [raw_heads]):
+        if not isinstance(e, (list, tuple)) or not 2 <= len(e) <= 3 \
+                or not all(type(v) is int for v in e):
+            raise GraphError(f"{where}: malformed head {e!r} (each head is [node, index, "
+                             "version] integers)")
+        if not 0 <= e[0] < len(nodes):
+            raise GraphError(f"{where}: malformed head {e!r}: graph output {k} reads node "
+                             f"{e[0]}, which does not exist (the graph has {len(nodes)} nodes)")
+        heads.append(Entry(*e))
     if not heads:
         raise GraphError(f"{where}: the graph has no outputs ('heads')")
     attrs = obj.get("attrs", {})
@@ -79,31 +93,9 @@ def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
             obj = json.loads(text)
         except (json.JSONDecodeError, TypeError) as err:
             raise GraphError(f"{where}: not valid JSON ({err}); the file may be truncated") from None
-        return _parse_graph(obj, where)
-
-
-def graph_obj(graph: Graph) -> dict[str, Any]:
-    """``graph`` as the JSON object MXNet reads (casts kept), before serialisation."""
-    nodes: list[dict[str, Any]] = []
-    append = nodes.append
-    for node in graph.nodes:
-        raw: dict[str, Any] = {"op": node.op, "name": node.name}
-        if node.attrs:
-            raw["attrs"] = dict(node.attrs)
-        raw["inputs"] = node.inputs   # Entry tuples: json writes them as [node, index, version]
-        if node.subgraphs:
-            raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
-        if node.extra:
-            raw.update(node.extra)
-        append(raw)
-    attrs = dict(graph.attrs) or {"mxnet_version": ["int", 10901]}
-    # node_row_ptr is left out: MXNet recomputes it on load
-    return {
-        "nodes": nodes,
-        "arg_nodes": [i for i, n in enumerate(graph.nodes) if n.op == "null"],
-        "heads": [list(e) for e in graph.heads],
-        "attrs": attrs,
-    }
+        graph = _parse_graph(obj, where)
+    check_entries(graph, where)   # MXNet crashes on an output index past its producer's
+    return graph
 
 
 def graph_to_json(graph: Graph, indent: int | None = None) -> str:
@@ -160,56 +152,152 @@ def graph_to_symbol(graph: Graph) -> Symbol:
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> None:
     """Write a file under ``path`` all at once: ``write(tmp_path)`` fills a temporary file
     beside it, which is renamed over ``path`` only when complete, so an interrupted write
-    never leaves a truncated file under the final name."""
+    never leaves a truncated file under the final name. ``-`` and ``/dev/stdout`` write to
+    standard output; a character device or FIFO is written straight through, never
+    replaced; a symlink's target is written (the link is kept)."""
     atomic_writes([(path, write)])
 
 
 def atomic_writes(files: Sequence[tuple[str | os.PathLike, Callable[[str], object]]]) -> None:
     """:func:`atomic_write` for several ``(path, write)`` pairs: every file is written to
-    its temporary name first and the renames follow back to back, so an interruption
+    its temporary name first, then the streams (standard output, devices, FIFOs) are
+    written, and the renames follow back to back, so an interruption or a failed write
     leaves either none of the new files or (only inside that last instant) some of them,
     never a truncated one. A path whose folder is missing or not writable, or that is a
-    folder, raises :class:`~mxnet_amp.errors.OutputPathError` naming it before anything
-    is written."""
+    folder, a block device or a socket, raises :class:`~mxnet_amp.errors.OutputPathError`
+    naming it before anything is written; a write that fails (a full disk) raises one
+    naming the file and the cause, and the previous file under that name is kept."""
     from .interrupts import signals_unwind
-    from .paths import check_writable
+    from .paths import check_writable, output_target
     named = [(str(os.fspath(path)), write) for path, write in files]
     check_writable([("output file", path) for path, _ in named])
+    targets = [(output_target(path), write) for path, write in named]
     umask = os.umask(0)
     os.umask(umask)
     done: list[tuple[str, str]] = []
     # SIGTERM / SIGHUP unwind like Ctrl-C, so the temporary files go with the write
     with signals_unwind("writing " + ", ".join(path for path, _ in named)):
         try:
-            for path, write in named:
-                done.append((_temp_beside(path), path))
-                write(done[-1][0])
-                with open(done[-1][0], "rb") as f:
-                    os.fsync(f.fileno())
-                # mkstemp creates the file 0600; give it the mode a plain open() would
-                os.chmod(done[-1][0], 0o666 & ~umask)
-            for tmp, path in done:
-                os.replace(tmp, path)
+            for target, write in targets:
+                if target.kind == "file":
+                    done.append((_temp_beside(target.real, target.path), target.real))
+                    _filled(write, done[-1][0], target.path)
+                    _check_complete(done[-1][0], target.path)
+                    with open(done[-1][0], "rb") as f:
+                        os.fsync(f.fileno())
+                    # mkstemp creates the file 0600; give it the mode a plain open() would
+                    os.chmod(done[-1][0], 0o666 & ~umask)
+            for target, write in targets:
+                if target.kind != "file":
+                    _write_stream(target, write)
+            for tmp, real in done:
+                os.replace(tmp, real)
         except BaseException as err:
             for tmp, _ in done:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-            if isinstance(err, OSError) and err.filename in {tmp for tmp, _ in done}:
+            if isinstance(err, OSError) and not isinstance(err, OutputPathError) \
+                    and err.filename in {tmp for tmp, _ in done}:
                 # the temporary name means nothing to the user: name the file asked for
-                path = next(p for tmp, p in done if tmp == err.filename)
+                path = next(t.path for t, _ in targets if t.real == dict(done)[err.filename])
                 raise OutputPathError(f"cannot write {path}: {err.strerror or err}") from err
             raise
 
 
-def _temp_beside(path: str) -> str:
+def _filled(write: Callable[[str], object], dest: str, path: str) -> None:
+    """``write(dest)``; an OSError or MXNet's failed write (a full disk: "FileStream.Write
+    incomplete") becomes an :class:`OutputPathError` naming ``path`` and the cause."""
+    try:
+        write(dest)
+    except OSError as err:
+        if isinstance(err, CheckpointError):
+            raise
+        raise OutputPathError(f"cannot write {path}: {err.strerror or error_text(err)}") from err
+    except Exception as err:
+        if type(err).__name__ != "MXNetError":   # mxnet is not imported here for this
+            raise
+        cause = _write_refusal(dest) or f"MXNet: {error_text(err)}"
+        raise OutputPathError(f"cannot write {path}: {cause}") from None
+
+
+def _write_refusal(dest: str) -> str | None:
+    """Why the regular file ``dest`` takes no more bytes (``No space left on device``),
+    asked by appending one byte and taking it back; None when it takes one."""
+    try:
+        size = os.path.getsize(dest)
+        with open(dest, "ab", buffering=0) as f:
+            try:
+                f.write(b"\0")
+                os.fsync(f.fileno())   # a full disk may only say so here
+            finally:
+                f.truncate(size)
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def _check_complete(tmp: str, path: str) -> None:
+    """MXNet's ``nd.save`` checks its writes but not the final flush: on a full disk a small
+    params file ends empty with no error. When the file system has no room left, ask it
+    for one more byte; :class:`OutputPathError` naming ``path`` when it refuses."""
+    try:
+        full = os.statvfs(os.path.dirname(tmp) or ".").f_bavail == 0
+    except OSError:   # no statvfs here (or the folder went): the write's own errors stand
+        return
+    why = _write_refusal(tmp) if full else None
+    if why:
+        raise OutputPathError(f"cannot write {path}: {why}")
+
+
+def _write_stream(target: Any, write: Callable[[str], object]) -> None:
+    """Write to a device, a FIFO or this process's standard output / error: ``write``
+    fills a private temporary file (not beside the output: nothing is ever renamed over
+    a stream) whose bytes are then written to the stream, every write checked (MXNet's
+    own writer leaves a failed final flush unchecked)."""
+    import sys
+    fd, tmp = tempfile.mkstemp(prefix=".mxnet-amp-", suffix=".tmp")
+    os.close(fd)
+    name = {"stdout": " (standard output)", "stderr": " (standard error)"}.get(target.kind, "")
+    try:
+        _filled(write, tmp, target.path)
+        try:
+            with open(tmp, "rb") as f:
+                if target.kind == "stream":
+                    with open(target.real, "wb", buffering=0) as out:
+                        for chunk in iter(lambda: f.read(1 << 20), b""):
+                            _write_all(out.fileno(), chunk)
+                else:
+                    stream = sys.stdout if target.kind == "stdout" else sys.stderr
+                    stream.flush()
+                    binary = getattr(stream, "buffer", None)
+                    if binary is not None:
+                        for chunk in iter(lambda: f.read(1 << 20), b""):
+                            binary.write(chunk)
+                    else:   # a text-only stream (a test's capture): what goes to one is text
+                        stream.write(f.read().decode("utf-8", errors="replace"))
+                    stream.flush()
+        except OSError as err:
+            raise OutputPathError(f"cannot write {target.path}{name}: "
+                                  f"{err.strerror or err}") from err
+    finally:
+        os.unlink(tmp)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _temp_beside(path: str, shown: str | None = None) -> str:
     """A new empty hidden file beside ``path`` (same folder: the rename stays atomic);
-    :class:`OutputPathError` naming ``path`` when the folder refuses it."""
+    :class:`OutputPathError` naming ``shown`` (default ``path``) when the folder refuses it."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                    dir=folder)
     except OSError as err:
-        raise OutputPathError(f"cannot write {path}: {err.strerror or err} (creating a "
+        raise OutputPathError(f"cannot write {shown or path}: {err.strerror or err} (creating a "
                               f"file in {folder})") from None
     os.close(fd)
     return tmp
@@ -245,8 +333,9 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
     import mxnet as mx
     from .dtypes import array_nbytes
     from .progress import byte_bar, watch_growth
-    from .paths import checkpoint_files
+    from .paths import checkpoint_files, refuse_stream_prefix
     from .arguments import check_optional_bool, check_symbol, param_dict
+    refuse_stream_prefix(prefix, "checkpoint prefix")
     sym, progress = check_symbol(sym), check_optional_bool(progress, "progress")
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     params_file, sym_file = checkpoint_files(prefix, epoch)[::-1]

@@ -38,6 +38,10 @@ class ConvertOptions:
     strict_params : bool
         Params the symbol does not read are an error (:class:`~mxnet_amp.errors.ParamError`)
         instead of a warning naming them.
+    guard_weight_range : bool
+        float16 only: keep the readers of a weight float16 cannot hold (inf, or mostly
+        flushed to 0: :mod:`mxnet_amp.weight_range`) in float32; False converts them anyway,
+        with a warning naming the weight.
     """
 
     policy: OpPolicy
@@ -45,6 +49,7 @@ class ConvertOptions:
     cast_optional_params: bool = True
     fold_batchnorm: bool = True
     strict_params: bool = False
+    guard_weight_range: bool = True
 
     @property
     def target_dtype(self) -> str:
@@ -86,7 +91,8 @@ def make_options(target_dtype: str = "float16",
                  cast_optional_params: bool = True,
                  fold_batchnorm: bool = True, *,
                  overrides: str = "replace",
-                 strict_params: bool = False) -> ConvertOptions:
+                 strict_params: bool = False,
+                 guard_weight_range: bool = True) -> ConvertOptions:
     """The :class:`ConvertOptions` of the public converters' keywords (the lists read once).
 
     Parameters
@@ -97,7 +103,7 @@ def make_options(target_dtype: str = "float16",
     excluded_sym_names : list of str, optional
         Node names that run in float32 whatever their op (checked against the graph when it
         is converted).
-    cast_optional_params, fold_batchnorm, strict_params : bool
+    cast_optional_params, fold_batchnorm, strict_params, guard_weight_range : bool
         As in :func:`mxnet_amp.convert_model`.
 
     Returns
@@ -114,7 +120,7 @@ def make_options(target_dtype: str = "float16",
     """
     flags = {name: check_bool(value, name) for name, value in (
         ("cast_optional_params", cast_optional_params), ("fold_batchnorm", fold_batchnorm),
-        ("strict_params", strict_params))}
+        ("strict_params", strict_params), ("guard_weight_range", guard_weight_range))}
     excluded = frozenset(check_names(excluded_sym_names, "excluded_sym_names") or ())
     policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                          conditional_fp32_ops, follow_ops, overrides)

@@ -11,7 +11,7 @@ import json
 from typing import Sequence, Union
 
 from .errors import error_text
-from .graph import Node
+from .graph import Node, node_alone_obj
 from .registry import InferenceFailed, infer_types
 
 __all__ = ["OpTypes", "InferenceFailed"]
@@ -72,21 +72,10 @@ class OpTypes:
     def _probe(self, node: Node, input_dtypes: Sequence[str | None],
                num_outputs: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
         import mxnet as mx
-        from .io import graph_obj
         self.probes += 1
         n = len(input_dtypes)
-        raw: dict[str, object] = {"op": node.op, "name": "probe", "attrs": dict(node.attrs),
-               "inputs": [[i, 0, 0] for i in range(n)]}
-        if node.subgraphs:
-            raw["subgraphs"] = [graph_obj(g) for g in node.subgraphs]
-        graph = {
-            "nodes": [{"op": "null", "name": f"in{i}", "inputs": []} for i in range(n)] + [raw],
-            "arg_nodes": list(range(n)),
-            "heads": [[n, k, 0] for k in range(num_outputs)],
-            "attrs": {"mxnet_version": ["int", 10901]},
-        }
         try:
-            sym = mx.sym.load_json(json.dumps(graph))
+            sym = mx.sym.load_json(json.dumps(node_alone_obj(node, n, num_outputs)))
         except mx.base.MXNetError as err:
             raise InferenceFailed(error_text(err)) from None
         known = {f"in{i}": d for i, d in enumerate(input_dtypes) if d is not None}

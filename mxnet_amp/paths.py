@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Iterable, Sequence, Tuple
+import stat
+from typing import Iterable, NamedTuple, Sequence, Tuple
 
 from .errors import CheckpointError, OutputPathError, OverwriteError
 
 __all__ = ["checkpoint_files", "check_epoch", "refuse_overwrite", "check_writable",
-           "check_outputs"]
+           "check_outputs", "OutputTarget", "output_target", "refuse_stream_prefix", "STREAM_NAMES"]
 
 # (what the file is, its path): e.g. ("output symbol", "m-amp-symbol.json")
 Labelled = Tuple[str, "str | os.PathLike | None"]   # None: the file is not written
@@ -44,7 +45,65 @@ def checkpoint_files(prefix: str | os.PathLike, epoch: int, what: str = "epoch")
     return f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"
 
 
+# names that mean a standard stream, not a file: each is written to the stream itself (a
+# rename over /dev/stdout would replace the link, and opening it would truncate a redirect)
+STREAM_NAMES = {"-": "stdout", "/dev/stdout": "stdout", "/dev/fd/1": "stdout",
+                "/proc/self/fd/1": "stdout", "/dev/stderr": "stderr", "/dev/fd/2": "stderr",
+                "/proc/self/fd/2": "stderr"}
+
+
+class OutputTarget(NamedTuple):
+    """Where an output path is written, and how.
+
+    ``kind`` is ``"file"`` (a regular file or nothing yet: written beside ``real`` and
+    renamed over it; ``real`` is a symlink's target, so the link is kept), ``"stream"``
+    (a character device or a FIFO: written straight through, never replaced) or
+    ``"stdout"`` / ``"stderr"`` (the process's own stream)."""
+
+    path: str
+    kind: str
+    real: str
+
+
+def output_target(path: str | os.PathLike, label: str = "output") -> OutputTarget:
+    """How ``path`` is written (:class:`OutputTarget`); :class:`OutputPathError` naming
+    ``label`` and the path when it is nothing mxnet-amp may write or replace: a folder, a
+    block device, a socket."""
+    path = os.fspath(path)
+    if path in STREAM_NAMES:
+        return OutputTarget(path, STREAM_NAMES[path], path)
+    real = os.path.realpath(path)
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:   # nothing there (or a file where a folder should be): the folder check says which
+        return OutputTarget(path, "file", real)
+    if stat.S_ISREG(mode):
+        return OutputTarget(path, "file", real)
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return OutputTarget(path, "stream", real)
+    what = ("a folder" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise OutputPathError(f"cannot write the {label} {path}: it is {what}, which mxnet-amp "
+                          "never replaces; give a file name")
+
+
+def refuse_stream_prefix(prefix: str | os.PathLike, what: str = "out_prefix") -> None:
+    """:class:`OutputPathError` naming ``what`` when a checkpoint prefix means a standard
+    stream (``-``): a checkpoint is two binary files, which no stream can hold."""
+    if os.fspath(prefix) in STREAM_NAMES:
+        raise OutputPathError(
+            f"{what} {os.fspath(prefix)!r} means a standard stream, but a checkpoint is two "
+            "binary files (PREFIX-symbol.json and PREFIX-NNNN.params): give a file prefix")
+
+
+def _key(path: str) -> str:
+    """What makes two output paths one destination: a standard stream by its name."""
+    return "<" + STREAM_NAMES[path] + ">" if path in STREAM_NAMES else os.path.realpath(path)
+
+
 def _same(a: str, b: str) -> bool:
+    if a in STREAM_NAMES or b in STREAM_NAMES:
+        return _key(a) == _key(b)
     if os.path.realpath(a) == os.path.realpath(b):
         return True
     try:
@@ -74,25 +133,38 @@ def refuse_overwrite(inputs: Iterable[Labelled], outputs: Iterable[Labelled]) ->
                                 f" (both are {os.path.realpath(src)})")
                     + "; choose another output name")
         for other_label, other in outs[:k]:
-            if _same(out, other):
+            if _same(out, other) and not _discards(out):
                 raise OverwriteError(f"the {out_label} {out} and the {other_label} {other} are "
                                      "the same file; give them different names")
 
 
+def _discards(path: str) -> bool:
+    """A character device (``/dev/null``): two outputs written through to it do not clash."""
+    try:
+        return path not in STREAM_NAMES and stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def check_writable(outputs: Iterable[Labelled]) -> None:
     """Raise :class:`OutputPathError` when an output's folder is missing or not writable,
-    or the output is a folder. Each folder is also asked for a file: some refuse one
-    whatever their permission bits say (read-only or special file systems, quotas)."""
+    or the output is something never replaced (:func:`output_target`: a folder, a block
+    device, a socket), or a device or FIFO that is not writable. A file's folder (a
+    symlink's target's) is also asked for a file: some refuse one whatever their
+    permission bits say (read-only or special file systems, quotas)."""
     probed: set[str] = set()
-    for label, path in outputs:
-        if path is None:
+    for label, given in outputs:
+        if given is None:
             continue
-        path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
+        target = output_target(given, label)
+        path = target.path
+        if target.kind == "stream" and not os.access(target.real, os.W_OK):
+            raise OutputPathError(f"cannot write the {label} {path}: it is not writable")
+        if target.kind != "file":
+            continue
+        folder = os.path.dirname(target.real)
         if not os.path.isdir(folder):
             raise OutputPathError(f"cannot write the {label} {path}: folder {folder} does not exist")
-        if os.path.isdir(path):
-            raise OutputPathError(f"cannot write the {label} {path}: it is a folder")
         # the file is written beside its final name and renamed: the folder must be writable
         if not os.access(folder, os.W_OK | os.X_OK):
             raise OutputPathError(f"cannot write the {label} {path}: folder {folder} is not writable")

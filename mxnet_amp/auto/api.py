@@ -122,8 +122,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        follow_ops: Sequence[str] | None = None, overrides: str = "replace",
                        strict_params: bool = False, search: str = "attribution",
                        metric: Callable[[list], float] | None = None,
-                       max_drop: float | None = None, drop: str = "absolute"
-                       ) -> tuple[Symbol, dict, dict, AutoReport]:
+                       max_drop: float | None = None, drop: str = "absolute",
+                       guard_weight_range: bool = True) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
     Parameters
@@ -153,7 +153,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         How the checks run the converted model: ``'auto'``, natively where the hardware runs
         ``target_dtype`` (float16 on a GPU, bfloat16 on avx512), else emulated; the report says.
     excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops,
-    conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm, overrides, strict_params
+    conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm, overrides, strict_params,
+    guard_weight_range
         As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
         BatchNorm excluded, or after an excluded op, is not folded). Folding is on by
         default, and every check runs the model as it is returned: folded the same way.
@@ -182,7 +183,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
-                           strict_params=strict_params)
+                           strict_params=strict_params, guard_weight_range=guard_weight_range)
     return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
                         execution=execution, data_names=data_names, quiet=quiet)
 
