@@ -397,8 +397,8 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                    overrides: str = "replace") -> Symbol:
     """Convert an fp32 symbol to mixed precision.
 
-    The positional parameters are those of ``mx.contrib.amp.convert_symbol``, in its order
-    (a call written for it keeps its meaning); ``widest_dtype_ops`` is keyword-only.
+    The positional parameters are those of ``mx.contrib.amp.convert_symbol``, in its order;
+    ``widest_dtype_ops`` is keyword-only.
 
     Parameters
     ----------
@@ -564,8 +564,8 @@ def _range_kept(graph: Graph, arg_params: Mapping, aux_params: Mapping,
     if not found:
         return {}
     if not options.guard_weight_range:
-        warnings.warn("; ".join(found.values()) + ": converted to float16 anyway "
-                      "(guard_weight_range off), where it holds inf or zeros", stacklevel=3)
+        warn_user("; ".join(found.values()) + ": converted to float16 anyway "
+                  "(guard_weight_range off), where it holds inf or zeros")
         return {}
     return readers_kept(graph, found)
 
