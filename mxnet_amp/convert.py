@@ -397,8 +397,7 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                    overrides: str = "replace") -> Symbol:
     """Convert an fp32 symbol to mixed precision.
 
-    The positional parameters are those of ``mx.contrib.amp.convert_symbol``, in its order;
-    ``widest_dtype_ops`` is keyword-only.
+    Positional parameters as ``mx.contrib.amp.convert_symbol``'s; ``widest_dtype_ops`` keyword-only.
 
     Parameters
     ----------
