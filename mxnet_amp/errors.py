@@ -30,6 +30,8 @@ __all__ = [
     "InputShapeError",
     "InputValueError",
     "BackendError",
+    "OnnxExportError",
+    "OnnxMissingError",
     "error_text",
 ]
 
@@ -146,6 +148,20 @@ class InputValueError(AMPError, ValueError):
 class BackendError(AMPError, ValueError):
     """A ``hybridize=`` value a converter cannot run the block with: neither a bool nor None
     nor a subgraph backend this MXNet build registers (the message names it)."""
+
+
+class OnnxExportError(AMPError, ValueError):
+    """A model cannot be exported to ONNX: ``nodes`` holds every ``(node, op, why)`` at fault
+    (all of them, found before anything is converted where the op has no converter)."""
+
+    def __init__(self, nodes: Iterable[tuple[str, str, str]], what: str = "cannot be exported to ONNX") -> None:
+        self.nodes = tuple(nodes)
+        lines = "\n".join(f"  {name!r} ({op}): {why}" for name, op, why in self.nodes)
+        super().__init__(f"{len(self.nodes)} node(s) {what}:\n{lines}")
+
+
+class OnnxMissingError(AMPError, ImportError):
+    """The ``onnx`` package (the ``onnx`` extra) is not installed."""
 
 
 class TargetDtypeError(AMPError, ValueError):
