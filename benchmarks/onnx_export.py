@@ -14,7 +14,9 @@ rounded). Per output, with ``err(x) = max|x - fp32| / max|fp32|``:
   * ``onnx_err``: the exported model in onnxruntime;
   * ``emulate_err``: our emulation of the same conversion;
   * the criterion ``onnx_err <= 1.5 * emulate_err + 0.005``;
-  * ``onnx_vs_emulate``: ``max|onnx - emulate| / max|fp32|``.
+  * ``onnx_vs_emulate``: ``max|onnx - emulate| / max|fp32|``;
+  * ``fp32_onnx_err``: the float32 model exported the same way, in onnxruntime: what the
+    export itself changes.
 
 Also recorded: conversion and export wall time, ONNX file sizes, ``Cast`` nodes, and any op
 the exporter refuses (the typed error's node list). The environment (CPU, flags, load
@@ -129,6 +131,12 @@ def measure(spec: str, folder: str) -> dict:
     row["onnx_vs_emulate"] = [float(np.abs(g.astype("float32") - e).max() / max(float(np.abs(r).max()), 1e-30))
                               for g, e, r in zip(got, emu, ref)]
     row["output_dtypes"] = [str(g.dtype) for g in got]
+    # the float32 model through the same exporter: what the export itself changes
+    path32 = os.path.join(folder, spec.replace("@", "_") + "_fp32.onnx")
+    mxnet_amp.export_onnx(sym, args, auxs, {k: v.shape for k, v in inputs.items()}, path32)
+    got32 = ort.InferenceSession(path32, providers=["CPUExecutionProvider"]).run(None, inputs)
+    row["fp32_onnx_err"] = _errors(got32, ref)
+    os.unlink(path32)
     judged = range(len(got)) if judged is None else judged
     row["judged_outputs"] = list(judged)
     row["within"] = all(row["onnx_err"][k] <= 1.5 * row["emulate_err"][k] + 0.005 for k in judged)
@@ -162,9 +170,11 @@ def main(argv=None) -> int:
             C.write_json(out, {"environment": env, "rows": rows, "complete": False})
     env["loadavg_end"] = os.getloadavg()
     C.write_json(out, {"environment": env, "rows": rows, "complete": True})
-    C.print_table(["model", "onnx_err", "emulate_err", "onnx-emu", "within", "conv s", "export s", "MiB"],
+    C.print_table(["model", "onnx_err", "emulate_err", "onnx-emu", "fp32 onnx", "within", "conv s",
+                   "export s", "MiB"],
                   [[r["model"], _worst(r.get("onnx_err")), _worst(r.get("emulate_err")),
-                    _worst(r.get("onnx_vs_emulate")), r.get("within"), r.get("convert_s"),
+                    _worst(r.get("onnx_vs_emulate")), _worst(r.get("fp32_onnx_err")), r.get("within"),
+                    r.get("convert_s"),
                     r.get("export_s"), (r.get("onnx_bytes", 0) + r.get("data_bytes", 0)) / 2 ** 20]
                    for r in rows])
     return 0 if all(r.get("within") for r in rows) else 1

@@ -434,7 +434,9 @@ def _check(model_path: str) -> None:
 
 def _write(model: Any, plan: WeightPlan, path: str, data_path: str | None) -> None:
     """Both files written atomically (:func:`mxnet_amp.io.atomic_writes`), the model checked
-    on disk beside its weights before either file takes its name."""
+    on disk before either file takes its name. The checks read a small skeleton of the
+    model beside it (:meth:`WeightPlan.skeleton`): ONNX's checker loads a whole model file,
+    which would be one more copy of the weights."""
     from .io import atomic_writes
     written: dict[str, str] = {}
 
@@ -443,27 +445,17 @@ def _write(model: Any, plan: WeightPlan, path: str, data_path: str | None) -> No
         written["data"] = tmp
 
     def write_model(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            f.write(model.SerializeToString())
-        if "data" not in written:
-            _check(tmp)
-            return
-        # the check reads the weights where the model points: a copy pointing at the
-        # temporary data file, beside it, checked and removed
-        copy = type(model)()
-        copy.CopyFrom(model)
-        for tensor in copy.graph.initializer:
-            for entry in tensor.external_data:
-                if entry.key == "location":
-                    entry.value = os.path.basename(written["data"])
-        check = tmp + ".check"
+        plan.model_writer(model)(tmp)
+        check, sparse = tmp + ".check", tmp + ".check.data"
         try:
+            skeleton = plan.skeleton(model, written.get("data"), sparse)
             with open(check, "wb") as f:
-                f.write(copy.SerializeToString())
+                f.write(skeleton.SerializeToString())
             _check(check)
         finally:
-            if os.path.exists(check):
-                os.unlink(check)
+            for leftover in (check, sparse):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
     files = ([(data_path, write_data)] if data_path else []) + [(path, write_model)]
     atomic_writes(files)
 

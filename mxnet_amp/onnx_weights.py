@@ -7,6 +7,7 @@ weights as typed graph inputs only; this module writes their bytes, one param at
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -15,7 +16,7 @@ from .dtypes import array_dtype
 from .onnx_converters import onnx_dtype
 
 __all__ = ["EXTERNAL_DATA_THRESHOLD", "SMALL_TENSOR_BYTES", "WeightPlan", "plan_weights",
-           "param_bytes"]
+           "param_bytes", "external_tensor"]
 
 # weights above this many bytes go to an external data file: protobuf refuses messages of
 # 2 GiB, and the graph and the small tensors that stay inline need room beside them
@@ -37,39 +38,77 @@ def param_bytes(array: Any) -> bytes:
 
 
 class WeightPlan:
-    """Where each param's bytes go: ``inline`` (in the model proto) or at an offset of the
-    external data file ``location`` (a name beside the model file)."""
+    """Where each param's bytes go: at an offset of the external data file ``location`` (a
+    name beside the model file), or inline. Inline tensors of 1 KB or more are ``streamed``:
+    they are not in the model proto but appended to its file one at a time (protobuf
+    merges a message written in parts: each part a ``ModelProto`` holding one initializer),
+    so the proto never holds a copy of the weights."""
 
     def __init__(self, params: Mapping[str, Any], names: Sequence[str], location: str | None) -> None:
         self.params = params
         self.names = list(names)
         self.location = location
         self.offsets: dict[str, tuple[int, int]] = {}
+        self.streamed: list[str] = []
         offset = 0
         for name in self.names:
             size = _nbytes(params[name])
             if location is not None and size >= SMALL_TENSOR_BYTES:
                 self.offsets[name] = (offset, size)
                 offset += size + (-size % 64)   # 64-byte aligned, as onnx's own writer
+            elif size >= SMALL_TENSOR_BYTES:
+                self.streamed.append(name)
         self.external_bytes = offset
 
     def initializers(self) -> Iterator[Any]:
-        """One ``TensorProto`` per param: bytes inline, or a reference into the data file."""
-        from onnx import TensorProto
+        """One ``TensorProto`` per param not streamed: bytes inline (under 1 KB), or a
+        reference into the data file."""
         for name in self.names:
-            array = self.params[name]
-            tensor = TensorProto(name=name, data_type=onnx_dtype(array_dtype(array)),
-                                 dims=list(array.shape))
             if name in self.offsets:
-                offset, size = self.offsets[name]
-                tensor.data_location = TensorProto.EXTERNAL
-                for key, value in (("location", self.location), ("offset", str(offset)),
-                                   ("length", str(size))):
-                    entry = tensor.external_data.add()
-                    entry.key, entry.value = key, value
-            else:
-                tensor.raw_data = param_bytes(array)
-            yield tensor
+                yield external_tensor(self._tensor(name), self.location or "", *self.offsets[name])
+            elif name not in self.streamed:
+                tensor = self._tensor(name)
+                tensor.raw_data = param_bytes(self.params[name])
+                yield tensor
+
+    def _tensor(self, name: str) -> Any:
+        from onnx import TensorProto
+        array = self.params[name]
+        return TensorProto(name=name, data_type=onnx_dtype(array_dtype(array)), dims=list(array.shape))
+
+    def model_writer(self, model: Any) -> Callable[[str], None]:
+        """``write(path)``: the model file, the streamed tensors appended one at a time."""
+        from onnx import GraphProto, ModelProto
+
+        def write(path: str) -> None:
+            with open(path, "wb") as f:
+                f.write(model.SerializeToString())
+                for name in self.streamed:
+                    tensor = self._tensor(name)
+                    tensor.raw_data = param_bytes(self.params[name])
+                    f.write(ModelProto(graph=GraphProto(initializer=[tensor])).SerializeToString())
+                    del tensor
+        return write
+
+    def skeleton(self, model: Any, data_file: str | None, sparse_file: str) -> Any:
+        """A copy of ``model`` for the checks, small: external tensors read from
+        ``data_file``, the streamed ones from ``sparse_file`` (a file of zeros as large as
+        they are, made sparse: no disk, no memory)."""
+        copy = type(model)()
+        copy.CopyFrom(model)
+        for tensor in copy.graph.initializer:
+            for entry in tensor.external_data:
+                if entry.key == "location" and data_file:
+                    entry.value = os.path.basename(data_file)
+        offset = 0
+        for name in self.streamed:
+            size = _nbytes(self.params[name])
+            copy.graph.initializer.append(external_tensor(self._tensor(name), os.path.basename(sparse_file),
+                                                          offset, size))
+            offset += size
+        with open(sparse_file, "wb") as f:
+            f.truncate(offset)
+        return copy
 
     def data_writer(self) -> Callable[[str], None]:
         """``write(path)``: the external data file, one param at a time."""
@@ -82,6 +121,16 @@ class WeightPlan:
                         f.write(param_bytes(self.params[name]))
                 f.truncate(self.external_bytes)
         return write
+
+
+def external_tensor(tensor: Any, location: str, offset: int, size: int) -> Any:
+    """``tensor`` (no data) made a reference to ``size`` bytes at ``offset`` of ``location``."""
+    from onnx import TensorProto
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(size))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
 
 
 def plan_weights(params: Mapping[str, Any], names: Sequence[str], data_location: str,
