@@ -367,12 +367,18 @@ def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequen
     model = helper.make_model(proto, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="mxnet-amp")
     graph = model.graph
-    constants = match_constant_dtypes(model, opset)
+    low_constants = match_constant_dtypes(model, opset)
     widened = widen_where_bfloat16_is_not_onnx(model, opset) if dtype == "bfloat16" else []
-    weights = set(plan.names)
-    inputs = [i for i in graph.input if i.name not in weights]
+    # graph inputs: the data only (MXNet's converters list some of their constants there
+    # too, which onnxruntime then cannot fold); constants no node reads are dropped
+    constants = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in set(plan.names) | constants]
     del graph.input[:]
     graph.input.extend(inputs)
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    kept = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
     if dtype == "bfloat16":
         retype_float16_as_bfloat16(graph)
     graph.initializer.extend(plan.initializers())
@@ -381,7 +387,7 @@ def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequen
         for info in graph.input:
             if info.name in data:
                 info.type.tensor_type.shape.dim[0].dim_param = _BATCH
-    return model, widened, constants
+    return model, widened, low_constants
 
 
 def _rename_outputs(proto: Any, exported: Sequence[str], names: Sequence[str]) -> None:
