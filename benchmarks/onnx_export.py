@@ -25,6 +25,7 @@ average at start and end) goes with the results (benchmarks/results/onnx_export.
     python benchmarks/onnx_export.py            # the six models (~15 min on 2 loaded cores)
     python benchmarks/onnx_export.py --quick    # resnet18_v1 at 64 px and a 2-layer BERT
     python benchmarks/onnx_export.py --models resnet50_v1 bert_12_768_12
+    python benchmarks/onnx_export.py --render   # docs/benchmarks.md's table from the JSON
 
 Needs the ``onnx`` extra and onnxruntime (installed ``--no-deps`` beside numpy 1.23.5:
 docs/onnx.md); BERT needs the ``nlp`` extra.
@@ -148,7 +149,15 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--models", nargs="+")
     ap.add_argument("--out")
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: the table of docs/benchmarks.md from the JSON (--out)")
     opts = ap.parse_args(argv)
+    if opts.render:
+        import json
+        with open(opts.out or C.default_out("onnx_export", False)) as f:
+            C.write_between_markers(os.path.join(C._ROOT, "docs", "benchmarks.md"), "onnx_export",
+                                    render(json.load(f)))
+        return 0
     import onnxruntime
     models = opts.models or (QUICK if opts.quick else FULL)
     out = opts.out or C.default_out("onnx_export", opts.quick)
@@ -178,6 +187,35 @@ def main(argv=None) -> int:
                     r.get("export_s"), (r.get("onnx_bytes", 0) + r.get("data_bytes", 0)) / 2 ** 20]
                    for r in rows])
     return 0 if all(r.get("within") for r in rows) else 1
+
+
+def render(data: dict) -> str:
+    """The markdown table of a run: one line per output judged."""
+    env = data["environment"]
+    lines = [f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores, shared; load "
+             f"average {env['loadavg'][0]:.1f} at the start, {env['loadavg_end'][0]:.1f} at the end), "
+             f"MXNet {env['mxnet']}, onnx {env['onnx']}, onnxruntime {env['onnxruntime']} (CPU EP). "
+             f"Command: `{data['command']}`. Errors: max |x − fp32| / max |fp32| per output; "
+             "*within*: onnx ≤ 1.5 × emulate + 0.005 on each judged output.", "",
+             "| model | output | onnx | emulate | onnx − emulate | fp32 ONNX | within | convert s | "
+             "export s | ONNX MiB | Cast nodes (from amp casts) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in data["rows"]:
+        if "onnx_err" not in r:
+            lines.append(f"| {r['model']} | {r.get('not_exported') or r.get('error', '')[-200:]} |"
+                         + " |" * 9)
+            continue
+        judged = set(r["judged_outputs"])
+        for k, name in enumerate(r["outputs"]):
+            first = k == 0
+            lines.append(
+                f"| {r['model'] if first else ''} | {name}{'' if k in judged else ' (not judged)'} | "
+                f"{r['onnx_err'][k]:.3g} | {r['emulate_err'][k]:.3g} | {r['onnx_vs_emulate'][k]:.3g} | "
+                f"{r['fp32_onnx_err'][k]:.2g} | "
+                + (f"{'yes' if r['within'] else '**no**'} | {r['convert_s']:.2f} | {r['export_s']:.2f} | "
+                   f"{(r['onnx_bytes'] + r['data_bytes']) / 2 ** 20:.1f} | {r['cast_nodes']} ({r['amp_casts']}) |"
+                   if first else " | | | | |"))
+    return "\n".join(lines)
 
 
 def _nbytes(*dicts):

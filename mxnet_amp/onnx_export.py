@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from .errors import InputShapeError, OnnxExportError, OnnxMissingError, TargetDtypeError
+from .errors import InputShapeError, OnnxExportError, OnnxMissingError
 from .graph import CAST_OPS, Entry, Graph
 from .onnx_converters import OPSETS, converter_table, onnx_dtype
 from .onnx_weights import EXTERNAL_DATA_THRESHOLD, WeightPlan, plan_weights
@@ -153,14 +153,14 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     OnnxExportError
         Nodes whose op MXNet's exporter cannot convert (all of them, named, before any work),
         or whose converter fails; a model holding both float16 and bfloat16.
-    OnnxMissingError, InputShapeError, TargetDtypeError, OverwriteError, OutputPathError
+    OnnxMissingError, InputShapeError, OverwriteError, OutputPathError
     """
     started = time.perf_counter()
     _import_onnx()
     from .io import graph_from_symbol
     if opset not in OPSETS:
-        raise TargetDtypeError(f"opset {opset} is not one MXNet 1.9.1's exporter converts to; "
-                               f"choose one of {', '.join(map(str, OPSETS))}")
+        raise OnnxExportError([("(opset)", str(opset), "MXNet 1.9.1's exporter converts to opset "
+                                f"{' or '.join(map(str, OPSETS))} only")], "cannot be exported")
     path = os.fspath(path)
     graph = graph_from_symbol(sym)
     params = {**arg_params, **aux_params}
