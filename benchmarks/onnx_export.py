@@ -26,6 +26,8 @@ average at start and end) goes with the results (benchmarks/results/onnx_export.
     python benchmarks/onnx_export.py --quick    # resnet18_v1 at 64 px and a 2-layer BERT
     python benchmarks/onnx_export.py --models resnet50_v1 bert_12_768_12
     python benchmarks/onnx_export.py --render   # docs/benchmarks.md's table from the JSON
+    python benchmarks/onnx_export.py --render-trained benchmarks/results/trained_zoo_onnx*.json
+                                                # docs/onnx.md's trained zoo table
 
 Needs the ``onnx`` extra and onnxruntime (installed ``--no-deps`` beside numpy 1.23.5:
 docs/onnx.md); BERT needs the ``nlp`` extra.
@@ -151,7 +153,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out")
     ap.add_argument("--render", action="store_true",
                     help="run nothing: the table of docs/benchmarks.md from the JSON (--out)")
+    ap.add_argument("--render-trained", nargs="+", metavar="JSON",
+                    help="run nothing: docs/onnx.md's table from trained_zoo.py results")
     opts = ap.parse_args(argv)
+    if opts.render_trained:
+        C.write_between_markers(os.path.join(C._ROOT, "docs", "onnx.md"), "trained_zoo_onnx",
+                                render_trained(opts.render_trained))
+        return 0
     if opts.render:
         import json
         with open(opts.out or C.default_out("onnx_export", False)) as f:
@@ -215,6 +223,31 @@ def render(data: dict) -> str:
                 + (f"{'yes' if r['within'] else '**no**'} | {r['convert_s']:.2f} | {r['export_s']:.2f} | "
                    f"{(r['onnx_bytes'] + r['data_bytes']) / 2 ** 20:.1f} | {r['cast_nodes']} ({r['amp_casts']}) |"
                    if first else " | | | | |"))
+    return "\n".join(lines)
+
+
+def render_trained(files) -> str:
+    """The float16 rows of trained_zoo.py runs: emulated and ONNX (onnxruntime) side by side."""
+    import json
+    lines = ["| model | fp32 acc | variant | emulated: acc / flips / error | onnx: acc / flips / error | "
+             "onnx: flips rounding does not explain | run |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in files:
+        with open(path) as f:
+            data = json.load(f)
+        env = data["environment"]
+        run = f"{env['utc']}, load {env['loadavg'][0]:.0f}"
+        for row in data["results"]:
+            for variant, paths in row.get("float16", {}).items():
+                if not isinstance(paths, dict) or "onnx" not in paths:
+                    continue
+
+                def cell(r):
+                    return (f"{100 * r['accuracy']:.1f}% / {r['flips']} / {r['rel_error']:.2g}"
+                            if "accuracy" in r else r.get("error", ""))
+                onnx_row = paths["onnx"]
+                lines.append(f"| {row['model']} | {100 * row['fp32_accuracy']:.1f}% | {variant} | "
+                             f"{cell(paths.get('emulated', {}))} | {cell(onnx_row)} | "
+                             f"{onnx_row.get('unexplained_flips', '-')} | {run} |")
     return "\n".join(lines)
 
 
