@@ -79,10 +79,15 @@ def _same_type_inputs(schema: Any, count: int) -> list[list[int]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def repair_float16_constants(graph: Any, reference: Any) -> list[str]:
+def repair_float16_constants(graph: Any, reference: Any, as_bfloat16: bool = False) -> list[str]:
     """Each FLOAT16 constant of ONNX ``graph`` (initializers, ``Constant`` values) given the
     value of the same-named float32 constant of ``reference`` (the same model exported in
-    float32), rounded to float16; in place. Returns the names repaired."""
+    float32), rounded to float16; in place. ``as_bfloat16``: the graph stands for a bfloat16
+    one, and the constants get their bfloat16 words (rounded once, from float32), still
+    labelled FLOAT16 until :func:`~mxnet_amp.onnx_retype.retype_float16_as_bfloat16` relabels
+    them (given these names, it keeps their words). Returns the names repaired (an
+    attribute's tensor as ``OUTPUT/ATTRIBUTE``)."""
+    from .onnx_retype import bfloat16_bits
     from onnx import numpy_helper
     wide = {t.name: t for t in reference.initializer}
     wide.update({f"{n.output[0]}/{a.name}": a.t for n in reference.node for a in n.attribute
@@ -95,8 +100,9 @@ def repair_float16_constants(graph: Any, reference: Any) -> list[str]:
         source = wide.get(key)
         if tensor.data_type != _FLOAT16 or source is None or source.data_type != _FLOAT:
             continue
-        values = numpy_helper.to_array(source).astype(np.float16)
+        values = numpy_helper.to_array(source)
         tensor.ClearField("int32_data")
-        tensor.raw_data = values.astype("<f2").tobytes()
+        tensor.raw_data = (bfloat16_bits(values).astype("<u2") if as_bfloat16
+                           else values.astype("<f2")).tobytes()
         repaired.append(key)
     return repaired

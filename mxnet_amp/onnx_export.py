@@ -171,10 +171,11 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
                         external_data, external_threshold)
     data_path = path + ".data" if plan.location else None
     _check_paths(path, data_path, protect)
-    proto = _exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
+    proto, repaired = _exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
     names = list(output_names) if output_names is not None else onnx_output_names(graph)
     heads = [_mxnet_output_name(n) for n in sym.list_outputs()]
-    model, widened, constants = _finish(proto, plan, heads, names, exported.data, dtype, opset, dynamic_batch)
+    model, widened, constants = _finish(proto, plan, heads, names, exported.data, dtype, opset,
+                                        dynamic_batch, repaired)
     _write(model, plan, path, data_path)
     return _record(model, graph, path, data_path, opset, dtype, dynamic_batch, widened,
                    constants, time.perf_counter() - started)
@@ -270,19 +271,20 @@ def _mxnet_graph(inputs: _ExportInputs, graph: Graph, relabel: Mapping[str, str]
 
 
 def _exporter_graphs(inputs: _ExportInputs, graph: Graph, dtype: str | None, opset: int,
-                     dynamic_batch: bool) -> Any:
-    """The exporter's graph, its float16 constants made right: MXNet writes them as the bits
+                     dynamic_batch: bool) -> tuple[Any, frozenset[str]]:
+    """The exporter's graph and the constants repaired (for bfloat16: holding bfloat16
+    words, rounded once from float32), its float16 constants made right: MXNet writes them as the bits
     of a float16 read as a number (``np.float16(v).view(np.uint16)`` passed to onnx's
     ``make_tensor``, which since onnx 1.13 converts values itself: a clip at 6 clips at
     17920), so each takes its value from a float32 export of the same graph instead."""
     from .onnx_constants import repair_float16_constants
     if dtype is None:
-        return _mxnet_graph(inputs, graph, {}, opset, dynamic_batch)
+        return _mxnet_graph(inputs, graph, {}, opset, dynamic_batch), frozenset()
     # MXNet's exporter knows no bfloat16: a bfloat16 model is exported relabelled float16
     proto = _mxnet_graph(inputs, graph, {"bfloat16": "float16"}, opset, dynamic_batch)
     wide = _mxnet_graph(inputs, graph, {dtype: "float32"}, opset, dynamic_batch)
-    repair_float16_constants(proto, wide)
-    return proto
+    repaired = repair_float16_constants(proto, wide, as_bfloat16=dtype == "bfloat16")
+    return proto, frozenset(repaired)
 
 
 @contextlib.contextmanager
@@ -356,8 +358,8 @@ def _mxnet_output_name(name: str) -> str:
 
 
 def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequence[str],
-            data: Sequence[str], dtype: str | None, opset: int,
-            dynamic_batch: bool) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
+            data: Sequence[str], dtype: str | None, opset: int, dynamic_batch: bool,
+            repaired: frozenset[str]) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
     """The ``ModelProto`` and the nodes widened to float32 (bfloat16 only): weights as
     initializers (no longer graph inputs), the outputs in the symbol's order under
     ``names``, bfloat16 relabelled, the batch dimension named."""
@@ -380,7 +382,7 @@ def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequen
     del graph.initializer[:]
     graph.initializer.extend(kept)
     if dtype == "bfloat16":
-        retype_float16_as_bfloat16(graph)
+        retype_float16_as_bfloat16(graph, repaired)
     graph.initializer.extend(plan.initializers())
     _rename_outputs(graph, exported, names)
     if dynamic_batch:

@@ -27,10 +27,14 @@ def bfloat16_bits(values: np.ndarray) -> np.ndarray:
     return np.where(nan, np.uint16(0x7FC0), rounded)
 
 
-def _retype_tensor(tensor: Any) -> None:
-    """A FLOAT16 ``TensorProto`` as BFLOAT16, in place (its values re-rounded)."""
+def _retype_tensor(tensor: Any, words: bool = False) -> None:
+    """A FLOAT16 ``TensorProto`` as BFLOAT16, in place: its values re-rounded, or (``words``)
+    its raw data kept, bfloat16 words already."""
     from onnx import numpy_helper
     if tensor.data_type != _FLOAT16:
+        return
+    if words:
+        tensor.data_type = _BFLOAT16
         return
     values = numpy_helper.to_array(tensor).astype(np.float32)
     tensor.ClearField("int32_data")
@@ -43,13 +47,16 @@ def _retype_type(type_proto: Any) -> None:
         type_proto.tensor_type.elem_type = _BFLOAT16
 
 
-def retype_float16_as_bfloat16(graph: Any) -> int:
+def retype_float16_as_bfloat16(graph: Any, words: frozenset[str] = frozenset()) -> int:
     """Relabel every FLOAT16 of ONNX ``graph`` (a ``GraphProto``, changed in place) BFLOAT16.
 
     Parameters
     ----------
     graph : onnx.GraphProto
         The exporter's graph, before the weights are added.
+    words : frozenset of str
+        Constants (initializer names, ``OUTPUT/ATTRIBUTE``) whose raw data holds bfloat16
+        words already (:func:`~mxnet_amp.onnx_constants.repair_float16_constants`).
 
     Returns
     -------
@@ -59,7 +66,7 @@ def retype_float16_as_bfloat16(graph: Any) -> int:
     count = 0
     for tensor in graph.initializer:
         count += tensor.data_type == _FLOAT16
-        _retype_tensor(tensor)
+        _retype_tensor(tensor, tensor.name in words)
     for info in (*graph.input, *graph.output, *graph.value_info):
         _retype_type(info.type)
     for node in graph.node:
@@ -68,12 +75,12 @@ def retype_float16_as_bfloat16(graph: Any) -> int:
                 attribute.i = _BFLOAT16
                 count += 1
             if attribute.HasField("t") and attribute.t.data_type == _FLOAT16:
-                _retype_tensor(attribute.t)
+                _retype_tensor(attribute.t, f"{node.output[0]}/{attribute.name}" in words)
                 count += 1
             for sub in attribute.graphs:
-                count += retype_float16_as_bfloat16(sub)
+                count += retype_float16_as_bfloat16(sub, words)
             if attribute.HasField("g"):
-                count += retype_float16_as_bfloat16(attribute.g)
+                count += retype_float16_as_bfloat16(attribute.g, words)
     return count
 
 

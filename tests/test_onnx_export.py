@@ -258,3 +258,19 @@ def test_cli_convert_with_onnx_and_export_onnx(tmp_path, capsys):
     assert main(["convert", prefix, "--target-dtype", "float16", "--out", prefix + "-x",
                  "--onnx", str(tmp_path / "x.onnx")]) != 0
     assert not os.path.exists(prefix + "-x-symbol.json") and not os.path.exists(tmp_path / "x.onnx")
+
+
+def test_bfloat16_constants_are_rounded_once_from_their_float32_values(tmp_path):
+    # a clip at 1e6: past float16's range (inf there), a finite bfloat16
+    from mxnet_amp.onnx_retype import bfloat16_bits
+    d = mx.sym.var("data")
+    c = mx.sym.Convolution(d, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv")
+    out = mx.sym.clip(c, a_min=-0.1, a_max=1e6, name="cl")
+    shapes, _, _ = out.infer_shape(data=X.shape)
+    args = {n: mx.nd.ones(s) * 0.1 for n, s in zip(out.list_arguments(), shapes) if n != "data"}
+    _, rec, proto = _export(tmp_path, out, args, {}, dtype="bfloat16")
+    values = {t.name: t for t in proto.graph.initializer}
+    for name, value in (("cl_max", 1e6), ("cl_min", -0.1)):
+        assert values[name].data_type == BFLOAT16
+        word = np.frombuffer(values[name].raw_data, "<u2")[0]
+        assert word == bfloat16_bits(np.array([value], "float32"))[0], name
