@@ -27,9 +27,16 @@ Methods:
   returns a model beside them), so its floor is fp32 + fp16, as for the method above;
 * ``ours_auto_fp32_weights``: the same with ``cast_optional_params=False`` (weights stay
   float32, cast in the graph): the returned model shares the caller's arrays.
+* ``ours_onnx_fp32_weights`` (``--methods``; the onnx extra): ``mxnet_amp.load_checkpoint``
+  + ``convert_model(..., cast_optional_params=False)`` (2.68 GB of float32 weights: past
+  protobuf's 2 GB) + ``mxnet_amp.export_onnx`` to ``OUT.onnx``, which puts the weights in
+  ``OUT.onnx.data`` (external data), written one weight at a time;
+* ``ours_onnx``: the same with float16 weights (1.34 GB: inline in the ``.onnx`` file, whose
+  protobuf message holds a copy of them while it is written).
 
     python benchmarks/memory.py            # 2.68 GB of fp32 params (needs ~4 GB RAM, ~7 GB /tmp)
     python benchmarks/memory.py --quick    # 4 x 512^2, seconds
+    python benchmarks/memory.py --methods ours_onnx_fp32_weights ours_onnx --out benchmarks/results/memory_onnx.json
 
 ``--before-src DIR`` (a source tree of another commit, e.g. ``git archive <commit> | tar -x
 -C DIR``) also runs the named ``--before-methods`` with that tree's ``mxnet_amp``, right after
@@ -49,6 +56,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ("ours_checkpoint", "contrib", "ours_convert_model", "ours_convert_model_keep_fp32",
            "ours_auto", "ours_auto_fp32_weights")
+# ONNX export (the onnx extra): not in the default run, name them with --methods
+ONNX_METHODS = ("ours_onnx_fp32_weights", "ours_onnx")
 
 
 # ---------------------------------------------------------------------------- children
@@ -132,6 +141,17 @@ def child_convert(method: str, prefix: str, out_prefix: str) -> dict:
                  "auto_low_precision_nodes": report.low_precision_nodes,
                  # peak RSS so far at the end of each stage: where the peak comes from
                  "peak_by_stage_end_bytes": stages}
+    elif method in ONNX_METHODS:
+        sym, args, auxs = mxnet_amp.load_checkpoint(prefix, 0)
+        width = args["fc0_weight"].shape[1]
+        sym, args, auxs = mxnet_amp.convert_model(sym, args, auxs, target_dtype="float16",
+                                                  cast_optional_params=method == "ours_onnx")
+        stages = {"convert": _vm("VmHWM")}
+        record = mxnet_amp.export_onnx(sym, args, auxs, {"data": (1, width)}, out_prefix + ".onnx")
+        stages["export"] = _vm("VmHWM")
+        extra = {"onnx_bytes": record.model_bytes, "onnx_data_bytes": record.data_bytes,
+                 "onnx_external_data": record.data_path is not None, "export_s": record.seconds,
+                 "peak_by_stage_end_bytes": stages}
     else:
         raise SystemExit(f"unknown method {method!r}")
     mx.nd.waitall()
@@ -164,7 +184,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a 4 MB checkpoint, seconds (the smoke test)")
     ap.add_argument("--layers", type=int, default=10)
     ap.add_argument("--width", type=int, default=8192)
-    ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS + ONNX_METHODS)
     ap.add_argument("--workdir", default="/tmp", help="where the temporary checkpoint folder goes")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/memory.json)")
     ap.add_argument("--before-src", help="a source tree of another commit: also run --before-methods "
@@ -204,7 +224,16 @@ def main(argv=None) -> int:
             row = {"method": method + (" (before)" if src else ""), "exit_code": rc}
             if src:
                 row["mxnet_amp_source"] = os.path.abspath(src)
-            if rc == 0 and report is not None:
+            if rc == 0 and report is not None and method in ONNX_METHODS:
+                row.update({**report, "ru_maxrss_bytes": maxrss,
+                            "peak_over_param_bytes": report["vmhwm_bytes"] / param_bytes,
+                            "peak_above_baseline_over_param_bytes":
+                                (report["vmhwm_bytes"] - report["baseline_rss_bytes"]) / param_bytes,
+                            "ru_maxrss_over_param_bytes": maxrss / param_bytes})
+                for suffix in (".onnx", ".onnx.data"):
+                    if os.path.exists(out_prefix + suffix):
+                        os.unlink(out_prefix + suffix)
+            elif rc == 0 and report is not None:
                 out_file = os.path.getsize(f"{out_prefix}-0000.params")
                 with open(f"{out_prefix}-symbol.json") as f:
                     casts = sum(n["op"] in C.CAST_OPS for n in json.load(f)["nodes"])

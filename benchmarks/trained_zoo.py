@@ -93,13 +93,23 @@ VARIANTS = {
 }
 
 
+def _onnxruntime() -> bool:
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def paths(dtype: str) -> tuple[str, ...]:
-    """Where a converted model runs: float16 emulated only (no CPU float16 kernels);
-    bfloat16 emulated, and natively through Module (fused) and SymbolBlock (unfused) where
-    this CPU runs bfloat16."""
+    """Where a converted model runs: float16 emulated (no CPU float16 kernels in MXNet) and,
+    where onnx and onnxruntime are installed, exported to ONNX (``mxnet_amp.export_onnx``)
+    and run in onnxruntime's CPU execution provider in float16; bfloat16 emulated, and
+    natively through Module (fused) and SymbolBlock (unfused) where this CPU runs bfloat16."""
     from mxnet_amp.hardware import bf16_runs_natively
     if dtype == "float16":
-        return ("emulated",)
+        return ("emulated", "onnx") if _onnxruntime() else ("emulated",)
     return ("emulated", "module", "symbolblock") if bf16_runs_natively() else ("emulated",)
 
 
@@ -109,7 +119,19 @@ def logits_on(path: str, sym, args, auxs, x: np.ndarray, folder: str) -> np.ndar
         return zt.rows(tm.logits_of(sym, args, auxs, x, "emulated"))
     if path == "module":
         return zt.rows(zt.module_logits(sym, args, auxs, x))
+    if path == "onnx":
+        return zt.rows(onnx_logits(sym, args, auxs, x, folder))
     return zt.rows(zt.symbolblock_logits(sym, args, auxs, x, folder))
+
+
+def onnx_logits(sym, args, auxs, x: np.ndarray, folder: str) -> np.ndarray:
+    """Logits of the model exported to ONNX (dynamic batch) and run in onnxruntime (CPU EP)."""
+    import onnxruntime as ort
+    from mxnet_amp import export_onnx
+    path = os.path.join(folder, "deploy.onnx")
+    export_onnx(sym, args, auxs, {"data": (zt.BATCH,) + x.shape[1:]}, path, dynamic_batch=True)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return zt.batches(lambda xb: session.run(None, {"data": xb.astype("float32")})[0].astype("float32"), x)
 
 
 def measure(logits: np.ndarray, ref: np.ndarray, labels: np.ndarray) -> dict:
@@ -159,6 +181,9 @@ def convert_row(judge, ref, dtype: str, variant: str, folder: str) -> tuple[dict
         return {"error": got["error"]}, {}
     row, judged = {"convert_s": time.perf_counter() - t0, **C.cast_counts(got["sym"])}, {}
     for path in paths(dtype):
+        if path == "onnx" and not isinstance(judge, ClassJudge):
+            row[path] = {"error": "not measured: the detector is judged on MXNet runs only"}
+            continue
         try:
             outs = judge.run(path, got["sym"], got["args"], got["auxs"], folder)
             row[path] = judge.measure(outs, ref)

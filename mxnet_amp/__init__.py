@@ -22,12 +22,13 @@ from .errors import (AlreadyConvertedError, AMPError, ArgumentError, CheckpointE
                      UnknownOpError)
 from .gluon import convert_block, convert_hybrid_block, emulate_block, export_block
 from .io import save_checkpoint
+from .onnx_export import OnnxExport, export_onnx
 from .policy import load_policy
 
 __all__ = [
     "convert_symbol", "convert_model", "convert_hybrid_block", "convert_block",
     "convert_checkpoint", "convert_bucketing_module", "save_checkpoint", "load_checkpoint",
-    "export_block",
+    "export_block", "export_onnx", "OnnxExport",
     "emulate", "emulate_model", "emulate_block", "auto_convert_model", "auto_convert_block",
     "load_policy",
     "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_widest_type_cast",

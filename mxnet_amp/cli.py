@@ -159,7 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-epoch", type=int, default=None, metavar="N",
                    help="output epoch (default: the input epoch)")
     _input_shape_option(p)
+    p.add_argument("--onnx", metavar="FILE.onnx", default=None,
+                   help="also export the converted model to ONNX (needs --input-shape; the "
+                   "onnx extra)")
+    _onnx_options(p)
     p.set_defaults(run=_cmd_convert)
+    _export_onnx_parser(sub)
 
     p = sub.add_parser("inspect", formatter_class=_PrefixFirst,
                        help="print what a conversion would do; writes no checkpoint",
@@ -192,6 +197,30 @@ def build_parser() -> argparse.ArgumentParser:
     _output_options(p)
     p.set_defaults(run=_cmd_demo)
     return parser
+
+
+def _export_onnx_parser(sub: Any) -> None:
+    p = sub.add_parser("export-onnx", help="export a (converted) checkpoint to ONNX",
+                       description="Export PREFIX-symbol.json + PREFIX-NNNN.params (a converted "
+                       "checkpoint: casts kept) to ONNX, each amp cast an ONNX Cast, weights in "
+                       "their stored dtypes.")
+    p.add_argument("prefix", metavar="PREFIX", help="checkpoint prefix")
+    p.add_argument("--epoch", type=int, default=0, metavar="N", help="checkpoint epoch (default 0)")
+    p.add_argument("-o", "--out", metavar="FILE.onnx", required=True, help="the ONNX file")
+    _input_shape_option(p)
+    _onnx_options(p)
+    p.add_argument("--report", metavar="FILE.json", help="write the export record as JSON")
+    p.set_defaults(run=_cmd_export_onnx)
+
+
+def _onnx_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--opset", type=int, default=13, choices=(12, 13),
+                   help="ONNX opset (default 13; MXNet 1.9.1's exporter converts to 12 and 13)")
+    p.add_argument("--dynamic-batch", action="store_true",
+                   help="leave the first dimension of each input free ('batch')")
+    p.add_argument("--external-data", action=argparse.BooleanOptionalAction, default=None,
+                   help="weights in FILE.onnx.data beside the model (default: when they "
+                   "exceed protobuf's 2 GB limit)")
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -275,6 +304,9 @@ def _files(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], list
     if out is not None:
         epoch = args.epoch if getattr(args, "out_epoch", None) is None else args.out_epoch
         outputs += [(f"{what} (--out)", path) for what, path in checkpoint_outputs(out, epoch)]
+    onnx_file = getattr(args, "onnx", None) if args.command == "convert" else getattr(args, "out", None) \
+        if args.command == "export-onnx" else None
+    outputs += [("ONNX file", onnx_file), ("ONNX external data", onnx_file and onnx_file + ".data")]
     outputs += [("--report file", getattr(args, "report", None)),
                 ("--graph file", getattr(args, "graph", None)),
                 ("--html file", getattr(args, "html", None))]
@@ -337,11 +369,60 @@ def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, 
 # --- commands -----------------------------------------------------------------------------
 
 def _cmd_convert(args: argparse.Namespace) -> int:
+    if args.onnx:
+        _onnx_preflight(args)
     conversion, report = _convert_prefix(args, write=True)
     out = args.out or args.prefix + "-amp"
     epoch = args.epoch if args.out_epoch is None else args.out_epoch
+    if args.onnx:
+        record = _export_onnx(args, out, epoch, args.onnx)
+        report = with_extra(report, {"onnx": record.to_dict(), "notes": [
+            *report.extra.get("notes", ()), *record.describe().splitlines()]})
     finish(args, conversion, report)
-    say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params")
+    say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params"
+        + (f" and {args.onnx}" if args.onnx else ""))
+    return 0
+
+
+def _onnx_preflight(args: argparse.Namespace) -> None:
+    """Before any file is written: input shapes given, onnx installed, every op exportable."""
+    import mxnet as mx
+    from .onnx_export import check_exportable
+    from .paths import checkpoint_files
+    if not args.input_shapes:
+        raise CLIError("--onnx needs the shape of each model input: --input-shape NAME:SHAPE")
+    _check_prefix(args.prefix, args.epoch)
+    check_exportable(mx.sym.load(checkpoint_files(args.prefix, args.epoch)[0]), args.opset)
+
+
+def _export_onnx(args: argparse.Namespace, prefix: str, epoch: int, path: str) -> Any:
+    from .checkpoint import checkpoint_inputs
+    from .io import load_checkpoint
+    from .onnx_export import export_onnx
+    shapes = dict(_shape_spec(spec, "--input-shape") for spec in args.input_shapes)
+    sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
+    protect = [p for _, p in checkpoint_inputs(args.prefix, args.epoch) if p]
+    return export_onnx(sym, arg_params, aux_params, shapes, path, opset=args.opset,
+                       dynamic_batch=args.dynamic_batch, external_data=args.external_data,
+                       protect=protect)
+
+
+def _cmd_export_onnx(args: argparse.Namespace) -> int:
+    import json
+    from .io import atomic_write
+    if not args.input_shapes:
+        raise CLIError("export-onnx needs the shape of each model input: --input-shape NAME:SHAPE")
+    _check_prefix(args.prefix, args.epoch)
+    record = _export_onnx(args, args.prefix, args.epoch, args.out)
+    print(record.describe())
+    if args.report:
+        text = json.dumps(record.to_dict(), indent=1)
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        atomic_write(args.report, write)
+    say(f"{PROG}: wrote {args.out}" + (f" and {record.data_path}" if record.data_path else ""))
     return 0
 
 

@@ -31,6 +31,8 @@ __all__ = [
     "InputValueError",
     "BackendError",
     "ArgumentError",
+    "OnnxExportError",
+    "OnnxMissingError",
     "error_text",
 ]
 
@@ -153,6 +155,20 @@ class ArgumentError(AMPError, TypeError, ValueError):
     """An argument of a public function has a wrong type or value (a str where a list or a
     bool goes, a negative count, an unknown choice); the message names the parameter. Also a
     TypeError and a ValueError, which callers caught before it existed."""
+
+
+class OnnxExportError(AMPError, ValueError):
+    """A model cannot be exported to ONNX: ``nodes`` holds every ``(node, op, why)`` at fault
+    (all of them, found before anything is converted where the op has no converter)."""
+
+    def __init__(self, nodes: Iterable[tuple[str, str, str]], what: str = "cannot be exported to ONNX") -> None:
+        self.nodes = tuple(nodes)
+        lines = "\n".join(f"  {name!r} ({op}): {why}" for name, op, why in self.nodes)
+        super().__init__(f"{len(self.nodes)} node(s) {what}:\n{lines}")
+
+
+class OnnxMissingError(AMPError, ImportError):
+    """The ``onnx`` package (the ``onnx`` extra) is not installed."""
 
 
 class TargetDtypeError(AMPError, ValueError):

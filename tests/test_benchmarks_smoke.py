@@ -334,3 +334,28 @@ def test_trained_zoo_quick(tmp_path):
     assert row["float16"]["ours_fold"]["emulated"]["unexplained_flips"] >= 0   # judged per image
     assert "| quick_cifar_resnet20_v1 |" in md.read_text()
     assert list((tmp_path / "cache").glob("*/meta.json"))      # trained weights cached by recipe
+
+
+def test_onnx_export_quick(tmp_path):
+    pytest.importorskip("onnx", reason="the onnx extra")
+    pytest.importorskip("onnxruntime", reason="onnxruntime, installed --no-deps (docs/onnx.md)")
+    pytest.importorskip("gluonnlp", reason="the nlp extra")
+    _, out = run_script("onnx_export", tmp_path)
+    data = load(out)
+    assert data["complete"] and data["environment"]["onnx"] == "1.14.1"
+    for row in data["rows"]:
+        assert row["within"], row
+        assert row["opset"] == 13 and row["amp_casts"] >= 1 and row["onnx_bytes"] > 0
+        assert len(row["onnx_err"]) == len(row["emulate_err"]) == len(row["outputs"])
+
+
+def test_memory_quick_onnx(tmp_path):
+    pytest.importorskip("onnx", reason="the onnx extra")
+    _, out = run_script("memory", tmp_path, "--methods", "ours_onnx_fp32_weights", "ours_onnx",
+                        "--workdir", str(tmp_path))
+    rows = load(out)["results"]
+    assert [r["method"] for r in rows] == ["ours_onnx_fp32_weights", "ours_onnx"]
+    for r in rows:
+        assert r["exit_code"] == 0 and r["onnx_bytes"] > 0 and not r["onnx_external_data"], r
+    # float32 weights: the file holds twice the float16 one's bytes
+    assert 1.9 < rows[0]["onnx_bytes"] / rows[1]["onnx_bytes"] < 2.1

@@ -1,0 +1,300 @@
+"""Float16 models exported to ONNX and run in onnxruntime (CPU EP), judged against MXNet fp32.
+
+Each model is built as the other CPU benchmarks build it (gluoncv, ``pretrained=False``,
+random He init with BatchNorm statistics calibrated on a random batch, as
+benchmarks/cpu_inference.py and tools/zoo_sweep do; BERT: gluonnlp 0.10's
+``bert_12_768_12``, random Normal(0.02) weights, as benchmarks/nlp_inference.py), converted
+to float16 by ``mxnet_amp.convert_model`` (defaults: BatchNorms folded, weights stored in
+float16), exported by ``mxnet_amp.export_onnx`` (opset 13) and run in onnxruntime's CPU
+execution provider, which has float16 kernels for what these graphs hold. MXNet cannot run
+float16 on a CPU, so the reference is the float32 model in MXNet and the judge of float16
+arithmetic is ``mxnet_amp.emulate_model`` (float32 runs with every low precision tensor
+rounded). Per output, with ``err(x) = max|x - fp32| / max|fp32|``:
+
+  * ``onnx_err``: the exported model in onnxruntime;
+  * ``emulate_err``: our emulation of the same conversion;
+  * the criterion ``onnx_err <= 1.5 * emulate_err + 0.005``;
+  * ``onnx_vs_emulate``: ``max|onnx - emulate| / max|fp32|``;
+  * ``fp32_onnx_err``: the float32 model exported the same way, in onnxruntime: what the
+    export itself changes.
+
+Also recorded: conversion and export wall time, ONNX file sizes, ``Cast`` nodes, and any op
+the exporter refuses (the typed error's node list). The environment (CPU, flags, load
+average at start and end) goes with the results (benchmarks/results/onnx_export.json).
+
+    python benchmarks/onnx_export.py            # the six models (~15 min on 2 loaded cores)
+    python benchmarks/onnx_export.py --quick    # resnet18_v1 at 64 px and a 2-layer BERT
+    python benchmarks/onnx_export.py --models resnet50_v1 bert_12_768_12
+    python benchmarks/onnx_export.py --render   # docs/benchmarks.md's table from the JSON
+    python benchmarks/onnx_export.py --render-trained benchmarks/results/trained_zoo_onnx*.json
+                                                # docs/onnx.md's trained zoo table
+
+Needs the ``onnx`` extra and onnxruntime (installed ``--no-deps`` beside numpy 1.23.5:
+docs/onnx.md); BERT needs the ``nlp`` extra.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+import _common as C
+
+FULL = ["resnet50_v1", "mobilenetv2_1.0", "inceptionv3", "densenet121",
+        "ssd_512_mobilenet1.0_voc", "bert_12_768_12"]
+QUICK = ["resnet18_v1@64", "bert_2x64"]
+BERT_QUICK = dict(num_layers=2, units=64, hidden_size=128, num_heads=4, max_length=32, embed_size=64)
+
+
+def _detector(name: str):
+    """A detector as the zoo sweep builds and judges it (tools/zoo_sweep: BatchNorm
+    calibrated, graph BatchNorms too; judged on the dense tensors before box decoding and
+    NMS, exposed as extra outputs, as a score ordering flip after NMS is no error)."""
+    model = C.load_tool("zoo_sweep").sweep._Model(name, "calibrated")
+    model.export()
+    x = model.x.asnumpy() if hasattr(model.x, "asnumpy") else np.asarray(model.x)
+    shape = "x".join(map(str, x.shape))
+    return (model.probe(model.sym), model.args, model.auxs, {"data": x.astype("float32")},
+            f"gluoncv {name} as the zoo sweep builds it (calibrated BN), {shape}, judged on "
+            f"{len(model.checked)} dense tensors before NMS", list(model.checked))
+
+
+def _model(spec: str):
+    """``(sym, args, auxs, inputs: dict name -> numpy, label, judged outputs or None)``."""
+    import mxnet as mx
+    if spec.startswith("ssd"):
+        return _detector(spec)
+    if spec.startswith("bert"):
+        import gluonnlp as nlp
+        hparams = BERT_QUICK if spec == "bert_2x64" else {}
+        seq, batch = (8, 2) if hparams else (128, 2)
+        vocab = nlp.vocab.BERTVocab(nlp.data.count_tokens([f"w{i}" for i in range(8000)]))
+        mx.random.seed(0)
+        net, _ = nlp.model.get_model("bert_12_768_12", dataset_name=None, vocab=vocab,
+                                     pretrained=False, use_decoder=False, use_classifier=False,
+                                     hparam_allow_override=bool(hparams), **hparams)
+        net.initialize(mx.init.Normal(0.02))
+        net.hybridize()
+        rng = np.random.default_rng(0)
+        arrays = [rng.integers(0, len(vocab), (batch, seq)).astype("float32"),
+                  np.zeros((batch, seq), "float32"), np.full((batch,), seq - 2, "float32")]
+        net(*[mx.nd.array(a) for a in arrays])
+        sym, args, auxs = C.block_checkpoint(net)
+        names = [n for n in sym.list_inputs() if n not in args and n not in auxs]
+        label = f"gluonnlp bert_12_768_12{' 2x64' if hparams else ''}, seq {seq}, batch {batch}"
+        return sym, args, auxs, dict(zip(names, arrays)), label, None
+    name, _, size = spec.partition("@")
+    size = int(size) if size else C.zoo_input_size(name)
+    sym, args, auxs = C.zoo_checkpoint(name, size, calibrate=True)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 3, size, size)).astype("float32")
+    return sym, args, auxs, {"data": x}, f"gluoncv {name} (calibrated BN), {size}px, batch 2", None
+
+
+def _mxnet_run(sym, args, auxs, inputs):
+    import mxnet as mx
+    feed = {k: mx.nd.array(v) for k, v in inputs.items()}
+    ex = sym.bind(mx.cpu(), {**args, **feed}, aux_states=auxs, grad_req="null")
+    return [o.astype("float32").asnumpy() for o in ex.forward(is_train=False)]
+
+
+def _errors(outs, ref):
+    """Per output ``max|out - ref| / max|ref|`` (float outputs)."""
+    return [float(np.abs(o.astype("float32") - r).max() / max(float(np.abs(r).max()), 1e-30))
+            for o, r in zip(outs, ref)]
+
+
+def measure(spec: str, folder: str) -> dict:
+    import mxnet_amp
+    from mxnet_amp.errors import AMPError
+    sym, args, auxs, inputs, label, judged = _model(spec)
+    row: dict = {"model": spec, "what": label}
+    t0 = time.perf_counter()
+    s16, a16, x16 = mxnet_amp.convert_model(sym, args, auxs, target_dtype="float16")
+    row["convert_s"] = time.perf_counter() - t0
+    path = os.path.join(folder, spec.replace("@", "_") + ".onnx")
+    try:
+        rec = mxnet_amp.export_onnx(s16, a16, x16, {k: v.shape for k, v in inputs.items()}, path)
+    except AMPError as err:
+        row["not_exported"] = [list(n) for n in getattr(err, "nodes", [])] or str(err)
+        return row
+    row.update(export_s=rec.seconds, onnx_bytes=rec.model_bytes, data_bytes=rec.data_bytes,
+               cast_nodes=rec.cast_nodes, amp_casts=rec.amp_casts, opset=rec.opset,
+               outputs=list(rec.outputs), params_fp32_bytes=_nbytes(args, auxs))
+    ref = _mxnet_run(sym, args, auxs, inputs)
+    emu = _mxnet_run(*mxnet_amp.emulate_model(s16, a16, x16), inputs)
+    import onnxruntime as ort
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    t0 = time.perf_counter()
+    got = sess.run(None, inputs)
+    row["ort_run_s"] = time.perf_counter() - t0
+    row["onnx_err"], row["emulate_err"] = _errors(got, ref), _errors(emu, ref)
+    row["onnx_vs_emulate"] = [float(np.abs(g.astype("float32") - e).max() / max(float(np.abs(r).max()), 1e-30))
+                              for g, e, r in zip(got, emu, ref)]
+    row["output_dtypes"] = [str(g.dtype) for g in got]
+    # the float32 model through the same exporter: what the export itself changes
+    path32 = os.path.join(folder, spec.replace("@", "_") + "_fp32.onnx")
+    mxnet_amp.export_onnx(sym, args, auxs, {k: v.shape for k, v in inputs.items()}, path32)
+    got32 = ort.InferenceSession(path32, providers=["CPUExecutionProvider"]).run(None, inputs)
+    row["fp32_onnx_err"] = _errors(got32, ref)
+    os.unlink(path32)
+    row["bfloat16"] = _bfloat16(sym, args, auxs, inputs, folder, spec)
+    judged = range(len(got)) if judged is None else judged
+    row["judged_outputs"] = list(judged)
+    row["within"] = all(row["onnx_err"][k] <= 1.5 * row["emulate_err"][k] + 0.005 for k in judged)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--models", nargs="+")
+    ap.add_argument("--out")
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: the table of docs/benchmarks.md from the JSON (--out)")
+    ap.add_argument("--render-trained", nargs="+", metavar="JSON",
+                    help="run nothing: docs/onnx.md's table from trained_zoo.py results")
+    opts = ap.parse_args(argv)
+    if opts.render_trained:
+        C.write_between_markers(os.path.join(C._ROOT, "docs", "onnx.md"), "trained_zoo_onnx",
+                                render_trained(opts.render_trained))
+        return 0
+    if opts.render:
+        import json
+        with open(opts.out or C.default_out("onnx_export", False)) as f:
+            C.write_between_markers(os.path.join(C._ROOT, "docs", "benchmarks.md"), "onnx_export",
+                                    render(json.load(f)))
+        return 0
+    import onnxruntime
+    models = opts.models or (QUICK if opts.quick else FULL)
+    out = opts.out or C.default_out("onnx_export", opts.quick)
+    env = C.environment()
+    env["onnxruntime"] = onnxruntime.__version__
+    import onnx
+    env["onnx"] = onnx.__version__
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for spec in models:
+            t0 = time.perf_counter()
+            try:
+                row = measure(spec, folder)
+            except Exception:  # noqa: BLE001  (recorded with the model; the others still run)
+                row = {"model": spec, "error": C.format_exc()}
+            row["wall_s"] = time.perf_counter() - t0
+            rows.append(row)
+            print(spec, {k: v for k, v in row.items() if k not in ("what",)}, flush=True)
+            C.write_json(out, {"environment": env, "rows": rows, "complete": False})
+    env["loadavg_end"] = os.getloadavg()
+    C.write_json(out, {"environment": env, "rows": rows, "complete": True})
+    C.print_table(["model", "onnx_err", "emulate_err", "onnx-emu", "fp32 onnx", "within", "conv s",
+                   "export s", "MiB"],
+                  [[r["model"], _worst(r.get("onnx_err")), _worst(r.get("emulate_err")),
+                    _worst(r.get("onnx_vs_emulate")), _worst(r.get("fp32_onnx_err")), r.get("within"),
+                    r.get("convert_s"),
+                    r.get("export_s"), (r.get("onnx_bytes", 0) + r.get("data_bytes", 0)) / 2 ** 20]
+                   for r in rows])
+    return 0 if all(r.get("within") for r in rows) else 1
+
+
+def _bfloat16(sym, args, auxs, inputs, folder: str, spec: str) -> dict:
+    """The bfloat16 conversion exported too, and what onnxruntime's CPU EP says of it: no
+    runtime here computes bfloat16 graphs (docs/onnx.md), so the answer is recorded, not run."""
+    import re
+    import mxnet_amp
+    import onnxruntime as ort
+    from mxnet_amp.errors import AMPError
+    path = os.path.join(folder, spec.replace("@", "_") + "_bf16.onnx")
+    s, a, x = mxnet_amp.convert_model(sym, args, auxs, target_dtype="bfloat16")
+    try:
+        rec = mxnet_amp.export_onnx(s, a, x, {k: v.shape for k, v in inputs.items()}, path)
+    except AMPError as err:
+        return {"exported": False, "why": str(err)[:500]}
+    out = {"exported": True, "onnx_bytes": rec.model_bytes + rec.data_bytes, "cast_nodes": rec.cast_nodes,
+           "widened_nodes": len(rec.widened), "export_s": rec.seconds}
+    try:
+        ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, inputs)
+        out["onnxruntime_cpu"] = "ran"
+    except Exception as err:  # noqa: BLE001  (the finding: which kernel is missing)
+        found = re.search(r"implementation for (\S+) node with name '([^']*)'", str(err))
+        out["onnxruntime_cpu"] = (f"no bfloat16 kernel for {found.group(1)} (node {found.group(2)!r})"
+                                  if found else f"{type(err).__name__}: {str(err)[:200]}")
+    os.unlink(path)
+    return out
+
+
+def render(data: dict) -> str:
+    """The markdown table of a run: one line per output judged."""
+    env = data["environment"]
+    lines = [f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores, shared; load "
+             f"average {env['loadavg'][0]:.1f} at the start, {env['loadavg_end'][0]:.1f} at the end), "
+             f"MXNet {env['mxnet']}, onnx {env['onnx']}, onnxruntime {env['onnxruntime']} (CPU EP). "
+             f"Command: `{data['command']}`. Errors: max |x − fp32| / max |fp32| per output; "
+             "*within*: onnx ≤ 1.5 × emulate + 0.005 on each judged output.", "",
+             "| model | output | onnx | emulate | onnx − emulate | fp32 ONNX | within | convert s | "
+             "export s | ONNX MiB | Cast nodes (from amp casts) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in data["rows"]:
+        if "onnx_err" not in r:
+            lines.append(f"| {r['model']} | {r.get('not_exported') or r.get('error', '')[-200:]} |"
+                         + " |" * 9)
+            continue
+        judged = set(r["judged_outputs"])
+        for k, name in enumerate(r["outputs"]):
+            first = k == 0
+            lines.append(
+                f"| {r['model'] if first else ''} | {name}{'' if k in judged else ' (not judged)'} | "
+                f"{r['onnx_err'][k]:.3g} | {r['emulate_err'][k]:.3g} | {r['onnx_vs_emulate'][k]:.3g} | "
+                f"{r['fp32_onnx_err'][k]:.2g} | "
+                + (f"{'yes' if r['within'] else '**no**'} | {r['convert_s']:.2f} | {r['export_s']:.2f} | "
+                   f"{(r['onnx_bytes'] + r['data_bytes']) / 2 ** 20:.1f} | {r['cast_nodes']} ({r['amp_casts']}) |"
+                   if first else " | | | | |"))
+    bf16 = [f"| {r['model']} | {'yes' if r['bfloat16'].get('exported') else 'no: ' + r['bfloat16'].get('why', '')} | "
+            f"{r['bfloat16'].get('widened_nodes', '-')} | {r['bfloat16'].get('onnxruntime_cpu', '-')} |"
+            for r in data["rows"] if "bfloat16" in r]
+    if bf16:
+        lines += ["", "bfloat16 conversions of the same models, exported (checker and shape inference "
+                  "pass) and offered to onnxruntime's CPU EP, which has no bfloat16 kernel for them: "
+                  "not run here (docs/onnx.md).", "",
+                  "| model | exported | nodes computed in float32 between casts (ONNX has no bf16 form at opset 13) | "
+                  "onnxruntime CPU EP |", "| --- | --- | --- | --- |", *bf16]
+    return "\n".join(lines)
+
+
+def render_trained(files) -> str:
+    """The float16 rows of trained_zoo.py runs: emulated and ONNX (onnxruntime) side by side."""
+    import json
+    lines = ["| model | fp32 acc | variant | emulated: acc / flips / error | onnx: acc / flips / error | "
+             "onnx: flips rounding does not explain | run |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in files:
+        with open(path) as f:
+            data = json.load(f)
+        env = data["environment"]
+        run = f"{env['utc']}, load {env['loadavg'][0]:.0f}"
+        for row in data["results"]:
+            for variant, paths in row.get("float16", {}).items():
+                if not isinstance(paths, dict) or "onnx" not in paths:
+                    continue
+
+                def cell(r):
+                    return (f"{100 * r['accuracy']:.1f}% / {r['flips']} / {r['rel_error']:.2g}"
+                            if "accuracy" in r else r.get("error", ""))
+                onnx_row = paths["onnx"]
+                lines.append(f"| {row['model']} | {100 * row['fp32_accuracy']:.1f}% | {variant} | "
+                             f"{cell(paths.get('emulated', {}))} | {cell(onnx_row)} | "
+                             f"{onnx_row.get('unexplained_flips', '-')} | {run} |")
+    return "\n".join(lines)
+
+
+def _nbytes(*dicts):
+    from mxnet_amp.dtypes import array_nbytes
+    return sum(array_nbytes(v) for d in dicts for v in d.values())
+
+
+def _worst(values):
+    return max(values) if values else None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

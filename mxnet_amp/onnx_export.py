@@ -1,0 +1,485 @@
+"""Export a converted (mixed precision) model to ONNX with every decision kept.
+
+MXNet's own exporter (``mx.onnx``, opsets 12 and 13) converts the graph, with converters for
+``amp_cast`` / ``amp_multicast`` added through its registration decorator
+(:mod:`mxnet_amp.onnx_converters`): each cast becomes an ONNX ``Cast`` where the conversion
+put it. The weights reach the exporter as typed graph inputs only and are written here in
+their stored dtypes (:mod:`mxnet_amp.onnx_weights`), inline or, past the 2 GB protobuf
+limit, in an external data file. A bfloat16 model is exported relabelled float16 and
+relabelled back (:mod:`mxnet_amp.onnx_retype`). The result passes ``onnx.checker``'s full
+check and ONNX's strict shape inference before its files take their names.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+from .errors import InputShapeError, OnnxExportError, OnnxMissingError
+from .graph import CAST_OPS, Entry, Graph
+from .onnx_converters import OPSETS, converter_table, onnx_dtype
+from .onnx_weights import EXTERNAL_DATA_THRESHOLD, WeightPlan, plan_weights
+
+__all__ = ["export_onnx", "OnnxExport", "DEFAULT_OPSET", "onnx_output_names", "check_exportable"]
+
+# opset 13: the newest MXNet 1.9.1 converts to (its opset-13 converters cover the ops whose
+# ONNX form changed, Softmax and the reductions among them); onnxruntime and TensorRT run it
+DEFAULT_OPSET = 13
+_BATCH = "batch"
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """What :func:`export_onnx` wrote.
+
+    Attributes
+    ----------
+    path, data_path : str, str or None
+        The model file; the external data file (None: the weights are inline).
+    opset : int
+    dtype : str or None
+        The model's low precision dtype (None: a float32 model).
+    model_bytes, data_bytes : int
+        File sizes.
+    cast_nodes : int
+        ONNX ``Cast`` nodes in the graph.
+    amp_cast_nodes, amp_casts : int, int
+        The model's ``amp_cast`` / ``amp_multicast`` nodes, and the ``Cast`` nodes they became
+        (a multicast becomes one per input).
+    inputs, outputs : tuple of str
+        Graph input and output names.
+    dynamic_batch : bool
+    widened : tuple of (str, str)
+        bfloat16 only: ``(node, ONNX op)`` of each node whose ONNX op takes no bfloat16 at the
+        opset, computed in float32 between casts (its inputs and outputs stay bfloat16).
+    constants : tuple of (str, str)
+        ``(node, constant)``: float32 constants MXNet's converters made beside a low
+        precision input, written in that dtype (:mod:`mxnet_amp.onnx_constants`).
+    seconds : float
+        Wall time of the export.
+    """
+
+    path: str
+    data_path: str | None
+    opset: int
+    dtype: str | None
+    model_bytes: int
+    data_bytes: int
+    cast_nodes: int
+    amp_cast_nodes: int
+    amp_casts: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    dynamic_batch: bool
+    widened: tuple[tuple[str, str], ...]
+    constants: tuple[tuple[str, str], ...]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-able values (the report's ``onnx`` entry)."""
+        return {k: (list(map(list, v)) if k in ("widened", "constants") else
+                    list(v) if isinstance(v, tuple) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+    def describe(self) -> str:
+        """The export, as the report's lines."""
+        files = f"{self.path} ({_size(self.model_bytes)})"
+        if self.data_path:
+            files += f" + external data {self.data_path} ({_size(self.data_bytes)})"
+        return "\n".join([
+            f"ONNX export: {files}, opset {self.opset}, {self.dtype or 'float32'}"
+            f"{', dynamic batch' if self.dynamic_batch else ''}",
+            f"  casts: {self.amp_cast_nodes} amp_cast/amp_multicast node(s) -> {self.amp_casts} "
+            f"ONNX Cast node(s); {self.cast_nodes} Cast node(s) in all",
+            f"  inputs: {', '.join(self.inputs)}; outputs: {', '.join(self.outputs)}",
+            *([f"  {len(self.widened)} node(s) whose ONNX op takes no bfloat16 at opset "
+               f"{self.opset} compute in float32 between casts (tensors stay bfloat16): "
+               + ", ".join(f"{n} ({op})" for n, op in self.widened[:8])
+               + (" ..." if len(self.widened) > 8 else "")] if self.widened else []),
+            *([f"  {len(self.constants)} float32 constant(s) of MXNet's converters beside a "
+               f"{self.dtype} input written in {self.dtype}"] if self.constants else []),
+            "  checked: onnx.checker (full check) and strict shape inference pass",
+        ])
+
+
+def _size(n: int) -> str:
+    return f"{n / 2 ** 20:.1f} MiB" if n >= 2 ** 20 else f"{n} B"
+
+
+def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str, Any],
+                input_shapes: Mapping[str, Sequence[int]], path: str | os.PathLike, *,
+                opset: int = DEFAULT_OPSET, dynamic_batch: bool = False,
+                input_dtypes: Mapping[str, str] | None = None,
+                output_names: Sequence[str] | None = None,
+                external_data: bool | None = None,
+                external_threshold: int = EXTERNAL_DATA_THRESHOLD,
+                protect: Sequence[str | os.PathLike] = ()) -> OnnxExport:
+    """Export a (converted) MXNet model to an ONNX file.
+
+    Parameters
+    ----------
+    sym : Symbol
+        The model, its ``amp_cast`` / ``amp_multicast`` nodes kept (``convert_model``'s
+        output, or a checkpoint saved by :func:`mxnet_amp.save_checkpoint`).
+    arg_params, aux_params : dict of str to NDArray
+        Written in their own dtypes (float16, bfloat16, float32...).
+    input_shapes : mapping of str to tuple of int
+        Shape of each model input (every argument without a param).
+    path : str or path
+        The ``.onnx`` file; with external data, ``PATH.data`` beside it. Both are written
+        atomically, after the checks pass.
+    opset : {12, 13}, default 13
+    dynamic_batch : bool, default False
+        Leave the first dimension of each input free (``batch``).
+    input_dtypes : mapping of str to str, optional
+        Dtype of model inputs (default float32, as conversions leave them).
+    output_names : sequence of str, optional
+        ONNX output names (default: each output named after the float32 model's tensor, a
+        head cast followed to what it casts, as MXNet's exporter names it).
+    external_data : bool or None, default None
+        Weights in ``PATH.data``: None decides by ``external_threshold`` (bytes of weights).
+    protect : sequence of paths
+        Files the outputs must not overwrite (the input checkpoint).
+
+    Returns
+    -------
+    OnnxExport
+
+    Raises
+    ------
+    OnnxExportError
+        Nodes whose op MXNet's exporter cannot convert (all of them, named, before any work),
+        or whose converter fails; a model holding both float16 and bfloat16.
+    OnnxMissingError, InputShapeError, OverwriteError, OutputPathError
+    """
+    started = time.perf_counter()
+    _import_onnx()
+    from .io import graph_from_symbol
+    if opset not in OPSETS:
+        raise OnnxExportError([("(opset)", str(opset), "MXNet 1.9.1's exporter converts to opset "
+                                f"{' or '.join(map(str, OPSETS))} only")], "cannot be exported")
+    path = os.fspath(path)
+    graph = graph_from_symbol(sym)
+    params = {**arg_params, **aux_params}
+    dtype = _low_dtype(graph, params)
+    _refuse_unexportable(graph, opset)
+    exported = _ExportInputs(sym, graph, params, input_shapes, input_dtypes or {})
+    plan = plan_weights(params, exported.weights, os.path.basename(path) + ".data",
+                        external_data, external_threshold)
+    data_path = path + ".data" if plan.location else None
+    _check_paths(path, data_path, protect)
+    proto, repaired = _exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
+    names = list(output_names) if output_names is not None else onnx_output_names(graph)
+    heads = [_mxnet_output_name(n) for n in sym.list_outputs()]
+    model, widened, constants = _finish(proto, plan, heads, names, exported.data, dtype, opset,
+                                        dynamic_batch, repaired)
+    _write(model, plan, path, data_path)
+    return _record(model, graph, path, data_path, opset, dtype, dynamic_batch, widened,
+                   constants, time.perf_counter() - started)
+
+
+def _import_onnx() -> None:
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise OnnxMissingError("ONNX export needs the onnx package: pip install -e \".[onnx]\" "
+                               "(onnx==1.14.1, the last with the onnx.mapping MXNet's exporter "
+                               "reads)") from None
+
+
+def _low_dtype(graph: Graph, params: Mapping[str, Any]) -> str | None:
+    """float16, bfloat16 or None: the model's low precision dtype (one at most)."""
+    from .dtypes import array_dtype
+    from .passes.relabel_dtype import dtypes_named
+    found = (dtypes_named(graph) | {array_dtype(a) for a in params.values()}) & {"float16", "bfloat16"}
+    if len(found) > 1:
+        raise OnnxExportError([("(model)", "-", "holds both float16 and bfloat16 tensors; the "
+                                "export supports one low precision dtype per model")])
+    return found.pop() if found else None
+
+
+def check_exportable(sym: Any, opset: int = DEFAULT_OPSET) -> None:
+    """Raise :class:`OnnxExportError` naming every node of ``sym`` whose op MXNet's ONNX
+    exporter has no converter for at ``opset`` (all of them, in one error)."""
+    from .io import graph_from_symbol
+    _import_onnx()
+    _refuse_unexportable(graph_from_symbol(sym), opset)
+
+
+def _refuse_unexportable(graph: Graph, opset: int) -> None:
+    """Every node whose op has no converter in MXNet's exporter, named, in one error."""
+    has = converter_table()
+    missing = [(n.name, n.op, f"MXNet's ONNX exporter has no converter for {n.op} at opset {opset}")
+               for n in graph.nodes if not n.is_variable and not has(n.op, opset)]
+    if missing:
+        raise OnnxExportError(missing)
+
+
+class _ExportInputs:
+    """The exporter's view of the inputs: data inputs (shapes given) then weights, in the
+    symbol's ``list_inputs`` order, each with its shape and dtype name."""
+
+    def __init__(self, sym: Any, graph: Graph, params: Mapping[str, Any],
+                 shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str]) -> None:
+        from .dtypes import array_dtype
+        internals = sym.get_internals()
+        # MXNet's exporter skips this one input (a loss's label), as it names it
+        label = internals[len(internals) - 1].name + "_label"
+        self.names = [n for n in sym.list_inputs() if n != label]
+        self.data = [n for n in self.names if n not in params]
+        self.weights = [n for n in self.names if n in params]
+        unknown = sorted(set(shapes) - set(self.data) - {label})
+        missing = [n for n in self.data if n not in shapes]
+        if unknown or missing:
+            raise InputShapeError(
+                f"input shapes must name each model input ({', '.join(self.data)}): "
+                + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
+                            + ([f"not a model input: {', '.join(unknown)}"] if unknown else [])))
+        self.shapes = {n: tuple(int(d) for d in shapes[n]) for n in self.data}
+        self.shapes.update({n: tuple(params[n].shape) for n in self.weights})
+        self.dtypes = {n: dtypes.get(n, "float32") for n in self.data}
+        self.dtypes.update({n: array_dtype(params[n]) for n in self.weights})
+
+
+def _mxnet_graph(inputs: _ExportInputs, graph: Graph, relabel: Mapping[str, str], opset: int,
+                 dynamic_batch: bool) -> Any:
+    """MXNet's exporter run on the model, every input (weights too) a typed graph input, each
+    dtype in ``relabel`` shown to the exporter as the dtype it maps to."""
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    from .onnx_converters import register_converters
+    from .passes.relabel_dtype import relabel_dtype
+    register_converters()
+    shown = graph
+    for old, new in relabel.items():
+        shown = relabel_dtype(shown, old, new)
+    types = [onnx_dtype(relabel.get(inputs.dtypes[n], inputs.dtypes[n])) for n in inputs.names]
+    shapes = [inputs.shapes[n] for n in inputs.names]
+    dynamic = [((None,) + s[1:]) if n in inputs.data else s for n, s in zip(inputs.names, shapes)]
+    try:
+        with _graph_checked_at(opset):
+            return MXNetGraph().create_onnx_graph_proto(
+                _casts_kept_symbol(shown), {}, shapes, types, opset_version=opset,
+                dynamic=dynamic_batch, dynamic_input_shapes=dynamic if dynamic_batch else None)
+    except Exception as err:  # a converter's own failure: name the node it was converting
+        node = _failing_node(err)
+        what = "MXNet's converter" if node else "MXNet's exporter"
+        raise OnnxExportError([(node.get("name", "(graph)"), node.get("op", "-"),
+                                f"{what} failed: {type(err).__name__}: {err}")]) from err
+
+
+def _exporter_graphs(inputs: _ExportInputs, graph: Graph, dtype: str | None, opset: int,
+                     dynamic_batch: bool) -> tuple[Any, frozenset[str]]:
+    """The exporter's graph and the constants repaired (for bfloat16: holding bfloat16
+    words, rounded once from float32), its float16 constants made right: MXNet writes them as the bits
+    of a float16 read as a number (``np.float16(v).view(np.uint16)`` passed to onnx's
+    ``make_tensor``, which since onnx 1.13 converts values itself: a clip at 6 clips at
+    17920), so each takes its value from a float32 export of the same graph instead."""
+    from .onnx_constants import repair_float16_constants
+    if dtype is None:
+        return _mxnet_graph(inputs, graph, {}, opset, dynamic_batch), frozenset()
+    # MXNet's exporter knows no bfloat16: a bfloat16 model is exported relabelled float16
+    proto = _mxnet_graph(inputs, graph, {"bfloat16": "float16"}, opset, dynamic_batch)
+    wide = _mxnet_graph(inputs, graph, {dtype: "float32"}, opset, dynamic_batch)
+    repaired = repair_float16_constants(proto, wide, as_bfloat16=dtype == "bfloat16")
+    return proto, frozenset(repaired)
+
+
+@contextlib.contextmanager
+def _graph_checked_at(opset: int) -> Iterator[None]:
+    """MXNet's exporter ends with ``onnx.checker.check_graph(graph)``, which checks against
+    onnx's default context: the newest opset the onnx package knows (19 for onnx 1.14), not
+    the one exported. An opset-13 ReduceMean (its ``axes`` an attribute until opset 18: every
+    LayerNorm) then fails that check although it is right. The default context is set to
+    the exported opset for the call, and restored after."""
+    from onnx import checker
+    before = checker.DEFAULT_CONTEXT.opset_imports
+    checker.DEFAULT_CONTEXT.opset_imports = {"": opset}
+    try:
+        yield
+    finally:
+        checker.DEFAULT_CONTEXT.opset_imports = before
+
+
+def _failing_node(err: BaseException) -> dict:
+    """The MXNet JSON node ``MXNetGraph.convert_layer`` was converting when ``err`` rose."""
+    tb = err.__traceback__
+    node: dict = {}
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "convert_layer":
+            node = tb.tb_frame.f_locals.get("node", node)
+        tb = tb.tb_next
+    return node
+
+
+def _casts_kept_symbol(graph: Graph) -> Any:
+    """A Symbol of ``graph`` whose ``tojson()`` keeps the amp casts: MXNet's exporter reads
+    the graph through ``tojson()``, which drops casts by default (``remove_amp_cast``)."""
+    import mxnet as mx
+    from .io import graph_to_symbol
+
+    class CastsKeptSymbol(mx.sym.Symbol):
+        def tojson(self, remove_amp_cast: bool = False) -> str:
+            return str(super().tojson(remove_amp_cast=False))
+
+    sym = graph_to_symbol(graph)
+    kept = CastsKeptSymbol(sym.handle)
+    sym.handle = None   # the handle changes owner: freed once, by ``kept``
+    return kept
+
+
+def onnx_output_names(graph: Graph) -> list[str]:
+    """The float32 model's output names as MXNet's exporter writes them: each head followed
+    through the casts a conversion puts before it (dtype only: the tensor is the same)."""
+    import mxnet as mx
+    from .io import graph_to_symbol
+    heads = []
+    for head in graph.heads:
+        while graph.nodes[head.node].op in CAST_OPS:
+            node = graph.nodes[head.node]
+            head = node.inputs[head.output if node.op == "amp_multicast" else 0]
+        heads.append(Entry(head.node, head.output))
+    sym = graph_to_symbol(Graph(graph.nodes, tuple(heads), graph.attrs))
+    assert isinstance(sym, mx.sym.Symbol)
+    return [_mxnet_output_name(n) for n in sym.list_outputs()]
+
+
+def _mxnet_output_name(name: str) -> str:
+    """MXNet's exporter's name for a symbol output (``MXNetGraph.get_outputs``' rule)."""
+    import re
+    for suffix, end in (("_state_output", "1"), ("_statecell_output", "2"), ("_output", "")):
+        if name.endswith(suffix):
+            return name[:-len(suffix)] + end
+    if re.search(".*_output[0-9]$", name):
+        return name[:-len("_output0")] + name[-1]
+    return name
+
+
+def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequence[str],
+            data: Sequence[str], dtype: str | None, opset: int, dynamic_batch: bool,
+            repaired: frozenset[str]) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
+    """The ``ModelProto`` and the nodes widened to float32 (bfloat16 only): weights as
+    initializers (no longer graph inputs), the outputs in the symbol's order under
+    ``names``, bfloat16 relabelled, the batch dimension named."""
+    from onnx import helper
+    from .onnx_constants import match_constant_dtypes
+    from .onnx_retype import retype_float16_as_bfloat16, widen_where_bfloat16_is_not_onnx
+    model = helper.make_model(proto, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="mxnet-amp")
+    graph = model.graph
+    low_constants = match_constant_dtypes(model, opset)
+    widened = widen_where_bfloat16_is_not_onnx(model, opset) if dtype == "bfloat16" else []
+    # graph inputs: the data only (MXNet's converters list some of their constants there
+    # too, which onnxruntime then cannot fold); constants no node reads are dropped
+    constants = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in set(plan.names) | constants]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    kept = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    if dtype == "bfloat16":
+        retype_float16_as_bfloat16(graph, repaired)
+    graph.initializer.extend(plan.initializers())
+    _rename_outputs(graph, exported, names)
+    if dynamic_batch:
+        for info in graph.input:
+            if info.name in data:
+                info.type.tensor_type.shape.dim[0].dim_param = _BATCH
+    return model, widened, low_constants
+
+
+def _rename_outputs(proto: Any, exported: Sequence[str], names: Sequence[str]) -> None:
+    """Graph outputs in the symbol's order, output ``k`` (the exporter's ``exported[k]``)
+    renamed ``names[k]``; a tensor inside the graph that already has that name (the float16
+    tensor a head cast reads, say) is renamed ``NAME_inner``."""
+    if len(exported) != len(names):
+        raise OnnxExportError([("(outputs)", "-", f"{len(names)} output name(s) given for "
+                                f"{len(exported)} model output(s)")])
+    taken = {t for node in proto.node for t in (*node.input, *node.output)}
+    taken |= {i.name for i in proto.input} | {t.name for t in proto.initializer}
+    renames = {old: new for old, new in zip(exported, names) if old != new}
+    for new in list(renames.values()):
+        if new in taken and new not in renames:
+            inner = new + "_inner"
+            while inner in taken:
+                inner += "_"
+            renames[new] = inner
+    for node in proto.node:
+        node.output[:] = [renames.get(o, o) for o in node.output]
+        node.input[:] = [renames.get(i, i) for i in node.input]
+    for info in (*proto.input, *proto.value_info):
+        info.name = renames.get(info.name, info.name)
+    by_name = {info.name: info for info in proto.output}
+    outputs = [by_name[old] for old in exported]
+    for info, name in zip(outputs, names):
+        info.name = name
+    del proto.output[:]
+    proto.output.extend(outputs)
+
+
+def _check_paths(path: str, data_path: str | None, protect: Sequence[str | os.PathLike]) -> None:
+    from .paths import check_outputs
+    check_outputs([("input file", p) for p in protect],
+                  [("ONNX model", path), ("ONNX external data", data_path)])
+
+
+def _check(model_path: str) -> None:
+    """``onnx.checker`` (full check) and strict shape inference on the file at ``model_path``."""
+    import onnx
+    try:
+        onnx.checker.check_model(model_path, full_check=True)
+        onnx.shape_inference.infer_shapes_path(model_path, model_path + ".shapes", strict_mode=True)
+    except Exception as err:
+        raise OnnxExportError([("(model)", "-", f"the exported graph fails ONNX's checks: {err}")]) from err
+    finally:
+        if os.path.exists(model_path + ".shapes"):
+            os.unlink(model_path + ".shapes")
+
+
+def _write(model: Any, plan: WeightPlan, path: str, data_path: str | None) -> None:
+    """Both files written atomically (:func:`mxnet_amp.io.atomic_writes`), the model checked
+    on disk before either file takes its name. The checks read a small skeleton of the
+    model beside it (:meth:`WeightPlan.skeleton`): ONNX's checker loads a whole model file,
+    which would be one more copy of the weights."""
+    from .io import atomic_writes
+    written: dict[str, str] = {}
+
+    def write_data(tmp: str) -> None:
+        plan.data_writer()(tmp)
+        written["data"] = tmp
+
+    def write_model(tmp: str) -> None:
+        plan.model_writer(model)(tmp)
+        check, sparse = tmp + ".check", tmp + ".check.data"
+        try:
+            skeleton = plan.skeleton(model, written.get("data"), sparse)
+            with open(check, "wb") as f:
+                f.write(skeleton.SerializeToString())
+            _check(check)
+        finally:
+            for leftover in (check, sparse):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+    files = ([(data_path, write_data)] if data_path else []) + [(path, write_model)]
+    atomic_writes(files)
+
+
+def _record(model: Any, graph: Graph, path: str, data_path: str | None, opset: int,
+            dtype: str | None, dynamic_batch: bool, widened: list[tuple[str, str]],
+            constants: list[tuple[str, str]], seconds: float) -> OnnxExport:
+    amp_nodes = [n for n in graph.nodes if n.op in CAST_OPS]
+    amp_casts = sum(len(n.inputs) if n.op == "amp_multicast" else 1 for n in amp_nodes)
+    weights = {t.name for t in model.graph.initializer}
+    return OnnxExport(
+        path=path, data_path=data_path, opset=opset, dtype=dtype,
+        model_bytes=os.path.getsize(path),
+        data_bytes=os.path.getsize(data_path) if data_path else 0,
+        cast_nodes=sum(n.op_type == "Cast" for n in model.graph.node),
+        amp_cast_nodes=len(amp_nodes), amp_casts=amp_casts,
+        inputs=tuple(i.name for i in model.graph.input if i.name not in weights),
+        outputs=tuple(o.name for o in model.graph.output), dynamic_batch=dynamic_batch,
+        widened=tuple(widened), constants=tuple(constants), seconds=seconds)

@@ -1,0 +1,276 @@
+"""ONNX export (mxnet_amp.export_onnx, mxnet-amp export-onnx / convert --onnx).
+
+Verified with onnx's own checker, strict shape inference and ``onnx.reference.ReferenceEvaluator``
+(pure numpy, runs float16 graphs): the ``onnx`` extra, in the ``test`` extra too.
+"""
+from __future__ import annotations
+
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from helpers import rel_error, run, small_model
+
+onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import mxnet_amp as amp  # noqa: E402
+from mxnet_amp.errors import OnnxExportError, OverwriteError  # noqa: E402
+
+FLOAT, FLOAT16, BFLOAT16 = 1, 10, 16
+X = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype("float32")
+
+
+def _mixed_model():
+    """conv -> relu -> fc, whose output meets a float32 softmax in a widest-type add: an
+    amp_multicast; clip (relu6) and GELU, whose MXNet converters make constants."""
+    d = mx.sym.var("data")
+    c = mx.sym.Convolution(d, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv")
+    r = mx.sym.clip(c, a_min=0.0, a_max=0.5, name="relu6")
+    g = mx.sym.LeakyReLU(r, act_type="gelu", name="gelu")
+    fc = mx.sym.FullyConnected(mx.sym.flatten(g, name="flat"), num_hidden=5, name="fc")
+    sm = mx.sym.softmax(fc, name="sm")
+    out = mx.sym.broadcast_add(fc, sm, name="mix")
+    shapes, _, _ = out.infer_shape(data=X.shape)
+    rng = np.random.default_rng(0)
+    args = {n: mx.nd.array(rng.standard_normal(s).astype("float32") * 0.3)
+            for n, s in zip(out.list_arguments(), shapes) if n != "data"}
+    return out, args, {}
+
+
+def _export(tmp_path, sym, args, auxs, dtype="float16", name="m.onnx", **kw):
+    s, a, x = amp.convert_model(sym, args, auxs, target_dtype=dtype) if dtype else (sym, args, auxs)
+    path = tmp_path / name
+    rec = amp.export_onnx(s, a, x, {"data": X.shape}, path, **kw)
+    return (s, a, x), rec, onnx.load(str(path))
+
+
+def _evaluate(model, x=X):
+    return [np.asarray(o, dtype="float32") for o in ReferenceEvaluator(model).run(None, {"data": x})]
+
+
+def _emulated(converted, x=X):
+    return run(*amp.emulate_model(*converted), {"data": x})
+
+
+@pytest.mark.parametrize("model", [small_model, _mixed_model])
+def test_each_amp_cast_is_an_onnx_cast_and_the_checks_pass(tmp_path, model):
+    converted, rec, proto = _export(tmp_path, *model())
+    graph = amp.io.graph_from_symbol(converted[0])
+    casts = {n.name: n for n in graph.nodes if n.op in ("amp_cast", "amp_multicast")}
+    assert casts, "the conversion put casts in"
+    onnx_casts = {n.name: n for n in proto.graph.node if n.op_type == "Cast"}
+    for name, node in casts.items():
+        if node.op == "amp_cast":
+            to = {"float16": FLOAT16, "float32": FLOAT}[node.attrs["dtype"]]
+            assert onnx_casts[name].attribute[0].i == to
+        else:  # one Cast per input, to the widest dtype: float32 beside the softmax
+            for k in range(len(node.inputs)):
+                assert onnx_casts[f"{name}{k}"].attribute[0].i == FLOAT
+    assert rec.amp_cast_nodes == len(casts)
+    assert rec.amp_casts == sum(len(n.inputs) if n.op == "amp_multicast" else 1 for n in casts.values())
+    assert rec.cast_nodes == len(onnx_casts)
+    onnx.checker.check_model(str(rec.path), full_check=True)
+    onnx.shape_inference.infer_shapes(proto, strict_mode=True)
+    # the weights in their stored dtypes, bit for bit
+    stored = {**converted[1], **converted[2]}
+    for tensor in proto.graph.initializer:
+        if tensor.name in stored:
+            want = stored[tensor.name].asnumpy()
+            got = onnx.numpy_helper.to_array(tensor)
+            assert got.dtype == want.dtype and np.array_equal(got, want), tensor.name
+
+
+@pytest.mark.parametrize("model", [small_model, _mixed_model])
+def test_float16_numerics_match_the_emulation(tmp_path, model):
+    sym, args, auxs = model()
+    converted, _, proto = _export(tmp_path, sym, args, auxs)
+    ref = run(sym, args, auxs, {"data": X})
+    emulated = _emulated(converted)
+    got = _evaluate(proto)
+    for g, e, r in zip(got, emulated, ref):
+        assert rel_error(g, e) < 4e-3                      # float16 arithmetic, both ways
+        assert rel_error(g, r) <= 1.5 * rel_error(e, r) + 0.005
+
+
+def test_float16_constants_of_mxnet_converters_keep_their_values(tmp_path):
+    # MXNet writes float16 constants as their bits read as a number: the clip at 0.5 would
+    # clip at 14336, GELU's 1/2 and 1 would be 14336 and 15360
+    _, _, proto = _export(tmp_path, *_mixed_model())
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    assert float(values["relu6_max"]) == 0.5 and float(values["relu6_min"]) == 0.0
+    assert values["relu6_max"].dtype == np.float16
+    halves = [v for k, v in values.items() if k.startswith("gelu") and v.dtype == np.float16]
+    assert halves and all(abs(float(v)) <= 2 for v in halves)
+
+
+def test_bfloat16_exports_with_its_bits_and_says_what_onnx_cannot_hold(tmp_path):
+    sym, args, auxs = small_model()
+    converted, rec, proto = _export(tmp_path, sym, args, auxs, dtype="bfloat16")
+    onnx.checker.check_model(str(rec.path), full_check=True)
+    onnx.shape_inference.infer_shapes(proto, strict_mode=True)
+    assert rec.dtype == "bfloat16"
+    graph = amp.io.graph_from_symbol(converted[0])
+    to = {n.name: n.attribute[0].i for n in proto.graph.node if n.op_type == "Cast"}
+    for node in graph.nodes:
+        if node.op == "amp_cast":
+            assert to[node.name] == (BFLOAT16 if node.attrs["dtype"] == "bfloat16" else FLOAT)
+    weights = {t.name: t for t in proto.graph.initializer}
+    for name, array in converted[1].items():
+        if amp.dtypes.array_dtype(array) == "bfloat16":
+            bits = array.astype("float32").asnumpy().view(np.uint32) >> 16
+            assert weights[name].data_type == BFLOAT16
+            assert np.frombuffer(weights[name].raw_data, "<u2").tolist() == bits.ravel().tolist()
+    # ONNX's Conv takes no bfloat16 at opset 13: computed in float32 between casts, said
+    assert ("conv1_fwd" in dict(rec.widened) or "conv1" in dict(rec.widened))
+    assert "take no bfloat16" in rec.describe() or "takes no bfloat16" in rec.describe()
+
+
+def test_dynamic_batch_and_names_kept(tmp_path):
+    sym, args, auxs = small_model()
+    converted, rec, proto = _export(tmp_path, sym, args, auxs, dynamic_batch=True)
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == "batch" and [d.dim_value for d in dims[1:]] == [3, 8, 8]
+    emulated = _emulated(converted, X[:1])
+    for batch in (1, 3):
+        x = np.concatenate([X] * 2)[:batch]
+        got = _evaluate(proto, x)[0]
+        assert got.shape[0] == batch
+        assert rel_error(got[:1], emulated[0]) < 4e-3
+    # the names MXNet's own exporter gives the float32 model
+    path32 = str(tmp_path / "fp32.onnx")
+    mx.onnx.export_model(sym, {**args, **auxs}, [X.shape], np.float32, path32)
+    fp32 = onnx.load(path32).graph
+    assert [i.name for i in proto.graph.input] == ["data"] == [i.name for i in fp32.input][:1]
+    assert [o.name for o in proto.graph.output] == [o.name for o in fp32.output] == list(rec.outputs)
+
+
+def _wide_model():
+    """conv -> fc with a 64 KB float16 weight (and a conv weight under 1 KB)."""
+    d = mx.sym.var("data")
+    c = mx.sym.Convolution(d, num_filter=16, kernel=(3, 3), pad=(1, 1), name="conv1")
+    out = mx.sym.FullyConnected(mx.sym.flatten(c), num_hidden=32, name="fc")
+    shapes, _, _ = out.infer_shape(data=X.shape)
+    rng = np.random.default_rng(0)
+    return out, {n: mx.nd.array(rng.standard_normal(s) * 0.05) for n, s in
+                 zip(out.list_arguments(), shapes) if n != "data"}, {}
+
+
+def test_external_data_holds_the_weights_when_asked_for_by_size(tmp_path):
+    sym, args, auxs = _wide_model()
+    _, inline, inline_proto = _export(tmp_path, sym, args, auxs, name="inline.onnx")
+    _, rec, _ = _export(tmp_path, sym, args, auxs, name="big.onnx", external_threshold=100)
+    assert inline.data_path is None and not os.path.exists(str(inline.path) + ".data")
+    assert rec.data_path == str(tmp_path / "big.onnx.data") and os.path.getsize(rec.data_path) == rec.data_bytes
+    header = onnx.load(str(rec.path), load_external_data=False)
+    external = [t.name for t in header.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    inline_small = [t.name for t in header.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    assert external == ["fc_weight"]                 # 64 KB; the rest under 1 KB stays inline
+    assert "conv1_weight" in inline_small and "fc_bias" in inline_small
+    assert rec.model_bytes < inline.model_bytes / 2
+    onnx.checker.check_model(str(rec.path), full_check=True)
+    # moved elsewhere the pair still loads (the location is relative) and computes the same
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for src in (rec.path, rec.data_path):
+        os.rename(src, moved / os.path.basename(src))
+    proto = onnx.load(str(moved / "big.onnx"))
+    for a, b in zip(_evaluate(proto), _evaluate(inline_proto)):
+        assert np.array_equal(a, b)
+
+
+def test_unexportable_ops_are_all_named_before_anything_is_written(tmp_path):
+    d = mx.sym.var("data")
+    fc = mx.sym.FullyConnected(mx.sym.flatten(d), num_hidden=4, name="fc")
+    out = mx.sym.softsign(mx.sym.erfinv(fc, name="inv"), name="soft")
+    shapes, _, _ = out.infer_shape(data=X.shape)
+    args = {n: mx.nd.ones(s) * 0.01 for n, s in zip(out.list_arguments(), shapes) if n != "data"}
+    s, a, x = amp.convert_model(out, args, {}, target_dtype="float16")
+    path = tmp_path / "m.onnx"
+    with pytest.raises(OnnxExportError) as err:
+        amp.export_onnx(s, a, x, {"data": X.shape}, path)
+    assert {(n, op) for n, op, _ in err.value.nodes} == {("inv", "erfinv"), ("soft", "softsign")}
+    assert "'inv' (erfinv)" in str(err.value) and "'soft' (softsign)" in str(err.value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_never_overwrites_the_input_and_leaves_nothing_half_written(tmp_path):
+    sym, args, auxs = small_model()
+    s, a, x = amp.convert_model(sym, args, auxs, target_dtype="float16")
+    prefix = str(tmp_path / "m")
+    amp.save_checkpoint(prefix, 0, s, a, x)
+    params = prefix + "-0000.params"
+    before = open(params, "rb").read()
+    kept = {k: v.asnumpy().copy() for k, v in a.items()}
+    with pytest.raises(OverwriteError):
+        amp.export_onnx(s, a, x, {"data": X.shape}, params, protect=[params, prefix + "-symbol.json"])
+    assert open(params, "rb").read() == before
+    with pytest.raises(amp.InputShapeError):
+        amp.export_onnx(s, a, x, {"images": X.shape}, tmp_path / "bad.onnx")
+    assert sorted(os.listdir(tmp_path)) == ["m-0000.params", "m-symbol.json"]
+    amp.export_onnx(s, a, x, {"data": X.shape}, tmp_path / "ok.onnx")
+    assert sorted(os.listdir(tmp_path)) == ["m-0000.params", "m-symbol.json", "ok.onnx"]
+    assert all(np.array_equal(kept[k], a[k].asnumpy()) for k in kept)   # arguments untouched
+
+
+def test_converters_are_registered_once_beside_mxnets_own():
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    from mxnet_amp.onnx_converters import register_converters
+    before = {v: dict(MXNetGraph.registry_[v]) for v in (12, 13)}
+    register_converters()
+    register_converters()
+    for v in (12, 13):
+        assert "amp_cast" in MXNetGraph.registry_[v] and "amp_multicast" in MXNetGraph.registry_[v]
+        for op, fn in before[v].items():
+            assert MXNetGraph.registry_[v][op] is fn
+
+
+def test_bfloat16_bits_round_to_nearest_even():
+    from mxnet_amp.onnx_retype import bfloat16_bits
+    values = np.array([1.0, 1.00390625, 1.01171875, -2.5, np.inf, np.nan], "float32")
+    bits = bfloat16_bits(values)
+    # 1 + 2^-8 is a tie: to even (1.0); 1 + 3 * 2^-8 rounds up to 1 + 2^-6
+    assert bits.tolist()[:5] == [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80]
+    assert (bits[5] & 0x7F80) == 0x7F80 and (bits[5] & 0x7F)
+
+
+def test_cli_convert_with_onnx_and_export_onnx(tmp_path, capsys):
+    from mxnet_amp.cli import main
+    sym, args, auxs = small_model()
+    prefix = str(tmp_path / "m")
+    amp.save_checkpoint(prefix, 0, sym, args, auxs)
+    out = str(tmp_path / "m16.onnx")
+    assert main(["convert", prefix, "--target-dtype", "float16", "--out", prefix + "-fp16",
+                 "--onnx", out, "--input-shape", "data:2x3x8x8", "--dynamic-batch", "-q",
+                 "--report", str(tmp_path / "r.json")]) == 0
+    import json
+    record = json.load(open(tmp_path / "r.json"))["extra"]["onnx"]
+    assert record["opset"] == 13 and record["dynamic_batch"] and record["path"] == out
+    assert record["amp_casts"] >= 1 and record["model_bytes"] == os.path.getsize(out)
+    assert main(["export-onnx", prefix + "-fp16", "--input-shape", "data:2x3x8x8", "-o",
+                 str(tmp_path / "again.onnx"), "--external-data"]) == 0
+    assert os.path.exists(tmp_path / "again.onnx.data")
+    assert "ONNX export:" in capsys.readouterr().out
+    # the input checkpoint is never the output; no shape, no file
+    assert main(["export-onnx", prefix, "--input-shape", "data:2x3x8x8", "-o", prefix + "-0000.params"]) != 0
+    assert main(["convert", prefix, "--target-dtype", "float16", "--out", prefix + "-x",
+                 "--onnx", str(tmp_path / "x.onnx")]) != 0
+    assert not os.path.exists(prefix + "-x-symbol.json") and not os.path.exists(tmp_path / "x.onnx")
+
+
+def test_bfloat16_constants_are_rounded_once_from_their_float32_values(tmp_path):
+    # a clip at 1e6: past float16's range (inf there), a finite bfloat16
+    from mxnet_amp.onnx_retype import bfloat16_bits
+    d = mx.sym.var("data")
+    c = mx.sym.Convolution(d, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv")
+    out = mx.sym.clip(c, a_min=-0.1, a_max=1e6, name="cl")
+    shapes, _, _ = out.infer_shape(data=X.shape)
+    args = {n: mx.nd.ones(s) * 0.1 for n, s in zip(out.list_arguments(), shapes) if n != "data"}
+    _, rec, proto = _export(tmp_path, out, args, {}, dtype="bfloat16")
+    values = {t.name: t for t in proto.graph.initializer}
+    for name, value in (("cl_max", 1e6), ("cl_min", -0.1)):
+        assert values[name].data_type == BFLOAT16
+        word = np.frombuffer(values[name].raw_data, "<u2")[0]
+        assert word == bfloat16_bits(np.array([value], "float32"))[0], name
