@@ -45,8 +45,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        write: bool = True, shapes_from: str = "data_shapes",
                        progress: bool | None = False,
                        follow_ops: Sequence[str] | None = None,
-                       overrides: str = "replace", strict_params: bool = False,
-                       guard_weight_range: bool = True
+                       overrides: str = "replace", strict_params: bool = False, guard_weight_range: bool = True
                        ) -> tuple[Conversion, dict, dict, dict[str, int]]:
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 

@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from .errors import InputShapeError, OnnxExportError, OnnxMissingError
+from .errors import ArgumentError, InputShapeError, OnnxExportError, OnnxMissingError
 from .graph import CAST_OPS, Entry, Graph
+from .io import graph_from_symbol
 from .onnx_converters import OPSETS, converter_table, onnx_dtype
 from .onnx_weights import EXTERNAL_DATA_THRESHOLD, WeightPlan, plan_weights
 
@@ -122,23 +123,20 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     Parameters
     ----------
     sym : Symbol
-        The model, its ``amp_cast`` / ``amp_multicast`` nodes kept (``convert_model``'s
-        output, or a checkpoint saved by :func:`mxnet_amp.save_checkpoint`).
+        The model, its ``amp_cast`` / ``amp_multicast`` kept (``convert_model``'s output).
     arg_params, aux_params : dict of str to NDArray
         Written in their own dtypes (float16, bfloat16, float32...).
     input_shapes : mapping of str to tuple of int
         Shape of each model input (every argument without a param).
     path : str or path
-        The ``.onnx`` file; with external data, ``PATH.data`` beside it. Both are written
-        atomically, after the checks pass.
+        The ``.onnx`` file (external data: ``PATH.data`` beside it), written atomically.
     opset : {12, 13}, default 13
     dynamic_batch : bool, default False
         Leave the first dimension of each input free (``batch``).
     input_dtypes : mapping of str to str, optional
         Dtype of model inputs (default float32, as conversions leave them).
     output_names : sequence of str, optional
-        ONNX output names (default: each output named after the float32 model's tensor, a
-        head cast followed to what it casts, as MXNet's exporter names it).
+        ONNX output names (default: MXNet's exporter's names of the float32 model's heads).
     external_data : bool or None, default None
         Weights in ``PATH.data``: None decides by ``external_threshold`` (bytes of weights).
     protect : sequence of paths
@@ -151,34 +149,54 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     Raises
     ------
     OnnxExportError
-        Nodes whose op MXNet's exporter cannot convert (all of them, named, before any work),
-        or whose converter fails; a model holding both float16 and bfloat16.
-    OnnxMissingError, InputShapeError, OverwriteError, OutputPathError
+        Nodes MXNet's exporter cannot convert (all named, before any work); both low dtypes.
+    ArgumentError, OnnxMissingError, InputShapeError, OverwriteError, OutputPathError
     """
     started = time.perf_counter()
+    path, params = _checked_arguments(sym, arg_params, aux_params, input_shapes, path, opset, dynamic_batch,
+                                      input_dtypes, output_names, external_data, external_threshold)
     _import_onnx()
-    from .io import graph_from_symbol
-    if opset not in OPSETS:
-        raise OnnxExportError([("(opset)", str(opset), "MXNet 1.9.1's exporter converts to opset "
-                                f"{' or '.join(map(str, OPSETS))} only")], "cannot be exported")
-    path = os.fspath(path)
     graph = graph_from_symbol(sym)
-    params = {**arg_params, **aux_params}
     dtype = _low_dtype(graph, params)
     _refuse_unexportable(graph, opset)
     exported = _ExportInputs(sym, graph, params, input_shapes, input_dtypes or {})
-    plan = plan_weights(params, exported.weights, os.path.basename(path) + ".data",
-                        external_data, external_threshold)
+    plan = plan_weights(params, exported.weights, f"{os.path.basename(path)}.data", external_data, external_threshold)
     data_path = path + ".data" if plan.location else None
     _check_paths(path, data_path, protect)
     proto, repaired = _exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
     names = list(output_names) if output_names is not None else onnx_output_names(graph)
-    heads = [_mxnet_output_name(n) for n in sym.list_outputs()]
-    model, widened, constants = _finish(proto, plan, heads, names, exported.data, dtype, opset,
-                                        dynamic_batch, repaired)
+    model, widened, constants = _finish(proto, plan, [_mxnet_output_name(n) for n in sym.list_outputs()],
+                                        names, exported.data, dtype, opset, dynamic_batch, repaired)
     _write(model, plan, path, data_path)
     return _record(model, graph, path, data_path, opset, dtype, dynamic_batch, widened,
                    constants, time.perf_counter() - started)
+
+
+def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes: Any, path: Any,
+                       opset: Any, dynamic_batch: Any, input_dtypes: Any, output_names: Any,
+                       external_data: Any, external_threshold: Any) -> tuple[str, dict[str, Any]]:
+    """The export's path and params (arg and aux together), each argument checked first: an
+    :class:`~mxnet_amp.errors.ArgumentError` (or GraphError / ParamError) naming it."""
+    from .arguments import (check_bool, check_dtype_map, check_int, check_names, check_optional_bool,
+                            check_path, check_symbol, param_dict)
+    check_symbol(sym)
+    params = {**param_dict(arg_params, "arg_params"), **param_dict(aux_params, "aux_params")}
+    if not isinstance(input_shapes, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, Sequence) and not isinstance(v, str)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in v)
+            for k, v in input_shapes.items()):
+        raise ArgumentError(f"input_shapes must be a dict of input name to a tuple of positive ints, "
+                            f"got {input_shapes!r}")
+    check_path(path, "path")
+    if check_int(opset, "opset") not in OPSETS:
+        raise OnnxExportError([("(opset)", str(opset), "MXNet 1.9.1's exporter converts to opset "
+                                f"{' or '.join(map(str, OPSETS))} only")], "cannot be exported")
+    check_bool(dynamic_batch, "dynamic_batch")
+    check_dtype_map(input_dtypes, "input_dtypes", [n for n in sym.list_arguments() if n not in params])
+    check_names(output_names, "output_names")
+    check_optional_bool(external_data, "external_data")
+    check_int(external_threshold, "external_threshold")
+    return os.fspath(path), params
 
 
 def _import_onnx() -> None:
@@ -204,7 +222,6 @@ def _low_dtype(graph: Graph, params: Mapping[str, Any]) -> str | None:
 def check_exportable(sym: Any, opset: int = DEFAULT_OPSET) -> None:
     """Raise :class:`OnnxExportError` naming every node of ``sym`` whose op MXNet's ONNX
     exporter has no converter for at ``opset`` (all of them, in one error)."""
-    from .io import graph_from_symbol
     _import_onnx()
     _refuse_unexportable(graph_from_symbol(sym), opset)
 

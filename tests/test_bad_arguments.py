@@ -8,6 +8,8 @@ allowed); the call must raise an :class:`AMPError` whose message names the param
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 import warnings
 
 import mxnet as mx
@@ -116,6 +118,13 @@ BAD = {
     "drop": ["percent", 3],
     "block": [None, 3, nn.Block, _dict_block],
     "bucketing_mod": [None, 3],
+    "guard_weight_range": NOT_BOOL,
+    "input_shapes": [None, "data", {"data": (0, 4)}, {"data": "ab"}],
+    "opset": [11, "13", None],
+    "dynamic_batch": NOT_BOOL,
+    "output_names": [3, [3]],
+    "external_data": ["yes", 2],
+    "external_threshold": [-1, "a", 2.5],
 }
 
 
@@ -133,6 +142,8 @@ def _call(name):
         "auto_convert_model": lambda: dict(sym=SYM, arg_params=ARGS, aux_params={}, sample_inputs=SAMPLE,
                                            target_dtype="bfloat16", quiet=True, execution="emulated"),
         "load_policy": lambda: dict(target_dtype="bfloat16"),
+        "export_onnx": lambda: dict(sym=SYM, arg_params=ARGS, aux_params={}, input_shapes={"data": (2, 4)},
+                                    path=os.path.join(tempfile.mkdtemp(), "m.onnx")),
         "auto_convert_block": lambda: dict(block=_net(), sample_inputs=SAMPLE["data"],
                                            target_dtype="bfloat16", quiet=True, execution="emulated"),
     }.get(name, lambda: {})()
@@ -147,7 +158,9 @@ PARAMS = {
     "convert_model": ["sym", "arg_params", "aux_params", "target_dtype", "fp32_ops", "target_dtype_ops",
                       "conditional_fp32_ops", "excluded_sym_names", "cast_optional_params",
                       "widest_dtype_ops", "data_names", "data_shapes", "fold_batchnorm", "follow_ops",
-                      "overrides", "strict_params"],
+                      "overrides", "strict_params", "guard_weight_range"],
+    "export_onnx": ["sym", "arg_params", "aux_params", "input_shapes", "path", "opset", "dynamic_batch",
+                    "input_dtypes", "output_names", "external_data", "external_threshold"],
     "convert_hybrid_block": ["block", "target_dtype", "fp32_ops", "excluded_sym_names", "ctx",
                              "cast_optional_params", "input_names", "fold_batchnorm", "overrides",
                              "hybridize"],
