@@ -88,13 +88,33 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, positions
     rng = np.random.RandomState(_SEED)
     for name, tensor in fg.perturbed_feeds.items():
         ref = _tensor(tensors, positions, *tensor)
-        mag = np.abs(ref)
-        floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
-        delta = (PERTURBATION * (mag + floor)).astype(np.float32)
-        delta *= rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
+        delta = rounding_direction(ref, runs.target_dtype, rng)
         sizes[name] = float(np.dot(delta.ravel().astype(np.float64), delta.ravel()))
         feeds[name] = mx.nd.array(ref + delta, ctx=runs.ctx)
     return feeds, sizes
+
+
+def rounding_direction(ref: np.ndarray, dtype: str, rng: np.random.RandomState) -> np.ndarray:
+    """The perturbation of a reference tensor for the gains: its own rounding error in
+    ``dtype`` (``round(ref) - ref``), the error low precision really puts there. Random
+    signs overstated the gain of an op that cancels structured inputs (``a - b`` of paired
+    channels, a weight ``[S, -S]`` on ``[x; x]``): rounding changes equal values equally, so
+    it never breaks that structure and the cancellation removes it; random signs do break
+    it, and a harmless node upstream read as a culprit. Where the tensor rounds exactly
+    (zeros, small integers: nothing to follow), a random-sign move of relative size
+    ``PERTURBATION``; where its rounding is not finite (beyond the dtype's range: a range
+    culprit, excluded before), nothing."""
+    from ..emulation import round_numpy
+    finite = np.isfinite(ref)
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = np.where(finite, round_numpy(np.where(finite, ref, 0.0), dtype) - ref, 0.0)
+    delta = np.where(np.isfinite(delta), delta, 0.0).astype(np.float32)
+    if np.any(delta):
+        return delta
+    mag = np.abs(np.where(finite, ref, 0.0))
+    floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
+    delta = (PERTURBATION * (mag + floor)).astype(np.float32)
+    return delta * rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
 
 
 def _sq_diff(a: np.ndarray, b: np.ndarray) -> float:
