@@ -208,6 +208,9 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         excluded, kept, reference_finite, errors = reference_and_search(runs, original,
                                                                         settings, notes)
         model = runs.final(excluded)
+        from .deployed import deployment_note
+        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3])
+        notes.extend([deployed] if deployed else [])
     finally:
         progress.close()
     report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite, tuple(errors))

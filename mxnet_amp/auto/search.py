@@ -430,11 +430,51 @@ def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]
                  "pass validate= to judge the final outputs your own way")
 
 
+def _refuse_degenerate(runs: Runs, original: Graph) -> None:
+    """:class:`~mxnet_amp.errors.DegenerateModelError` before any run when a BatchNorm's
+    statistics are degenerate (``moving_var + eps <= 0`` or not finite): MXNet's kernels
+    return finite garbage there, not nan (an SSD-512 with half its running variances
+    negative: a finite float32 reference, and 94 executions, 138 s of a search judged
+    against it)."""
+    from ..errors import DegenerateModelError
+    from .degenerate import batchnorms, degenerate_params
+    bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params},
+                            batchnorms(original))
+    if bad:
+        shown = "; ".join(f"{name}: {why}" for name, why in list(bad.items())[:5])
+        raise DegenerateModelError(
+            f"the float32 model is degenerate: {len(bad)} BatchNorm"
+            f"{'s have' if len(bad) > 1 else ' has'} statistics no trained BatchNorm has "
+            f"({shown}{'; ...' if len(bad) > 5 else ''}); what it computes there is no "
+            "reference to judge a conversion against. Train or calibrate the BatchNorm "
+            "statistics first", nodes=tuple(bad))
+
+
+def _degenerate_reference(runs: Runs, original: Graph, tensors: Tensors) -> list[str]:
+    """The nodes where the float32 reference first turns non-finite; raises
+    :class:`~mxnet_amp.errors.DegenerateModelError` (no search: each configuration would be
+    judged against nan) when params of those nodes explain it."""
+    from ..errors import DegenerateModelError
+    from .degenerate import degenerate_params, nonfinite_origins
+    origins = nonfinite_origins(original, tensors)
+    bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params}, origins)
+    if bad:
+        shown = "; ".join(f"{name}: {why}" for name, why in list(bad.items())[:5])
+        raise DegenerateModelError(
+            f"the float32 model itself computes inf/nan on the sample inputs, from its params "
+            f"at {len(bad)} node{'s' if len(bad) > 1 else ''} ({shown}"
+            f"{'; ...' if len(bad) > 5 else ''}): nothing converted can be judged against it. "
+            "Train or calibrate the BatchNorm statistics (or fix the params) first",
+            nodes=tuple(bad))
+    return origins
+
+
 def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, notes: list[str]
                           ) -> tuple[frozenset, tuple[KeptNode, ...], bool, list[NodeError]]:
     """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite, node
     errors)``."""
     limits = DTYPE_LIMITS[runs.target_dtype]
+    _refuse_degenerate(runs, original)
     # 1. one float32 run with every op output: reference and per-tensor ranges
     probe, keys = expose_outputs(original)
     outs = runs.run_reference(graph_to_symbol(probe))
@@ -447,8 +487,10 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
         _judge_dense(runs, original, tensors, notes)
     reference_finite = all(np.isfinite(r).all() for r in runs.reference)
     if not reference_finite:
+        origins = _degenerate_reference(runs, original, tensors)
         notes.append("the float32 reference outputs hold inf/nan on these sample inputs: "
-                     "those elements were not judged (float32 itself lost them)")
+                     "those elements were not judged (float32 itself lost them; first at "
+                     f"{', '.join(origins[:5]) + (', ...' if len(origins) > 5 else '')})")
     excluded, kept, errors = _search(runs, original, stats, limits, settings.underflow_fraction,
                                      runs.options.excluded, notes, tensors)
     return excluded, kept, reference_finite, errors
