@@ -114,7 +114,8 @@ def rounding_direction(ref: np.ndarray, dtype: str, rng: np.random.RandomState) 
     mag = np.abs(np.where(finite, ref, 0.0))
     floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
     delta = (PERTURBATION * (mag + floor)).astype(np.float32)
-    return delta * rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
+    signs: np.ndarray = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
+    return np.asarray(delta * signs, dtype=np.float32)
 
 
 def _sq_diff(a: np.ndarray, b: np.ndarray) -> float:
