@@ -123,7 +123,7 @@ def degenerate(name: str, dtype: str = "bfloat16", fraction: float = 0.5) -> dic
         model.export()
     rng = np.random.RandomState(0)
     auxs = dict(model.auxs)
-    for key in [k for k in auxs if k.endswith("moving_var")]:
+    for key in [k for k in auxs if k.endswith(("moving_var", "running_var"))]:
         var = auxs[key].asnumpy()
         flip = rng.uniform(size=var.shape) < fraction
         auxs[key] = mx.nd.array(np.where(flip, -np.abs(var) - 1.0, var))
