@@ -95,3 +95,19 @@ def test_nonfinite_reference_names_where_it_starts():
     *_, report = auto_convert_model(sym, args, {}, np.ones((2, 4), np.float32), quiet=True)
     assert not report.reference_finite
     assert any("first at e" in n for n in report.notes)
+
+
+def test_a_model_the_executor_cannot_bind_is_checked_op_by_op_and_said_so(monkeypatch):
+    if not bf16_runs_natively():
+        pytest.skip("no native bfloat16 here: the checks never bind")
+    import mxnet_amp.auto.deployed as deployed
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("MXNetError: cannot bind this graph")
+
+    monkeypatch.setattr(deployed, "forward_bound", refuse)
+    sym, args, auxs, x = conv_bn_net(depth=2)
+    *_, report = auto_convert_model(sym, args, auxs, x, "bfloat16", fold_batchnorm=False,
+                                    quiet=True)
+    note = next(n for n in report.notes if "could not bind" in n)
+    assert "cannot bind this graph" in note and "not validated as it will run fused" in note

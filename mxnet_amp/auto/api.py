@@ -209,7 +209,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
                                                                         settings, notes)
         model = runs.final(excluded)
         from .deployed import deployment_note
-        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3])
+        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3],
+                                   runs.bind_error)
         notes.extend([deployed] if deployed else [])
     finally:
         progress.close()

@@ -86,12 +86,17 @@ def unmodelled_note(conversion: Conversion) -> str | None:
 
 
 def deployment_note(target_dtype: str, ctx: Context, bound: bool,
-                    conversion: Conversion) -> str | None:
+                    conversion: Conversion, bind_error: str | None = None) -> str | None:
     """What the report says about the path the checks ran: bound as ``Module`` binds it, or
-    (bfloat16 on a CPU, not bound) :func:`unmodelled_note`; None where nothing differs."""
+    (bfloat16 on a CPU, not bound) :func:`unmodelled_note`, with why binding failed where
+    it did (``bind_error``); None where nothing differs."""
     if bound:
         return ("the checks bound the converted model as Module does (MXNet's oneDNN subgraph "
                 "fusions applied: the path the written model runs)")
     if target_dtype == "bfloat16" and ctx.device_type == "cpu":
-        return unmodelled_note(conversion)
+        note = unmodelled_note(conversion)
+        if bind_error:
+            note = (f"MXNet's executor could not bind the converted model ({bind_error}); the "
+                    "checks ran it op by op" + (f"; {note}" if note else ""))
+        return note
     return None

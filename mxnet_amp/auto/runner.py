@@ -36,6 +36,7 @@ class Runs:
         # fusions (mxnet_amp.auto.deployed), not op by op
         from .deployed import binds_fused
         self.bound = binds_fused(self.target_dtype, ctx, execution)
+        self.bind_error: str | None = None   # why binding failed (the checks ran op by op)
         self.progress = progress
         self.executions = 0
         self.steps: list[SearchStep] = []
@@ -98,6 +99,18 @@ class Runs:
         self._count()
         return result
 
+    def _forward_check(self, sym: Symbol, args: Mapping, auxs: Mapping) -> list[np.ndarray]:
+        """A check's execution: bound where :attr:`bound`; a model MXNet's executor cannot
+        bind (some fused graphs do not) runs op by op from then on, and the report says
+        why (:func:`mxnet_amp.auto.deployed.deployment_note`)."""
+        if self.bound:
+            from ..errors import error_text
+            try:
+                return self.forward_bound(sym, args, auxs)
+            except RuntimeError as err:   # MXNetError
+                self.bound, self.bind_error = False, error_text(err, 300)
+        return self.forward(sym, args, auxs)
+
     def forward_bound(self, sym: Symbol, arg_params: Mapping, aux_params: Mapping
                       ) -> list[np.ndarray]:
         """One model execution bound as ``Module`` binds it (oneDNN's fusions applied:
@@ -138,7 +151,7 @@ class Runs:
             # in the graph costs what rounding them ahead would, without holding a copy; the
             # conversion's record gives the graph and every dtype (no inference again)
             sym, args, auxs = emulate_conversion(conversion, args, auxs, self.input_dtypes())
-        outs = self.forward_bound(sym, args, auxs) if self.bound else self.forward(sym, args, auxs)
+        outs = self._forward_check(sym, args, auxs)
         assert self.reference is not None, "run_reference first"
         reference = self.reference
         after = outs[len(reference):] if self.judged else []
