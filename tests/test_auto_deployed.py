@@ -111,3 +111,19 @@ def test_a_model_the_executor_cannot_bind_is_checked_op_by_op_and_said_so(monkey
                                     quiet=True)
     note = next(n for n in report.notes if "could not bind" in n)
     assert "cannot bind this graph" in note and "not validated as it will run fused" in note
+
+
+def test_degenerate_params_reads_batchnorm_as_the_kernel_does():
+    """A NaN gamma under fix_gamma (read as 1) is no degeneracy; a variance a rounding below
+    zero (moving_var + eps > 0, as trained nets store) is none either; a negative one is."""
+    from mxnet_amp.auto.degenerate import batchnorms, degenerate_params
+    from mxnet_amp.io import graph_from_symbol
+    d = mx.sym.var("data")
+    sym = mx.sym.BatchNorm(mx.sym.BatchNorm(d, name="fixed"), fix_gamma=False, name="free")
+    graph = graph_from_symbol(sym)
+    params = {"fixed_gamma": np.full(3, np.nan), "fixed_beta": np.zeros(3),
+              "fixed_moving_mean": np.zeros(3), "fixed_moving_var": np.array([1, -4.6e-13, 1]),
+              "free_gamma": np.ones(3), "free_beta": np.zeros(3),
+              "free_moving_mean": np.zeros(3), "free_moving_var": np.array([1, 1, -0.5])}
+    bad = degenerate_params(graph, params, batchnorms(graph))
+    assert list(bad) == ["free"] and "free_moving_var has 1 of 3" in bad["free"]

@@ -55,10 +55,14 @@ def degenerate_params(graph: Graph, params: Mapping[str, Any], names: Sequence[s
         node = index[name]
         inputs = [graph.nodes[e.node].name for e in node.inputs if graph.nodes[e.node].is_variable]
         # a BatchNorm's inputs: data, gamma, beta, moving_mean, moving_var
-        variance = (graph.nodes[node.inputs[4].node].name
-                    if node.op in _BN_OPS and len(node.inputs) == 5 else None)
+        is_bn = node.op in _BN_OPS and len(node.inputs) == 5
+        variance = graph.nodes[node.inputs[4].node].name if is_bn else None
+        # under fix_gamma (MXNet's default) the kernel reads gamma as 1, whatever it holds
+        ignored = (graph.nodes[node.inputs[1].node].name
+                   if is_bn and node.attrs.get("fix_gamma", "True").strip().lower() in ("true", "1")
+                   else None)
         for param in inputs:
-            if param not in params:
+            if param not in params or param == ignored:
                 continue
             values = np.asarray(params[param].asnumpy() if hasattr(params[param], "asnumpy")
                                 else params[param], dtype=np.float64).ravel()
