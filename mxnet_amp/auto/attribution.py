@@ -3,8 +3,9 @@
 One execution of the teacher-forced graph (:func:`mxnet_amp.passes.teacher_force`) gives,
 for every node computing in low precision, its *local* error (its low precision output
 computed from the exact float32 inputs, minus the reference) and, for every op, its error
-*gain* (a finite difference: the change of its float32 output when its inputs move by a
-relative ``2**-10``, over the size of that move; L2 norms). The contribution of a node at
+*gain* (a finite difference: the change of its float32 output when each input tensor moves
+by its own rounding error in the target dtype, over the size of that move; L2 norms:
+:func:`rounding_direction`). The contribution of a node at
 the model outputs is its local error times its sensitivity (the gains after it, combined
 in quadrature over the paths to the judged outputs, over their scale), scaled so that all
 contributions add up in quadrature to the relative error the failed check measured: an
@@ -29,8 +30,9 @@ from .runner import Runs
 if TYPE_CHECKING:
     from ..convert import Conversion
 
-# the relative size of the finite-difference perturbation: a few float16 roundings, far
-# above float32's own noise (2**-24) and small enough to stay linear
+# the relative size of the random-sign perturbation of a tensor that rounds exactly (nothing
+# to follow): a few float16 roundings, far above float32's own noise (2**-24) and small
+# enough to stay linear
 PERTURBATION = 2.0 ** -10
 _SEED = 0
 _MAX_GAIN = 1e6
