@@ -120,10 +120,19 @@ def render(paths: list[str], doc: str) -> None:
         envs.append(data.get("environment", {}))
         commands.append(data.get("command", "") + (" (cut short)" if data.get("partial") else ""))
     env = envs[0] if envs else {}
+    # one row per cell (a cell measured twice, by two of the files: the first), in order
+    order = list(GENERATORS)
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((order.index(r.get("generator", "shifted")), r["shape"], r["n"], r["k"]), r)
+    rows = [cells[key] for key in sorted(cells)]
     unrun = sorted({(r["n"], r["k"]) for r in rows if "bisection" not in r})
+    loads = sorted(e.get("loadavg", [0])[0] for e in envs)
     table = markdown({"rows": rows}) + (
-        f"\n\nMeasured {env.get('utc', '?')} on {env.get('cpu', '?')} ({env.get('cpu_count')} "
-        f"cores shared with other jobs, load average {env.get('loadavg')}), tolerance "
+        f"\n\nMeasured from {min(e.get('utc', '?') for e in envs)} on {env.get('cpu', '?')} "
+        f"(flags {', '.join(f for f in env.get('cpu_flags', []) if 'bf16' in f or f == 'avx2')}; "
+        f"{env.get('cpu_count')} cores shared with other jobs, 1-minute load average "
+        f"{loads[0]:.1f} to {loads[-1]:.1f}), tolerance "
         f"{data.get('tolerance', TOLERANCE)}: " + "; ".join(f"`{c}`" for c in commands) + ". "
         + (f"Bisection not run at N ~ {unrun[0][0]} for k in "
            f"{sorted({k for _, k in unrun})} (about 3 + k (log2 N + 1) executions of a "
@@ -142,6 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--generators", default=",".join(GENERATORS),
                     help="comma-separated: " + ", ".join(GENERATORS))
     ap.add_argument("--ns", default="50,400,5000", help="comma-separated N")
+    ap.add_argument("--ks", default="1,2,4,8", help="comma-separated k")
     ap.add_argument("--render", nargs="+", metavar="RESULT.json", default=None,
                     help="only write the table of these result files into docs/emulation_and_auto.md")
     ap.add_argument("--out", default=None)
@@ -156,7 +166,8 @@ def main(argv=None) -> int:
         result = run([50, 120], [1, 2], shapes, args.bisection_max_n, args.bisection_max_k, out,
                      generators)
     else:
-        result = run([int(n) for n in args.ns.split(",")], [1, 2, 4, 8], shapes,
+        ns, ks = [int(n) for n in args.ns.split(",")], [int(k) for k in args.ks.split(",")]
+        result = run(ns, ks, shapes,
                      args.bisection_max_n, args.bisection_max_k, out, generators)
     write_json(out, result)
     print(markdown(result))

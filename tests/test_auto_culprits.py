@@ -71,7 +71,7 @@ def test_failed_validation_bisects_past_the_picks_without_retries(monkeypatch):
     more executions than the bisection alone plus the attribution's two."""
     import mxnet_amp.auto.attribution as attribution
     from mxnet_amp.auto.records import NodeError
-    p = planted_structured(120, 2, "chain", seed=11)
+    p = planted_structured(50, 2, "chain", seed=11)
     real = attribution.attribute
 
     def misranked(*args, **kwargs):
