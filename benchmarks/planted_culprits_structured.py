@@ -23,9 +23,9 @@ maps), each block one of
   2**11; rounded to float16 ``Q + L S`` loses ``Q``); the look-alike ``L = 0``, ``[Q/2, Q/2]``.
 * ``plain``: ``FC(h, Q)``.
 
-``'chain'`` graphs are the blocks in sequence; ``'dag'`` graphs also add each block's input
-to its output (``h' + h``, renormalised by ``L2Normalization``: a residual path around
-every block). k blocks are
+``'chain'`` graphs are the blocks in sequence; ``'dag'`` graphs give every block a second
+path: the lower half of its output recomputed from its input by the block's float32 map
+(a FullyConnected beside it, joined by a Concat), the upper half sliced from the block. k blocks are
 culprits (the three kinds in turn), the others look-alikes and plain layers. Each culprit
 is one node: the FullyConnected named in ``culprits``; keeping it in float32 makes what
 reads it float32 too (slices, subtraction, BatchNorm folded into it), and its output is
@@ -82,7 +82,8 @@ class _Builder:
         b = self.op(self.sym.slice_axis, p, axis=1, begin=WIDTH, end=2 * WIDTH, name=f"pair{i}_b")
         d = self.op(self.sym.elemwise_sub, a, b, name=f"pair{i}_diff")
         y = self.fc(h, f"pair{i}_q", q)
-        return self.op(self.sym.elemwise_add, y, d, name=f"pair{i}_sum"), f"pair{i}"
+        out = self.op(self.sym.elemwise_add, y, d, name=f"pair{i}_sum")
+        return out, f"pair{i}", q + (r if culprit else 0)
 
     def batchnorm(self, h, i: int, culprit: bool):
         mean = LARGE if culprit else 0.0
@@ -90,7 +91,8 @@ class _Builder:
         zero = self.op(self.sym._internal._mul_scalar, first, scalar=0.0, name=f"bn{i}_zero")
         const = self.op(self.sym._internal._plus_scalar, zero, scalar=mean, name=f"bn{i}_const")
         x = self.op(self.sym.Concat, h, const, dim=1, name=f"bn{i}_in")
-        weight = np.concatenate([_orthogonal(self.rng, WIDTH), np.ones((WIDTH, 1), np.float32)], 1)
+        q = _orthogonal(self.rng, WIDTH)
+        weight = np.concatenate([q, np.ones((WIDTH, 1), np.float32)], 1)
         y = self.fc(x, f"bn{i}_fc", weight)
         eps = 1e-3
         self.args[f"bn{i}_gamma"] = np.ones(WIDTH, np.float32)
@@ -99,7 +101,7 @@ class _Builder:
         self.auxs[f"bn{i}_moving_var"] = np.full(WIDTH, 1.0 - eps, np.float32)
         out = self.op(self.sym.BatchNorm, y, eps=eps, fix_gamma=False, use_global_stats=True,
                       name=f"bn{i}")
-        return out, f"bn{i}_fc"
+        return out, f"bn{i}_fc", q
 
     def dynamic(self, h, i: int, culprit: bool):
         q = _orthogonal(self.rng, WIDTH)
@@ -109,10 +111,11 @@ class _Builder:
         else:
             weight = np.concatenate([q / 2, q / 2], 1)
         x = self.op(self.sym.Concat, h, h, dim=1, name=f"dyn{i}_in")
-        return self.fc(x, f"dyn{i}", weight), f"dyn{i}"
+        return self.fc(x, f"dyn{i}", weight), f"dyn{i}", q
 
     def plain(self, h, i: int, culprit: bool):
-        return self.fc(h, f"fc{i}", _orthogonal(self.rng, WIDTH)), f"fc{i}"
+        q = _orthogonal(self.rng, WIDTH)
+        return self.fc(h, f"fc{i}", q), f"fc{i}", q
 
 
 def planted_structured(n: int, k: int, shape: str = "chain", seed: int = 0) -> Planted:
@@ -134,15 +137,18 @@ def planted_structured(n: int, k: int, shape: str = "chain", seed: int = 0) -> P
         if i not in kinds and _OPS[kind] + extra > budget - sum(
                 _OPS[kinds[j]] + extra for j in kinds if j > i):
             kind = "plain"
-        out, name = getattr(net, kind)(h, i, i in kinds)
+        out, name, linear = getattr(net, kind)(h, i, i in kinds)
         if i in kinds:
             net.culprits.append(name)
         if shape == "dag":
-            # the residual sum renormalised (each sample's L2 norm 2): a plain (h' + h) /
-            # sqrt(2) drifted, 1e-6 after 760 blocks, and the range checks took over
-            joined = net.op(net.sym.elemwise_add, out, h, name=f"res{i}")
-            unit = net.op(net.sym.L2Normalization, joined, mode="instance", name=f"res{i}_norm")
-            out = net.op(net.sym._internal._mul_scalar, unit, scalar=2.0, name=f"res{i}_scale")
+            # a second path around the block: the output's lower half recomputed from the
+            # block's input by the block's own float32 map, so the two paths together are
+            # that map (orthogonal: norms kept over thousands of blocks; a residual sum,
+            # even renormalised, let the signal or a culprit's error fade)
+            top = net.op(net.sym.slice_axis, out, axis=1, begin=0, end=WIDTH // 2,
+                         name=f"path{i}_top")
+            low = net.fc(h, f"path{i}_low", linear[WIDTH // 2:])
+            out = net.op(net.sym.Concat, top, low, dim=1, name=f"path{i}_join")
         h = out
     for i in range(n - 1 - net.ops):   # exactly n op nodes: copies (exact in float16)
         h = net.op(net.sym.identity, h, name=f"copy{i}")
