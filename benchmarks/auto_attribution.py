@@ -32,6 +32,11 @@ sys.path.insert(0, HERE)
 
 from _common import default_out, environment, write_between_markers, write_json  # noqa: E402
 from planted_culprits import planted  # noqa: E402
+from planted_culprits_structured import planted_structured  # noqa: E402
+
+# the two independent generators: today's (FC + 2048 cancelled by the next op) and the
+# structured one (paired channels with look-alikes, folded BatchNorms, wide-range weights)
+GENERATORS = {"shifted": planted, "structured": planted_structured}
 
 TOLERANCE = 0.1
 
@@ -39,7 +44,7 @@ TOLERANCE = 0.1
 def _one(p, search: str) -> dict:
     from mxnet_amp.auto import auto_convert_model
     start = time.perf_counter()
-    _, _, _, report = auto_convert_model(p.sym, p.arg_params, {}, p.sample, "float16",
+    _, _, _, report = auto_convert_model(p.sym, p.arg_params, p.aux_params, p.sample, "float16",
                                          tolerance=TOLERANCE, quiet=True, search=search)
     found = sorted(k.name for k in report.by_reason("accuracy"))
     return {"executions": report.executions, "exact": found == sorted(p.culprits),
@@ -51,27 +56,29 @@ def _one(p, search: str) -> dict:
 def _oracle(p) -> float:
     """The outputs' relative error with exactly the planted culprits kept in float32."""
     from mxnet_amp.auto import auto_convert_model
-    _, _, _, report = auto_convert_model(p.sym, p.arg_params, {}, p.sample, "float16",
+    _, _, _, report = auto_convert_model(p.sym, p.arg_params, p.aux_params, p.sample, "float16",
                                          tolerance=TOLERANCE, quiet=True,
                                          excluded_sym_names=list(p.culprits))
     return report.relative_error
 
 
-def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int, out: str | None = None) -> dict:
+def run(ns, ks, shapes, bisection_max_n: int, bisection_max_k: int, out: str | None = None,
+        generators=tuple(GENERATORS)) -> dict:
     rows: list = []
-    for shape in shapes:
-        for n in ns:
-            for k in ks:
-                p = planted(n, k, shape, seed=n + k)
-                row = {"shape": shape, "n": p.op_nodes, "k": k, "bound": 2 + k + 1,
-                       "oracle_error": _oracle(p), "attribution": _one(p, "attribution")}
-                if n <= bisection_max_n or k <= bisection_max_k:
-                    row["bisection"] = _one(p, "bisection")
-                    row["bisection_bound"] = 3 + k * (math.ceil(math.log2(p.op_nodes)) + 1)
-                rows.append(row)
-                print(_line(row), flush=True)
-                if out:   # what finished so far, in case the run is cut short
-                    write_json(out, {"rows": rows, "partial": True})
+    cells = [(g, shape, n, k) for g in generators for shape in shapes for n in ns for k in ks]
+    for generator, shape, n, k in cells:
+        p = GENERATORS[generator](n, k, shape, seed=n + k)
+        row = {"generator": generator, "shape": shape, "n": p.op_nodes, "k": k,
+               "bound": 2 + k + 1, "oracle_error": _oracle(p),
+               "attribution": _one(p, "attribution")}
+        if n <= bisection_max_n or k <= bisection_max_k:
+            row["bisection"] = _one(p, "bisection")
+            row["bisection_bound"] = 3 + k * (math.ceil(math.log2(p.op_nodes)) + 1)
+        rows.append(row)
+        print(_line(row), flush=True)
+        if out:   # what finished so far, in case the run is cut short
+            write_json(out, {"rows": rows, "partial": True, "tolerance": TOLERANCE,
+                             "environment": environment()})
     return {"rows": rows, "tolerance": TOLERANCE, "environment": environment(),
             "bisection_max_n": bisection_max_n, "bisection_max_k_beyond": bisection_max_k}
 
@@ -81,7 +88,7 @@ def _line(row: dict) -> str:
     b = row.get("bisection")
     old = (f"{b['executions']:>4} exec exact={b['exact']!s:5} ok={b['validated']!s:5} "
            f"{b['seconds']:7.1f}s") if b else "   (not run)"
-    return (f"{row['shape']:5} N={row['n']:5} k={row['k']} oracle {row['oracle_error']:.3f}  "
+    return (f"{row.get('generator', 'shifted'):10} {row['shape']:5} N={row['n']:5} k={row['k']} oracle {row['oracle_error']:.3f}  "
             f"attribution {a['executions']:>2} exec "
             f"(bound {row['bound']}) exact={a['exact']!s:5} ok={a['validated']!s:5} "
             f"{a['seconds']:6.1f}s | bisection {old}")
@@ -89,13 +96,13 @@ def _line(row: dict) -> str:
 
 def markdown(result: dict) -> str:
     """The table for docs/emulation_and_auto.md."""
-    lines = ["| shape | N | k | error, culprits alone float32 | attribution: executions "
+    lines = ["| generator | shape | N | k | error, culprits alone float32 | attribution: executions "
              "(bound 2+k+1) | exact, validated | bisection: executions | exact, validated |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         a, b = r["attribution"], r.get("bisection")
         oracle = f"{r['oracle_error']:.3f}" if "oracle_error" in r else "-"
-        lines.append(f"| {r['shape']} | {r['n']} | {r['k']} | {oracle} | "
+        lines.append(f"| {r.get('generator', 'shifted')} | {r['shape']} | {r['n']} | {r['k']} | {oracle} | "
                      f"{a['executions']} ({r['bound']}) | "
                      f"{'yes' if a['exact'] else 'NO'}, {'yes' if a['validated'] else 'NO'} | "
                      + (f"{b['executions']} | {'yes' if b['exact'] else 'NO'}, "
@@ -113,10 +120,19 @@ def render(paths: list[str], doc: str) -> None:
         envs.append(data.get("environment", {}))
         commands.append(data.get("command", "") + (" (cut short)" if data.get("partial") else ""))
     env = envs[0] if envs else {}
+    # one row per cell (a cell measured twice, by two of the files: the first), in order
+    order = list(GENERATORS)
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((order.index(r.get("generator", "shifted")), r["shape"], r["n"], r["k"]), r)
+    rows = [cells[key] for key in sorted(cells)]
     unrun = sorted({(r["n"], r["k"]) for r in rows if "bisection" not in r})
+    loads = sorted(e.get("loadavg", [0])[0] for e in envs)
     table = markdown({"rows": rows}) + (
-        f"\n\nMeasured {env.get('utc', '?')} on {env.get('cpu', '?')} ({env.get('cpu_count')} "
-        f"cores shared with other jobs, load average {env.get('loadavg')}), tolerance "
+        f"\n\nMeasured from {min(e.get('utc', '?') for e in envs)} on {env.get('cpu', '?')} "
+        f"(flags {', '.join(f for f in env.get('cpu_flags', []) if 'bf16' in f or f == 'avx2')}; "
+        f"{env.get('cpu_count')} cores shared with other jobs, 1-minute load average "
+        f"{loads[0]:.1f} to {loads[-1]:.1f}), tolerance "
         f"{data.get('tolerance', TOLERANCE)}: " + "; ".join(f"`{c}`" for c in commands) + ". "
         + (f"Bisection not run at N ~ {unrun[0][0]} for k in "
            f"{sorted({k for _, k in unrun})} (about 3 + k (log2 N + 1) executions of a "
@@ -132,6 +148,10 @@ def main(argv=None) -> int:
     ap.add_argument("--bisection-max-k", type=int, default=8,
                     help="beyond --bisection-max-n, run the bisection only up to this k")
     ap.add_argument("--shapes", default="chain,dag", help="comma-separated: chain, dag")
+    ap.add_argument("--generators", default=",".join(GENERATORS),
+                    help="comma-separated: " + ", ".join(GENERATORS))
+    ap.add_argument("--ns", default="50,400,5000", help="comma-separated N")
+    ap.add_argument("--ks", default="1,2,4,8", help="comma-separated k")
     ap.add_argument("--render", nargs="+", metavar="RESULT.json", default=None,
                     help="only write the table of these result files into docs/emulation_and_auto.md")
     ap.add_argument("--out", default=None)
@@ -141,11 +161,14 @@ def main(argv=None) -> int:
         return 0
     out = args.out or default_out("auto_attribution", args.quick)
     shapes = args.shapes.split(",")
+    generators = args.generators.split(",")
     if args.quick:
-        result = run([50, 120], [1, 2], shapes, args.bisection_max_n, args.bisection_max_k, out)
+        result = run([50, 120], [1, 2], shapes, args.bisection_max_n, args.bisection_max_k, out,
+                     generators)
     else:
-        result = run([50, 400, 5000], [1, 2, 4, 8], shapes, args.bisection_max_n,
-                     args.bisection_max_k, out)
+        ns, ks = [int(n) for n in args.ns.split(",")], [int(k) for k in args.ks.split(",")]
+        result = run(ns, ks, shapes,
+                     args.bisection_max_n, args.bisection_max_k, out, generators)
     write_json(out, result)
     print(markdown(result))
     return 0

@@ -104,6 +104,47 @@ def one(name: str, dtype: str) -> dict:
             "seconds": round(seconds, 1)}
 
 
+def degenerate(name: str, dtype: str = "bfloat16", fraction: float = 0.5) -> dict:
+    """Issue 32: the detector with ``fraction`` of every BatchNorm's running variances
+    negative (a net initialised and never trained, its statistics set by hand), converted
+    with ``fold_batchnorm=False`` (folding refuses such statistics). Executions, seconds,
+    peak RSS growth, and the typed error when auto stops."""
+    import resource
+
+    import numpy as np
+
+    import mxnet as mx
+    from mxnet_amp.auto import auto_convert_model
+    from mxnet_amp.errors import AMPError
+    from tools.zoo_sweep.sweep import _Model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = _Model(name, "calibrated")
+        model.export()
+    rng = np.random.RandomState(0)
+    auxs = dict(model.auxs)
+    for key in [k for k in auxs if k.endswith(("moving_var", "running_var"))]:
+        var = auxs[key].asnumpy()
+        flip = rng.uniform(size=var.shape) < fraction
+        auxs[key] = mx.nd.array(np.where(flip, -np.abs(var) - 1.0, var))
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    start = time.perf_counter()
+    row = {"model": name, "dtype": dtype, "negative_variance_fraction": fraction}
+    try:
+        _, _, _, report = auto_convert_model(model.sym, model.args, auxs, model.data, dtype,
+                                             fold_batchnorm=False, quiet=True,
+                                             max_executions=MAX_EXECUTIONS)
+        row.update(executions=report.executions, validated=report.validated,
+                   notes=list(report.notes))
+    except AMPError as err:
+        row.update(error=type(err).__name__, message=str(err)[:400],
+                   nodes=len(getattr(err, "nodes", ())))
+    row.update(seconds=round(time.perf_counter() - start, 1),
+               peak_rss_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 2),
+               rss_before_gb=round(rss_before, 2))
+    return row
+
+
 def markdown(results: list[dict]) -> str:
     """One row per model and dtype, a column pair per result file (labelled)."""
     labels = [r.get("label", "") for r in results]
@@ -151,9 +192,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "auto_detectors.json"))
     ap.add_argument("--render", nargs="+", metavar="RESULT.json", default=None,
                     help="only write the table of these result files into docs/emulation_and_auto.md")
+    ap.add_argument("--degenerate", action="store_true",
+                    help="the first model with negative BatchNorm variances, --no-fold-bn "
+                         "(issue 32): executions, seconds, peak RSS, or the typed error")
     args = ap.parse_args(argv)
     if args.render:
         render(args.render, os.path.join(ROOT, "docs", "emulation_and_auto.md"))
+        return 0
+    if args.degenerate:
+        row = degenerate(args.models[0], args.dtypes[-1])
+        print(json.dumps(row), flush=True)
+        write_json(args.out, {"rows": [row], "environment": environment()})
         return 0
     if args.quick:
         args.models, args.dtypes = [MODELS[0]], ["float16"]

@@ -16,7 +16,7 @@ Used by ``benchmarks/auto_attribution.py`` and the tests.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,7 @@ class Planted:
     sample: np.ndarray
     culprits: tuple[str, ...]
     op_nodes: int
+    aux_params: dict = field(default_factory=dict)
 
 
 def _orthogonal(rng: np.random.RandomState, n: int) -> np.ndarray:

@@ -118,6 +118,18 @@ class StrippedCastsError(AlreadyConvertedError):
     casts cannot be restored exactly; the message says how to save it with its casts."""
 
 
+class DegenerateModelError(ParamError):
+    """The float32 model itself computes inf/nan on the sample inputs because of its params
+    (a BatchNorm whose ``moving_var + eps`` is not positive, a non-finite weight): no
+    low precision configuration can be judged against it. ``nodes`` names where the
+    non-finite values start."""
+
+    def __init__(self, message: str, *, nodes: tuple[str, ...] = (),
+                 param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.nodes = nodes
+
+
 class DeferredInitError(AMPError, RuntimeError):
     """A Gluon block's parameters are not initialised yet (deferred initialisation)."""
 

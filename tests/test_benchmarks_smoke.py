@@ -302,12 +302,25 @@ def test_auto_attribution_quick(tmp_path):
     _, out = run_script("auto_attribution", tmp_path)
     data = load(out)
     assert data["rows"]
+    assert {row["generator"] for row in data["rows"]} == {"shifted", "structured"}
     for row in data["rows"]:
         a, b = row["attribution"], row["bisection"]
         assert a["exact"] and a["validated"] and a["executions"] <= 2 + row["k"] + 1
         assert b["exact"] and b["validated"] and b["executions"] > a["executions"]
         # fair: exactly the planted culprits in float32 validate
         assert row["oracle_error"] <= data["tolerance"]
+
+
+def test_auto_deployed_quick(tmp_path):
+    """Issue 32: the error auto reports for an unfolded bfloat16 resnet is the one its written
+    model gives through Module (oneDNN's fused path), where bfloat16 runs natively."""
+    from mxnet_amp.hardware import bf16_runs_natively
+    if not bf16_runs_natively():
+        pytest.skip("bfloat16 does not run natively here: Module cannot run the written model")
+    _, out = run_script("auto_deployed", tmp_path)
+    data = load(out)
+    assert data["execution"] == "native"
+    assert data["written"]["module"] / 1.5 <= data["reported"] <= 1.5 * data["written"]["module"]
 
 
 def test_auto_detectors_quick(tmp_path):

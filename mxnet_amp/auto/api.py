@@ -14,6 +14,7 @@ from ..options import ConvertOptions, make_options
 from ..params import check_data_names, check_param_shapes, label_inputs, model_inputs, param_dict
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
+from .deployed import deployment_note
 from .inputs import sample_inputs as sample_input_arrays
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
@@ -223,6 +224,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
             excluded, kept, reference_finite, errors = reference_and_search(runs, original,
                                                                             settings, notes)
             model = runs.final(excluded)
+        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3], runs.bind_error)
+        notes.extend([deployed] if deployed else [])
     finally:
         progress.close()
     report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite, tuple(errors))

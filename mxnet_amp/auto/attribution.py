@@ -3,8 +3,9 @@
 One execution of the teacher-forced graph (:func:`mxnet_amp.passes.teacher_force`) gives,
 for every node computing in low precision, its *local* error (its low precision output
 computed from the exact float32 inputs, minus the reference) and, for every op, its error
-*gain* (a finite difference: the change of its float32 output when its inputs move by a
-relative ``2**-10``, over the size of that move; L2 norms). The contribution of a node at
+*gain* (a finite difference: the change of its float32 output when each input tensor moves
+by its own rounding error in the target dtype, over the size of that move; L2 norms:
+:func:`rounding_direction`). The contribution of a node at
 the model outputs is its local error times its sensitivity (the gains after it, combined
 in quadrature over the paths to the judged outputs, over their scale), scaled so that all
 contributions add up in quadrature to the relative error the failed check measured: an
@@ -29,8 +30,9 @@ from .runner import Runs
 if TYPE_CHECKING:
     from ..convert import Conversion
 
-# the relative size of the finite-difference perturbation: a few float16 roundings, far
-# above float32's own noise (2**-24) and small enough to stay linear
+# the relative size of the random-sign perturbation of a tensor that rounds exactly (nothing
+# to follow): a few float16 roundings, far above float32's own noise (2**-24) and small
+# enough to stay linear
 PERTURBATION = 2.0 ** -10
 _SEED = 0
 _MAX_GAIN = 1e6
@@ -88,13 +90,34 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, positions
     rng = np.random.RandomState(_SEED)
     for name, tensor in fg.perturbed_feeds.items():
         ref = _tensor(tensors, positions, *tensor)
-        mag = np.abs(ref)
-        floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
-        delta = (PERTURBATION * (mag + floor)).astype(np.float32)
-        delta *= rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
+        delta = rounding_direction(ref, runs.target_dtype, rng)
         sizes[name] = float(np.dot(delta.ravel().astype(np.float64), delta.ravel()))
         feeds[name] = mx.nd.array(ref + delta, ctx=runs.ctx)
     return feeds, sizes
+
+
+def rounding_direction(ref: np.ndarray, dtype: str, rng: np.random.RandomState) -> np.ndarray:
+    """The perturbation of a reference tensor for the gains: its own rounding error in
+    ``dtype`` (``round(ref) - ref``), the error low precision really puts there. Random
+    signs overstated the gain of an op that cancels structured inputs (``a - b`` of paired
+    channels, a weight ``[S, -S]`` on ``[x; x]``): rounding changes equal values equally, so
+    it never breaks that structure and the cancellation removes it; random signs do break
+    it, and a harmless node upstream read as a culprit. Where the tensor rounds exactly
+    (zeros, small integers: nothing to follow), a random-sign move of relative size
+    ``PERTURBATION``; where its rounding is not finite (beyond the dtype's range: a range
+    culprit, excluded before), nothing."""
+    from ..emulation import round_numpy
+    finite = np.isfinite(ref)
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = np.where(finite, round_numpy(np.where(finite, ref, 0.0), dtype) - ref, 0.0)
+    delta = np.where(np.isfinite(delta), delta, 0.0).astype(np.float32)
+    if np.any(delta):
+        return delta
+    mag = np.abs(np.where(finite, ref, 0.0))
+    floor = 1e-3 * float(mag.max(initial=0.0)) + 1e-30
+    delta = (PERTURBATION * (mag + floor)).astype(np.float32)
+    signs: np.ndarray = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=ref.shape)
+    return np.asarray(delta * signs, dtype=np.float32)
 
 
 def _sq_diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -150,14 +173,16 @@ def _measure(runs: Runs, original: Graph, excluded: frozenset, tensors: Mapping)
 
 
 def _perturbed_sizes(original: Graph, fg: ForcedGraph, sizes: dict[str, float]) -> dict[str, float]:
-    """Node -> the squared norm of the perturbation of all its inputs together."""
+    """Node -> the squared norm of the perturbation of all its inputs together: each input
+    tensor once, however many times the node reads it (``Concat(h, h)`` moves when ``h``
+    does, by one perturbation of ``h``; counted twice, its gain read 1 instead of sqrt(2),
+    and a chain of 370 such blocks hid a culprit behind a factor ~4000)."""
     by_tensor = {tensor: sizes[name] for name, tensor in fg.perturbed_feeds.items()}
     out: dict[str, float] = {}
     for node in original.nodes:
-        for e in node.inputs:
-            key = (original.nodes[e.node].name, e.output)
-            if key in by_tensor:
-                out[node.name] = out.get(node.name, 0.0) + by_tensor[key]
+        read = {(original.nodes[e.node].name, e.output) for e in node.inputs}
+        for key in read & by_tensor.keys():
+            out[node.name] = out.get(node.name, 0.0) + by_tensor[key]
     return out
 
 

@@ -33,6 +33,11 @@ class Runs:
         self.tolerance, self.rtol, self.atol = settings.tolerance, settings.rtol, settings.atol
         self.validate, self.max_executions = settings.validate, settings.max_executions
         self.search = settings.search
+        # the checks bind the model as Module does where it will run through oneDNN's
+        # fusions (mxnet_amp.auto.deployed), not op by op
+        from .deployed import binds_fused
+        self.bound = binds_fused(self.target_dtype, ctx, execution)
+        self.bind_error: str | None = None   # why binding failed (the checks ran op by op)
         self.progress = progress
         self.executions = 0
         self.steps: list[SearchStep] = []
@@ -95,6 +100,32 @@ class Runs:
         self._count()
         return result
 
+    def _forward_check(self, sym: Symbol, args: Mapping, auxs: Mapping) -> list[np.ndarray]:
+        """A check's execution: bound where :attr:`bound`; a model MXNet's executor cannot
+        bind (some fused graphs do not) runs op by op from then on, and the report says
+        why (:func:`mxnet_amp.auto.deployed.deployment_note`)."""
+        if self.bound:
+            from ..errors import error_text
+            try:
+                return self.forward_bound(sym, args, auxs)
+            except RuntimeError as err:   # MXNetError
+                self.bound, self.bind_error = False, error_text(err, 300)
+        return self.forward(sym, args, auxs)
+
+    def forward_bound(self, sym: Symbol, arg_params: Mapping, aux_params: Mapping
+                      ) -> list[np.ndarray]:
+        """One model execution bound as ``Module`` binds it (oneDNN's fusions applied:
+        :func:`mxnet_amp.auto.deployed.forward_bound`)."""
+        from .deployed import forward_bound
+        values = {k: v.as_in_context(self.ctx) for k, v in {**arg_params, **aux_params}.items()}
+        values.update(self.inputs)
+        missing = [n for n in sym.list_inputs() if n not in values]
+        if missing:
+            raise ParamError(f"no value for the model inputs {missing[:10]}")
+        result = forward_bound(sym, values, self.ctx)
+        self._count()
+        return result
+
     def _count(self) -> None:
         self.executions += 1
         self.progress.update(1)
@@ -113,7 +144,7 @@ class Runs:
         sym, args, auxs, conversion = self.convert(excluded)
         if self.judged:
             from ..io import graph_to_symbol
-            conversion = _judged_conversion(conversion, self.judged)
+            conversion = _judged_conversion(conversion, self.judged, self.bound)
             sym = graph_to_symbol(conversion.graph)
         if self.execution == "emulated":
             from ..emulation import emulate_conversion
@@ -121,7 +152,7 @@ class Runs:
             # in the graph costs what rounding them ahead would, without holding a copy; the
             # conversion's record gives the graph and every dtype (no inference again)
             sym, args, auxs = emulate_conversion(conversion, args, auxs, self.input_dtypes())
-        outs = self.forward(sym, args, auxs)
+        outs = self._forward_check(sym, args, auxs)
         assert self.reference is not None, "run_reference first"
         reference = self.reference
         after = outs[len(reference):] if self.judged else []
@@ -176,10 +207,13 @@ def _finite_where(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
                for r, o in zip(reference, outputs))
 
 
-def _judged_conversion(conversion: Conversion, judged: list[tuple[str, int]]) -> Conversion:
+def _judged_conversion(conversion: Conversion, judged: list[tuple[str, int]],
+                       bound: bool = False) -> Conversion:
     """The conversion whose graph has the judged tensors first as outputs, then its own
     heads past a boundary op (checked for finiteness); its record is the conversion's (the
-    nodes are the same)."""
+    nodes are the same). ``bound``: run through oneDNN's fusions, which would hand a judged
+    convolution output that a BatchNorm also reads the normalised tensor instead: fusion
+    barriers (:mod:`mxnet_amp.passes.fusion_barriers`) keep each judged tensor its own."""
     from dataclasses import replace as replace_field
 
     from ..graph import Entry, Graph
@@ -187,8 +221,11 @@ def _judged_conversion(conversion: Conversion, judged: list[tuple[str, int]]) ->
     folded = {bn: producer for bn, producer in conversion.folded_batchnorms}
     index = {n.name: i for i, n in enumerate(graph.nodes) if not n.is_variable}
     heads = [Entry(index[folded.get(name, name)], k) for name, k in judged]
-    return replace_field(conversion, graph=Graph(graph.nodes, tuple(heads) + tuple(graph.heads),
-                                                 graph.attrs))
+    judged_graph = Graph(graph.nodes, tuple(heads) + tuple(graph.heads), graph.attrs)
+    if bound:
+        from ..passes.fusion_barriers import insert_fusion_barriers
+        judged_graph = insert_fusion_barriers(judged_graph, conversion.result.tensor_dtypes).graph
+    return replace_field(conversion, graph=judged_graph)
 
 
 def context_of(ctx: object) -> Context:

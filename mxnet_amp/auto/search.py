@@ -22,9 +22,6 @@ from .runner import Runs
 Stats = Mapping[tuple[int, int], TensorRange]
 Tensors = Mapping[tuple[int, int], Any]
 
-# the attribution's picks are validated; when that fails, the nodes left are scaled to the
-# error measured and picked again, this many times, before the bisection takes over
-_ATTRIBUTION_RETRIES = 3
 # the picks aim the estimated error left in low precision at this share of the tolerance
 # (the estimate's proportions are approximate: a margin, not the bound itself)
 _AIM = 0.8
@@ -172,9 +169,14 @@ def low_nodes(conversion: Conversion) -> list[str]:
 
 
 def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
-                     notes: list[str], ranking: Mapping[str, int] | None = None
-                     ) -> tuple[frozenset, dict[str, KeptNode]]:
+                     notes: list[str], ranking: Mapping[str, int] | None = None,
+                     failed: frozenset = frozenset()) -> tuple[frozenset, dict[str, KeptNode]]:
     """Bisect for the nodes whose low precision breaks validation (module doc, step 4).
+
+    ``ranking``: the attribution's order (its picks first); ``failed``: the picks it
+    validated, measured to fail: the bisection starts past them (keeping them is known not
+    to be enough), so the attribution's two executions buy back bisection steps instead of
+    adding retries to them.
 
     Returns the exclusion set to use (always one that was seen to pass, or ``base`` when
     nothing passed) and the accuracy culprits."""
@@ -213,7 +215,8 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
         notes.append("even with every low precision node kept in float32 the check fails: "
                      "validate or the tolerances reject the float32 model itself")
         return base, kept
-    lo, hi = 0, len(cands)     # config(lo) fails, config(hi) passes (both measured)
+    lo, hi = _known_failing(runs, cands, config, failed), len(cands)
+    # config(lo) fails, config(hi) passes (both measured)
     while True:
         while hi - lo > 1 and runs.budget_left:
             mid = (lo + hi) // 2
@@ -243,6 +246,18 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
         lo, hi = 0, len(cands)
 
 
+def _known_failing(runs: Runs, cands: Sequence[str], config: Any, failed: frozenset) -> int:
+    """The longest prefix of ``cands`` already measured to fail: the attribution's failed
+    picks when they lead the ranking (``failed``), else 0 (the configuration with nothing
+    more kept: the check that sent the search here)."""
+    prefix = sum(1 for n in cands if n in failed)
+    if prefix and set(cands[:prefix]) <= failed:
+        hit = runs.results.get(config(prefix))
+        if hit is not None and not hit.passed:
+            return prefix
+    return 0
+
+
 def _select(errors: Sequence[NodeError], tolerance: float, scale: float = 1.0) -> list[NodeError]:
     """The nodes to keep in float32 by their estimated contribution (times ``scale``): each
     one at least half the tolerance, then the next ones down to a twentieth of it while the
@@ -263,12 +278,14 @@ def _select(errors: Sequence[NodeError], tolerance: float, scale: float = 1.0) -
 
 def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Tensors,
                        notes: list[str]) -> tuple[frozenset | None, dict[str, KeptNode],
-                                                  list[NodeError]]:
+                                                  list[NodeError], frozenset]:
     """Step 4 of the module doc: one attribution run, the top nodes kept in float32,
-    validated; when that fails, the nodes not picked are scaled to the error just measured
-    and picked again by the same rule, up to ``_ATTRIBUTION_RETRIES`` times.
-    ``(exclusions, culprits, node errors)``; exclusions None when no configuration it tried
-    validated (the bisection takes over, in its ranking)."""
+    validated. ``(exclusions, culprits, node errors, failed picks)``; exclusions None when
+    the picks did not validate: the bisection takes over, in the attribution's ranking and
+    past the failed picks (:func:`_accuracy_search`). No second round of picks: each would
+    add an execution to what the bisection then spends (with up to three re-picks, a
+    400-node DAG of benchmarks/planted_culprits_structured.py with 3 culprits failed four
+    validations before its bisection: 31 executions)."""
     from ..errors import AMPError
     from .attribution import attribute
     try:
@@ -276,32 +293,25 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
     except (AMPError, RuntimeError, ValueError) as err:   # MXNetError is a RuntimeError
         notes.append(f"the attribution run failed ({str(err).splitlines()[0][:200]}); "
                      "the accuracy search bisected")
-        return None, {}, []
+        return None, {}, [], frozenset()
     tolerance = runs.tolerance if runs.rtol is None else runs.rtol
     # the ops' own categories (nothing but ``base`` excluded), read once: every pick below
     # is judged against them
     categories = runs.convert(base)[3].result.categories
-    picks = _select(errors, tolerance)
-    rounds: dict[str, float | None] = {e.name: None for e in picks}   # name -> error before
-    for _ in range(_ATTRIBUTION_RETRIES + 1):
-        if not runs.budget_left:
-            break
-        config = base | frozenset(_needed(runs, base, categories, list(rounds)))
-        ok, _, _ = runs.check(config, "validate")
-        if ok:
-            kept = _trim(runs, base, categories,
-                         [e for e in errors if e.name in config and e.name in rounds], tolerance)
-            config = base | frozenset(kept)
-            return config, _attributed(errors, {n: rounds[n] for n in kept}, runs), errors
-        rest = [e for e in errors if e.name not in rounds]
-        measured = runs.results[config].relative_error
-        left = math.sqrt(sum(e.contribution ** 2 for e in rest))
-        if not rest or not math.isfinite(measured) or not left > 0:
-            break
-        rounds.update({e.name: measured for e in _select(rest, tolerance, measured / left)})
-    notes.append("the nodes the attribution ranked first did not validate; the accuracy "
-                 "search bisected, in the attribution's order")
-    return None, {}, errors
+    picks = [e.name for e in _select(errors, tolerance)]
+    if not runs.budget_left:
+        return None, {}, errors, frozenset()
+    config = base | frozenset(_needed(runs, base, categories, picks))
+    ok, _, _ = runs.check(config, "validate")
+    if ok:
+        kept = _trim(runs, base, categories,
+                     [e for e in errors if e.name in config and e.name in picks], tolerance)
+        config = base | frozenset(kept)
+        return config, _attributed(errors, {n: None for n in kept}, runs), errors, frozenset()
+    notes.append(f"the {len(picks)} nodes the attribution ranked first did not validate "
+                 f"(relative error {runs.results[config].relative_error:.3g}); the accuracy "
+                 "search bisected, in the attribution's order, past them")
+    return None, {}, errors, config - base
 
 
 def _needed(runs: Runs, base: frozenset, categories: Mapping[str, Category],
@@ -381,11 +391,14 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     # 4. only when the ranges do not explain the error: attribution, then bisection
     if not ok:
         found_set = None
+        failed: frozenset = frozenset()
         if tensors is not None and runs.budget_left and runs.search == "attribution":
-            found_set, found, errors = _attributed_search(runs, original, excluded, tensors, notes)
+            found_set, found, errors, failed = _attributed_search(runs, original, excluded,
+                                                                  tensors, notes)
         if found_set is None:
             ranking = {e.name: i for i, e in enumerate(errors)}
-            found_set, found = _accuracy_search(runs, original, excluded, stats, notes, ranking)
+            found_set, found = _accuracy_search(runs, original, excluded, stats, notes, ranking,
+                                                failed)
         excluded = found_set
         kept.update(found)
     ops = {n.name: n.op for n in original.nodes}
@@ -418,11 +431,51 @@ def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]
                  "pass validate= to judge the final outputs your own way")
 
 
+def _refuse_degenerate(runs: Runs, original: Graph) -> None:
+    """:class:`~mxnet_amp.errors.DegenerateModelError` before any run when a BatchNorm's
+    statistics are degenerate (``moving_var + eps <= 0`` or not finite): MXNet's kernels
+    return finite garbage there, not nan (an SSD-512 with half its running variances
+    negative: a finite float32 reference, and 94 executions, 138 s of a search judged
+    against it)."""
+    from ..errors import DegenerateModelError
+    from .degenerate import batchnorms, degenerate_params
+    bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params},
+                            batchnorms(original))
+    if bad:
+        shown = "; ".join(f"{name}: {why}" for name, why in list(bad.items())[:5])
+        raise DegenerateModelError(
+            f"the float32 model is degenerate: {len(bad)} BatchNorm"
+            f"{'s have' if len(bad) > 1 else ' has'} statistics no trained BatchNorm has "
+            f"({shown}{'; ...' if len(bad) > 5 else ''}); what it computes there is no "
+            "reference to judge a conversion against. Train or calibrate the BatchNorm "
+            "statistics first", nodes=tuple(bad))
+
+
+def _degenerate_reference(runs: Runs, original: Graph, tensors: Tensors) -> list[str]:
+    """The nodes where the float32 reference first turns non-finite; raises
+    :class:`~mxnet_amp.errors.DegenerateModelError` (no search: each configuration would be
+    judged against nan) when params of those nodes explain it."""
+    from ..errors import DegenerateModelError
+    from .degenerate import degenerate_params, nonfinite_origins
+    origins = nonfinite_origins(original, tensors)
+    bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params}, origins)
+    if bad:
+        shown = "; ".join(f"{name}: {why}" for name, why in list(bad.items())[:5])
+        raise DegenerateModelError(
+            f"the float32 model itself computes inf/nan on the sample inputs, from its params "
+            f"at {len(bad)} node{'s' if len(bad) > 1 else ''} ({shown}"
+            f"{'; ...' if len(bad) > 5 else ''}): nothing converted can be judged against it. "
+            "Train or calibrate the BatchNorm statistics (or fix the params) first",
+            nodes=tuple(bad))
+    return origins
+
+
 def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, notes: list[str]
                           ) -> tuple[frozenset, tuple[KeptNode, ...], bool, list[NodeError]]:
     """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite, node
     errors)``."""
     limits = DTYPE_LIMITS[runs.target_dtype]
+    _refuse_degenerate(runs, original)
     # 1. one float32 run with every op output: reference and per-tensor ranges
     probe, keys = expose_outputs(original)
     outs = runs.run_reference(graph_to_symbol(probe))
@@ -435,8 +488,10 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
         _judge_dense(runs, original, tensors, notes)
     reference_finite = all(np.isfinite(r).all() for r in runs.reference)
     if not reference_finite:
+        origins = _degenerate_reference(runs, original, tensors)
         notes.append("the float32 reference outputs hold inf/nan on these sample inputs: "
-                     "those elements were not judged (float32 itself lost them)")
+                     "those elements were not judged (float32 itself lost them; first at "
+                     f"{', '.join(origins[:5]) + (', ...' if len(origins) > 5 else '')})")
     excluded, kept, errors = _search(runs, original, stats, limits, settings.underflow_fraction,
                                      runs.options.excluded, notes, tensors)
     return excluded, kept, reference_finite, errors

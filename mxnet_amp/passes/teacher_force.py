@@ -12,8 +12,9 @@ From a converted graph, one graph in which
   already holds in low precision is fed unrounded, declared low precision (that rounding is
   the producer's error, counted once);
 * every op reading another op's output is also recomputed in float32 from its original
-  graph on *perturbed* reference inputs (``ref * (1 + eps * sign)``, fed by the caller): the
-  change of its output over the size of the perturbation is the node's error gain, a
+  graph on *perturbed* reference inputs (fed by the caller: each tensor moved by its own
+  rounding error in the target dtype, :func:`mxnet_amp.auto.attribution.rounding_direction`):
+  the change of its output over the size of the perturbation is the node's error gain, a
   finite difference of the whole graph's nodes taken at once.
 
 Both parts run as one execution. The graph is plain data; feeding and measuring are the

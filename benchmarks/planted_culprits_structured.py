@@ -1,0 +1,160 @@
+"""Planted accuracy culprits, second family: structured inputs, folded BatchNorms and weights
+of large dynamic range, with harmless look-alikes beside them.
+
+Built independently of ``benchmarks/planted_culprits.py`` (whose culprits all compute
+``(Q h + 2048) - 2048`` right after one FullyConnected): here a graph of N op nodes is a
+sequence of *blocks* on a signal ``h`` of width 16 (|values| ~ 1, kept so by orthogonal
+maps), each block one of
+
+* ``paired`` (structured channels): ``P = FC(h, [A; B], bias [C; C])`` with ``C = 2048``,
+  its halves sliced apart and subtracted, ``h' = FC(h, Q) + (P[:16] - P[16:])``. The
+  *look-alike* has ``A = B = R`` (paired channels: the difference is 0, and low precision
+  rounds both halves alike, so it stays 0: harmless); the *culprit* has ``A = R, B = 0``
+  (the difference is ``R h``, carried through float16's spacing of 2 at 2048: lost). A
+  gain taken with random-sign perturbations reads both alike (it breaks the pairing);
+  only the culprit's rounding reaches the output.
+* ``batchnorm`` (a folded BatchNorm whose large bias cancels the product):
+  ``BatchNorm(FC([h, M], [Q, 1]))`` with running mean ``M``: ``Q h`` in float32; folded
+  (the default), the FullyConnected computes ``Q h + M`` and its bias ``-M``. The culprit
+  has ``M = 2048`` (the product rounded in float16 before the bias, as float16 GPU kernels
+  add it, loses ``Q h``); the look-alike ``M = 0``. No tensor leaves float16's range.
+* ``dynamic`` (weights of large dynamic range): ``FC([h; h], [Q + L S, -L S])`` with ``S``
+  random signs: ``Q h`` in float32. The culprit has ``L = 2048`` (its weights span 2**-3 to
+  2**11; rounded to float16 ``Q + L S`` loses ``Q``); the look-alike ``L = 0``, ``[Q/2, Q/2]``.
+* ``plain``: ``FC(h, Q)``.
+
+``'chain'`` graphs are the blocks in sequence; ``'dag'`` graphs give every block a second
+path: the lower half of its output recomputed from its input by the block's float32 map
+(a FullyConnected beside it, joined by a Concat), the upper half sliced from the block. k blocks are
+culprits (the three kinds in turn), the others look-alikes and plain layers. Each culprit
+is one node: the FullyConnected named in ``culprits``; keeping it in float32 makes what
+reads it float32 too (slices, subtraction, BatchNorm folded into it), and its output is
+right. Used by ``benchmarks/auto_attribution.py`` and the tests.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planted_culprits import Planted
+
+WIDTH = 16
+BATCH = 4
+LARGE = 2048.0
+KINDS = ("paired", "batchnorm", "dynamic")
+_LOOKALIKES = ("paired", "plain", "paired", "batchnorm", "paired", "dynamic")
+# op nodes per block, for sizing the graph
+_OPS = {"paired": 6, "batchnorm": 6, "dynamic": 2, "plain": 1}
+
+
+def _orthogonal(rng: np.random.RandomState, n: int) -> np.ndarray:
+    q, r = np.linalg.qr(rng.randn(n, n))
+    return (q * np.sign(np.diag(r))).astype(np.float32)
+
+
+class _Builder:
+    def __init__(self, seed: int) -> None:
+        import mxnet as mx
+        self.sym, self.rng = mx.sym, np.random.RandomState(seed)
+        self.args: dict = {}
+        self.auxs: dict = {}
+        self.ops = 0
+        self.culprits: list[str] = []
+
+    def op(self, fn, *args, **kwargs):
+        self.ops += 1
+        return fn(*args, **kwargs)
+
+    def fc(self, x, name: str, weight: np.ndarray, bias: np.ndarray | None = None):
+        self.args[f"{name}_weight"] = weight.astype(np.float32)
+        if bias is not None:
+            self.args[f"{name}_bias"] = bias.astype(np.float32)
+        return self.op(self.sym.FullyConnected, x, num_hidden=weight.shape[0], name=name,
+                       no_bias=bias is None)
+
+    def paired(self, h, i: int, culprit: bool):
+        r = _orthogonal(self.rng, WIDTH)
+        q = _orthogonal(self.rng, WIDTH)
+        if culprit:
+            r, q = r / np.sqrt(2), q / np.sqrt(2)
+        weight = np.concatenate([r, np.zeros_like(r) if culprit else r])
+        p = self.fc(h, f"pair{i}", weight, np.full(2 * WIDTH, LARGE, np.float32))
+        a = self.op(self.sym.slice_axis, p, axis=1, begin=0, end=WIDTH, name=f"pair{i}_a")
+        b = self.op(self.sym.slice_axis, p, axis=1, begin=WIDTH, end=2 * WIDTH, name=f"pair{i}_b")
+        d = self.op(self.sym.elemwise_sub, a, b, name=f"pair{i}_diff")
+        y = self.fc(h, f"pair{i}_q", q)
+        out = self.op(self.sym.elemwise_add, y, d, name=f"pair{i}_sum")
+        return out, f"pair{i}", q + (r if culprit else 0)
+
+    def batchnorm(self, h, i: int, culprit: bool):
+        mean = LARGE if culprit else 0.0
+        first = self.op(self.sym.slice_axis, h, axis=1, begin=0, end=1, name=f"bn{i}_first")
+        zero = self.op(self.sym._internal._mul_scalar, first, scalar=0.0, name=f"bn{i}_zero")
+        const = self.op(self.sym._internal._plus_scalar, zero, scalar=mean, name=f"bn{i}_const")
+        x = self.op(self.sym.Concat, h, const, dim=1, name=f"bn{i}_in")
+        q = _orthogonal(self.rng, WIDTH)
+        weight = np.concatenate([q, np.ones((WIDTH, 1), np.float32)], 1)
+        y = self.fc(x, f"bn{i}_fc", weight)
+        eps = 1e-3
+        self.args[f"bn{i}_gamma"] = np.ones(WIDTH, np.float32)
+        self.args[f"bn{i}_beta"] = np.zeros(WIDTH, np.float32)
+        self.auxs[f"bn{i}_moving_mean"] = np.full(WIDTH, mean, np.float32)
+        self.auxs[f"bn{i}_moving_var"] = np.full(WIDTH, 1.0 - eps, np.float32)
+        out = self.op(self.sym.BatchNorm, y, eps=eps, fix_gamma=False, use_global_stats=True,
+                      name=f"bn{i}")
+        return out, f"bn{i}_fc", q
+
+    def dynamic(self, h, i: int, culprit: bool):
+        q = _orthogonal(self.rng, WIDTH)
+        if culprit:
+            signs = self.rng.choice([-LARGE, LARGE], size=(WIDTH, WIDTH)).astype(np.float32)
+            weight = np.concatenate([q + signs, -signs], 1)
+        else:
+            weight = np.concatenate([q / 2, q / 2], 1)
+        x = self.op(self.sym.Concat, h, h, dim=1, name=f"dyn{i}_in")
+        return self.fc(x, f"dyn{i}", weight), f"dyn{i}", q
+
+    def plain(self, h, i: int, culprit: bool):
+        q = _orthogonal(self.rng, WIDTH)
+        return self.fc(h, f"fc{i}", q), f"fc{i}", q
+
+
+def planted_structured(n: int, k: int, shape: str = "chain", seed: int = 0) -> Planted:
+    """A ``shape`` graph (``'chain'`` or ``'dag'``) of about ``n`` op nodes (exactly, padded
+    with identities) with ``k`` culprits of the kinds in ``KINDS``, in turn, at random
+    blocks (``seed``)."""
+    if shape not in ("chain", "dag"):
+        raise ValueError(f"shape must be 'chain' or 'dag', got {shape!r}")
+    net = _Builder(seed)
+    extra = 0 if shape == "chain" else 3
+    per_block = sum(_OPS[kind] + extra for kind in _LOOKALIKES) / len(_LOOKALIKES)
+    blocks = max(k + 1, int((n - 1) / per_block))
+    at = sorted(net.rng.choice(np.arange(blocks), size=k, replace=False).tolist())
+    kinds = {b: KINDS[j % len(KINDS)] for j, b in enumerate(at)}
+    h = net.sym.var("data")
+    for i in range(blocks):
+        budget = n - 1 - net.ops
+        kind = kinds.get(i, _LOOKALIKES[i % len(_LOOKALIKES)])
+        if i not in kinds and _OPS[kind] + extra > budget - sum(
+                _OPS[kinds[j]] + extra for j in kinds if j > i):
+            kind = "plain"
+        out, name, linear = getattr(net, kind)(h, i, i in kinds)
+        if i in kinds:
+            net.culprits.append(name)
+        if shape == "dag":
+            # a second path around the block: the output's lower half recomputed from the
+            # block's input by the block's own float32 map, so the two paths together are
+            # that map (orthogonal: norms kept over thousands of blocks; a residual sum,
+            # even renormalised, let the signal or a culprit's error fade)
+            top = net.op(net.sym.slice_axis, out, axis=1, begin=0, end=WIDTH // 2,
+                         name=f"path{i}_top")
+            low = net.fc(h, f"path{i}_low", linear[WIDTH // 2:])
+            out = net.op(net.sym.Concat, top, low, dim=1, name=f"path{i}_join")
+        h = out
+    for i in range(n - 1 - net.ops):   # exactly n op nodes: copies (exact in float16)
+        h = net.op(net.sym.identity, h, name=f"copy{i}")
+    out = net.op(net.sym.reshape, h, shape=(0, 4, -1), name="out")
+    sample = net.rng.uniform(-1, 1, (BATCH, WIDTH)).astype(np.float32)
+    import mxnet as mx
+    args = {k_: mx.nd.array(v) for k_, v in net.args.items()}
+    auxs = {k_: mx.nd.array(v) for k_, v in net.auxs.items()}
+    return Planted(out, args, sample, tuple(net.culprits), net.ops, auxs)

@@ -1,0 +1,102 @@
+"""Validate what will run: how the automatic mode's checks run a converted model so that
+their figure is the written model's.
+
+MXNet binds a model (``Module``, ``simple_bind``, the C predict API,
+``hybridize(backend='MKLDNN')``) through its oneDNN subgraph backend, which fuses each
+Convolution with the BatchNorm, sum and activation reading it into one kernel in the
+convolution's dtype: a BatchNorm left unfolded is folded *in bfloat16* there. An op by op
+run (a ``CachedOp``, as ``SymbolBlock`` without a backend runs) does not fuse: measured on
+resnet50_v1 converted to bfloat16 with ``fold_batchnorm=False``, 0.0045 op by op where the
+written model gives 0.062 through ``Module``. So where the hardware runs the dtype, the
+checks bind the converted model as ``Module`` does (:func:`forward_bound`); where they
+emulate it, the BatchNorms such a deployment would fuse into a low precision convolution
+are named (:func:`fusable_batchnorms`) and the report says that the check did not model
+that fusion.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+
+from ..dtypes import LOW_PRECISION
+from ..graph import Graph
+
+if TYPE_CHECKING:
+    from mxnet import Context
+    from mxnet.symbol import Symbol
+
+    from ..convert import Conversion
+
+# the ops oneDNN's convolution fusion folds into a convolution it reads (BatchNorm first)
+_FUSED_NORMS = frozenset({"BatchNorm", "_contrib_SyncBatchNorm"})
+_FUSED_CONVS = frozenset({"Convolution"})
+
+
+def binds_fused(target_dtype: str, ctx: Context, execution: str) -> bool:
+    """Whether the written model runs through MXNet's oneDNN fusions where the checks run
+    it natively: bfloat16 on a CPU, the subgraph backend on (MXNet reads
+    ``MXNET_SUBGRAPH_BACKEND`` at each bind; ``NONE`` turns it off)."""
+    backend = os.environ.get("MXNET_SUBGRAPH_BACKEND", "MKLDNN").upper()
+    return (execution == "native" and target_dtype == "bfloat16" and ctx.device_type == "cpu"
+            and backend not in ("NONE", ""))
+
+
+def forward_bound(sym: Symbol, values: Mapping, ctx: Context) -> list[np.ndarray]:
+    """One execution of ``sym`` bound through MXNet's graph executor (as ``Module`` and
+    ``simple_bind`` bind it: the subgraph backend's fusions applied), float32 outputs.
+    ``values``: every argument and auxiliary state by name."""
+    import mxnet as mx
+    args = {n: values[n] for n in sym.list_arguments()}
+    auxs = {n: values[n] for n in sym.list_auxiliary_states()}
+    executor = sym.bind(ctx, args, aux_states=auxs, grad_req="null")
+    outs = executor.forward(is_train=False)
+    result = [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy()
+              for o in outs]
+    del executor
+    mx.nd.waitall()
+    return result
+
+
+def fusable_batchnorms(conversion: Conversion) -> list[str]:
+    """The BatchNorms of the converted graph that read a low precision Convolution's output
+    directly: oneDNN's fusion folds each into that convolution in its dtype."""
+    graph: Graph = conversion.graph
+    dtypes = conversion.result.node_dtypes
+    return [n.name for n in graph.nodes
+            if n.op in _FUSED_NORMS and n.inputs
+            and graph.nodes[n.inputs[0].node].op in _FUSED_CONVS
+            and dtypes.get(graph.nodes[n.inputs[0].node].name) in LOW_PRECISION]
+
+
+def unmodelled_note(conversion: Conversion) -> str | None:
+    """The report's note when the checks ran emulated (or op by op) a bfloat16 model whose
+    BatchNorms MXNet would fuse into bfloat16 convolutions at bind time; None when there
+    are none."""
+    names = fusable_batchnorms(conversion)
+    if not names:
+        return None
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return (f"not validated as it will run fused: {len(names)} BatchNorms read a bfloat16 "
+            f"convolution directly ({shown}); MXNet's oneDNN backend (Module, simple_bind, "
+            "hybridize(backend='MKLDNN')) folds each into its convolution in bfloat16 at bind "
+            "time, which these checks did not run; fold them (fold_batchnorm=True, the "
+            "default) or check on a CPU with native bfloat16")
+
+
+def deployment_note(target_dtype: str, ctx: Context, bound: bool,
+                    conversion: Conversion, bind_error: str | None = None) -> str | None:
+    """What the report says about the path the checks ran: bound as ``Module`` binds it, or
+    (bfloat16 on a CPU, not bound) :func:`unmodelled_note`, with why binding failed where
+    it did (``bind_error``); None where nothing differs."""
+    if bound:
+        return ("the checks bound the converted model as Module does (MXNet's oneDNN subgraph "
+                "fusions applied: the path the written model runs)")
+    if target_dtype == "bfloat16" and ctx.device_type == "cpu":
+        note = unmodelled_note(conversion)
+        if bind_error:
+            note = (f"MXNet's executor could not bind the converted model ({bind_error}); the "
+                    "checks ran it op by op" + (f"; {note}" if note else ""))
+        return note
+    return None
