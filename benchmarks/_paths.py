@@ -13,6 +13,9 @@ encoder as a ``SymbolBlock``):
   * ``ours_imports``        that checkpoint via ``SymbolBlock.imports`` + ``hybridize()``
   * ``ours_imports_mkldnn`` the same + ``hybridize(backend='MKLDNN', static_alloc=True,
                             static_shape=True)``
+  * ``ours_imports_fused``  ``ours_block.export(fused_for='cpu')`` (the checkpoint written
+                            already partitioned by oneDNN) via ``SymbolBlock.imports`` + a
+                            plain ``hybridize()``
   * ``contrib_best``        ``mx.contrib.amp.convert_model(..., cast_optional_params=True)``
                             in ``mx.mod.Module`` (contrib's fastest path in cpu_inference.json)
 
@@ -32,7 +35,8 @@ import numpy as np
 import _common as C
 
 BERT_BASE = dict(num_layers=12, units=768, heads=12, seq_len=128, vocab=8000)
-BLOCK_PATHS = ("ours_block", "ours_block_unfolded", "ours_imports", "ours_imports_mkldnn")
+BLOCK_PATHS = ("ours_block", "ours_block_unfolded", "ours_imports", "ours_imports_mkldnn",
+               "ours_imports_fused")
 MODULE_PATHS = ("ours_module", "contrib_best")
 
 # (label, builder spec, {batch: (rounds, batches per round)})
@@ -127,6 +131,10 @@ def runners(net, folder: str, fp32_ops=None) -> tuple[dict, dict]:
     fused = mx.gluon.SymbolBlock.imports(sym_file, ["data"], params_file)
     fused.hybridize(backend="MKLDNN", static_alloc=True, static_shape=True)
     run.update(ours_imports=_block_run(plain), ours_imports_mkldnn=_block_run(fused))
+    fused_sym, fused_params = ours.export(prefix + "_fused", fused_for="cpu")
+    fused_file = mx.gluon.SymbolBlock.imports(fused_sym, ["data"], fused_params)
+    fused_file.hybridize()
+    run["ours_imports_fused"] = _block_run(fused_file)
     csym, cargs, cauxs = contrib.convert_model(sym, dict(args), dict(auxs), target_dtype="bfloat16",
                                                cast_optional_params=True)
     run["contrib_best"] = _module_run(csym, cargs, cauxs)

@@ -179,6 +179,8 @@ PATH_NOTES = {
     "ours_module": "`ours_block.export()` in `mx.mod.Module`",
     "ours_imports": "that checkpoint, `SymbolBlock.imports` + `hybridize()`",
     "ours_imports_mkldnn": "the same + `hybridize(backend='MKLDNN', static_alloc=True, static_shape=True)`",
+    "ours_imports_fused": "`ours_block.export(fused_for='cpu')` (saved partitioned by oneDNN), "
+                          "`SymbolBlock.imports` + plain `hybridize()`",
     "contrib_best": "`mx.contrib.amp.convert_model(cast_optional_params=True)` in `mx.mod.Module`",
 }
 

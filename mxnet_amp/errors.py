@@ -30,6 +30,7 @@ __all__ = [
     "InputShapeError",
     "InputValueError",
     "BackendError",
+    "FusionError",
     "error_text",
 ]
 
@@ -146,6 +147,11 @@ class InputValueError(AMPError, ValueError):
 class BackendError(AMPError, ValueError):
     """A ``hybridize=`` value a converter cannot run the block with: neither a bool nor None
     nor a subgraph backend this MXNet build registers (the message names it)."""
+
+
+class FusionError(AMPError, ValueError):
+    """A model cannot be saved fused for the CPU (``fused_for='cpu'``, ``--fuse-cpu``): a
+    float16 model (GPU only), an unknown ``fused_for``, or an MXNet without oneDNN."""
 
 
 class TargetDtypeError(AMPError, ValueError):

@@ -99,7 +99,8 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         return super().forward(x, *args)
 
     def export(self, path: str | os.PathLike, epoch: int = 0,
-               remove_amp_cast: bool = False) -> tuple[str, str] | None:
+               remove_amp_cast: bool = False, *, fused_for: str | None = None
+               ) -> tuple[str, str] | None:
         """Write ``path-symbol.json`` and ``path-%04d.params``, amp casts kept.
 
         Parameters
@@ -111,6 +112,10 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         remove_amp_cast : bool, default False
             True writes what ``HybridBlock.export`` writes by default: the graph without its
             casts (which computes something else than this block).
+        fused_for : {None, 'cpu'}, default None
+            ``'cpu'``: the graph written already partitioned by MXNet's oneDNN backend, so that
+            ``SymbolBlock.imports`` + a plain ``hybridize()`` runs the fused kernels (see
+            :func:`mxnet_amp.save_checkpoint`).
 
         Returns
         -------
@@ -122,4 +127,4 @@ class AMPSymbolBlock(gluon.SymbolBlock):
             super().export(os.fspath(path), epoch, remove_amp_cast=True)
             return None
         from .block_model import export_block
-        return export_block(self, path, epoch)
+        return export_block(self, path, epoch, fused_for=fused_for)
