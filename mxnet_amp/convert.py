@@ -10,6 +10,7 @@ from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code
 from .errors import AlreadyConvertedError, GraphError, TypeInferenceError
 from .gcpause import gc_paused
 from .graph import Entry, Graph
+from .hardware import warn_amx_off
 from .io import graph_from_symbol, graph_to_symbol
 from .options import ConvertOptions, make_options
 from .optypes import OpTypes
@@ -176,6 +177,7 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
     options = make_options() if options is None else options
     names = _data_names(graph, data_names, None if param_dtypes is None else set(param_dtypes))
     options.check_excluded(graph)
+    warn_amx_off(options.target_dtype, "conversion")   # a bf16 model slower than fp32 gets a word
     data_dtypes, stored = _variable_dtypes(graph, set(names), param_dtypes, input_dtypes)
     if not accept_low_precision_params:
         refuse_converted(graph)   # its casts say more than its params' dtypes

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from mxnet import gluon
 
+from .hardware import warn_amx_off
+
 if TYPE_CHECKING:
     from mxnet.gluon import ParameterDict
     from mxnet.ndarray import NDArray
@@ -50,6 +52,7 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         self._amp_graph: Any = self._cached_graph  # the graph as converted, never partitioned
         self._amp_optimized: Any = None                 # the partitioned graph the cached op runs
         self.default_backend: str | None = None
+        self._amp_low_dtype: str | None = None          # set at the first run
 
     @property
     def optimized_symbol(self) -> Symbol | None:
@@ -68,6 +71,12 @@ class AMPSymbolBlock(gluon.SymbolBlock):
     def _build_cache(self, *args: Any) -> None:
         # MXNet builds the cached op from the partitioned graph and leaves that graph in
         # _cached_graph; keep it apart and put the converted graph back
+        if self._amp_low_dtype is None:   # the first run: what the block computes in
+            from .fused import graph_low_dtypes
+            from .io import graph_from_symbol
+            low = graph_low_dtypes(graph_from_symbol(self._amp_graph[1]))
+            self._amp_low_dtype = "bfloat16" if "bfloat16" in low else "float32"
+            warn_amx_off(self._amp_low_dtype, "a converted block's first run")
         super()._build_cache(*args)
         cached: Any = self._cached_graph
         self._amp_optimized = cached[1] if self._backend else None
