@@ -126,7 +126,7 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     data_names = _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
                                      shapes_from, sym_file, params_file, options.strict_params)
     conversion, arg_params, aux_params, _ = convert_with_params(
-        graph, arg_params, aux_params, options, data_names=data_names)
+        graph, arg_params, aux_params, options, data_names=data_names, data_shapes=data_shapes)
     del sym, graph
     sizes = _recast_in_place(arg_params, aux_params, conversion, progress)
     if write:

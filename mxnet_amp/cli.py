@@ -84,6 +84,11 @@ def _conversion_options(p: argparse.ArgumentParser, dtype_required: bool) -> Non
                    help="params the symbol does not read are an error (default: a warning "
                    "naming them; stale checkpoint entries are common)")
     _fold_option(p)
+    p.add_argument("--tune", nargs="?", const=True, default=None, metavar="CACHE.json",
+                   help="bfloat16: time each Convolution / FullyConnected / Deconvolution kernel "
+                   "on this machine (at --input-shape, or auto's --input shapes) and keep in "
+                   "float32 those slower in bfloat16; timings cached in CACHE.json (default "
+                   "~/.cache/mxnet_amp/tune.json)")
     _output_options(p)
 
 
@@ -272,6 +277,7 @@ def _options(args: argparse.Namespace) -> ConvertOptions:
                         follow_ops=args.follow_ops, excluded_sym_names=args.exclude,
                         cast_optional_params=args.cast_optional_params,
                         fold_batchnorm=args.fold_bn, strict_params=args.strict_params,
+                        tune=getattr(args, "tune", None),
                         # the flags add to the shipped lists ("move"), as their help says
                         overrides="move")
 

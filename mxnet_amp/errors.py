@@ -31,6 +31,7 @@ __all__ = [
     "InputValueError",
     "BackendError",
     "FusionError",
+    "TuneError",
     "error_text",
 ]
 
@@ -152,6 +153,11 @@ class BackendError(AMPError, ValueError):
 class FusionError(AMPError, ValueError):
     """A model cannot be saved fused for the CPU (``fused_for='cpu'``, ``--fuse-cpu``): a
     float16 model (GPU only), an unknown ``fused_for``, or an MXNet without oneDNN."""
+
+
+class TuneError(AMPError, ValueError):
+    """``tune=`` (``--tune``) cannot run: float16 (no CPU kernels to time), no input shapes,
+    a CPU that does not run bfloat16, or an unreadable timing cache (the message says which)."""
 
 
 class TargetDtypeError(AMPError, ValueError):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from .errors import GraphError
 from .params import name_list
 from .policy import OpPolicy, load_policy
+from .tune import Tuning, make_tuning
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -38,6 +39,9 @@ class ConvertOptions:
     strict_params : bool
         Params the symbol does not read are an error (:class:`~mxnet_amp.errors.ParamError`)
         instead of a warning naming them.
+    tuning : Tuning or None
+        Time each low precision kernel on this machine first (``tune=``,
+        :mod:`mxnet_amp.tune`); None: the lists decide alone.
     """
 
     policy: OpPolicy
@@ -45,6 +49,7 @@ class ConvertOptions:
     cast_optional_params: bool = True
     fold_batchnorm: bool = True
     strict_params: bool = False
+    tuning: Tuning | None = None
 
     @property
     def target_dtype(self) -> str:
@@ -86,7 +91,7 @@ def make_options(target_dtype: str = "float16",
                  cast_optional_params: bool = True,
                  fold_batchnorm: bool = True, *,
                  overrides: str = "replace",
-                 strict_params: bool = False) -> ConvertOptions:
+                 strict_params: bool = False, tune: object = None) -> ConvertOptions:
     """The :class:`ConvertOptions` of the public converters' keywords (the lists read once).
 
     Parameters
@@ -99,6 +104,8 @@ def make_options(target_dtype: str = "float16",
         is converted).
     cast_optional_params, fold_batchnorm, strict_params : bool
         As in :func:`mxnet_amp.convert_model`.
+    tune : None, bool, str or Tuning
+        As in :func:`mxnet_amp.convert_model` (:func:`mxnet_amp.tune.make_tuning`).
 
     Returns
     -------
@@ -108,8 +115,11 @@ def make_options(target_dtype: str = "float16",
     ------
     TargetDtypeError, UnknownOpError, ListError
         As :func:`mxnet_amp.load_policy`.
+    TuneError
+        ``tune`` with float16, or a ``tune`` value of another type.
     """
     policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                          conditional_fp32_ops, follow_ops, overrides)
     return ConvertOptions(policy, frozenset(name_list(excluded_sym_names) or ()), bool(cast_optional_params),
-                          bool(fold_batchnorm), bool(strict_params))
+                          bool(fold_batchnorm), bool(strict_params),
+                          make_tuning(tune, policy.target_dtype))

@@ -114,7 +114,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        follow_ops: Sequence[str] | None = None, overrides: str = "replace",
                        strict_params: bool = False, search: str = "attribution",
                        metric: Callable[[list], float] | None = None,
-                       max_drop: float | None = None, drop: str = "absolute"
+                       max_drop: float | None = None, drop: str = "absolute", tune: object = None
                        ) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
@@ -158,6 +158,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     quiet : bool, default False: no progress bar.
     search, metric, max_drop, drop
         As in :func:`auto_settings` (the culprit search; a task metric as the check).
+    tune : As in :func:`mxnet_amp.convert_model`, at the sample inputs' shapes (once, first).
 
     Returns
     -------
@@ -174,7 +175,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
-                           strict_params=strict_params)
+                           strict_params=strict_params, tune=tune)
     return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
                         execution=execution, data_names=data_names, quiet=quiet)
 
