@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 from .errors import TuneError
 from .graph import Entry, Graph, GraphBuilder, Node
 from .policy import Category, Decision
+from .tune_cache import TimingCache, default_cache_path, machine_key
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -41,10 +42,6 @@ __all__ = ["Tuning", "KernelCase", "KernelTiming", "TuneRecord", "KernelTimer", 
            "node_input_shapes", "tuned_decisions", "tune_policy", "TimingCache", "TUNED_PREFIX"]
 
 TUNED_PREFIX = "tuned: "
-CACHE_VERSION = 2   # 2: the low precision kernel timed alone (1: with its casts)
-# the flags that change which oneDNN kernel runs
-_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-              "amx_bf16", "amx_tile", "amx_int8")
 
 
 @dataclass(frozen=True)
@@ -149,83 +146,6 @@ class TuneRecord:
                              "kept": "low precision" if t.low_is_faster else "float32"}
                             for names, t in self.timings],
                 "kept_fp32": self.kept_fp32}
-
-
-# --- the machine and the cache -----------------------------------------------------------
-
-def machine_key() -> str:
-    """The timings' validity: CPU model, ISA flags, ``DNNL_MAX_CPU_ISA``, MXNet, threads."""
-    import mxnet as mx
-
-    from .hardware import cpu_flags
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.partition(":")[2].strip()
-                    break
-    except OSError:
-        pass
-    flags = sorted(f for f in cpu_flags() if f in _ISA_FLAGS)
-    threads = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count())
-    isa = os.environ.get("DNNL_MAX_CPU_ISA", "default")
-    return (f"{model} | {' '.join(flags)} | DNNL_MAX_CPU_ISA={isa} | mxnet {mx.__version__} | "
-            f"{threads} threads")
-
-
-def default_cache_path() -> str:
-    """``$MXNET_AMP_TUNE_CACHE``, else ``$XDG_CACHE_HOME/mxnet_amp/tune.json`` (``~/.cache``)."""
-    if os.environ.get("MXNET_AMP_TUNE_CACHE"):
-        return os.environ["MXNET_AMP_TUNE_CACHE"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "mxnet_amp", "tune.json")
-
-
-class TimingCache:
-    """Kernel timings per machine, read from and written to one JSON file.
-
-    ``{"version": 1, "machines": {machine key: {case key: {"float32": s, "<dtype>": s}}}}``
-    """
-
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-        self.machines: dict[str, dict[str, dict[str, float]]] = {}
-        if path and os.path.exists(path):
-            try:
-                with open(path) as f:
-                    data = json.load(f)
-                if data.get("version") != CACHE_VERSION or not isinstance(data.get("machines"), dict):
-                    raise ValueError(f"not a version {CACHE_VERSION} mxnet-amp timing cache")
-                self.machines = data["machines"]
-            except (OSError, ValueError, AttributeError) as err:
-                raise TuneError(f"tune cache {path}: cannot read it ({err}); delete it or "
-                                "name another file") from None
-
-    def get(self, machine: str, case: KernelCase, target_dtype: str) -> tuple[float, float] | None:
-        """``(float32 s, target dtype s)`` of ``case`` on ``machine``; None when not cached."""
-        entry = self.machines.get(machine, {}).get(case.key())
-        if entry and "float32" in entry and target_dtype in entry:
-            return float(entry["float32"]), float(entry[target_dtype])
-        return None
-
-    def put(self, machine: str, case: KernelCase, target_dtype: str, fp32_s: float, low_s: float) -> None:
-        """Remember a timing (written by :meth:`save`)."""
-        self.machines.setdefault(machine, {})[case.key()] = {"float32": fp32_s, target_dtype: low_s}
-
-    def save(self) -> None:
-        """Write the file (atomically; its folder made if missing); nothing without a path."""
-        if not self.path:
-            return
-        from .io import atomic_write
-        folder = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(folder, exist_ok=True)
-        text = json.dumps({"version": CACHE_VERSION, "machines": self.machines}, indent=1)
-
-        def write(tmp: str) -> None:
-            with open(tmp, "w") as f:
-                f.write(text)
-        atomic_write(self.path, write)
 
 
 def make_tuning(tune: object, target_dtype: str) -> Tuning | None:
@@ -397,7 +317,7 @@ def tuned_decisions(cases: Mapping[KernelCase, Sequence[str]], tuning: Tuning, t
     timings: list[tuple[tuple[str, ...], KernelTiming]] = []
     new = False
     for case, names in cases.items():
-        hit = cache.get(machine, case, target_dtype)
+        hit = cache.get(machine, case.key(), target_dtype)
         if hit is None:
             try:
                 fp32_s, low_s = timer.kernel(case, target_dtype)
@@ -407,7 +327,7 @@ def tuned_decisions(cases: Mapping[KernelCase, Sequence[str]], tuning: Tuning, t
                     decisions[name] = Decision(Category.FP32, f"{TUNED_PREFIX}{target_dtype} "
                                                f"kernel failed to run here ({error_text(err, 200)})")
                 continue
-            cache.put(machine, case, target_dtype, fp32_s, low_s)
+            cache.put(machine, case.key(), target_dtype, fp32_s, low_s)
             timing = KernelTiming(case, fp32_s, low_s)
             new = True
         else:

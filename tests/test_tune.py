@@ -139,7 +139,7 @@ def test_the_cache_round_trips_per_machine(tmp_path, monkeypatch):
     key = machine_key()
     assert list(data["machines"]) == [key] and len(data["machines"][key]) == 4
     assert f"mxnet {mx.__version__}" in key and "threads" in key and "DNNL_MAX_CPU_ISA" in key
-    entry = data["machines"][key][KernelCase.key(first.kernel_calls[0])]
+    entry = data["machines"][key][first.kernel_calls[0].key()]
     assert set(entry) == {"float32", "bfloat16"}
 
     class NoTimer(FakeTimer):
