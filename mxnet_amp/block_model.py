@@ -173,9 +173,9 @@ def export_block(block: HybridBlock, path: str | os.PathLike, epoch: int = 0, *,
     epoch : int, default 0
         The epoch number in the params file name.
     fused_for : {None, 'cpu'}, default None
-        ``'cpu'``: the graph written already partitioned by MXNet's oneDNN backend, so a plain
-        ``SymbolBlock.imports`` + ``hybridize()`` runs the fused kernels (see
-        :func:`mxnet_amp.save_checkpoint`).
+        ``'cpu'``: the graph written already partitioned by MXNet's oneDNN backend where that
+        removes a generic bf16 kernel, for ``SymbolBlock.imports`` + a plain ``hybridize()``
+        (see :func:`mxnet_amp.save_checkpoint`).
 
     Returns
     -------

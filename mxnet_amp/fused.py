@@ -1,15 +1,17 @@
-"""A bfloat16 model partitioned ahead of time by MXNet's oneDNN backend, for checkpoints that
-run fused whoever loads them.
+"""A bfloat16 model partitioned ahead of time by MXNet's oneDNN backend, for checkpoints whose
+loaders run no generic bf16 kernel where a fused one exists.
 
 MXNet 1.9.1 fuses oneDNN subgraphs (conv + BatchNorm + ReLU / clip / sum, FullyConnected +
 activation) at bind time in ``Module`` / ``simple_bind`` / the C predict API
 (``MXNET_SUBGRAPH_BACKEND`` defaults to ``MKLDNN``), but Gluon's ``SymbolBlock.imports`` +
 ``hybridize()`` runs the generic kernels unless given ``backend='MKLDNN'``: there MXNet's
-generic bf16 kernels made mobilenetv2_1.0 2.2-2.4x slower than fp32. A graph written already
-partitioned (``Symbol.optimize_for('MKLDNN')``: ``_sg_mkldnn_conv`` / ``_sg_mkldnn_fully_connected``
-nodes, each holding its original ops as a subgraph and reading the same params by the same
-names) runs the fused kernels on every loader; the bind-time pass finds nothing left to fuse in
-it (its selectors match the original op names, not ``_sg_mkldnn_*``).
+generic bf16 ``clip`` (relu6) made mobilenetv2_1.0 2.2-2.4x slower than fp32. A graph written
+partitioned (``Symbol.optimize_for('MKLDNN')``: ``_sg_mkldnn_conv`` nodes, each holding its
+original ops as a subgraph and reading the same params by the same names) runs those fused;
+the bind-time pass finds nothing left to fuse in them (its selectors match the original op
+names, not ``_sg_mkldnn_*``). Fused nodes that only replace oneDNN kernels are written back as
+their ops (:func:`keep_fused_where_generic`): a plain ``hybridize()`` pays each fused node's
+set-up at every call.
 
 The fused nodes have no GPU kernel, so a float16 model (GPU only) is refused.
 """

@@ -122,9 +122,9 @@ class AMPSymbolBlock(gluon.SymbolBlock):
             True writes what ``HybridBlock.export`` writes by default: the graph without its
             casts (which computes something else than this block).
         fused_for : {None, 'cpu'}, default None
-            ``'cpu'``: the graph written already partitioned by MXNet's oneDNN backend, so that
-            ``SymbolBlock.imports`` + a plain ``hybridize()`` runs the fused kernels (see
-            :func:`mxnet_amp.save_checkpoint`).
+            ``'cpu'``: the graph written already partitioned by MXNet's oneDNN backend where
+            that removes a generic bf16 kernel, for ``SymbolBlock.imports`` + a plain
+            ``hybridize()`` (see :func:`mxnet_amp.save_checkpoint`).
 
         Returns
         -------
