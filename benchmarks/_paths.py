@@ -13,8 +13,16 @@ encoder as a ``SymbolBlock``):
   * ``ours_imports``        that checkpoint via ``SymbolBlock.imports`` + ``hybridize()``
   * ``ours_imports_mkldnn`` the same + ``hybridize(backend='MKLDNN', static_alloc=True,
                             static_shape=True)``
+  * ``ours_imports_fused``  ``ours_block.export(fused_for='cpu')`` (the checkpoint written
+                            already partitioned by oneDNN) via ``SymbolBlock.imports`` + a
+                            plain ``hybridize()``
   * ``contrib_best``        ``mx.contrib.amp.convert_model(..., cast_optional_params=True)``
                             in ``mx.mod.Module`` (contrib's fastest path in cpu_inference.json)
+
+With ``--tune [CACHE.json]`` each batch size also gets ``ours_block``, ``ours_module`` and
+``ours_imports_fused`` converted with ``tune=`` at that batch's shape (``tuned_block``,
+``tuned_module``, ``tuned_imports_fused``), and the tuning record (each kernel's fp32 / bf16
+time, the nodes kept fp32, the whole model untuned and tuned) is kept with the results.
 
 Each batch size is one timing phase: every runner called in interleaved rounds (order
 rotating), one process; figures are medians, ratios medians of per-round ratios. The error of
@@ -32,7 +40,8 @@ import numpy as np
 import _common as C
 
 BERT_BASE = dict(num_layers=12, units=768, heads=12, seq_len=128, vocab=8000)
-BLOCK_PATHS = ("ours_block", "ours_block_unfolded", "ours_imports", "ours_imports_mkldnn")
+BLOCK_PATHS = ("ours_block", "ours_block_unfolded", "ours_imports", "ours_imports_mkldnn",
+               "ours_imports_fused")
 MODULE_PATHS = ("ours_module", "contrib_best")
 
 # (label, builder spec, {batch: (rounds, batches per round)})
@@ -42,6 +51,7 @@ FULL = [("resnet50_v1", ("zoo", "resnet50_v1", 224), {1: (4, 3), 8: (4, 1)}),
         ("densenet121", ("zoo", "densenet121", 224), {1: (4, 3), 8: (4, 1)}),
         ("inceptionv3", ("zoo", "inceptionv3", 299), {1: (4, 2), 8: (3, 1)}),
         ("bert_base_seq128", ("bert", BERT_BASE), {1: (3, 1), 8: (3, 1)})]
+DECONV_HEAD = ("deconv_head_resnet18", ("deconv", "resnet18_v1", 224), {1: (4, 3), 8: (4, 1)})
 QUICK = [("resnet18_v1_64px", ("zoo", "resnet18_v1", 64), {1: (2, 1), 2: (2, 1)}),
          ("bert_1x32_seq8", ("bert", dict(num_layers=1, units=32, heads=2, seq_len=8, vocab=100)),
           {2: (2, 1)})]
@@ -51,6 +61,8 @@ def user_block(spec):
     """``(the user's fp32 block, make_input(batch), what it is)``."""
     import mxnet as mx
     from mxnet import gluon
+    if spec[0] == "deconv":
+        return _deconv_head_block(*spec[1:])
     if spec[0] == "zoo":
         _, name, size = spec
         net = C.zoo_net(name, size, calibrate=True)
@@ -71,6 +83,31 @@ def user_block(spec):
     what = (f"BERT-shaped encoder {cfg['num_layers']}x{cfg['units']}, {cfg['heads']} heads, seq "
             f"{cfg['seq_len']} (benchmarks/_common.bert_encoder; gluonnlp not used)")
     return net, tokens, what
+
+
+def _deconv_head_block(backbone: str, size: int):
+    """A text-detector-like net: a zoo backbone's features to stride 32, then two 2x2 /
+    stride-2 Deconvolutions (each + relu) and a 1x1 conv score map (random init, BatchNorm
+    statistics calibrated)."""
+    import mxnet as mx
+    from mxnet.gluon import nn
+    base = C.zoo_net(backbone, size, calibrate=True)
+    net = nn.HybridSequential(prefix="deconvhead_")
+    with net.name_scope():
+        net.add(base.features[:-1])   # up to the last stage (no global pool)
+        for channels in (128, 64):
+            net.add(nn.Conv2DTranspose(channels, 2, strides=2), nn.Activation("relu"))
+        net.add(nn.Conv2D(1, 1))
+    for p in net.collect_params().values():
+        if p._data is None:   # the head (biases keep their zero init)
+            p.initialize(default_init=mx.init.Xavier())
+    net.hybridize()
+
+    def images(batch):
+        return mx.nd.array(np.random.default_rng(batch).uniform(-1, 1, (batch, 3, size, size)))
+    net(images(1))
+    return net, images, (f"gluoncv {backbone} features (random He init, calibrated BatchNorm) + two "
+                         f"2x2/stride-2 Deconvolution(+relu) and a 1x1 score conv, {size}px")
 
 
 def _block_run(block):
@@ -127,6 +164,10 @@ def runners(net, folder: str, fp32_ops=None) -> tuple[dict, dict]:
     fused = mx.gluon.SymbolBlock.imports(sym_file, ["data"], params_file)
     fused.hybridize(backend="MKLDNN", static_alloc=True, static_shape=True)
     run.update(ours_imports=_block_run(plain), ours_imports_mkldnn=_block_run(fused))
+    fused_sym, fused_params = ours.export(prefix + "_fused", fused_for="cpu")
+    fused_file = mx.gluon.SymbolBlock.imports(fused_sym, ["data"], fused_params)
+    fused_file.hybridize()
+    run["ours_imports_fused"] = _block_run(fused_file)
     csym, cargs, cauxs = contrib.convert_model(sym, dict(args), dict(auxs), target_dtype="bfloat16",
                                                cast_optional_params=True)
     run["contrib_best"] = _module_run(csym, cargs, cauxs)
@@ -162,13 +203,49 @@ def phase(run: dict, x, rounds: int, inner: int) -> dict:
     return row
 
 
-def run_case(label: str, spec, batches: dict, fp32_ops=None) -> dict:
+def tuned_runners(net, folder: str, shape: tuple, cache: str, fp32_ops=None) -> tuple[dict, dict]:
+    """The tuned paths at ``shape`` (``tune=cache``), and the tuning record: the conversion
+    ``convert_hybrid_block(..., tune=)`` runs, its block hybridized as the converter does."""
+    import mxnet as mx
+
+    from mxnet_amp.convert import convert_model_full
+    from mxnet_amp.gluon import converted_symbol_block
+    from mxnet_amp.options import make_options
+    sym, args, auxs = C.block_checkpoint(net)
+    t0 = time.perf_counter()
+    s2, a2, x2, conv = convert_model_full(sym, args, auxs,
+                                          make_options("bfloat16", fp32_ops=fp32_ops, tune=cache),
+                                          data_shapes={"data": shape})
+    seconds = time.perf_counter() - t0
+    tuned = converted_symbol_block(net, ["data"], s2, a2, x2)
+    tuned.default_backend = "MKLDNN"
+    tuned.hybridize(backend="MKLDNN", static_alloc=True, static_shape=True)
+    prefix = os.path.join(folder, f"tuned_bs{shape[0]}")
+    tuned.export(prefix)
+    fused_sym, fused_params = tuned.export(prefix + "_fused", fused_for="cpu")
+    fused = mx.gluon.SymbolBlock.imports(fused_sym, ["data"], fused_params)
+    fused.hybridize()
+    run = {"tuned_block": _block_run(tuned),
+           "tuned_module": _module_run(*mx.model.load_checkpoint(prefix, 0)),
+           "tuned_imports_fused": _block_run(fused)}
+    return run, {"tuned_convert_s": seconds,
+                 "tuning": conv.tuning.to_dict() if conv.tuning is not None else None}
+
+
+def run_case(label: str, spec, batches: dict, fp32_ops=None, tune: str | None = None) -> dict:
     net, make_input, what = user_block(spec)
     with tempfile.TemporaryDirectory() as folder:
         run, info = runners(net, folder, fp32_ops)
         case = {"case": label, "model": what, **info, "load_start": os.getloadavg(), "batches": []}
         for batch, (rounds, inner) in batches.items():
-            case["batches"].append(phase(run, make_input(batch), rounds, inner))
+            x = make_input(batch)
+            phase_run, tuned = dict(run), {}
+            if tune:
+                extra, tuned = tuned_runners(net, folder, tuple(x.shape), tune, fp32_ops)
+                phase_run.update(extra)
+            row = phase(phase_run, x, rounds, inner)
+            row.update(tuned)
+            case["batches"].append(row)
     case["load_end"] = os.getloadavg()
     return case
 
@@ -184,9 +261,42 @@ def targets(cases: list) -> dict:
             ours = p.get("ours_block", {})
             out[f"{key}: ours_block >= 2x fp32_block"] = ours.get("x_fp32_block", 0) >= 2
             out[f"{key}: ours_block >= 1.8x fp32_module"] = ours.get("x_fp32_module", 0) >= 1.8
-            slower = [n for n in BLOCK_PATHS if p.get(n, {}).get("x_fp32_block", 1) < 1]
-            slower += [n for n in MODULE_PATHS if p.get(n, {}).get("x_fp32_module", 1) < 1]
+            slower = [n for n in BLOCK_PATHS + TUNED_BLOCK_PATHS if p.get(n, {}).get("x_fp32_block", 1) < 1]
+            slower += [n for n in MODULE_PATHS + ("tuned_module",) if p.get(n, {}).get("x_fp32_module", 1) < 1]
             out[f"{key}: paths slower than fp32"] = ", ".join(slower) or "none"
+            if "tuned_block" in p:
+                out.update(_tune_targets(key, b))
+    return out
+
+
+TUNED_BLOCK_PATHS = ("tuned_block", "tuned_imports_fused")
+# each tuned path and its untuned counterpart
+TUNED_VS = {"tuned_block": "ours_block", "tuned_module": "ours_module",
+            "tuned_imports_fused": "ours_imports_fused"}
+
+
+def _tune_targets(key: str, b: dict) -> dict:
+    """Issue 34's targets on one row: no tuned path slower than fp32 on its kind of path, no
+    kernel kept bf16 slower than fp32 as timed, each tuned path >= its untuned one."""
+    p, out = b["paths"], {}
+    base = {"tuned_block": "fp32_block", "tuned_imports_fused": "fp32_block", "tuned_module": "fp32_module"}
+    out[f"{key}: tuned paths slower than fp32"] = ", ".join(
+        n for n, ref in base.items() if p.get(n, {}).get(f"x_{ref}", 1) < 1) or "none"
+    tuning = b.get("tuning") or {}
+    slow_kept = [k["kernel"] for k in tuning.get("kernels", [])
+                 if k["kept"] != "float32" and k["low_ms"] > k["fp32_ms"]]
+    if not tuning.get("applied", True):
+        slow_kept = [k["kernel"] for k in tuning.get("kernels", []) if k["low_ms"] > k["fp32_ms"]]
+    out[f"{key}: kernels kept bf16 slower than fp32 (as timed)"] = ", ".join(slow_kept) or "none"
+    worse = []
+    for tuned, untuned in TUNED_VS.items():
+        if tuned in p and untuned in p and "ms_per_batch" in p[tuned] and "ms_per_batch" in p[untuned]:
+            # x untuned: the untuned path's time over the tuned one's (above 1: tuned faster)
+            ratio = C.paired_ratio(p[untuned]["round_s"], p[tuned]["round_s"])
+            p[tuned]["x_untuned"] = ratio
+            if ratio < 1:
+                worse.append(f"{tuned} {ratio:.2f}x")
+    out[f"{key}: tuned paths slower than untuned"] = ", ".join(worse) or "none"
     return out
 
 
@@ -207,13 +317,17 @@ def main(opts) -> int:
     env = {**C.environment(), "loadavg_start": os.getloadavg()}
     name = "cpu_inference_paths" + ("_amx" if opts.amx else "")
     out = opts.out or C.default_out(name, opts.quick)
-    chosen = [c for c in (QUICK if opts.quick else FULL) if not opts.cases or c[0] in opts.cases]
+    listed = QUICK if opts.quick else FULL + [DECONV_HEAD]
+    chosen = [c for c in listed if not opts.cases or c[0] in opts.cases]
+    if opts.cases:   # in the order asked
+        chosen.sort(key=lambda c: opts.cases.index(c[0]))
     cases, t0 = [], time.perf_counter()
     for label, spec, batches in chosen:
-        cases.append(run_case(label, spec, batches, opts.ours_fp32_ops))
+        cases.append(run_case(label, spec, batches, opts.ours_fp32_ops, opts.tune))
         print_case(cases[-1])
         C.write_json(out, {"benchmark": "cpu_inference_paths", "target_dtype": "bfloat16",
                            "ours_fp32_ops": opts.ours_fp32_ops, "amx_enabled": opts.amx,
+                           "tune_cache": opts.tune,
                            "environment": {**env, "loadavg_end": os.getloadavg()},
                            "complete": len(cases) == len(chosen), "wall_s": time.perf_counter() - t0,
                            "targets": targets(cases), "results": cases})

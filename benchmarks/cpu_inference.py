@@ -237,6 +237,10 @@ def main(argv=None) -> int:
                     "on every path, e.g. clip)")
     ap.add_argument("--amx", action="store_true",
                     help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
+    ap.add_argument("--tune", nargs="?", const="benchmarks/results/tune_cache.json", default=None,
+                    metavar="CACHE.json",
+                    help="with --per-path: also our conversions with tune= (timings cached in "
+                    "CACHE.json, default benchmarks/results/tune_cache.json), per batch size")
     opts = ap.parse_args(argv)
     if opts.amx:   # before the first MXNet operation of the process
         from mxnet_amp.hardware import enable_amx

@@ -60,6 +60,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="JSON path (default benchmarks/results/op_profile_<model>.json)")
     ap.add_argument("--amx", action="store_true",
                     help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
+    ap.add_argument("--variants", nargs="+", default=None, metavar="V",
+                    help="only these variants (fp32 contrib contrib_cop ours ours_fold)")
+    ap.add_argument("--paths", nargs="+", default=None, metavar="P",
+                    help="only these paths (default all: module gluon gluon_mkldnn)")
     opts = ap.parse_args(argv)
     from mxnet_amp.hardware import bf16_runs_natively, enable_amx
     amx = enable_amx() if opts.amx else False   # before the first MXNet operation
@@ -79,8 +83,11 @@ def main(argv=None) -> int:
     result = {"benchmark": "op_profile", "model": opts.model if not opts.quick else "resnet18_v1_64px",
               "batch": opts.batch, "batches": opts.batches, "amx_enabled": amx,
               "environment": C.environment(), "profiles": {}}
-    for path, make in CI.RUNNERS.items():
+    paths = opts.paths or list(CI.RUNNERS)
+    for path, make in ((p, CI.RUNNERS[p]) for p in paths):
         for variant, model in models.items():
+            if opts.variants and variant not in opts.variants:
+                continue
             ops = profile_runner(make(*model, data), opts.batches)
             result["profiles"][f"{variant}/{path}"] = ops
             top = ", ".join(f"{k} {v['total_ms'] / opts.batches:.1f}" for k, v in list(ops.items())[:6])

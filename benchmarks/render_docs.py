@@ -179,6 +179,11 @@ PATH_NOTES = {
     "ours_module": "`ours_block.export()` in `mx.mod.Module`",
     "ours_imports": "that checkpoint, `SymbolBlock.imports` + `hybridize()`",
     "ours_imports_mkldnn": "the same + `hybridize(backend='MKLDNN', static_alloc=True, static_shape=True)`",
+    "ours_imports_fused": "`ours_block.export(fused_for='cpu')` (saved partitioned by oneDNN where "
+                          "that removes a generic bf16 kernel), `SymbolBlock.imports` + plain `hybridize()`",
+    "tuned_block": "`convert_hybrid_block(..., data_shapes=, tune=)` at this batch's shape, as returned",
+    "tuned_module": "its export in `mx.mod.Module`",
+    "tuned_imports_fused": "its `export(fused_for='cpu')` via `SymbolBlock.imports` + plain `hybridize()`",
     "contrib_best": "`mx.contrib.amp.convert_model(cast_optional_params=True)` in `mx.mod.Module`",
 }
 
@@ -195,7 +200,8 @@ def cpu_inference_paths(data) -> list[str]:
              "case interleaved round by round in one process; ms per batch is a median, the ratios "
              "(x = fp32 time / this time, above 1 is faster) medians of per-round ratios; error = "
              "max |out - ref| / max |ref|, ref the user's fp32 block on the same batch. Paths: "
-             + "; ".join(f"`{k}` = {v}" for k, v in PATH_NOTES.items()) + ".", ""]
+             + "; ".join(f"`{k}` = {v}" for k, v in PATH_NOTES.items() if k in _paths_run(data))
+             + ".", ""]
     rows = []
     for c in data["results"]:
         for b in c["batches"]:
@@ -208,6 +214,7 @@ def cpu_inference_paths(data) -> list[str]:
                              _f(r.get("max_rel_err_vs_fp32_block")), r.get("error", "")])
     lines += _table(["case", "bs", "path (ours_block: its backend)", "ms / batch", "x fp32 block",
                      "x fp32 Module", "error vs fp32", "failed"], rows)
+    lines += _tuning_lines(data)
     lines += ["", "Load average per case (start → end): " + "; ".join(
         f"{c['case']} {c['load_start'][0]:.1f} → {c['load_end'][0]:.1f}" for c in data["results"]) + "."]
     if data.get("targets"):
@@ -216,6 +223,34 @@ def cpu_inference_paths(data) -> list[str]:
         lines += _table(["target", "measured"], [[k, {True: "met", False: "**not met**"}.get(v, v)]
                                                  for k, v in data["targets"].items()])
     return lines
+
+
+def _paths_run(data) -> set[str]:
+    return {p for c in data["results"] for b in c["batches"] for p in b["paths"]}
+
+
+def _tuning_lines(data) -> list[str]:
+    """What ``--tune`` timed per case and batch (absent without it)."""
+    rows = []
+    for c in data["results"]:
+        for b in c["batches"]:
+            t = b.get("tuning")
+            if not t:
+                continue
+            kernels = t.get("kernels", [])
+            slower = [k for k in kernels if k["low_ms"] > k["fp32_ms"]]
+            rows.append([c["case"], b["batch"], len(kernels), len(slower), len(t.get("kept_fp32", [])),
+                         _f(t.get("untuned_model_ms")), _f(t.get("tuned_model_ms")),
+                         "yes" if t.get("applied", True) else "no (not faster)",
+                         _f(b.get("tuned_convert_s"))])
+    if not rows:
+        return []
+    return ["", "Tuning per case and batch (`--tune`): distinct bf16 kernels timed, those slower "
+            "in bf16 than in fp32 as timed (each alone), nodes kept fp32, the whole model converted "
+            "untuned and tuned (ms, `simple_bind`), whether the tuned choices were kept, and the "
+            "tuned conversion's seconds (timing included):", ""] + _table(
+        ["case", "bs", "kernels", "bf16 slower", "nodes fp32", "untuned ms", "tuned ms", "applied",
+         "convert s"], rows)
 
 
 def zoo_casts(data) -> list[str]:
@@ -305,6 +340,8 @@ SECTIONS = [("Conversion speed", "conversion_speed", conversion_speed),
              "cpu_inference_paths_amx", cpu_inference_paths),
             ("CPU inference per path with AMX, one thread, low load (the issue-25 table)",
              "cpu_inference_paths_amx_1thread", cpu_inference_paths),
+            ("CPU inference per path with `tune=` and the fused checkpoint (issue 34, AMD EPYC, loaded)",
+             "cpu_inference_paths_tune", cpu_inference_paths),
             ("CPU inference, bfloat16", "cpu_inference", cpu_inference),
             ("CPU inference, bfloat16, Gluon with oneDNN fusion (`hybridize(backend='MKLDNN')`)",
              "cpu_inference_gluon_mkldnn", cpu_inference),

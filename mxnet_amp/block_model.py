@@ -161,7 +161,8 @@ def model_params(block: HybridBlock, sym: Symbol, names: Sequence[str]) -> tuple
     return arg_params, aux_params
 
 
-def export_block(block: HybridBlock, path: str | os.PathLike, epoch: int = 0) -> tuple[str, str]:
+def export_block(block: HybridBlock, path: str | os.PathLike, epoch: int = 0, *,
+                 fused_for: str | None = None) -> tuple[str, str]:
     """Write ``block`` as ``path-symbol.json`` and ``path-%04d.params``, amp casts kept.
 
     Unlike ``HybridBlock.export`` (1.9.1), the casts are kept, the params are written even
@@ -177,6 +178,10 @@ def export_block(block: HybridBlock, path: str | os.PathLike, epoch: int = 0) ->
         The file prefix.
     epoch : int, default 0
         The epoch number in the params file name.
+    fused_for : {None, 'cpu'}, default None
+        ``'cpu'``: the graph written already partitioned by MXNet's oneDNN backend where that
+        removes a generic bf16 kernel, for ``SymbolBlock.imports`` + a plain ``hybridize()``
+        (see :func:`mxnet_amp.save_checkpoint`).
 
     Returns
     -------
@@ -191,5 +196,5 @@ def export_block(block: HybridBlock, path: str | os.PathLike, epoch: int = 0) ->
     cpu = mx.cpu()
     save_checkpoint(prefix, epoch, sym,
                     {k: v.as_in_context(cpu) for k, v in arg_params.items()},
-                    {k: v.as_in_context(cpu) for k, v in aux_params.items()})
+                    {k: v.as_in_context(cpu) for k, v in aux_params.items()}, fused_for=fused_for)
     return f"{prefix}-symbol.json", f"{prefix}-{epoch:04d}.params"

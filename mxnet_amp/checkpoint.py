@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .convert import Conversion, convert_with_params
 from .dtypes import LOW_PRECISION
-from .errors import ParamError, StrippedCastsError
+from .errors import FusionError, ParamError, StrippedCastsError
 from .io import existing_checkpoint_files, graph_from_symbol, save_checkpoint
 from .io import load_checkpoint as read_checkpoint
 from .options import ConvertOptions, make_options
@@ -45,7 +45,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        write: bool = True, shapes_from: str = "data_shapes",
                        progress: bool | None = False,
                        follow_ops: Sequence[str] | None = None,
-                       overrides: str = "replace", strict_params: bool = False, guard_weight_range: bool = True
+                       overrides: str = "replace", strict_params: bool = False, guard_weight_range: bool = True,
+                       fused_for: str | None = None
                        ) -> tuple[Conversion, dict, dict, dict[str, int]]:
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
@@ -67,6 +68,9 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     progress : bool or None, default False
         Show byte progress bars (reading, converting, writing) on stderr; None shows them
         only when stderr is a terminal (what ``mxnet-amp`` does).
+    fused_for : {None, 'cpu'}, default None
+        ``'cpu'`` writes the graph already partitioned by MXNet's oneDNN backend (see
+        :func:`mxnet_amp.save_checkpoint`; ``mxnet-amp convert --fuse-cpu``).
     Other parameters are those of :func:`mxnet_amp.convert_model`.
 
     Returns
@@ -90,7 +94,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                            strict_params=strict_params, guard_weight_range=guard_weight_range)
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
                                  data_names=data_names, data_shapes=data_shapes, write=write,
-                                 shapes_from=shapes_from, progress=progress)
+                                 shapes_from=shapes_from, progress=progress, fused_for=fused_for)
 
 
 def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
@@ -98,13 +102,18 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
                           data_names: Sequence[str] | None = None,
                           data_shapes: Mapping[str, Sequence[int]] | None = None,
                           write: bool = True, shapes_from: str = "data_shapes",
-                          progress: bool | None = False
+                          progress: bool | None = False, fused_for: str | None = None
                           ) -> tuple[Conversion, dict, dict, dict[str, int]]:
     """:func:`convert_checkpoint` under ``options`` (:func:`mxnet_amp.options.make_options`)."""
     prefix = str(check_path(prefix, "prefix"))
     out_prefix = check_path(out_prefix, "out_prefix", optional=True)
     write, progress = check_bool(write, "write"), check_optional_bool(progress, "progress")
     data_names = check_names(data_names, "data_names")
+    from .fused import check_fused_for
+    if check_fused_for(fused_for) and options.policy.target_dtype == "float16":
+        raise FusionError("fused_for='cpu' (--fuse-cpu) with target_dtype='float16': float16 "
+                          "runs only on a GPU, where oneDNN's fused nodes have no kernel; "
+                          "fuse a bfloat16 conversion")
     out_prefix = out_prefix or prefix + "-amp"
     out_epoch = epoch if out_epoch is None else out_epoch
     # a wrong input prefix is named as such, not as the missing folder of the output beside it
@@ -123,14 +132,14 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
                                      shapes_from, sym_file, params_file, options.strict_params)
     try:
         conversion, arg_params, aux_params, _ = convert_with_params(
-            graph, arg_params, aux_params, options, data_names=data_names)
+            graph, arg_params, aux_params, options, data_names=data_names, data_shapes=data_shapes)
     except ParamError as err:   # a param's own fault (an int32 weight): say which file holds it
         raise (_in_files(err, f"{params_file}: ") if err.param else err) from None
     del sym, graph
     sizes = _recast_in_place(arg_params, aux_params, conversion, progress)
     if write:
         save_checkpoint(out_prefix, out_epoch, conversion.symbol,
-                        arg_params, aux_params, progress=progress)
+                        arg_params, aux_params, progress=progress, fused_for=fused_for)
     return conversion, arg_params, aux_params, sizes
 
 

@@ -110,6 +110,11 @@ def _conversion_options(p: argparse.ArgumentParser, dtype_required: bool) -> Non
                    "mostly flushed to 0) in float32, each with its reason in the report "
                    "(default on; --no-guard-weight-range converts them, with a warning)")
     _fold_option(p)
+    p.add_argument("--tune", nargs="?", const=True, default=None, metavar="CACHE.json",
+                   help="bfloat16: time each Convolution / FullyConnected / Deconvolution kernel "
+                   "on this machine (at --input-shape, or auto's --input shapes) and keep in "
+                   "float32 those slower in bfloat16; timings cached in CACHE.json (default "
+                   "~/.cache/mxnet_amp/tune.json)")
     _output_options(p)
 
 
@@ -158,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output checkpoint prefix (default PREFIX-amp)")
     p.add_argument("--out-epoch", type=int, default=None, metavar="N",
                    help="output epoch (default: the input epoch)")
+    p.add_argument("--fuse-cpu", action="store_true",
+                   help="write the graph already partitioned by MXNet's oneDNN backend, so every "
+                   "loader (SymbolBlock.imports + a plain hybridize() included) runs the fused "
+                   "CPU kernels; bfloat16 only, and the file binds on CPUs only")
     _input_shape_option(p)
     p.add_argument("--onnx", metavar="FILE.onnx", default=None,
                    help="also export the converted model to ONNX (needs --input-shape; the "
@@ -253,6 +262,10 @@ def _check_values(args: argparse.Namespace) -> None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise CLIError(f"--tolerance must be a finite number > 0, got {value}")
     _check_conflicts(args)
+    if getattr(args, "fuse_cpu", False) and args.target_dtype == "float16":
+        raise CLIError("--fuse-cpu writes a model for the CPU (oneDNN's fused nodes), and "
+                       "float16 runs only on a GPU: use --target-dtype bfloat16, or drop "
+                       "--fuse-cpu")
     if getattr(args, "execution", None) == "native" and args.target_dtype == "float16":
         raise CLIError("--execution native cannot run float16 here: MXNet has no float16 CPU "
                        "kernels; use --execution emulated (or auto) to check it through "
@@ -348,6 +361,7 @@ def _options(args: argparse.Namespace) -> ConvertOptions:
                         cast_optional_params=args.cast_optional_params,
                         fold_batchnorm=args.fold_bn, strict_params=args.strict_params,
                         guard_weight_range=args.guard_weight_range,
+                        tune=getattr(args, "tune", None),
                         # the flags add to the shipped lists ("move"), as their help says
                         overrides="move")
 
@@ -360,7 +374,7 @@ def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, 
     conversion, new_args, new_aux, _ = checkpoint_conversion(
         args.prefix, args.epoch, getattr(args, "out", None), getattr(args, "out_epoch", None),
         _options(args), data_names=args.data_names, write=write, progress=None,
-        data_shapes=shapes or None)
+        data_shapes=shapes or None, fused_for="cpu" if getattr(args, "fuse_cpu", False) else None)
     report = build_report(conversion, new_arg_params=new_args, new_aux_params=new_aux,
                           model=os.path.basename(args.prefix))
     return conversion, with_hardware_note(report)

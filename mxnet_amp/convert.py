@@ -9,6 +9,7 @@ from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code, is_float
 from .errors import AlreadyConvertedError, GraphError, ParamError, TypeInferenceError
 from .gcpause import gc_paused
 from .graph import Entry, Graph
+from .hardware import warn_amx_off
 from .io import graph_from_symbol, graph_to_symbol
 from .options import ConvertOptions, make_options
 from .optypes import OpTypes
@@ -23,6 +24,7 @@ from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts, refus
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
 from .registry import InferenceFailed, infer_types
+from .shape_messages import input_shapes
 from .warn import warn_user
 from .weight_range import out_of_range_weights, readers_kept
 
@@ -92,6 +94,8 @@ class Conversion:
     # (Convolution name, its readers behind an identity amp_cast) where MXNet's oneDNN
     # fusion would hand other readers the fused output (passes/fusion_barriers.py)
     fusion_barriers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # what tune= timed and chose (mxnet_amp.tune.TuneRecord); None without tune
+    tuning: Any = None
 
     @property
     def param_dtypes(self) -> dict[str, str]:
@@ -181,6 +185,7 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
     options = make_options() if options is None else options
     names = _data_names(graph, data_names, None if param_dtypes is None else set(param_dtypes))
     options.check_excluded(graph)
+    warn_amx_off(options.target_dtype, "conversion")   # a bf16 model slower than fp32 gets a word
     data_dtypes, stored = _variable_dtypes(graph, set(names), param_dtypes, input_dtypes)
     if not accept_low_precision_params:
         refuse_converted(graph)   # its casts say more than its params' dtypes
@@ -513,7 +518,7 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                            shapes_from=shapes_from, input_names=arg_names + aux_names)
     conversion, arg_params, aux_params, param_dtypes = convert_with_params(
         graph, arg_params, aux_params, options, data_names=data_names,
-        input_dtypes=input_dtypes, output_dtype=output_dtype)
+        input_dtypes=input_dtypes, output_dtype=output_dtype, data_shapes=data_shapes)
     if not cast_params:
         return conversion.symbol, arg_params, aux_params, conversion
     new_args, new_aux = conversion.recast(arg_params, aux_params, current=param_dtypes,
@@ -524,10 +529,12 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
 def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
                         options: ConvertOptions, *, data_names: Sequence[str],
                         input_dtypes: Mapping[str, str] | None = None,
-                        output_dtype: str | None = "float32"
+                        output_dtype: str | None = "float32",
+                        data_shapes: Mapping[str, Sequence[int]] | None = None
                         ) -> tuple[Conversion, dict, dict, dict[str, str]]:
-    """Fold BatchNorms when ``options`` asks (the default), then convert ``graph`` with its
-    weights' dtypes read from the params.
+    """Fold BatchNorms when ``options`` asks (the default), time the kernels when it asks
+    (``options.tuning``, at ``data_shapes``: :func:`mxnet_amp.tune.tune_policy`), then convert
+    ``graph`` with its weights' dtypes read from the params.
 
     Returns
     -------
@@ -546,11 +553,23 @@ def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
         graph, arg_params, aux_params, folded, kept = fold_model(graph, arg_params, aux_params,
                                                                  options.excluded)
     param_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
+    record = None
+    if options.tuning is not None:
+        from .tune import tune_policy
+        folded_graph, args, auxs = graph, arg_params, aux_params
+
+        def converted(opts: ConvertOptions) -> tuple[Symbol, dict, dict]:
+            c = convert_graph(folded_graph, opts, data_names=data_names, param_dtypes=param_dtypes,
+                              input_dtypes=input_dtypes, output_dtype=output_dtype)
+            new_args, new_auxs = c.recast(args, auxs, current=param_dtypes)
+            return c.symbol, new_args, new_auxs
+        options, record = tune_policy(graph, {**arg_params, **aux_params}, options,
+                                      input_shapes(data_shapes), converted)
     conversion = convert_graph(graph, options, data_names=data_names, param_dtypes=param_dtypes,
                                input_dtypes=input_dtypes, output_dtype=output_dtype,
                                kept_fp32=_range_kept(graph, arg_params, aux_params, options))
     conversion = replace(conversion, folded_batchnorms=folded, kept_batchnorms=kept,
-                         input_figures=figures)
+                         input_figures=figures, tuning=record)
     return conversion, arg_params, aux_params, param_dtypes
 
 
@@ -584,7 +603,7 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   fold_batchnorm: bool = True,
                   follow_ops: Sequence[str] | None = None,
                   overrides: str = "replace", strict_params: bool = False,
-                  guard_weight_range: bool = True) -> tuple[Symbol, dict, dict]:
+                  guard_weight_range: bool = True, tune: object = None) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
 
     The positional parameters are those of ``mx.contrib.amp.convert_model``, in its order
@@ -596,10 +615,8 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         The fp32 model; it is not modified.
     arg_params, aux_params : dict of str to NDArray
         The model's weights, as ``mx.model.load_checkpoint`` returns them (not modified).
-    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, overrides
+    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, overrides, excluded_sym_names
         As in :func:`convert_symbol` (a given list replaces the shipped one).
-    excluded_sym_names
-        As in :func:`convert_symbol`.
     cast_optional_params : bool, default True
         Store weights whose every consumer runs in low precision in low precision (the
         converted graph then reads them so): the same numerics as casting them at every
@@ -610,21 +627,24 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     data_shapes : dict of str to tuple of int, optional
         Shapes of the model inputs (batch included); the ``[(name, shape), ...]`` or
         ``DataDesc`` list that ``Module.bind`` takes works too. Params' shapes are checked
-        against the symbol first; these let the check reach input-size dependent weights.
+        against them (input-size dependent weights too); ``tune`` times kernels at them.
     fold_batchnorm : bool, default True
         First fold each inference BatchNorm into the Convolution / FullyConnected /
         Deconvolution it follows (when nothing else reads that op's output), in float32;
         the folded weights are then rounded once by the conversion. The folded BatchNorms
         and their params are gone from the result, a producer without a bias gets one
         (``<producer>_bias``); see :mod:`mxnet_amp.passes.fold_batchnorm`. On by default
-        (contrib does not fold): MXNet's default oneDNN fusion (``Module.bind``, the C
-        predict API) otherwise folds them in bf16, 2-19x less accurate
-        (docs/deploy_fidelity.md). False keeps them (a model to fine-tune).
+        (contrib does not fold): MXNet's oneDNN fusion (``Module.bind``, the C predict API)
+        otherwise folds them in bf16, 2-19x less accurate. False keeps them.
     strict_params : bool, default False
         Params the symbol does not read raise :class:`ParamError`; by default a warning
         names them and they are returned as given (``mx.contrib.amp`` ignores them).
     guard_weight_range : bool, default True
         float16: readers of a weight float16 cannot hold stay float32 (:mod:`~mxnet_amp.weight_range`).
+    tune : None, bool, str or mxnet_amp.tune.Tuning, default None
+        bfloat16, opt-in: keep in float32 each kernel timed slower in bfloat16 on this machine
+        at ``data_shapes`` (:mod:`mxnet_amp.tune`; True / a path: where timings are cached).
+
     Returns
     -------
     (Symbol, dict, dict)
@@ -648,6 +668,6 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
-                           strict_params=strict_params, guard_weight_range=guard_weight_range)
+                           strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
     return convert_model_full(check_symbol(sym), arg_params, aux_params, options, data_shapes=data_shapes,
                               data_names=check_names(data_names, "data_names"))[:3]

@@ -33,6 +33,8 @@ __all__ = [
     "ArgumentError",
     "OnnxExportError",
     "OnnxMissingError",
+    "FusionError",
+    "TuneError",
     "error_text",
 ]
 
@@ -181,6 +183,16 @@ class OnnxExportError(AMPError, ValueError):
 
 class OnnxMissingError(AMPError, ImportError):
     """The ``onnx`` package (the ``onnx`` extra) is not installed."""
+
+
+class FusionError(AMPError, ValueError):
+    """A model cannot be saved fused for the CPU (``fused_for='cpu'``, ``--fuse-cpu``): a
+    float16 model (GPU only), an unknown ``fused_for``, or an MXNet without oneDNN."""
+
+
+class TuneError(AMPError, ValueError):
+    """``tune=`` (``--tune``) cannot run: float16 (no CPU kernels to time), no input shapes,
+    a CPU that does not run bfloat16, or an unreadable timing cache (the message says which)."""
 
 
 class TargetDtypeError(AMPError, ValueError):

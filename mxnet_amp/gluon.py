@@ -171,7 +171,8 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                          fold_batchnorm: bool = True,
                          follow_ops: Sequence[str] | None = None,
                          overrides: str = "replace",
-                         hybridize: bool | str | None = None, guard_weight_range: bool = True
+                         hybridize: bool | str | None = None, guard_weight_range: bool = True,
+                         data_shapes: Mapping[str, Sequence[int]] | None = None, tune: object = None
                          ) -> AMPSymbolBlock:
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
 
@@ -184,8 +185,9 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
         The fp32 model: hybridized or not, run or not, as long as its params are initialised.
         It is not modified and keeps working in fp32.
     target_dtype : {'float16', 'bfloat16'}, default 'float16'
-    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, excluded_sym_names, overrides
-        As in :func:`mxnet_amp.convert_model` (a given list replaces the shipped one).
+    target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, excluded_sym_names, overrides, cast_optional_params, fold_batchnorm, guard_weight_range, data_shapes, tune
+        As in :func:`mxnet_amp.convert_model` (a given list replaces the shipped one;
+        ``data_shapes`` names the inputs as ``input_names`` does).
     input_names : list of str, optional
         Names of the block's inputs, one per positional input (several inputs need them
         when the block never ran hybridized). Default: its cached graph's (``data``, or
@@ -193,11 +195,6 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     ctx : Context or list of Context, optional
         Where the converted params live; default where the block's params live (unlike
         ``mx.contrib.amp``, never ``gpu(0)`` unasked).
-    cast_optional_params : bool, default True
-        Store in low precision the weights that are only read by low precision ops (False:
-        every weight stays float32 and is cast at every run, ``mx.contrib.amp``'s default).
-    fold_batchnorm, guard_weight_range : bool, default True
-        As in :func:`mxnet_amp.convert_model` (BatchNorms folded; weight range guarded).
     hybridize : None, bool or str, default None
         None (or True, ``'default'``): the block runs MXNet's fused oneDNN kernels,
         ``hybridize(backend='MKLDNN', static_alloc=True, static_shape=True)``, where its
@@ -228,13 +225,13 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     """
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
                            follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm,
-                           overrides=overrides, guard_weight_range=guard_weight_range)
+                           overrides=overrides, guard_weight_range=guard_weight_range, tune=tune)
     names, sym, in_format, out_format = block_graph(block, input_names)
     arg_params, aux_params = model_params(block, sym, names)
     ctx_list = _contexts(block, ctx)
     backend = check_hybridize(hybridize)
     new_sym, new_args, new_auxs, conv = convert_model_full(sym, arg_params, aux_params, options,
-                                                           data_names=names)
+                                                           data_names=names, data_shapes=data_shapes)
     params = {f"arg:{k}": v for k, v in new_args.items()}
     params.update({f"aux:{k}": v for k, v in new_auxs.items()})
     return _symbol_block(new_sym, names, in_format, out_format, params, ctx_list,

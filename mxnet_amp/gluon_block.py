@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from mxnet import gluon
 
+from .hardware import warn_amx_off
+
 if TYPE_CHECKING:
     from mxnet.gluon import ParameterDict
     from mxnet.ndarray import NDArray
@@ -50,6 +52,7 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         self._amp_graph: Any = self._cached_graph  # the graph as converted, never partitioned
         self._amp_optimized: Any = None                 # the partitioned graph the cached op runs
         self.default_backend: str | None = None
+        self._amp_low_dtype: str | None = None          # set at the first run
 
     @property
     def optimized_symbol(self) -> Symbol | None:
@@ -68,6 +71,12 @@ class AMPSymbolBlock(gluon.SymbolBlock):
     def _build_cache(self, *args: Any) -> None:
         # MXNet builds the cached op from the partitioned graph and leaves that graph in
         # _cached_graph; keep it apart and put the converted graph back
+        if self._amp_low_dtype is None:   # the first run: what the block computes in
+            from .fused import graph_low_dtypes
+            from .io import graph_from_symbol
+            low = graph_low_dtypes(graph_from_symbol(self._amp_graph[1]))
+            self._amp_low_dtype = "bfloat16" if "bfloat16" in low else "float32"
+            warn_amx_off(self._amp_low_dtype, "a converted block's first run")
         super()._build_cache(*args)
         cached: Any = self._cached_graph
         self._amp_optimized = cached[1] if self._backend else None
@@ -99,7 +108,8 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         return super().forward(x, *args)
 
     def export(self, path: str | os.PathLike, epoch: int = 0,
-               remove_amp_cast: bool = False) -> tuple[str, str] | None:
+               remove_amp_cast: bool = False, *, fused_for: str | None = None
+               ) -> tuple[str, str] | None:
         """Write ``path-symbol.json`` and ``path-%04d.params``, amp casts kept.
 
         Parameters
@@ -111,6 +121,10 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         remove_amp_cast : bool, default False
             True writes what ``HybridBlock.export`` writes by default: the graph without its
             casts (which computes something else than this block).
+        fused_for : {None, 'cpu'}, default None
+            ``'cpu'``: the graph written already partitioned by MXNet's oneDNN backend where
+            that removes a generic bf16 kernel, for ``SymbolBlock.imports`` + a plain
+            ``hybridize()`` (see :func:`mxnet_amp.save_checkpoint`).
 
         Returns
         -------
@@ -122,4 +136,4 @@ class AMPSymbolBlock(gluon.SymbolBlock):
             super().export(os.fspath(path), epoch, remove_amp_cast=True)
             return None
         from .block_model import export_block
-        return export_block(self, path, epoch)
+        return export_block(self, path, epoch, fused_for=fused_for)

@@ -1,14 +1,15 @@
 """What this machine can execute in low precision."""
 from __future__ import annotations
 
+import os
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
 
 __all__ = ["bf16_runs_natively", "fp16_runs_natively", "runs_natively", "native_note",
-           "enable_amx"]
+           "enable_amx", "cpu_flags", "amx_off_note", "warn_amx_off", "AMXOffWarning"]
 
 _ARCH_REQ_XCOMP_PERM = 0x1023   # arch_prctl code: ask Linux for an extended CPU state
 _XFEATURE_XTILEDATA = 18        # AMX tile data
@@ -116,14 +117,12 @@ def enable_amx() -> bool:
         set); False elsewhere (nothing changed).
     """
     import ctypes
-    import os
     import platform
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return False
+    if "amx_bf16" not in cpu_flags():
+        return False
     try:
-        with open("/proc/cpuinfo") as f:
-            if " amx_bf16" not in f.read():
-                return False
         libc = ctypes.CDLL(None, use_errno=True)
         granted = bool(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0)
     except (OSError, AttributeError):
@@ -131,3 +130,82 @@ def enable_amx() -> bool:
     if granted:
         os.environ.setdefault("DNNL_MAX_CPU_ISA", "AVX512_CORE_AMX")
     return granted
+
+
+class AMXOffWarning(UserWarning):
+    """A bfloat16 model is converted or run on a CPU with Intel AMX that MXNet's oneDNN was not
+    allowed to use (:func:`amx_off_note`)."""
+
+
+@lru_cache(maxsize=None)
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU feature flags Linux lists in ``cpuinfo`` (empty where it cannot be read).
+
+    Parameters
+    ----------
+    cpuinfo : str, default '/proc/cpuinfo'
+        The file to read (a test passes a file of its own).
+
+    Returns
+    -------
+    frozenset of str
+    """
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def amx_off_note(flags: frozenset[str] | None = None,
+                 environ: Mapping[str, str] | None = None) -> str | None:
+    """One sentence with the one-line fix where this CPU has AMX bf16 and MXNet's oneDNN was
+    not allowed to use it; None elsewhere.
+
+    MXNet 1.9.1's oneDNN 2.4 runs bf16 on AMX only with ``DNNL_MAX_CPU_ISA=AVX512_CORE_AMX``
+    *and* Linux's AMX permission (:func:`enable_amx` gives both; the variable alone kills the
+    process at the first AMX instruction). It is not turned on at ``import mxnet_amp``: it
+    changes the whole process (every other MXNet model in it), and with AMX on MXNet 1.9.1's
+    imperative ``mx.nd`` API fails to read some convolution outputs (docs/benchmarks.md).
+    ``MXNET_AMP_NO_AMX_NOTE=1`` in the environment silences it.
+
+    Parameters
+    ----------
+    flags : frozenset of str, optional
+        The CPU flags (default :func:`cpu_flags`).
+    environ : mapping, optional
+        The environment (default ``os.environ``).
+
+    Returns
+    -------
+    str or None
+    """
+    flags = cpu_flags() if flags is None else flags
+    environ = os.environ if environ is None else environ
+    if ("amx_bf16" not in flags or "AMX" in environ.get("DNNL_MAX_CPU_ISA", "").upper()
+            or environ.get("MXNET_AMP_NO_AMX_NOTE", "") not in ("", "0")):
+        return None
+    return ("this CPU has Intel AMX, which MXNet's oneDNN 2.4 uses only when asked: bfloat16 "
+            "runs on avx512_bf16 instructions here, no faster than float32 (a bf16 3x3 "
+            "convolution 1.5x slower than fp32, with AMX 6x faster). Fix: call "
+            "mxnet_amp.hardware.enable_amx() at the start of the process, before the first "
+            "MXNet operation.")
+
+
+def warn_amx_off(target_dtype: str, where: str) -> None:
+    """Warn (:class:`AMXOffWarning`) with :func:`amx_off_note` when ``target_dtype`` is
+    bfloat16 and the note applies: once per process for each ``where`` (``'conversion'``, a
+    converted block's ``'first run'``), attributed to the caller's line."""
+    if target_dtype == "bfloat16" and amx_off_note() is not None:
+        _warn_once(where)
+
+
+@lru_cache(maxsize=None)
+def _warn_once(where: str) -> None:
+    # once per process and place: Python's own per-line registry is reset whenever a
+    # catch_warnings() block exits, which conversions run many of
+    import warnings
+    warnings.warn(f"{amx_off_note()} (said once, at {where})", AMXOffWarning, stacklevel=3)

@@ -311,7 +311,7 @@ def _text_writer(text: str) -> Callable[[str], None]:
 
 
 def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, aux_params: Mapping, *,
-                    progress: bool | None = False) -> None:
+                    progress: bool | None = False, fused_for: str | None = None) -> None:
     """Like ``mx.model.save_checkpoint`` but keeps amp casts and writes both files atomically.
 
     Both files are written to temporary names and then renamed one right after the other
@@ -329,8 +329,25 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
         The params, saved as ``arg:NAME`` / ``aux:NAME`` (copied to the CPU first).
     progress : bool or None, default False
         Show a bar of the bytes written on stderr (None: only when stderr is a terminal).
+    fused_for : {None, 'cpu'}, default None
+        ``'cpu'`` writes the graph already partitioned by MXNet's oneDNN backend
+        (:func:`mxnet_amp.fused.fuse_for_cpu`) where fusing removes a generic bf16 kernel
+        (:func:`mxnet_amp.fused.keep_fused_where_generic`: relu6's ``clip`` after a conv, say),
+        so that ``SymbolBlock.imports`` + a plain ``hybridize()`` runs no slow generic kernel
+        there; ``Module`` / ``simple_bind`` / the C predict API fuse the rest at bind. Such a
+        file binds on CPUs only.
+
+    Raises
+    ------
+    FusionError
+        ``fused_for`` is not None or ``'cpu'``, or the model computes in float16 (GPU only),
+        or MXNet has no oneDNN; nothing is written.
     """
     import mxnet as mx
+    from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic
+    if check_fused_for(fused_for) == "cpu":
+        fused = fuse_for_cpu(sym, graph_from_symbol(sym), what=f"the model saved as {prefix}")
+        sym = graph_to_symbol(keep_fused_where_generic(graph_from_symbol(fused)))
     from .dtypes import array_nbytes
     from .progress import byte_bar, watch_growth
     from .paths import checkpoint_files, refuse_stream_prefix

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from .arguments import check_bool, check_names
 from .errors import GraphError
 from .policy import OpPolicy, load_policy
+from .tune import Tuning, make_tuning
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -42,6 +43,9 @@ class ConvertOptions:
         float16 only: keep the readers of a weight float16 cannot hold (inf, or mostly
         flushed to 0: :mod:`mxnet_amp.weight_range`) in float32; False converts them anyway,
         with a warning naming the weight.
+    tuning : Tuning or None
+        Time each low precision kernel on this machine first (``tune=``,
+        :mod:`mxnet_amp.tune`); None: the lists decide alone.
     """
 
     policy: OpPolicy
@@ -50,6 +54,7 @@ class ConvertOptions:
     fold_batchnorm: bool = True
     strict_params: bool = False
     guard_weight_range: bool = True
+    tuning: Tuning | None = None
 
     @property
     def target_dtype(self) -> str:
@@ -92,7 +97,7 @@ def make_options(target_dtype: str = "float16",
                  fold_batchnorm: bool = True, *,
                  overrides: str = "replace",
                  strict_params: bool = False,
-                 guard_weight_range: bool = True) -> ConvertOptions:
+                 guard_weight_range: bool = True, tune: object = None) -> ConvertOptions:
     """The :class:`ConvertOptions` of the public converters' keywords (the lists read once).
 
     Parameters
@@ -105,6 +110,8 @@ def make_options(target_dtype: str = "float16",
         is converted).
     cast_optional_params, fold_batchnorm, strict_params, guard_weight_range : bool
         As in :func:`mxnet_amp.convert_model`.
+    tune : None, bool, str or Tuning
+        As in :func:`mxnet_amp.convert_model` (:func:`mxnet_amp.tune.make_tuning`).
 
     Returns
     -------
@@ -117,6 +124,8 @@ def make_options(target_dtype: str = "float16",
     ArgumentError
         A flag that is not a bool (``fold_batchnorm='no'`` would fold), or
         ``excluded_sym_names`` that is not a list of names.
+    TuneError
+        ``tune`` with float16, or a ``tune`` value of another type.
     """
     flags = {name: check_bool(value, name) for name, value in (
         ("cast_optional_params", cast_optional_params), ("fold_batchnorm", fold_batchnorm),
@@ -124,4 +133,4 @@ def make_options(target_dtype: str = "float16",
     excluded = frozenset(check_names(excluded_sym_names, "excluded_sym_names") or ())
     policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                          conditional_fp32_ops, follow_ops, overrides)
-    return ConvertOptions(policy, excluded, **flags)
+    return ConvertOptions(policy, excluded, **flags, tuning=make_tuning(tune, policy.target_dtype))

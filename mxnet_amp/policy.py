@@ -133,6 +133,10 @@ class OpPolicy:
     fp32_params: Mapping[str, tuple[str, ...]] | None = None
     # target op nodes whose shape MXNet's low precision kernel runs far slower ([[slow_kernel]])
     slow_kernels: tuple[SlowKernel, ...] = ()
+    # per-node answers timed on this machine (``tune=``, mxnet_amp.tune): node name -> the
+    # category and the measured reason; for the nodes they name they replace the op's answer,
+    # the [[slow_kernel]] rule included
+    tuned: Mapping[str, Decision] = field(default_factory=dict)
 
     def category_of(self, op: str) -> Category | None:
         """The category ``op`` is listed in (or matched by a pattern); None when unlisted."""
@@ -186,6 +190,16 @@ class OpPolicy:
                 k.op != op for k in self.slow_kernels):
             self._explained[op] = decision
         return decision
+
+    def explain_node(self, name: str, op: str, attrs: Mapping[str, str]) -> Decision | None:
+        """:meth:`explain` for the node called ``name``: its timed answer where
+        :attr:`tuned` holds one, else the op's."""
+        tuned = self.tuned.get(name)
+        return tuned if tuned is not None else self.explain(op, attrs)
+
+    def with_tuned(self, decisions: Mapping[str, Decision]) -> OpPolicy:
+        """This policy with ``decisions`` (node name -> timed answer) as :attr:`tuned`."""
+        return replace(self, tuned=MappingProxyType(dict(decisions)))
 
     def _explain(self, op: str, attrs: Mapping[str, str]) -> Decision | None:
         cat = self.decide(op, attrs)

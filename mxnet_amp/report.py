@@ -99,6 +99,9 @@ class ConversionReport:
     fusion_barriers : tuple of str
         Convolutions whose shared output got an identity ``amp_cast`` before its fusable
         readers, so MXNet's oneDNN fusion cannot misconnect it (counted in ``casts``).
+    tuning : mapping or None
+        What ``tune=`` timed (:meth:`mxnet_amp.tune.TuneRecord.to_dict`): the machine, each
+        kernel's float32 and low precision time, the whole model untuned and tuned.
     """
 
     target_dtype: str
@@ -122,6 +125,7 @@ class ConversionReport:
     kept_batchnorms: tuple[tuple[str, str], ...] = ()
     input_model: Mapping[str, Any] | None = None
     fusion_barriers: tuple[str, ...] = ()
+    tuning: Mapping[str, Any] | None = None
 
     def fp32_reasons(self) -> dict[str, list[str]]:
         """Reason -> names of the float32 nodes kept for it (in graph order)."""
@@ -154,6 +158,7 @@ class ConversionReport:
                                   "kept": [{"name": n, "why": w} for n, w in self.kept_batchnorms]},
             "input_model": None if self.input_model is None else json.loads(json.dumps(self.input_model)),
             "fusion_barriers": list(self.fusion_barriers),
+            **({"tuning": dict(self.tuning)} if self.tuning is not None else {}),
             **({"extra": dict(self.extra)} if self.extra else {}),
         }
 
@@ -169,7 +174,25 @@ class ConversionReport:
     def format_table(self, max_names: int = 3) -> str:
         """A plain text summary for a terminal (the report's tables, lists of names shortened
         to ``max_names``)."""
-        return report_text(self, report_tables(self, max_names))
+        text = report_text(self, report_tables(self, max_names))
+        if self.tuning is not None:
+            text += "\n" + tuning_summary(self.tuning)
+        return text
+
+
+def tuning_summary(tuning: Mapping[str, Any]) -> str:
+    """One paragraph on what ``tune=`` timed and chose (a report's ``tuning``)."""
+    kernels = tuning.get("kernels", [])
+    kept = [k for k in kernels if k["kept"] == "float32"]
+    text = (f"tuned on {tuning['machine']}: {len(kernels)} kernels timed "
+            f"({sum(k['cached'] for k in kernels)} from the cache), {len(kept)} kept in float32")
+    before, after = tuning.get("untuned_model_ms"), tuning.get("tuned_model_ms")
+    if before is not None and after is not None:
+        text += (f"; whole model {before:.3g} ms untuned, {after:.3g} ms tuned"
+                 + ("" if tuning.get("applied", True) else ": not faster, the untuned choices stand"))
+    else:
+        text += "; the tuned graph is the untuned one"
+    return text
 
 
 def _itemsize(dtype: str) -> int:
@@ -344,7 +367,8 @@ def _folding(conversion: Conversion, reasons: Mapping[str, str]) -> dict:
     return {"folded_batchnorms": tuple(bn for bn, _ in conversion.folded_batchnorms),
             "kept_batchnorms": tuple(_kept_batchnorms(conversion, reasons)),
             "input_model": conversion.input_figures,
-            "fusion_barriers": tuple(conv for conv, _ in conversion.fusion_barriers)}
+            "fusion_barriers": tuple(conv for conv, _ in conversion.fusion_barriers),
+            "tuning": None if conversion.tuning is None else conversion.tuning.to_dict()}
 
 
 def _kept_batchnorms(conversion: Conversion, reasons: Mapping[str, str]) -> list[tuple[str, str]]:

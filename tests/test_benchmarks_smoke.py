@@ -91,7 +91,7 @@ def test_cpu_inference_per_path_quick(tmp_path, native_bf16):
     data = load(out)
     assert data["complete"] and [c["case"] for c in data["results"]] == ["resnet18_v1_64px", "bert_1x32_seq8"]
     paths = {"fp32_block", "fp32_module", "ours_block", "ours_block_unfolded", "ours_module",
-             "ours_imports", "ours_imports_mkldnn", "contrib_best"}
+             "ours_imports", "ours_imports_mkldnn", "ours_imports_fused", "contrib_best"}
     for case in data["results"]:
         assert case["ours_block_backend"] == "MKLDNN"
         for b in case["batches"]:

@@ -124,7 +124,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        strict_params: bool = False, search: str = "attribution",
                        metric: Callable[[list], float] | None = None,
                        max_drop: float | None = None, drop: str = "absolute",
-                       guard_weight_range: bool = True) -> tuple[Symbol, dict, dict, AutoReport]:
+                       guard_weight_range: bool = True, tune: object = None
+                       ) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
     Parameters
@@ -168,6 +169,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     quiet : bool, default False: no progress bar.
     search, metric, max_drop, drop
         As in :func:`auto_settings` (the culprit search; a task metric as the check).
+    tune : As in :func:`mxnet_amp.convert_model`, at the sample inputs' shapes (once, first).
 
     Returns
     -------
@@ -184,7 +186,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
-                           strict_params=strict_params, guard_weight_range=guard_weight_range)
+                           strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
     return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
                         execution=execution, data_names=data_names, quiet=quiet)
 

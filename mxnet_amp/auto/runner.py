@@ -43,6 +43,7 @@ class Runs:
         self.steps: list[SearchStep] = []
         self.results: dict[frozenset, OutputCheck] = {}
         self.conversions: dict[frozenset, tuple] = {}
+        self.tuned = None    # what tune= timed (the first conversion's record)
         self.reference: list[np.ndarray] | None = None
         # the user metric's figures per configuration (metric=...)
         self.metric_values: dict[frozenset, dict] = {}
@@ -66,7 +67,14 @@ class Runs:
                                      self.options.excluding(excluded),
                                      data_names=self.data_names, sequential_casts=True,
                                      # checked once, with the sample inputs' shapes
-                                     check_shapes=False, cast_params=self.execution == "native")
+                                     check_shapes=False, cast_params=self.execution == "native",
+                                     data_shapes={k: v.shape for k, v in self.inputs.items()})
+            if self.options.tuning is not None:
+                # timed once: every later conversion starts from the choices made
+                self.tuned = hit[3].tuning
+                self.options = replace(self.options, policy=hit[3].policy, tuning=None)
+            elif self.tuned is not None:
+                hit = (*hit[:3], replace(hit[3], tuning=self.tuned))
             self.conversions = {excluded: hit}   # only the latest: conversions hold param copies
         return hit
 

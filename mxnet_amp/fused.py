@@ -1,0 +1,158 @@
+"""A bfloat16 model partitioned ahead of time by MXNet's oneDNN backend, for checkpoints whose
+loaders run no generic bf16 kernel where a fused one exists.
+
+MXNet 1.9.1 fuses oneDNN subgraphs (conv + BatchNorm + ReLU / clip / sum, FullyConnected +
+activation) at bind time in ``Module`` / ``simple_bind`` / the C predict API
+(``MXNET_SUBGRAPH_BACKEND`` defaults to ``MKLDNN``), but Gluon's ``SymbolBlock.imports`` +
+``hybridize()`` runs the generic kernels unless given ``backend='MKLDNN'``: there MXNet's
+generic bf16 ``clip`` (relu6) made mobilenetv2_1.0 2.2-2.4x slower than fp32. A graph written
+partitioned (``Symbol.optimize_for('MKLDNN')``: ``_sg_mkldnn_conv`` nodes, each holding its
+original ops as a subgraph and reading the same params by the same names) runs those fused;
+the bind-time pass finds nothing left to fuse in them (its selectors match the original op
+names, not ``_sg_mkldnn_*``). Fused nodes that only replace oneDNN kernels are written back as
+their ops (:func:`keep_fused_where_generic`): a plain ``hybridize()`` pays each fused node's
+set-up at every call.
+
+The fused nodes have no GPU kernel, so a float16 model (GPU only) is refused.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import FusionError, error_text
+from .graph import Entry, Graph, GraphBuilder
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.symbol import Symbol
+
+__all__ = ["FUSED_FOR", "check_fused_for", "fuse_for_cpu", "is_fused", "graph_low_dtypes"]
+
+FUSED_FOR = ("cpu",)
+FUSED_OP_PREFIX = "_sg_mkldnn_"
+
+
+def check_fused_for(fused_for: object) -> str | None:
+    """``fused_for`` as given when it is None or ``'cpu'``; :class:`FusionError` otherwise."""
+    if fused_for is None or fused_for in FUSED_FOR:
+        return fused_for
+    raise FusionError(f"fused_for={fused_for!r}: the one target is 'cpu' (MXNet's oneDNN "
+                      "backend); None saves the graph unpartitioned")
+
+
+def graph_low_dtypes(graph: Graph) -> set[str]:
+    """The low precision dtypes ``graph`` computes in: its casts' targets and its variables'
+    ``__dtype__`` tags (what a conversion writes)."""
+    from .dtypes import dtype_of_code
+    found: set[str] = set()
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for node in g.nodes:
+            if node.op == "amp_cast":
+                found.add(str(node.attrs.get("dtype")))
+            elif node.is_variable:
+                found.add(str(dtype_of_code(node.attrs.get("__dtype__"))))
+            stack.extend(node.subgraphs)
+    return found & {"float16", "bfloat16"}
+
+
+def is_fused(graph: Graph) -> bool:
+    """True when ``graph`` already holds nodes of MXNet's oneDNN partitioning."""
+    return any(n.op.startswith(FUSED_OP_PREFIX) for n in graph.nodes)
+
+
+def fuse_for_cpu(sym: Symbol, graph: Graph, what: str = "the model") -> Symbol:
+    """``sym`` partitioned by MXNet's oneDNN backend, its amp casts kept (a new symbol).
+
+    Parameters
+    ----------
+    sym : Symbol
+        A converted (bfloat16) or float32 model.
+    graph : Graph
+        Its graph (:func:`mxnet_amp.io.graph_from_symbol`), which the checks read.
+    what : str
+        How errors name the model (a file, say).
+
+    Returns
+    -------
+    Symbol
+        The partitioned graph (same arguments and aux states, by the same names).
+
+    Raises
+    ------
+    FusionError
+        ``sym`` computes in float16 (GPU only: the fused nodes have no GPU kernel), or this
+        MXNet build has no oneDNN, or MXNet's partitioning fails.
+    """
+    import mxnet as mx
+    if "float16" in graph_low_dtypes(graph):
+        raise FusionError(f"{what} computes in float16, which MXNet runs only on a GPU: a "
+                          "checkpoint fused for the CPU (oneDNN's _sg_mkldnn_* nodes) has no "
+                          "GPU kernel. Save it unfused (fused_for=None); fuse a bfloat16 "
+                          "conversion for CPU deployment")
+    if not mx.runtime.Features().is_enabled("MKLDNN"):
+        raise FusionError(f"cannot fuse {what} for the CPU: this MXNet build has no oneDNN "
+                          "(MKLDNN) backend")
+    if is_fused(graph):
+        return sym
+    try:
+        # no args: with args MXNet 1.9.1 infers shapes first, and on the partial shapes a
+        # model without its data shapes has, partitions nothing
+        return sym.optimize_for("MKLDNN")
+    except mx.base.MXNetError as err:
+        raise FusionError(f"MXNet's oneDNN backend cannot partition {what}: "
+                          f"{error_text(err)}") from None
+
+
+# ops whose bfloat16 kernel outside a fused node is oneDNN's too (MXNet 1.9.1: convolution,
+# inner product, batch norm, eltwise activations, sum); a fused node holding only these is
+# written back unfused (see keep_fused_where_generic)
+ONEDNN_BF16_OPS = frozenset({"Convolution", "FullyConnected", "BatchNorm", "Activation",
+                             "elemwise_add", "_contrib_quantized_elemwise_add"})
+
+
+def keep_fused_where_generic(graph: Graph) -> Graph:
+    """``graph`` (partitioned by :func:`fuse_for_cpu`) with each fused node whose ops all have
+    oneDNN bf16 kernels of their own put back as those ops.
+
+    A plain ``hybridize()`` runs MXNet's dynamic CachedOp, which creates a fused node's state
+    (its oneDNN primitive and reordered weights) again at every call; the unfused
+    Convolution keeps its reordered weights across calls. So a fused node pays only where it
+    replaces a generic bf16 kernel (relu6's ``clip``: 2.8-3.9x its fp32 time): resnet18 at
+    64 px ran 72 ms fused against 7.3 ms unfused on plain ``hybridize()``. ``Module``,
+    ``simple_bind`` and the C predict API fuse the put-back ops again at bind.
+    """
+    b = GraphBuilder()
+    where: dict[tuple[int, int], Entry] = {}   # (old node, output) -> new entry
+
+    def moved(e: Entry) -> Entry:
+        return where.get((e.node, e.output), Entry(e.node, e.output, e.version))
+
+    for i, node in enumerate(graph.nodes):
+        inputs = tuple(moved(e) for e in node.inputs)
+        if not (node.op.startswith(FUSED_OP_PREFIX) and len(node.subgraphs) == 1
+                and _ops_of(node.subgraphs[0]) <= ONEDNN_BF16_OPS):
+            where[(i, 0)] = Entry(b.add(node.replace(inputs=inputs)))
+            for k in range(1, 8):   # a node's other outputs keep their index
+                where[(i, k)] = Entry(where[(i, 0)].node, k)
+            continue
+        sub = node.subgraphs[0]
+        inner: dict[int, Entry] = {}
+        variables = [j for j, n in enumerate(sub.nodes) if n.is_variable]
+        if len(variables) != len(inputs):
+            raise FusionError(f"fused node {node.name!r}: {len(variables)} subgraph inputs for "
+                              f"{len(inputs)} node inputs")
+        for j, k in zip(variables, range(len(inputs))):
+            inner[j] = inputs[k]
+        for j, n in enumerate(sub.nodes):
+            if not n.is_variable:
+                ins = tuple(Entry(inner[e.node].node, inner[e.node].output if sub.nodes[e.node].is_variable
+                                  else e.output) for e in n.inputs)
+                inner[j] = Entry(b.add(n.replace(inputs=ins)))
+        head = sub.heads[0]
+        where[(i, 0)] = Entry(inner[head.node].node, head.output)
+    return b.build([moved(e) for e in graph.heads], graph.attrs)
+
+
+def _ops_of(graph: Graph) -> set[str]:
+    return {n.op for n in graph.nodes if not n.is_variable}

@@ -1,0 +1,389 @@
+"""Timed kernel choice (``tune=``): each low precision node kept only where it is faster, as
+timed on the machine that converts.
+
+A static rule (``[[slow_kernel]]``) is a snapshot of one CPU: bf16 Deconvolution was 0.34-0.85x
+of the fp32 time on a Xeon with AMX and slower than fp32 on an AMD EPYC. With ``tune`` every
+distinct kernel the policy would run in the target dtype (op, attributes, input shapes) is
+timed here in float32 and in bfloat16 through MXNet's default bind (oneDNN's fused path), each
+kernel alone (inputs and output in its dtype, as inside a chain of bf16 nodes). The casts a
+choice adds or removes are judged by the whole-model time below: timing every kernel with a
+cast on each side (tried first) made the casts dominate small and depthwise convolutions, kept
+most of mobilenetv2 in float32 and the model 1.4-2.3x slower. A node whose bf16 kernel is slower stays float32,
+its report reason the two times (``tuned: bfloat16 1.80 ms vs float32 1.10 ms``); the others
+run in bf16, a ``[[slow_kernel]]`` rule notwithstanding (the timings replace it). The whole
+model is then timed converted without and with these choices; if the tuned one is not faster
+the untuned choices stand (both times are in the record).
+
+Timings are cached in a JSON file per machine (CPU model, ISA flags, ``DNNL_MAX_CPU_ISA``,
+MXNet version, thread count), which a user may ship with a model. bfloat16 only: MXNet has
+no float16 CPU kernels, so float16 cannot be timed on a CPU (:class:`~mxnet_amp.errors.TuneError`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+
+from .errors import TuneError
+from .graph import Entry, Graph, GraphBuilder, Node
+from .policy import Category, Decision
+from .tune_cache import TimingCache, default_cache_path, machine_key
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet.symbol import Symbol
+
+    from .options import ConvertOptions
+
+__all__ = ["Tuning", "KernelCase", "KernelTiming", "TuneRecord", "KernelTimer", "MXNetTimer",
+           "make_tuning", "machine_key", "default_cache_path", "target_nodes", "kernel_cases",
+           "node_input_shapes", "tuned_decisions", "tune_policy", "TimingCache", "TUNED_PREFIX"]
+
+TUNED_PREFIX = "tuned: "
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    """One distinct kernel of a model: op, attributes and the shape of each input, each input
+    marked ``'data'`` (cast from float32 in the bf16 version) or ``'param'`` (stored in bf16)."""
+
+    op: str
+    attrs: tuple[tuple[str, str], ...]
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+
+    def key(self) -> str:
+        """The case as text: its key in the timing cache."""
+        return json.dumps([self.op, [list(a) for a in self.attrs],
+                           [[kind, list(shape)] for kind, shape in self.inputs]], separators=(",", ":"))
+
+    def describe(self) -> str:
+        """The case in words for reports: ``Convolution(8x64x56x56, 64x64x3x3, 64)``."""
+        shapes = ", ".join("x".join(map(str, s)) for _, s in self.inputs)
+        return f"{self.op}({shapes})"
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """Seconds per call of one :class:`KernelCase` in float32 and in the target dtype."""
+
+    case: KernelCase
+    fp32_s: float
+    low_s: float
+    cached: bool = False
+
+    @property
+    def low_is_faster(self) -> bool:
+        return self.low_s <= self.fp32_s
+
+    def reason(self, target_dtype: str) -> str:
+        """The report's reason for the nodes running this kernel (both times)."""
+        return (f"{TUNED_PREFIX}{target_dtype} {1e3 * self.low_s:.3g} ms vs float32 "
+                f"{1e3 * self.fp32_s:.3g} ms ({self.case.describe()}"
+                + (", cached)" if self.cached else ")"))
+
+
+class KernelTimer(Protocol):
+    """What tuning measures with (the real one is :class:`MXNetTimer`; tests pass their own)."""
+
+    def kernel(self, case: KernelCase, target_dtype: str) -> tuple[float, float]:
+        """``(float32 seconds, target dtype seconds)`` per call of ``case``."""
+        ...
+
+    def model(self, untuned: tuple[Symbol, dict, dict], tuned: tuple[Symbol, dict, dict],
+              data_shapes: Mapping[str, tuple[int, ...]]) -> tuple[float, float]:
+        """``(untuned seconds, tuned seconds)`` per batch of two converted models."""
+        ...
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How to tune (:func:`make_tuning` builds it from ``tune=``).
+
+    Attributes
+    ----------
+    cache : str or None
+        The JSON file of timings, read first and written back (None: none).
+    timer : KernelTimer or None
+        What measures (None: :class:`MXNetTimer`).
+    rounds : int
+        Interleaved rounds per kernel (each a few calls of the float32 and the bf16 kernel).
+    """
+
+    cache: str | None = None
+    timer: KernelTimer | None = None
+    rounds: int = 5
+
+    def measurer(self) -> KernelTimer:
+        """The timer to use: :attr:`timer`, else an :class:`MXNetTimer`."""
+        return self.timer if self.timer is not None else MXNetTimer(self.rounds)
+
+
+@dataclass(frozen=True)
+class TuneRecord:
+    """What tuning measured and chose (:attr:`mxnet_amp.convert.Conversion.tuning`)."""
+
+    machine: str
+    timings: tuple[tuple[tuple[str, ...], KernelTiming], ...]   # (node names, timing)
+    decisions: Mapping[str, Decision]          # the timed answer of each node
+    untuned_model_s: float | None = None
+    tuned_model_s: float | None = None
+    applied: bool = True                       # False: the untuned choices stood
+    cache: str | None = None
+
+    @property
+    def kept_fp32(self) -> list[str]:
+        return sorted(n for n, d in self.decisions.items() if d.category is Category.FP32)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (times in ms)."""
+        return {"machine": self.machine, "cache": self.cache, "applied": self.applied,
+                "untuned_model_ms": None if self.untuned_model_s is None else 1e3 * self.untuned_model_s,
+                "tuned_model_ms": None if self.tuned_model_s is None else 1e3 * self.tuned_model_s,
+                "kernels": [{"nodes": list(names), "kernel": t.case.describe(),
+                             "fp32_ms": 1e3 * t.fp32_s, "low_ms": 1e3 * t.low_s, "cached": t.cached,
+                             "kept": "low precision" if t.low_is_faster else "float32"}
+                            for names, t in self.timings],
+                "kept_fp32": self.kept_fp32}
+
+
+def make_tuning(tune: object, target_dtype: str) -> Tuning | None:
+    """``tune=`` as a :class:`Tuning`: None / False (off), True (the default cache file,
+    :func:`default_cache_path`), a path (that JSON file), or a :class:`Tuning`.
+
+    Raises
+    ------
+    TuneError
+        ``tune`` with ``target_dtype='float16'`` (MXNet has no float16 CPU kernels to time),
+        or a value of another type.
+    """
+    if tune is None or tune is False:
+        return None
+    if target_dtype != "bfloat16":
+        raise TuneError(f"tune= times kernels on this CPU, and MXNet has no {target_dtype} CPU "
+                        "kernels (float16 runs on GPUs only): tune a bfloat16 conversion, or "
+                        "convert to float16 without tune")
+    if tune is True:
+        return Tuning(cache=default_cache_path())
+    if isinstance(tune, (str, os.PathLike)):
+        return Tuning(cache=os.fspath(tune))
+    if isinstance(tune, Tuning):
+        return tune
+    raise TuneError(f"tune={tune!r}: expected True, a cache file path or a mxnet_amp.tune.Tuning")
+
+
+# --- what to time --------------------------------------------------------------------------
+
+def node_input_shapes(graph: Graph, nodes: Sequence[int],
+                      data_shapes: Mapping[str, Sequence[int]]) -> dict[int, tuple[tuple[int, ...], ...]]:
+    """The shape of each input of each node of ``graph`` indexed by ``nodes`` (one MXNet shape
+    inference of the graph with those inputs as its outputs)."""
+    from .errors import error_text
+    from .io import graph_to_symbol
+    wanted = sorted({e[:2] for i in nodes for e in graph.nodes[i].inputs})
+    if not wanted:
+        return {}
+    # the model's own outputs too: a weight is known only through a reader of it
+    probe = Graph(graph.nodes, tuple(Entry(n, k) for n, k in wanted) + graph.heads, graph.attrs)
+    try:
+        _, out_shapes, _ = graph_to_symbol(probe).infer_shape(
+            **{k: tuple(v) for k, v in data_shapes.items()})
+    except Exception as err:  # noqa: BLE001 - MXNet's own error, named below
+        raise TuneError(f"tune: MXNet cannot infer the model's shapes from data_shapes "
+                        f"{dict(data_shapes)}: {error_text(err)}") from None
+    if out_shapes is None:
+        raise TuneError(f"tune: data_shapes {dict(data_shapes)} do not give every shape of the "
+                        "model; name each input's full shape")
+    known = {entry: tuple(int(d) for d in shape) for entry, shape in zip(wanted, out_shapes)}
+    return {i: tuple(known[e[:2]] for e in graph.nodes[i].inputs) for i in nodes}
+
+
+def target_nodes(graph: Graph, options: ConvertOptions) -> list[int]:
+    """The nodes of a target op (what the policy runs in low precision, or keeps in float32
+    by a ``[[slow_kernel]]`` rule) that the caller did not exclude."""
+    return [i for i, node in enumerate(graph.nodes)
+            if not node.is_variable and node.name not in options.excluded and not node.subgraphs
+            and options.policy.category_of(node.op) is Category.TARGET]
+
+
+def kernel_cases(graph: Graph, nodes: Sequence[int], shapes: Mapping[int, tuple],
+                 params: Mapping[str, Any]) -> dict[KernelCase, list[str]]:
+    """Each distinct kernel among ``nodes`` (:func:`target_nodes`), and the nodes running it."""
+    cases: dict[KernelCase, list[str]] = {}
+    for i in nodes:
+        node = graph.nodes[i]
+        inputs = []
+        for e, shape in zip(node.inputs, shapes.get(i, ())):
+            src = graph.nodes[e.node]
+            if not shape:
+                break
+            inputs.append(("param" if src.is_variable and src.name in params else "data", shape))
+        else:
+            case = KernelCase(node.op, tuple(sorted(node.attrs.items())), tuple(inputs))
+            cases.setdefault(case, []).append(node.name)
+    return cases
+
+
+def case_graph(case: KernelCase, dtype: str) -> Graph:
+    """A one-op graph of ``case`` computing in ``dtype``, every input of ``dtype``: the kernel
+    alone (inside a bf16 chain a node reads and writes bf16, no casts; the casts a choice
+    adds or removes at a chain's ends are judged by the whole-model time)."""
+    b = GraphBuilder()
+    args = []
+    for k, (kind, _) in enumerate(case.inputs):
+        attrs = {"__dtype__": _code(dtype)} if dtype != "float32" else {}
+        args.append(Entry(b.add(Node("null", f"{kind}{k}", attrs=MappingProxyType(attrs)))))
+    out = b.add(Node(case.op, "op", tuple(args), MappingProxyType(dict(case.attrs))))
+    return b.build([Entry(out)])
+
+
+def _code(dtype: str) -> str:
+    from .dtypes import MX_CODE
+    return str(MX_CODE[dtype])
+
+
+class MXNetTimer:
+    """Times kernels and models through ``simple_bind`` (MXNet's default bind: oneDNN's
+    subgraph fusion applies), float32 and low precision interleaved round by round."""
+
+    def __init__(self, rounds: int = 5, min_round_s: float = 0.02) -> None:
+        self.rounds, self.min_round_s = rounds, min_round_s
+
+    def kernel(self, case: KernelCase, target_dtype: str) -> tuple[float, float]:
+        """``(float32 s, target dtype s)`` per call of ``case`` (:class:`KernelTimer`)."""
+        import mxnet as mx
+        import numpy as np
+
+        from .dtypes import np_dtype
+        from .io import graph_to_symbol
+        rng = np.random.default_rng(0)
+        runs = []
+        for dtype in ("float32", target_dtype):
+            sym = graph_to_symbol(case_graph(case, dtype))
+            shapes = {f"{kind}{k}": s for k, (kind, s) in enumerate(case.inputs)}
+            types = dict.fromkeys(shapes, np_dtype(dtype))
+            exe = sym.simple_bind(mx.cpu(), grad_req="null", type_dict=types, **shapes)
+            for name, arr in exe.arg_dict.items():
+                scale = 0.05 if name.startswith("param") else 1.0
+                values = mx.nd.array(rng.uniform(-scale, scale, arr.shape), dtype="float32")
+                values.astype(arr.dtype).copyto(arr)
+            runs.append(exe)
+        fp32, low = (lambda e=e: e.forward(is_train=False)[0].wait_to_read() for e in runs)
+        return self._interleaved(fp32, low)
+
+    def model(self, untuned: tuple[Symbol, dict, dict], tuned: tuple[Symbol, dict, dict],
+              data_shapes: Mapping[str, tuple[int, ...]]) -> tuple[float, float]:
+        """``(untuned s, tuned s)`` per batch of two converted models (:class:`KernelTimer`)."""
+        import mxnet as mx
+        import numpy as np
+        rng = np.random.default_rng(0)
+        data = {k: mx.nd.array(rng.uniform(-1, 1, s)) for k, s in data_shapes.items()}
+        fns = []
+        for sym, args, auxs in (untuned, tuned):
+            exe = sym.simple_bind(mx.cpu(), grad_req="null", **{k: tuple(s) for k, s in data_shapes.items()})
+            exe.copy_params_from(args, auxs, allow_extra_params=True)
+            for k, v in data.items():
+                v.copyto(exe.arg_dict[k])
+            fns.append(lambda e=exe: e.forward(is_train=False)[0].wait_to_read())
+        return self._interleaved(*fns)
+
+    def _interleaved(self, a: Callable[[], object], b: Callable[[], object]) -> tuple[float, float]:
+        a(), b()                               # warm-up: primitives created, weights reordered
+        t0 = time.perf_counter()
+        a()
+        once = max(time.perf_counter() - t0, 1e-6)
+        calls = max(1, min(50, int(self.min_round_s / once)))
+        times: tuple[list[float], list[float]] = ([], [])
+        for r in range(self.rounds):
+            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+                fn = (a, b)[k]
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                times[k].append((time.perf_counter() - t0) / calls)
+        return float(sorted(times[0])[len(times[0]) // 2]), float(sorted(times[1])[len(times[1]) // 2])
+
+
+# --- choosing ------------------------------------------------------------------------------
+
+def tuned_decisions(cases: Mapping[KernelCase, Sequence[str]], tuning: Tuning, target_dtype: str,
+                    machine: str) -> tuple[dict[str, Decision], list[tuple[tuple[str, ...], KernelTiming]]]:
+    """Time each case (the cache first; new timings written back) and give each node its
+    answer: the target dtype where it is no slower than float32, else float32."""
+    cache = TimingCache(tuning.cache)
+    timer = tuning.measurer()
+    decisions: dict[str, Decision] = {}
+    timings: list[tuple[tuple[str, ...], KernelTiming]] = []
+    new = False
+    for case, names in cases.items():
+        hit = cache.get(machine, case.key(), target_dtype)
+        if hit is None:
+            try:
+                fp32_s, low_s = timer.kernel(case, target_dtype)
+            except Exception as err:  # noqa: BLE001 - a kernel that does not run stays fp32
+                from .errors import error_text
+                for name in names:
+                    decisions[name] = Decision(Category.FP32, f"{TUNED_PREFIX}{target_dtype} "
+                                               f"kernel failed to run here ({error_text(err, 200)})")
+                continue
+            cache.put(machine, case.key(), target_dtype, fp32_s, low_s)
+            timing = KernelTiming(case, fp32_s, low_s)
+            new = True
+        else:
+            timing = KernelTiming(case, hit[0], hit[1], cached=True)
+        timings.append((tuple(names), timing))
+        category = Category.TARGET if timing.low_is_faster else Category.FP32
+        for name in names:
+            decisions[name] = Decision(category, timing.reason(target_dtype))
+    if new:
+        cache.save()
+    return decisions, timings
+
+
+def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions,
+                data_shapes: Mapping[str, Sequence[int]] | None,
+                convert: Callable[[ConvertOptions], tuple[Symbol, dict, dict]]
+                ) -> tuple[ConvertOptions, TuneRecord]:
+    """The options to convert ``graph`` with after timing its kernels, and what was timed.
+
+    ``graph`` is the float32 graph the conversion converts (BatchNorms folded where they
+    will be), ``params`` its arg and aux params, ``convert(options)`` the converted model
+    (symbol, arg and aux params cast) under other options: the untuned and the tuned model
+    are timed whole, and the tuned choices kept only when that model is no slower.
+
+    Raises
+    ------
+    TuneError
+        No data shapes (tuning times real shapes), shapes MXNet cannot infer, or a CPU that
+        does not run bfloat16 natively (with the real timer).
+    """
+    from dataclasses import replace
+    tuning = options.tuning
+    assert tuning is not None
+    target = options.target_dtype
+    if not data_shapes:
+        raise TuneError("tune needs the model's input shapes (the kernels are timed at their "
+                        "real sizes): pass data_shapes={'data': (batch, ...)} (convert_model, "
+                        "convert_hybrid_block), --input-shape on the command line, or sample "
+                        "inputs (auto_convert_model)")
+    if tuning.timer is None:
+        from .hardware import native_note
+        note = native_note(target)
+        if note is not None:
+            raise TuneError(f"tune times {target} kernels on this machine, and {note}")
+    untuned_options = replace(options, tuning=None)
+    nodes = target_nodes(graph, options)
+    cases = kernel_cases(graph, nodes, node_input_shapes(graph, nodes, data_shapes), params)
+    machine = machine_key()
+    decisions, timings = tuned_decisions(cases, tuning, target, machine)
+    tuned_options = replace(untuned_options, policy=options.policy.with_tuned(decisions))
+    record = TuneRecord(machine, tuple(timings), MappingProxyType(decisions), cache=tuning.cache)
+    untuned_model, tuned_model = convert(untuned_options), convert(tuned_options)
+    if untuned_model[0].tojson(remove_amp_cast=False) == tuned_model[0].tojson(remove_amp_cast=False):
+        return tuned_options, record    # the same graph: nothing to compare
+    shaped = {k: tuple(v) for k, v in data_shapes.items()}
+    before, after = tuning.measurer().model(untuned_model, tuned_model, shaped)
+    applied = after <= before
+    record = replace(record, untuned_model_s=before, tuned_model_s=after, applied=applied)
+    return (tuned_options if applied else untuned_options), record
