@@ -153,7 +153,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _convert_parser(sub)
+    _export_onnx_parser(sub)
 
+    p = sub.add_parser("inspect", formatter_class=_PrefixFirst,
+                       help="print what a conversion would do; writes no checkpoint",
+                       description="Convert in memory and print the report; no checkpoint is "
+                       "written (--report/--graph/--html still write those files).")
+    _conversion_options(p, dtype_required=False)
+    _input_shape_option(p)
+    p.set_defaults(run=_cmd_inspect)
+
+    _auto_parser(sub)
+    _demo_parser(sub)
+    return parser
+
+
+def _convert_parser(sub: Any) -> None:
     p = sub.add_parser("convert", formatter_class=_PrefixFirst,
                        help="convert a checkpoint and write a new one",
                        description="Convert PREFIX-symbol.json + PREFIX-NNNN.params to mixed "
@@ -173,18 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "onnx extra)")
     _onnx_options(p)
     p.set_defaults(run=_cmd_convert)
-    _export_onnx_parser(sub)
 
-    p = sub.add_parser("inspect", formatter_class=_PrefixFirst,
-                       help="print what a conversion would do; writes no checkpoint",
-                       description="Convert in memory and print the report; no checkpoint is "
-                       "written (--report/--graph/--html still write those files).")
-    _conversion_options(p, dtype_required=False)
-    _input_shape_option(p)
-    p.set_defaults(run=_cmd_inspect)
 
-    _auto_parser(sub)
-
+def _demo_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="build a zoo model locally, convert it, run fp32 vs low precision",
                        description="Build a Gluon model zoo network with random weights (no "
                        "downloads), convert it, run the fp32 and the converted model on the "
@@ -205,7 +212,6 @@ def build_parser() -> argparse.ArgumentParser:
     _fold_option(p)
     _output_options(p)
     p.set_defaults(run=_cmd_demo)
-    return parser
 
 
 def _export_onnx_parser(sub: Any) -> None:

@@ -606,8 +606,7 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   guard_weight_range: bool = True, tune: object = None) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
 
-    The positional parameters are those of ``mx.contrib.amp.convert_model``, in its order
-    (a call written for it keeps its meaning); the options it lacks are keyword-only.
+    Positional parameters as ``mx.contrib.amp.convert_model``'s; the options it lacks keyword-only.
 
     Parameters
     ----------

@@ -145,10 +145,9 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         ``validate(reference_outputs, converted_outputs) -> bool`` on lists of float32
         numpy arrays (model output order), replacing the check.
     tolerance : float, optional
-        The default check's bound on each output's ``max|out - fp32| / max|fp32|``
-        (:func:`check_outputs`; it also asks that no ``(batch, classes)`` output changes a
-        top-1 prediction). Default :func:`default_scale_tolerance`: 1e-2 for float16,
-        5e-2 for bfloat16.
+        The default check's bound on each output's ``max|out - fp32| / max|fp32|`` (:func:`check_outputs`:
+        no ``(batch, classes)`` output may change a top-1 prediction either). Default
+        :func:`default_scale_tolerance`: 1e-2 for float16, 5e-2 for bfloat16.
     ctx : Context, optional
         Where the model runs (default ``mx.cpu()``).
     execution : {'auto', 'native', 'emulated'}
