@@ -4,6 +4,7 @@ from setuptools import setup
 # mxnet 1.9.1 breaks with numpy >= 1.24; gluoncv 0.10.5 needs these upper bounds to stay
 # on numpy 1.x (plain opencv-python pulls numpy 2 in)
 NUMPY = "numpy==1.23.5"
+DISTRIBUTED = "distributed>=2024.1"
 GLUONCV = ["gluoncv==0.10.5.post0", "opencv-python-headless<4.9", "scipy<1.12",
            "matplotlib<3.9", "pandas<2.1", "Pillow<11"]
 
@@ -23,8 +24,12 @@ setup(
         "cpu": ["mxnet==1.9.1"],
         "gpu": ["mxnet-cu112==1.9.1"],
         "zoo": GLUONCV,
-        "test": ["pytest>=7", "hypothesis>=6", "pdoc>=16,<17", "scikit-learn>=1.3", "mypy>=1.10"] + GLUONCV,
+        "test": ["pytest>=7", "hypothesis>=6", "pdoc>=16,<17", "scikit-learn>=1.3", "mypy>=1.10",
+                 DISTRIBUTED] + GLUONCV,
         "docs": ["pdoc>=16,<17"],
+        # auto's batches on a Dask cluster (auto_convert_model(client=...)); installs beside
+        # numpy 1.23.5 without touching it
+        "dist": [DISTRIBUTED],
         "png": ["cairosvg"],
         # gluonnlp 0.10 builds a Cython extension: install cython, wheel and setuptools<70
         # first, then this extra with --no-build-isolation (README "Set up")

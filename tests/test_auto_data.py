@@ -257,3 +257,64 @@ def test_a_metric_instance_given_is_never_updated():
     auto_convert_model(sym, args, {}, eval_data=[(x, y)], metric=metric, max_drop=0.01,
                        workers=1, quiet=True)
     assert metric.num_inst == 0
+
+
+def test_voc07_map_of_a_trained_ssd_through_metric_inputs(tmp_path):
+    """gluoncv's VOC07MApMetric takes (boxes, ids, scores, gt boxes, gt ids) where MXNet's
+    metrics take (labels, outputs): ``metric_inputs`` maps one to the other. The SSD is
+    benchmarks/trained_zoo's ssd_digits on a one-pass recipe (seconds), judged on its whole
+    test set: the float32 mAP is the one computed here by the metric itself."""
+    pytest.importorskip("gluoncv")
+    import zoo_trainers as zt
+    from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
+    recipe = zt.Recipe("ssd_tiny", "ssd_digits", size=64, copies=1, batch_size=32, task="boxes",
+                       kwargs={"size": 64})
+    model = zt.train(recipe, str(tmp_path))
+    x, labels = model.x_test, model.y_test.astype(np.float32)     # (500, 3, 5): class, box
+
+    def metric_inputs(gt, outputs):
+        ids, scores, boxes = outputs
+        return boxes, ids, scores, gt[0].slice_axis(axis=-1, begin=1, end=5), \
+            gt[0].slice_axis(axis=-1, begin=0, end=1)
+    data = [(x[i:i + 100], labels[i:i + 100]) for i in range(0, len(x), 100)]
+    expected = VOC07MApMetric(iou_thresh=0.5)
+    for xb, yb in data:
+        exe = model.sym.bind(mx.cpu(), {**model.arg_params, "data": mx.nd.array(xb)},
+                             aux_states=dict(model.aux_params), grad_req="null")
+        expected.update(*metric_inputs([mx.nd.array(yb)], exe.forward(is_train=False)))
+    _, _, _, report = auto_convert_model(
+        model.sym, model.arg_params, model.aux_params, eval_data=data,
+        metric=VOC07MApMetric(iou_thresh=0.5), metric_inputs=metric_inputs, max_drop=0.02,
+        workers=1, quiet=True)
+    assert report.metric["name"] == expected.name and report.samples == len(x) == 500
+    assert report.metric["reference"] == pytest.approx(float(np.ravel(expected.get()[1])[-1]), abs=1e-6)
+    assert report.metric["reference"] > 0                 # one pass: it detects a little
+    assert report.validated and report.metric["drop"] <= 0.02 and report.executions == 3
+
+
+def test_cli_auto_reads_a_rec_and_a_folder_of_batches(tmp_path, capsys):
+    from mxnet_amp.cli import main
+    from mxnet_amp.io import save_checkpoint
+    sym, args = conv_classifier()
+    prefix = str(tmp_path / "conv")
+    save_checkpoint(prefix, 0, sym, args, {}, progress=None)
+    rec = str(tmp_path / "val.rec")
+    _write_rec(rec, 20)
+    report = str(tmp_path / "auto.json")
+    assert main(["auto", prefix, "--eval-data", rec, "--data-shape", "3x8x8", "--batch-size", "6",
+                 "--mean-rgb", "127,127,127", "--std-rgb", "64,64,64", "--workers", "1",
+                 "--metric", "top1", "--max-drop", "5", "--report", report, "-q"]) == 0
+    import json
+    auto = json.load(open(report))["extra"]["auto"]
+    assert auto["samples"] == 20 and auto["batches"] == 4 and auto["metric"]["name"] == "top1"
+    assert 0 <= auto["metric"]["reference"] <= 100                      # in percent
+    folder = tmp_path / "batches"
+    folder.mkdir()
+    x = np.random.RandomState(0).uniform(-1, 1, (12, 3, 8, 8)).astype(np.float32)
+    for k in range(3):
+        np.savez(folder / f"{k}.npz", data=x[4 * k:4 * k + 4], label=np.arange(4) % 3)
+    assert main(["auto", prefix, "--eval-data", str(folder), "--workers", "1", "--metric", "acc",
+                 "--max-drop", "0.05", "--report", report, "--out", str(tmp_path / "b"), "-q"]) == 0
+    assert json.load(open(report))["extra"]["auto"]["samples"] == 12
+    assert main(["auto", prefix, "--eval-data", rec, "--workers", "1"]) == 2
+    assert "--data-shape" in capsys.readouterr().err

@@ -42,7 +42,8 @@ class TaskMetric:
     @property
     def name(self) -> str:
         """The metric's name (its last one for a metric of several values)."""
-        name = self.metric.get()[0]
+        # the attribute, not get(): gluoncv's VOC metrics cannot get() before an update
+        name = getattr(self.metric, "name", None) or type(self.metric).__name__
         return str(name[-1] if isinstance(name, (list, tuple)) else name)
 
     @property
