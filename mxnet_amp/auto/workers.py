@@ -189,9 +189,11 @@ class ProcessPool:
                 break
             except queue.Empty:
                 if not self.processes[w].is_alive():
-                    raise WorkerError(f"worker process {w} died (exit code "
-                                      f"{self.processes[w].exitcode}) running batch "
-                                      f"{batch.index}") from None
+                    raise WorkerError(
+                        f"worker process {w} died (exit code {self.processes[w].exitcode}) "
+                        f"running batch {batch.index}. Workers are spawned: they import the "
+                        "calling script first, so its top-level code needs an `if __name__ == "
+                        "'__main__':` guard (its traceback is above); or pass workers=1") from None
         if status != "ok":
             raise WorkerError(f"worker process {w} failed on batch {index}:\n{value}")
         return batch, value
