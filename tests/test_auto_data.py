@@ -318,3 +318,30 @@ def test_cli_auto_reads_a_rec_and_a_folder_of_batches(tmp_path, capsys):
     assert json.load(open(report))["extra"]["auto"]["samples"] == 12
     assert main(["auto", prefix, "--eval-data", rec, "--workers", "1"]) == 2
     assert "--data-shape" in capsys.readouterr().err
+
+
+def test_progress_bars_per_pass_on_a_terminal_only(monkeypatch, capsys):
+    """A bar per pass over the data, with its total (samples), its rate and an ETA; never
+    into a pipe or a log file (stderr captured here is not a terminal)."""
+    import io
+    import sys
+    sym, args, _ = classifier()
+    x, y, _ = labelled()
+    it = mx.io.NDArrayIter(x, y, batch_size=50)
+    auto_convert_model(sym, args, {}, eval_data=it, metric="acc", max_drop=0.01, workers=1)
+    assert "sample" not in capsys.readouterr().err
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    auto_convert_model(sym, args, {}, eval_data=it, metric="acc", max_drop=0.01, workers=1)
+    shown = terminal.getvalue()
+    assert "auto: float32 reference" in shown and "auto: check" in shown
+    assert "200/200" in shown and "sample/s" in shown
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    auto_convert_model(sym, args, {}, eval_data=it, metric="acc", max_drop=0.01, workers=1,
+                       quiet=True)
+    assert "sample" not in terminal.getvalue()

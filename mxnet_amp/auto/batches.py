@@ -112,6 +112,16 @@ class RecordBatches:
                 return
 
 
+def _known_samples(data: Any) -> int | None:
+    """How many samples ``data`` holds, where it says without being read (RecordBatches,
+    NDArrayIter); None elsewhere."""
+    for attribute in ("count", "num_data"):
+        value = getattr(data, attribute, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
 def _record_count(path: str, idx: str | None) -> int:
     """Records in a ``.rec``: the lines of its index, else counted by reading it through."""
     if idx is not None:
@@ -148,7 +158,8 @@ class BatchSource:
         self.spill_dir: str | None = None
         self.spilled: list[str] = []
         self.batches: int | None = None     # known after the first full pass
-        self.samples: int | None = None
+        # known ahead where the data says (a progress bar's total and ETA from the start)
+        self.samples: int | None = _known_samples(data)
         self._one_shot = _is_one_shot(data)
         self._rest: Iterator[Any] | None = None   # a one-shot iterator, once started
         self._rows: list[int] = []                # rows of each spilled batch
@@ -165,6 +176,7 @@ class BatchSource:
         self._counted(count, rows)
 
     def _counted(self, count: int, rows: int) -> None:
+        """The size of the data, once a pass has read it all."""
         if self.batches is None:
             if count == 0:
                 raise InputValueError("eval_data holds no batch")

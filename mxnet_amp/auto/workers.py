@@ -47,18 +47,22 @@ class ModelBlob:
         self.key, self.sym, self.params = key, sym, dict(params)
         self.input_dtypes, self.zero_inputs = dict(input_dtypes), dict(zero_inputs or {})
         self._op: Any = None
+        self._state: dict | None = None
 
     def __getstate__(self) -> dict:
-        import mxnet as mx
+        # serialised once, however many workers it goes to
+        if self._state is None:
+            import mxnet as mx
 
-        from ..io import symbol_json
-        with tempfile.TemporaryDirectory(prefix="mxnet-amp-blob-") as tmp:
-            path = os.path.join(tmp, "params")
-            mx.nd.save(path, self.params)
-            with open(path, "rb") as f:
-                data = f.read()
-        return {"key": self.key, "json": symbol_json(self.sym), "params": data,
-                "input_dtypes": self.input_dtypes, "zero_inputs": self.zero_inputs}
+            from ..io import symbol_json
+            with tempfile.TemporaryDirectory(prefix="mxnet-amp-blob-") as tmp:
+                path = os.path.join(tmp, "params")
+                mx.nd.save(path, self.params)
+                with open(path, "rb") as f:
+                    data = f.read()
+            self._state = {"key": self.key, "json": symbol_json(self.sym), "params": data,
+                           "input_dtypes": self.input_dtypes, "zero_inputs": self.zero_inputs}
+        return self._state
 
     def __setstate__(self, state: dict) -> None:
         import mxnet as mx
@@ -66,7 +70,7 @@ class ModelBlob:
         self.zero_inputs = state["zero_inputs"]
         self.sym = mx.sym.load_json(state["json"])
         self.params = mx.nd.load_frombuffer(state["params"])
-        self._op = None
+        self._op, self._state = None, None
 
     def run(self, inputs: Mapping[str, np.ndarray], ctx: Context | None = None) -> list[np.ndarray]:
         """The model's outputs on one batch, as float32 numpy arrays."""
