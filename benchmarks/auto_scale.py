@@ -84,6 +84,7 @@ def run_cell(folder: str, dtype: str, count: int, workers: int, in_memory: bool)
         write_rec(rec, count)
     sym, args, auxs = model(folder)
     execution = "emulated" if dtype == "float16" else "native"
+    load_before = os.getloadavg()
     start = time.perf_counter()
     if in_memory:   # the same images held in memory, one list of batches, one worker
         batches = list(record_iter(rec))
@@ -109,7 +110,7 @@ def run_cell(folder: str, dtype: str, count: int, workers: int, in_memory: bool)
             "kept_fp32": report.excluded_sym_names, "executions": report.executions,
             "validated": report.validated, "metric": report.metric,
             "judged_samples": report.samples, "batches": report.batches,
-            "load_before": os.getloadavg()}
+            "load_before": load_before, "load_after": os.getloadavg()}
 
 
 def machine() -> dict:
@@ -157,7 +158,7 @@ def main() -> int:
                     print(out.stderr[-3000:], file=sys.stderr)
                     return 1
                 row = json.loads(out.stdout.strip().splitlines()[-1])
-                row.update(machine=machine(), load_after=os.getloadavg(),
+                row.update(machine=machine(),
                            utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                 print(json.dumps(row), flush=True)
                 with open(a.out, "a") as f:
