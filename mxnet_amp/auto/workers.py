@@ -120,10 +120,18 @@ class InProcess:
 
 
 def _worker_main(inbox: Any, outbox: Any) -> None:
-    """A worker process: load models, run batches, until told to stop."""
+    """A worker process: load models, run batches, until told to stop (or its parent is
+    gone: a parent killed never says stop, and an orphan would wait forever)."""
+    import multiprocessing
+    parent = multiprocessing.parent_process()
     blob = None
     while True:
-        message = inbox.get()
+        try:
+            message = inbox.get(timeout=5)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                return
+            continue
         if message[0] == "stop":
             return
         if message[0] == "model":
