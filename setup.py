@@ -6,6 +6,7 @@ from setuptools import setup
 NUMPY = "numpy==1.23.5"
 # onnx 1.14 is the last with onnx.mapping, which MXNet 1.9.1's exporter (mx.onnx) reads
 ONNX = ["onnx==1.14.1"]
+DISTRIBUTED = "distributed>=2024.1"
 GLUONCV = ["gluoncv==0.10.5.post0", "opencv-python-headless<4.9", "scipy<1.12",
            "matplotlib<3.9", "pandas<2.1", "Pillow<11"]
 
@@ -25,12 +26,15 @@ setup(
         "cpu": ["mxnet==1.9.1"],
         "gpu": ["mxnet-cu112==1.9.1"],
         "zoo": GLUONCV,
-        "test": ["pytest>=7", "hypothesis>=6", "pdoc>=16,<17", "scikit-learn>=1.3", "mypy>=1.10"]
-        + GLUONCV + ONNX,
+        "test": ["pytest>=7", "hypothesis>=6", "pdoc>=16,<17", "scikit-learn>=1.3", "mypy>=1.10",
+                 DISTRIBUTED] + GLUONCV + ONNX,
         # ONNX export (mxnet_amp.export_onnx, mxnet-amp export-onnx); onnxruntime declares
         # numpy>=1.24 from 1.16 on, so it is no extra: docs/onnx.md installs it --no-deps
         "onnx": ONNX,
         "docs": ["pdoc>=16,<17"],
+        # auto's batches on a Dask cluster (auto_convert_model(client=...)); installs beside
+        # numpy 1.23.5 without touching it
+        "dist": [DISTRIBUTED],
         "png": ["cairosvg"],
         # gluonnlp 0.10 builds a Cython extension: install cython, wheel and setuptools<70
         # first, then this extra with --no-build-isolation (README "Set up")

@@ -537,14 +537,32 @@ def _auto_parser(sub: Any) -> None:
                    "native where the hardware runs the dtype)")
     p.add_argument("--max-executions", type=int, default=None, metavar="N",
                    help="upper bound on model runs during the search")
-    p.add_argument("--eval-data", metavar="X.npz", default=None,
-                   help="labelled evaluation inputs (one array per input name): judge each "
-                   "configuration by the task metric on them (with --labels) instead of "
-                   "output closeness; they are the sample inputs unless --input is given")
+    p.add_argument("--eval-data", metavar="X.npz|DATA.rec|FOLDER", default=None,
+                   help="evaluation data: an .npz (one array per input name, with --labels), "
+                   "or, read a batch at a time, a RecordIO .rec of images (labels in its "
+                   "records) or a folder of .npz batches (inputs by name, 'label') or .npy "
+                   "batches; each configuration is judged on all of it")
     p.add_argument("--labels", metavar="y.npy", default=None,
-                   help="labels of --eval-data (class ids for top1/top5, targets for mse)")
-    p.add_argument("--metric", choices=("top1", "top5", "mse"), default="top1",
-                   help="task metric of the first output (default top1, in percent)")
+                   help="labels of an --eval-data .npz (class ids for top1/top5, targets for mse)")
+    p.add_argument("--metric", default="top1", metavar="NAME",
+                   help="task metric of the outputs: top1 (default), top5 (in percent), mse, or "
+                   "with a .rec/folder any mx.metric name (acc, top_k_accuracy, ce, ...)")
+    p.add_argument("--batch-size", type=int, default=32, metavar="B",
+                   help="images per batch read from an --eval-data .rec (default 32)")
+    p.add_argument("--data-shape", default=None, metavar="3x224x224",
+                   help="an --eval-data .rec's images as CxHxW (crop/resize to it; required for .rec)")
+    p.add_argument("--resize", type=int, default=-1, metavar="S",
+                   help="resize a .rec image's shorter side to S before the crop (default: none)")
+    p.add_argument("--mean-rgb", default=None, metavar="R,G,B",
+                   help="subtracted from a .rec image's channels, e.g. 123.68,116.28,103.53")
+    p.add_argument("--std-rgb", default=None, metavar="R,G,B",
+                   help="divides a .rec image's channels after the mean, e.g. 58.4,57.12,57.38")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes judging the batches of a .rec/folder --eval-data "
+                   "(default: one per core; 1: in the main process)")
+    p.add_argument("--attribution-samples", type=int, default=8, metavar="N",
+                   help="first samples of a .rec/folder --eval-data the range check and the "
+                   "attribution run on (every tensor of them is held; default 8)")
     p.add_argument("--max-drop", type=float, default=None, metavar="D",
                    help="largest metric drop that passes (top1/top5: percentage points; mse: "
                    "increase of the loss; with --drop relative: a fraction of the float32 "
@@ -556,10 +574,87 @@ def _auto_parser(sub: Any) -> None:
     p.set_defaults(run=_cmd_auto)
 
 
+def _streamed(args: argparse.Namespace) -> bool:
+    """Whether ``--eval-data`` is read a batch at a time (a .rec or a folder)."""
+    return args.eval_data is not None and (os.path.isdir(args.eval_data)
+                                           or args.eval_data.endswith(".rec"))
+
+
+def _floats3(flag: str, text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise CLIError(f"{flag} takes three numbers R,G,B, got {text!r}")
+    return values
+
+
+def _eval_stream(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``(eval_data, metric)`` of a .rec or folder ``--eval-data``: batches read lazily,
+    and the metric as an mx.metric (top1/top5 in percent, as for an .npz)."""
+    from .auto.batches import NpzFolder, RecordBatches
+    from .errors import AMPError
+    if args.labels is not None:
+        raise CLIError("--labels labels an .npz --eval-data; a .rec or folder holds its labels")
+    if args.batch_size < 1 or args.workers is not None and args.workers < 1 \
+            or args.attribution_samples < 1:
+        raise CLIError("--batch-size, --workers and --attribution-samples must be at least 1")
+    try:
+        if os.path.isdir(args.eval_data):
+            data: Any = NpzFolder(args.eval_data)
+        else:
+            if args.data_shape is None:
+                raise CLIError("--eval-data DATA.rec needs --data-shape CxHxW (e.g. 3x224x224)")
+            shape = _shape("--data-shape", args.data_shape)
+            options: dict = {"resize": args.resize}
+            for key, values in (("mean", _floats3("--mean-rgb", args.mean_rgb)),
+                                ("std", _floats3("--std-rgb", args.std_rgb))):
+                if values is not None:
+                    options.update(zip((f"{key}_r", f"{key}_g", f"{key}_b"), values))
+            data = RecordBatches(args.eval_data, shape, args.batch_size, **options)
+    except AMPError as err:
+        raise CLIError(f"--eval-data: {err}") from None
+    return data, _stream_metric(args.metric)
+
+
+def _stream_metric(name: str) -> Any:
+    """The mx.metric of ``--metric`` for streamed data (top1/top5 in percent)."""
+    import mxnet as mx
+    if name in ("top1", "top5"):
+        k = int(name[-1])
+
+        class Percent(mx.metric.TopKAccuracy if k > 1 else mx.metric.Accuracy):  # type: ignore
+            def get(self):  # noqa: ANN201 - mx.metric's own signature
+                label, value = super().get()
+                return name, 100.0 * value
+        return Percent(top_k=k, name=name) if k > 1 else Percent(name=name)
+    try:
+        return mx.metric.create(name)
+    except (ValueError, KeyError, AssertionError):
+        raise CLIError(f"--metric {name!r}: neither top1/top5/mse nor an mx.metric name "
+                       "(acc, top_k_accuracy, ce, mse, ...)") from None
+
+
+def _shape(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise CLIError(f"{flag} takes CxHxW like 3x224x224, got {text!r}")
+    return shape
+
+
 def _eval_metric(args: argparse.Namespace) -> tuple[dict, Any]:
     """``(inputs, metric)`` of ``--eval-data``/``--labels``/``--metric`` (``({}, None)``
     without ``--eval-data``)."""
     import numpy as np
+    if args.metric not in ("top1", "top5", "mse"):
+        raise CLIError(f"--metric {args.metric!r} with an .npz --eval-data: top1, top5 or mse "
+                       "(any mx.metric name with a .rec or a folder)")
     if args.eval_data is None:
         if args.labels is not None:
             raise CLIError("--labels needs --eval-data (the inputs they label)")
@@ -635,9 +730,10 @@ def _cmd_auto(args: argparse.Namespace) -> int:
         from .auto import auto_convert, auto_settings
     except ImportError as err:
         raise CLIError(f"automatic mode is not available in this installation ({err})") from None
-    from .io import load_checkpoint, save_checkpoint
-    from .report import build_report
+    from .io import load_checkpoint
     _check_prefix(args.prefix, args.epoch)
+    if _streamed(args):
+        return _auto_streamed(args)
     eval_inputs, metric = _eval_metric(args)
     if args.inputs or args.inputs_npz or not eval_inputs:
         inputs, sources = _sample_inputs(args)
@@ -646,7 +742,7 @@ def _cmd_auto(args: argparse.Namespace) -> int:
     if metric is not None and inputs is not eval_inputs:
         raise CLIError("--eval-data gives the inputs the metric is measured on: leave out "
                        "--input/--inputs-npz")
-    out = _out_prefix(args)
+    _out_prefix(args)
     sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
     unknown = sorted(set(inputs) - set(sym.list_arguments()))
     if unknown:
@@ -665,6 +761,35 @@ def _cmd_auto(args: argparse.Namespace) -> int:
         new_sym, new_args, new_aux, auto = auto_convert(
             sym, arg_params, aux_params, inputs, _options(args), settings,
             execution=args.execution, data_names=args.data_names, quiet=not sys.stderr.isatty())
+    return _write_auto(args, sym, arg_params, aux_params, new_sym, new_args, new_aux, auto)
+
+
+def _auto_streamed(args: argparse.Namespace) -> int:
+    """``auto`` judged on a .rec or a folder of batches, read a batch at a time."""
+    from .auto import auto_convert, auto_settings
+    from .io import load_checkpoint
+    data, metric = _eval_stream(args)
+    sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
+    max_drop = 0.5 if args.max_drop is None else args.max_drop
+    try:
+        settings = auto_settings(args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
+                                 max_executions=args.max_executions, metric=metric,
+                                 max_drop=max_drop, drop=args.drop)
+    except ValueError as err:
+        raise CLIError(f"auto: {err}") from None
+    new_sym, new_args, new_aux, auto = auto_convert(
+        sym, arg_params, aux_params, None, _options(args), settings, execution=args.execution,
+        data_names=args.data_names, quiet=not sys.stderr.isatty(), eval_data=data,
+        workers=args.workers, attribution_samples=args.attribution_samples)
+    return _write_auto(args, sym, arg_params, aux_params, new_sym, new_args, new_aux, auto)
+
+
+def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params: dict,
+                new_sym: Any, new_args: dict, new_aux: dict, auto: Any) -> int:
+    """Write what ``auto`` returned, with its report."""
+    from .io import save_checkpoint
+    from .report import build_report
+    out = _out_prefix(args)
     if not auto.reference_finite:
         raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "
                        "(--input / --inputs-npz), so the converted model cannot be checked "

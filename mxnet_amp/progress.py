@@ -1,4 +1,6 @@
-"""Byte progress bars for reading, converting and writing large checkpoints.
+"""Progress bars: bytes for reading, converting and writing large checkpoints; samples for
+the automatic mode's passes over evaluation data (:func:`stage_bar`). Shown on a terminal
+only, never into a pipe or a log file.
 
 MXNet reads and writes a params file in one C call that reports nothing, so the bars
 measure what can be measured from outside: reading streams the file through the page
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-__all__ = ["byte_bar", "preread", "watch_growth"]
+__all__ = ["byte_bar", "preread", "watch_growth", "stage_bar"]
 
 _CHUNK = 8 << 20
 
@@ -39,6 +41,29 @@ def byte_bar(desc: str, total: int, enabled: bool | None) -> tqdm:
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
                 file=sys.stderr, disable=None if enabled is None else not enabled, leave=False)
+
+
+def stage_bar(desc: str, total: int | None, enabled: bool | None = None) -> tqdm:
+    """A tqdm bar counting samples on stderr for one stage (a pass over the data): its rate
+    in samples/s and, once ``total`` is known (after the first pass), its ETA.
+
+    Parameters
+    ----------
+    desc : str
+        The stage, as the bar names it.
+    total : int or None
+        Samples expected (None: not known yet; the bar counts without an ETA).
+    enabled : bool or None
+        False hides it; True or None shows it only when stderr is a terminal.
+
+    Returns
+    -------
+    tqdm.tqdm
+    """
+    from tqdm import tqdm
+    tty = sys.stderr.isatty()
+    return tqdm(total=total, desc=desc, unit="sample", unit_scale=False, file=sys.stderr,
+                disable=not (tty and enabled is not False), leave=False, dynamic_ncols=True)
 
 
 def preread(path: str, bar: tqdm) -> None:

@@ -1,7 +1,9 @@
 """Validation-driven automatic mixed precision (mxnet_amp.auto)."""
+import io
 import json
 import math
 import os
+import sys
 
 import mxnet as mx
 import numpy as np
@@ -256,12 +258,21 @@ def test_gpu_context_runs_fp16_natively():
     assert {k.name for k in report.kept_fp32} == {"fc_a", "fc_a2"} and report.validated
 
 
-def test_progress_bar_and_quiet(capsys):
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_on_a_terminal_only(monkeypatch, capsys):
     sym, args, x = clean_model()
-    auto_convert_model(sym, args, {}, x, quiet=True)
+    auto_convert_model(sym, args, {}, x, quiet=False)   # stderr captured: not a terminal
     assert "auto float16" not in capsys.readouterr().err
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    auto_convert_model(sym, args, {}, x, quiet=True)
+    assert "auto float16" not in terminal.getvalue()
     auto_convert_model(sym, args, {}, x, quiet=False)
-    assert "auto float16" in capsys.readouterr().err
+    assert "auto float16" in terminal.getvalue()
 
 
 def test_inputs_are_not_modified():

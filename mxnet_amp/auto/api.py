@@ -3,21 +3,26 @@ and :func:`auto_convert` (the same under built options)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names,
                          check_number, check_symbol)
 from ..convert import Conversion
-from ..errors import ArgumentError
+from ..errors import ArgumentError, GraphError
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
 from ..params import check_data_names, check_param_shapes, label_inputs, model_inputs, param_dict
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
+from .batches import BatchSource, one_batch_as_list
 from .deployed import deployment_note
+from .evaluation import DataJudge, batch_pool
+from .inputs import loss_labels
 from .inputs import sample_inputs as sample_input_arrays
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
+from .task_metric import task_metric
 from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck
 from .runner import Runs, context_of, execution_mode
 from .search import low_nodes, reference_and_search
@@ -35,8 +40,8 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
                   validate: Callable[[list, list], bool] | None = None,
                   tolerance: float | None = None, underflow_fraction: float = 0.1,
                   max_executions: int | None = None, search: str = "attribution",
-                  metric: Callable[[list], float] | None = None, max_drop: float | None = None,
-                  drop: str = "absolute") -> AutoSettings:
+                  metric: Any = None, max_drop: float | None = None,
+                  drop: str = "absolute", metric_inputs: Callable | None = None) -> AutoSettings:
     """The :class:`AutoSettings` of :func:`auto_convert_model`'s keywords, defaults filled in.
 
     Parameters
@@ -47,7 +52,12 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
         How accuracy culprits are found when the check fails with no range culprit left:
         one attribution run (teacher forcing) ranks the nodes and the top ones are
         validated, the bisection taking over only when that fails; or the bisection alone.
-    metric : callable, optional
+    metric : EvalMetric, str or callable, optional
+        An ``mx.metric.EvalMetric`` (``mx.metric.Accuracy()``, ``TopKAccuracy(5)``, gluoncv's
+        ``VOC07MApMetric``, ...) or a name for ``mx.metric.create`` (``'acc'``,
+        ``'top_k_accuracy'``, ``'mse'``): updated batch by batch over ``eval_data`` with
+        (labels, outputs), its value read once per pass (a loss metric's negated: higher is
+        better; :mod:`mxnet_amp.auto.task_metric`). Or a callable
         ``metric(outputs) -> float``: a task score of the model outputs on the sample inputs
         (a list of float32 numpy arrays in model output order; higher is better, e.g. top-1
         accuracy against the sample's labels: :func:`mxnet_amp.auto.metrics.builtin_metric`).
@@ -59,6 +69,10 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
     drop : {'absolute', 'relative'}, default 'absolute'
         ``max_drop`` in the score's own units, or as a fraction of the float32 score (as
         Intel Neural Compressor's ``accuracy_criterion``).
+    metric_inputs : callable, optional
+        ``metric_inputs(labels, outputs) -> tuple``: the arguments of the EvalMetric's
+        ``update`` for one batch (lists of NDArrays: the batch's labels, the model's
+        outputs); default ``(labels, outputs)``. A detector metric takes others.
 
     Raises
     ------
@@ -82,17 +96,17 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
     search = check_choice(search, "search", SEARCHES)
     validate = check_callable(validate, "validate")
     drop = check_choice(drop, "drop", DROPS)
-    if metric is None and max_drop is not None:
-        raise ArgumentError("max_drop is given without metric: it bounds the drop of the metric's "
-                            "score; give metric too")
+    if metric is None and (max_drop is not None or metric_inputs is not None):
+        raise ArgumentError("max_drop / metric_inputs are given without metric: they bound and feed "
+                            "the metric's score; give metric too")
     if metric is not None:
-        validate = _metric_check(metric, validate, max_drop, drop)
+        validate = _metric_check(metric, validate, max_drop, drop, metric_inputs)
     return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions,
                         search)
 
 
-def _metric_check(metric: Callable[[list], float], validate: Callable | None,
-                  max_drop: float | None, drop: str) -> MetricCheck:
+def _metric_check(metric: Any, validate: Callable | None, max_drop: float | None, drop: str,
+                  metric_inputs: Callable | None = None) -> MetricCheck:
     """The check of a user ``metric`` (a fresh one per run: it remembers the float32 score
     of this model only); ValueError for what :func:`auto_settings` says."""
     if validate is not None:
@@ -101,15 +115,26 @@ def _metric_check(metric: Callable[[list], float], validate: Callable | None,
         raise ArgumentError("metric needs max_drop: the largest drop of the score from the "
                          "float32 model's that passes (absolute, or relative with "
                          "drop='relative')")
+    task = task_metric(metric, metric_inputs)
+    if task is not None:
+        return MetricCheck(_scored_per_pass, check_number(max_drop, "max_drop", low=0), drop, task.name,
+                           task=task)
     if not callable(metric):
-        raise ArgumentError(f"metric must be a callable of the model outputs, got {metric!r}")
+        raise ArgumentError(f"metric must be an mx.metric.EvalMetric, a metric name or a callable "
+                            f"of the model outputs, got {metric!r}")
     return MetricCheck(metric, check_number(max_drop, "max_drop", low=0),
                        drop, getattr(metric, "__name__", "metric"))
 
 
-def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
-                       target_dtype: str = "float16", rtol: float | None = None,
-                       atol: float | None = None,
+def _scored_per_pass(outputs: list) -> float:
+    """The score function of an EvalMetric's check: never called on one batch's outputs."""
+    raise ArgumentError("an EvalMetric (or a metric name) scores passes over eval_data: give "
+                     "auto_convert_model eval_data with labels")
+
+
+def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
+                       sample_inputs: Any = None, target_dtype: str = "float16",
+                       rtol: float | None = None, atol: float | None = None,
                        validate: Callable[[list, list], bool] | None = None, *,
                        tolerance: float | None = None, ctx: Context | None = None,
                        execution: str = "auto", excluded_sym_names: Sequence[str] | None = None,
@@ -122,9 +147,10 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
                        max_executions: int | None = None, quiet: bool = False,
                        follow_ops: Sequence[str] | None = None, overrides: str = "replace",
                        strict_params: bool = False, search: str = "attribution",
-                       metric: Callable[[list], float] | None = None,
-                       max_drop: float | None = None, drop: str = "absolute",
-                       guard_weight_range: bool = True, tune: object = None
+                       metric: Any = None, max_drop: float | None = None, drop: str = "absolute",
+                       guard_weight_range: bool = True, tune: object = None, eval_data: Any = None,
+                       metric_inputs: Callable | None = None, workers: int | None = None,
+                       client: Any = None, attribution_samples: int = 8
                        ) -> tuple[Symbol, dict, dict, AutoReport]:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
@@ -134,9 +160,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         The fp32 model (not modified).
     arg_params, aux_params : dict of str to NDArray
         Its params (not modified).
-    sample_inputs : NDArray, array, list of arrays, or dict of name to array
-        One batch of representative inputs (a list in the model's input order; one array
-        for a single-input model).
+    sample_inputs : NDArray, array, list of arrays, or dict of name to array, optional
+        One batch of inputs (a list in input order; one array for a single-input model).
     target_dtype : {'float16', 'bfloat16'}
     rtol, atol : float, optional
         Given (either), the check is ``allclose(converted, fp32, rtol, atol)``, the other from
@@ -145,11 +170,10 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         ``validate(reference_outputs, converted_outputs) -> bool`` on lists of float32
         numpy arrays (model output order), replacing the check.
     tolerance : float, optional
-        The default check's bound on each output's ``max|out - fp32| / max|fp32|`` (:func:`check_outputs`:
-        no ``(batch, classes)`` output may change a top-1 prediction either). Default
-        :func:`default_scale_tolerance`: 1e-2 for float16, 5e-2 for bfloat16.
-    ctx : Context, optional
-        Where the model runs (default ``mx.cpu()``).
+        The default check's bound on each output's ``max|out - fp32| / max|fp32|``
+        (:func:`check_outputs`; no ``(batch, classes)`` output may change a top-1 class).
+        Default :func:`default_scale_tolerance`: 1e-2 for float16, 5e-2 for bfloat16.
+    ctx : Context, optional: where the model runs (default ``mx.cpu()``).
     execution : {'auto', 'native', 'emulated'}
         How the checks run the converted model: ``'auto'``, natively where the hardware runs
         ``target_dtype`` (float16 on a GPU, bfloat16 on avx512), else emulated; the report says.
@@ -163,13 +187,14 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         A tensor is an underflow suspect when this fraction of its nonzero values flush to
         zero in ``target_dtype`` (kept only where that costs accuracy).
     max_executions : int, optional
-        Upper bound on model executions (at least 2). When the accuracy search hits it, the
-        undecided candidates stay float32 (the last configuration seen to pass).
-    quiet : bool, default False: no progress bar.
-    search, metric, max_drop, drop
+        Upper bound on model executions (at least 2); when hit, the undecided candidates
+        stay float32 (the last configuration seen to pass).
+    quiet : bool, default False: no progress bar (shown on a terminal only).
+    search, metric, max_drop, drop, metric_inputs
         As in :func:`auto_settings` (the culprit search; a task metric as the check).
     tune : As in :func:`mxnet_amp.convert_model`, at the sample inputs' shapes (once, first).
-
+    eval_data, workers, client, attribution_samples
+        Evaluation data of any size, and where its batches run: as in :func:`auto_convert`.
     Returns
     -------
     (Symbol, dict, dict, AutoReport)
@@ -181,22 +206,33 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sa
         Bad sample inputs, or params that do not fit the symbol.
     """
     settings = auto_settings(target_dtype, rtol, atol, validate, tolerance, underflow_fraction,
-                             max_executions, search, metric, max_drop, drop)
+                             max_executions, search, metric, max_drop, drop, metric_inputs)
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
                            strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
     return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
-                        execution=execution, data_names=data_names, quiet=quiet)
+                        execution=execution, data_names=data_names, quiet=quiet,
+                        eval_data=eval_data, workers=workers, client=client,
+                        attribution_samples=attribution_samples)
 
 
 def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
                  options: ConvertOptions, settings: AutoSettings, *,
                  ctx: Context | None = None, execution: str = "auto",
                  data_names: Sequence[str] | None = None,
-                 quiet: bool = False) -> tuple[Symbol, dict, dict, AutoReport]:
+                 quiet: bool = False, eval_data: Any = None, workers: int | None = None,
+                 client: Any = None, attribution_samples: int = 8
+                 ) -> tuple[Symbol, dict, dict, AutoReport]:
     """:func:`auto_convert_model` under ``options`` (:func:`mxnet_amp.options.make_options`)
-    and ``settings`` (:func:`auto_settings`); the other parameters and the result as there."""
+    and ``settings`` (:func:`auto_settings`); the other parameters and the result as there.
+
+    ``eval_data``: data of any size, read a batch at a time (:mod:`mxnet_amp.auto.batches`: a
+    DataIter, a DataLoader, an iterable of batches), judging every configuration on all of
+    it (:mod:`mxnet_amp.auto.evaluation`) on ``workers`` processes (default one per core; 1:
+    here) or a Dask ``client``'s cluster; ranges and attribution on ``sample_inputs``, else
+    its first ``attribution_samples`` (every tensor of them is held: ~0.3 GB per 224 px
+    resnet50 image)."""
     from tqdm.auto import tqdm
     sym, quiet = check_symbol(sym), check_bool(quiet, "quiet")
     ctx = context_of(ctx)
@@ -208,17 +244,24 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     original = graph_from_symbol(sym)
     data_names = model_inputs(sym.list_arguments(), arg_params, data_names,
                               labels=label_inputs(original))
-    inputs = sample_input_arrays(sample_inputs, data_names, ctx, sym, original)
-    # the sample inputs' shapes reach every weight: a wrong one is named before any run
-    check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
-                       shapes_from="sample_inputs")
-    options.check_excluded(original)
+    source, sample_inputs, rows = _eval_source(eval_data, sample_inputs, settings, data_names,
+                                               original, attribution_samples)
     notes = [mode_note] if mode_note else []
-    progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", disable=quiet, leave=False)
+    progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", leave=False,
+                    disable=True if quiet else None)   # None: on a terminal only, never a pipe
+    judge = None
     try:
+        inputs = sample_input_arrays(sample_inputs, data_names, ctx, sym, original)
+        # the sample inputs' shapes reach every weight: a wrong one is named before any run
+        check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
+                           shapes_from="sample_inputs")
+        options.check_excluded(original)
         runs = Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
                      ctx=ctx, options=options, data_names=data_names, settings=settings,
                      execution=mode, progress=progress)
+        if source is not None:
+            judge = runs.data = _data_judge(source, settings, options.target_dtype, workers,
+                                            ctx, client, quiet)
         with numpy_warnings_noted(runs.steps, notes):
             # the first conversion checks params against the symbol (typed errors) first
             runs.convert(options.excluded)
@@ -229,11 +272,62 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         notes.extend([deployed] if deployed else [])
     finally:
         progress.close()
+        closing = judge if judge is not None else source
+        if closing is not None:
+            closing.close()
     report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite, tuple(errors))
+    if judge is not None:
+        report = replace(report, samples=judge.source.samples, batches=judge.source.batches,
+                         attribution_samples=rows, workers=judge.pool.workers,
+                         pass_seconds=tuple(judge.pass_seconds))
     if not report.validated:
         warn_user("auto_convert_model: the returned model did not validate "
                   f"({report.criterion_text()}); see report.notes")
     return model[0], model[1], model[2], report
+
+
+def _eval_source(eval_data: Any, sample_inputs: Any, settings: AutoSettings,
+                 data_names: Sequence[str], original: Any, attribution_samples: int
+                 ) -> tuple[BatchSource | None, Any, int | None]:
+    """The :class:`BatchSource` of ``eval_data`` (None without), the sample inputs (the
+    caller's, else ``eval_data``'s first ``attribution_samples`` samples), and how many of
+    its samples those are (None: the caller's)."""
+    task = settings.validate.task if isinstance(settings.validate, MetricCheck) else None
+    if eval_data is None:
+        if task is not None:
+            raise ArgumentError(f"metric {task.name!r} (an EvalMetric) is updated with the labels "
+                             "of eval_data batches: give eval_data")
+        if sample_inputs is None:
+            raise GraphError("auto_convert_model needs sample_inputs or eval_data")
+        return None, sample_inputs, None
+    if isinstance(settings.validate, MetricCheck) and task is None:
+        raise ArgumentError("with eval_data, metric must be an mx.metric.EvalMetric or a metric "
+                         "name (updated batch by batch); a callable metric scores one batch "
+                         "of sample_inputs")
+    if attribution_samples < 1:
+        raise ArgumentError(f"attribution_samples must be at least 1, got {attribution_samples}")
+    names = [n for n in data_names if n not in loss_labels(original)]
+    source = BatchSource(one_batch_as_list(eval_data), names)
+    if sample_inputs is not None:
+        return source, sample_inputs, None
+    first: list = []
+    for batch in source:
+        first.append(batch)
+        if sum(b.size for b in first) >= attribution_samples:
+            break
+    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples]
+              for n in names}
+    return source, joined, len(joined[names[0]])
+
+
+def _data_judge(source: BatchSource, settings: AutoSettings, target_dtype: str,
+                workers: int | None, ctx: Context, client: Any, quiet: bool) -> DataJudge:
+    """The :class:`DataJudge` of the checks over ``source``."""
+    metric = settings.validate if isinstance(settings.validate, MetricCheck) else None
+    return DataJudge(source, batch_pool(workers, ctx, client), target_dtype=target_dtype,
+                     tolerance=settings.tolerance, rtol=settings.rtol, atol=settings.atol,
+                     metric=metric.task if metric is not None else None,
+                     validate=None if metric is not None else settings.validate, quiet=quiet)
 
 
 def _auto_report(runs: Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
@@ -285,7 +379,7 @@ def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str
     """
     from ..gluon import block_model, converted_symbol_block
     if "data_names" in kwargs:
-        raise TypeError("auto_convert_block takes no 'data_names'; use input_names")
+        raise ArgumentError("auto_convert_block takes no 'data_names'; use input_names")
     sym, arg_params, aux_params, names = block_model(block, input_names)
     run_ctx = ctx if ctx is not None else _block_context(block)
     new_sym, new_args, new_auxs, report = auto_convert_model(

@@ -128,7 +128,8 @@ class AutoReport:
         order, with its reason. Nodes that *follow* an excluded node's float32 output (relu
         after a float32 FullyConnected, say) compute in float32 too without being listed.
     executions : int
-        Model executions (forward passes over the sample inputs), the reference included.
+        Model executions (forward passes over the sample inputs), the reference included;
+        with ``eval_data``, a pass over all of it counts one.
     validated : bool
         Whether the returned configuration passed the check.
     tolerance_ratio : float
@@ -166,6 +167,16 @@ class AutoReport:
         When the attribution run happened (a check failed with no range culprit left), the
         low precision nodes by estimated contribution at the outputs, largest first (at
         most 200).
+    samples, batches : int or None
+        With ``eval_data``: the samples and batches each configuration was judged on (None
+        without: one batch of sample inputs).
+    attribution_samples : int or None
+        With ``eval_data``: how many of its first samples the instrumented reference (the
+        ranges) and the attribution ran on (None: on the caller's ``sample_inputs``).
+    workers : int
+        The worker processes (or Dask workers) the passes over ``eval_data`` ran on.
+    pass_seconds : tuple of float
+        With ``eval_data``: the wall time of each pass over it, the float32 reference first.
     """
 
     target_dtype: str
@@ -192,6 +203,14 @@ class AutoReport:
     # under a user metric: its figures for the returned model (name, reference, value, drop,
     # max_drop, criterion 'absolute'|'relative', passed)
     metric: dict | None = None
+    # with eval_data: samples and batches judged per configuration, the batches the
+    # reference ranges and the attribution ran on, the worker processes (or Dask workers)
+    samples: int | None = None
+    batches: int | None = None
+    attribution_samples: int | None = None
+    workers: int = 1
+    # with eval_data: the wall seconds of each pass over it (the float32 reference first)
+    pass_seconds: tuple[float, ...] = ()
     # the Conversion record of the returned model (what the pass decided, node by node)
     conversion: Conversion | None = field(default=None, repr=False, compare=False)
 
@@ -237,6 +256,12 @@ class AutoReport:
                  f"{len(self.kept_fp32)} kept in float32, {self.executions} executions, "
                  f"{'validated' if self.validated else 'NOT validated'} "
                  f"({self.criterion_text()})"]
+        if self.samples is not None:
+            lines.append(f"  judged on {self.samples} samples ({self.batches} batches, "
+                         f"{self.workers} worker{'s' if self.workers != 1 else ''}) per run; "
+                         "ranges and attribution on " + (
+                             f"its first {self.attribution_samples} samples"
+                             if self.attribution_samples else "the sample inputs"))
         for k in self.kept_fp32:
             lines.append(f"  {k.name} ({k.op}): {k.reason}: {kept_text(k)}")
         lines.extend(f"  note: {n}" for n in self.notes)

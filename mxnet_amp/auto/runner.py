@@ -19,6 +19,8 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
     from tqdm import tqdm
 
+    from .evaluation import DataJudge
+
 
 class Runs:
     """Executes configurations, counts executions, caches check results per exclusion set."""
@@ -51,6 +53,9 @@ class Runs:
         # ``(node name, output)`` of the float32 graph (set by the search; empty: the heads)
         self.judged: list[tuple[str, int]] = []
         self.after_reference: list[np.ndarray] = []   # the heads past such ops
+        # evaluation data of any size (eval_data=...): checks run over all of it, the
+        # reference and attribution on ``inputs`` (its first batches)
+        self.data: DataJudge | None = None
 
     @property
     def budget_left(self) -> bool:
@@ -160,6 +165,8 @@ class Runs:
             # in the graph costs what rounding them ahead would, without holding a copy; the
             # conversion's record gives the graph and every dtype (no inference again)
             sym, args, auxs = emulate_conversion(conversion, args, auxs, self.input_dtypes())
+        if self.data is not None:
+            return self._record(excluded, kind, self._check_data(excluded, sym, {**args, **auxs}))
         outs = self._forward_check(sym, args, auxs)
         assert self.reference is not None, "run_reference first"
         reference = self.reference
@@ -177,12 +184,52 @@ class Runs:
                              passed=passed)
             if metric is not None:
                 self.metric_values[excluded] = dict(metric.last or {})
+        return self._record(excluded, kind, result)
+
+    def _record(self, excluded: frozenset, kind: str, result: OutputCheck) -> tuple[bool, float, float]:
+        """Cache and log the check of ``excluded``."""
         self.results[excluded] = result
         self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
                                      result.max_abs_error, result.relative_error,
                                      result.top1_flips))
         self.progress.set_postfix(kept_fp32=len(excluded), ok=result.passed, refresh=False)
         return result.passed, result.tolerance_ratio, result.max_abs_error
+
+    def _check_data(self, excluded: frozenset, sym: Symbol, params: dict) -> OutputCheck:
+        """The check of one configuration over the evaluation data (``self.data``); the
+        float32 model runs over it first, once."""
+        from .metrics import MetricCheck
+        from .workers import ModelBlob
+        data = self.data
+        assert data is not None
+        zeros = {k: tuple(v.shape[1:]) for k, v in self.inputs.items() if k not in data.source.names}
+        if not data.has_reference:
+            data.reference(ModelBlob("float32", self._reference_symbol(),
+                                     {**self.arg_params, **self.aux_params}, self.input_dtypes(),
+                                     zeros), len(self.judged))
+            self._count()
+            self.steps.append(SearchStep("reference data", 0, None, None, None))
+        result, score = data.judge(ModelBlob(("check", excluded), sym, params, self.input_dtypes(),
+                                             zeros), len(self.judged))
+        self._count()
+        if isinstance(self.validate, MetricCheck) and score is not None:
+            self.validate.reference_score = data.reference_score
+            result = replace(result, criterion="metric", passed=self.validate.compare(score))
+            self.metric_values[excluded] = dict(self.validate.last or {})
+        elif self.validate is not None:
+            result = replace(result, criterion="validate")
+        return result
+
+    def _reference_symbol(self) -> Symbol:
+        """The float32 model, its judged tensors (if any) as outputs before its heads."""
+        if not self.judged:
+            return self.sym
+        from ..graph import Entry, Graph
+        from ..io import graph_from_symbol, graph_to_symbol
+        graph = graph_from_symbol(self.sym)
+        index = {n.name: i for i, n in enumerate(graph.nodes) if not n.is_variable}
+        heads = tuple(Entry(index[name], k) for name, k in self.judged) + tuple(graph.heads)
+        return graph_to_symbol(Graph(graph.nodes, heads, graph.attrs))
 
     @property
     def accuracy_reason(self) -> str:

@@ -1,0 +1,220 @@
+"""Running one model over many batches: in this process, in worker processes on every core,
+or on a Dask cluster (:mod:`mxnet_amp.auto.dask_pool`).
+
+A model travels as a :class:`ModelBlob`: its symbol JSON (casts kept) and its params saved
+to bytes, loaded once per worker and configuration. Batches go round-robin to the workers
+(batch ``i`` to worker ``i % n``) with at most two per worker in flight, and the outputs come
+back in batch order, so whatever is computed from them (a metric, a closeness check) is the
+same for any number of workers.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import queue
+import tempfile
+import traceback
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import AMPError
+
+if TYPE_CHECKING:   # mxnet itself is imported where it runs
+    from mxnet import Context
+
+    from .batches import Batch
+
+__all__ = ["ModelBlob", "InProcess", "ProcessPool", "WorkerError", "run_model", "IN_FLIGHT"]
+
+# batches in flight per worker: one running, one queued (the memory of a fixed number of
+# batches, never of the data set)
+IN_FLIGHT = 2
+
+
+class WorkerError(AMPError, RuntimeError):
+    """A worker failed to run a batch (its traceback in the message)."""
+
+
+class ModelBlob:
+    """A model to run: ``sym``, its params by name, the dtype of each data input, and the
+    loss-label inputs (fed zeros). Pickled, it is its symbol JSON and params bytes; the
+    loaded model is kept on the object, so a worker loads it once."""
+
+    def __init__(self, key: Any, sym: Any, params: Mapping, input_dtypes: Mapping[str, str],
+                 zero_inputs: Mapping[str, tuple] | None = None) -> None:
+        self.key, self.sym, self.params = key, sym, dict(params)
+        self.input_dtypes, self.zero_inputs = dict(input_dtypes), dict(zero_inputs or {})
+        self._op: Any = None
+        self._state: dict | None = None
+
+    def __getstate__(self) -> dict:
+        # serialised once, however many workers it goes to
+        if self._state is None:
+            import mxnet as mx
+
+            from ..io import symbol_json
+            with tempfile.TemporaryDirectory(prefix="mxnet-amp-blob-") as tmp:
+                path = os.path.join(tmp, "params")
+                mx.nd.save(path, self.params)
+                with open(path, "rb") as f:
+                    data = f.read()
+            self._state = {"key": self.key, "json": symbol_json(self.sym), "params": data,
+                           "input_dtypes": self.input_dtypes, "zero_inputs": self.zero_inputs}
+        return self._state
+
+    def __setstate__(self, state: dict) -> None:
+        import mxnet as mx
+        self.key, self.input_dtypes = state["key"], state["input_dtypes"]
+        self.zero_inputs = state["zero_inputs"]
+        self.sym = mx.sym.load_json(state["json"])
+        self.params = mx.nd.load_frombuffer(state["params"])
+        self._op, self._state = None, None
+
+    def run(self, inputs: Mapping[str, np.ndarray], ctx: Context | None = None) -> list[np.ndarray]:
+        """The model's outputs on one batch, as float32 numpy arrays."""
+        import mxnet as mx
+        ctx = ctx or mx.cpu()
+        if self._op is None:
+            self._op = mx.nd.CachedOp(self.sym)
+            self.params = {k: v.as_in_context(ctx) for k, v in self.params.items()}
+        rows = next(iter(inputs.values())).shape[0]
+        values = dict(self.params)
+        values.update({k: mx.nd.array(v, ctx=ctx, dtype=self.input_dtypes.get(k, "float32"))
+                       for k, v in inputs.items()})
+        values.update({k: mx.nd.zeros((rows,) + tuple(shape), ctx=ctx)
+                       for k, shape in self.zero_inputs.items() if k not in values})
+        return run_model(self._op, self.sym.list_inputs(), values)
+
+
+def run_model(op: Any, names: Sequence[str], values: Mapping) -> list[np.ndarray]:
+    """Run a CachedOp on ``values`` (by input name, in ``names`` order) for inference;
+    the outputs as float32 numpy arrays."""
+    import mxnet as mx
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise WorkerError(f"no value for the model inputs {missing[:10]}")
+    with mx.autograd.pause(train_mode=False):
+        outs = op(*[values[n] for n in names])
+    if isinstance(outs, mx.nd.NDArray):
+        outs = [outs]
+    return [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy() for o in outs]
+
+
+class InProcess:
+    """Runs every batch here, on ``ctx``, with MXNet's own threads."""
+
+    workers = 1
+
+    def __init__(self, ctx: Context | None = None) -> None:
+        self.ctx = ctx
+
+    def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
+        """``(batch, outputs)`` for each batch, in order."""
+        for batch in batches:
+            yield batch, blob.run(batch.inputs, self.ctx)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _worker_main(inbox: Any, outbox: Any) -> None:
+    """A worker process: load models, run batches, until told to stop (or its parent is
+    gone: a parent killed never says stop, and an orphan would wait forever)."""
+    import multiprocessing
+    parent = multiprocessing.parent_process()
+    blob = None
+    while True:
+        try:
+            message = inbox.get(timeout=5)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                return
+            continue
+        if message[0] == "stop":
+            return
+        if message[0] == "model":
+            blob = message[1]
+            continue
+        _, index, inputs = message
+        try:
+            assert blob is not None, "a batch before any model"
+            outbox.put(("ok", index, blob.run(inputs)))
+        except Exception:   # noqa: BLE001 - sent back whole, raised there as WorkerError
+            outbox.put(("error", index, traceback.format_exc()))
+
+
+@contextlib.contextmanager
+def _threads_for_children(threads: int) -> Iterator[None]:
+    """``OMP_NUM_THREADS`` for processes started in the block (a spawned child reads the
+    environment as it starts, before it loads MXNet's OpenMP); restored after."""
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+
+
+class ProcessPool:
+    """``workers`` spawned processes on this machine, each with ``threads`` OpenMP threads
+    (default: the cores shared out, so that the workers do not oversubscribe them)."""
+
+    def __init__(self, workers: int, threads: int | None = None) -> None:
+        import multiprocessing
+        self.workers = int(workers)
+        self.threads = threads or max(1, (os.cpu_count() or 1) // self.workers)
+        context = multiprocessing.get_context("spawn")
+        self.inboxes = [context.Queue() for _ in range(self.workers)]
+        self.outboxes = [context.Queue() for _ in range(self.workers)]
+        self.processes = [context.Process(target=_worker_main, args=(i, o), daemon=True)
+                          for i, o in zip(self.inboxes, self.outboxes)]
+        with _threads_for_children(self.threads):
+            for p in self.processes:
+                p.start()
+        self.loaded: list[Any] = [None] * self.workers
+
+    def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
+        """``(batch, outputs)`` for each batch, in order (see the module doc)."""
+        for w in range(self.workers):
+            if self.loaded[w] != blob.key:
+                self.inboxes[w].put(("model", blob))
+                self.loaded[w] = blob.key
+        pending: collections.deque = collections.deque()
+        for count, batch in enumerate(batches):
+            w = count % self.workers
+            self.inboxes[w].put(("run", batch.index, batch.inputs))
+            pending.append((w, batch))
+            if len(pending) >= IN_FLIGHT * self.workers:
+                yield self._take(*pending.popleft())
+        while pending:
+            yield self._take(*pending.popleft())
+
+    def _take(self, w: int, batch: Batch) -> tuple[Batch, list]:
+        while True:
+            try:
+                status, index, value = self.outboxes[w].get(timeout=5)
+                break
+            except queue.Empty:
+                if not self.processes[w].is_alive():
+                    raise WorkerError(
+                        f"worker process {w} died (exit code {self.processes[w].exitcode}) "
+                        f"running batch {batch.index}. Workers are spawned: they import the "
+                        "calling script first, so its top-level code needs an `if __name__ == "
+                        "'__main__':` guard (its traceback is above); or pass workers=1") from None
+        if status != "ok":
+            raise WorkerError(f"worker process {w} failed on batch {index}:\n{value}")
+        return batch, value
+
+    def close(self) -> None:
+        """Stop the workers."""
+        for box in self.inboxes:
+            box.put(("stop",))
+        for p in self.processes:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
