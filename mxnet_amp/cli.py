@@ -547,6 +547,20 @@ def _auto_parser(sub: Any) -> None:
     p.add_argument("--metric", default="top1", metavar="NAME",
                    help="task metric of the outputs: top1 (default), top5 (in percent), mse, or "
                    "with a .rec/folder any mx.metric name (acc, top_k_accuracy, ce, ...)")
+    p.add_argument("--max-drop", type=float, default=None, metavar="D",
+                   help="largest metric drop that passes (top1/top5: percentage points; mse: "
+                   "increase of the loss; with --drop relative: a fraction of the float32 "
+                   "score); default 0.5")
+    p.add_argument("--drop", choices=("absolute", "relative"), default="absolute",
+                   help="--max-drop in the metric's units (default) or relative to the float32 score")
+    _eval_data_options(p)
+    p.add_argument("--out", metavar="PREFIX2", default=None,
+                   help="output checkpoint prefix (default PREFIX-amp)")
+    p.set_defaults(run=_cmd_auto)
+
+
+def _eval_data_options(p: argparse.ArgumentParser) -> None:
+    """How ``auto`` reads a .rec or a folder of batches, and where it judges them."""
     p.add_argument("--batch-size", type=int, default=32, metavar="B",
                    help="images per batch read from an --eval-data .rec (default 32)")
     p.add_argument("--data-shape", default=None, metavar="3x224x224",
@@ -563,15 +577,6 @@ def _auto_parser(sub: Any) -> None:
     p.add_argument("--attribution-samples", type=int, default=8, metavar="N",
                    help="first samples of a .rec/folder --eval-data the range check and the "
                    "attribution run on (every tensor of them is held; default 8)")
-    p.add_argument("--max-drop", type=float, default=None, metavar="D",
-                   help="largest metric drop that passes (top1/top5: percentage points; mse: "
-                   "increase of the loss; with --drop relative: a fraction of the float32 "
-                   "score); default 0.5")
-    p.add_argument("--drop", choices=("absolute", "relative"), default="absolute",
-                   help="--max-drop in the metric's units (default) or relative to the float32 score")
-    p.add_argument("--out", metavar="PREFIX2", default=None,
-                   help="output checkpoint prefix (default PREFIX-amp)")
-    p.set_defaults(run=_cmd_auto)
 
 
 def _streamed(args: argparse.Namespace) -> bool:

@@ -207,5 +207,5 @@ def warn_amx_off(target_dtype: str, where: str) -> None:
 def _warn_once(where: str) -> None:
     # once per process and place: Python's own per-line registry is reset whenever a
     # catch_warnings() block exits, which conversions run many of
-    import warnings
-    warnings.warn(f"{amx_off_note()} (said once, at {where})", AMXOffWarning, stacklevel=3)
+    from .warn import warn_user
+    warn_user(f"{amx_off_note()} (said once, at {where})", AMXOffWarning)

@@ -6,10 +6,13 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names,
                          check_number, check_symbol)
 from ..convert import Conversion
 from ..errors import ArgumentError, GraphError
+from ..graph import Graph
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
 from ..params import check_data_names, check_param_shapes, label_inputs, model_inputs, param_dict
@@ -81,15 +84,7 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
         ``underflow_fraction`` outside (0, 1], ``search`` not one of ``SEARCHES``, a
         ``metric`` without ``max_drop`` or with ``validate``, or a bad ``max_drop``/``drop``.
     """
-    target_dtype = check_target_dtype(target_dtype)
-    rtol = None if rtol is None else check_number(rtol, "rtol", low=0)
-    atol = None if atol is None else check_number(atol, "atol", low=0)
-    if rtol is not None or atol is not None:
-        d_rtol, d_atol = default_tolerances(target_dtype)
-        rtol = d_rtol if rtol is None else rtol
-        atol = d_atol if atol is None else atol
-    tolerance = (default_scale_tolerance(target_dtype) if tolerance is None
-                 else check_number(tolerance, "tolerance", low=0, low_open=True))
+    tolerance, rtol, atol = _tolerances(check_target_dtype(target_dtype), tolerance, rtol, atol)
     max_executions = check_int(max_executions, "max_executions", low=2, optional=True)
     underflow_fraction = check_number(underflow_fraction, "underflow_fraction", low=0, high=1,
                                       low_open=True)
@@ -103,6 +98,19 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
         validate = _metric_check(metric, validate, max_drop, drop, metric_inputs)
     return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions,
                         search)
+
+
+def _tolerances(target_dtype: str, tolerance: Any, rtol: Any, atol: Any) -> tuple[float, float | None, float | None]:
+    """``(tolerance, rtol, atol)`` checked (ArgumentError naming each), defaults filled in."""
+    rtol = None if rtol is None else check_number(rtol, "rtol", low=0)
+    atol = None if atol is None else check_number(atol, "atol", low=0)
+    if rtol is not None or atol is not None:
+        d_rtol, d_atol = default_tolerances(target_dtype)
+        rtol = d_rtol if rtol is None else rtol
+        atol = d_atol if atol is None else atol
+    tolerance = (default_scale_tolerance(target_dtype) if tolerance is None
+                 else check_number(tolerance, "tolerance", low=0, low_open=True))
+    return tolerance, rtol, atol
 
 
 def _metric_check(metric: Any, validate: Callable | None, max_drop: float | None, drop: str,
@@ -177,12 +185,9 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     execution : {'auto', 'native', 'emulated'}
         How the checks run the converted model: ``'auto'``, natively where the hardware runs
         ``target_dtype`` (float16 on a GPU, bfloat16 on avx512), else emulated; the report says.
-    excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops,
-    conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm, overrides, strict_params,
-    guard_weight_range
-        As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (and a
-        BatchNorm excluded, or after an excluded op, is not folded). Folding is on by
-        default, and every check runs the model as it is returned: folded the same way.
+    excluded_sym_names, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, data_names, cast_optional_params, fold_batchnorm, overrides, strict_params, guard_weight_range
+        As in :func:`mxnet_amp.convert_model`; user-excluded nodes stay excluded (a BatchNorm
+        excluded, or after an excluded op, is not folded); every check runs the model as returned.
     underflow_fraction : float, default 0.1
         A tensor is an underflow suspect when this fraction of its nonzero values flush to
         zero in ``target_dtype`` (kept only where that costs accuracy).
@@ -195,6 +200,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     tune : As in :func:`mxnet_amp.convert_model`, at the sample inputs' shapes (once, first).
     eval_data, workers, client, attribution_samples
         Evaluation data of any size, and where its batches run: as in :func:`auto_convert`.
+
     Returns
     -------
     (Symbol, dict, dict, AutoReport)
@@ -212,9 +218,8 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
                            strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
     return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
-                        execution=execution, data_names=data_names, quiet=quiet,
-                        eval_data=eval_data, workers=workers, client=client,
-                        attribution_samples=attribution_samples)
+                        execution=execution, data_names=data_names, quiet=quiet, eval_data=eval_data,
+                        workers=workers, client=client, attribution_samples=attribution_samples)
 
 
 def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_inputs: Any,
@@ -238,12 +243,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     ctx = context_of(ctx)
     mode, mode_note = execution_mode(options.target_dtype, ctx, execution)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
-    data_names = check_names(data_names, "data_names")
-    if data_names is not None:
-        check_data_names(sym.list_arguments(), arg_params, data_names)
-    original = graph_from_symbol(sym)
-    data_names = model_inputs(sym.list_arguments(), arg_params, data_names,
-                              labels=label_inputs(original))
+    original, data_names = _graph_and_inputs(sym, arg_params, data_names)
     source, sample_inputs, rows = _eval_source(eval_data, sample_inputs, settings, data_names,
                                                original, attribution_samples)
     notes = [mode_note] if mode_note else []
@@ -272,18 +272,34 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         notes.extend([deployed] if deployed else [])
     finally:
         progress.close()
-        closing = judge if judge is not None else source
-        if closing is not None:
+        for closing in ([judge] if judge is not None else [source] if source is not None else []):
             closing.close()
-    report = _auto_report(runs, excluded, kept, model[3], notes, reference_finite, tuple(errors))
-    if judge is not None:
-        report = replace(report, samples=judge.source.samples, batches=judge.source.batches,
-                         attribution_samples=rows, workers=judge.pool.workers,
-                         pass_seconds=tuple(judge.pass_seconds))
+    report = _with_data_figures(_auto_report(runs, excluded, kept, model[3], notes, reference_finite,
+                                             tuple(errors)), judge, rows)
     if not report.validated:
         warn_user("auto_convert_model: the returned model did not validate "
                   f"({report.criterion_text()}); see report.notes")
     return model[0], model[1], model[2], report
+
+
+def _graph_and_inputs(sym: Symbol, arg_params: dict, data_names: Any) -> tuple[Graph, list[str]]:
+    """The model's graph and its inputs: ``data_names`` checked, else every argument without
+    a param but a loss output's label."""
+    data_names = check_names(data_names, "data_names")
+    if data_names is not None:
+        check_data_names(sym.list_arguments(), arg_params, data_names)
+    original = graph_from_symbol(sym)
+    return original, model_inputs(sym.list_arguments(), arg_params, data_names,
+                                  labels=label_inputs(original))
+
+
+def _with_data_figures(report: AutoReport, judge: DataJudge | None, rows: int | None) -> AutoReport:
+    """``report`` with how much evaluation data the checks read, where they read any."""
+    if judge is None:
+        return report
+    return replace(report, samples=judge.source.samples, batches=judge.source.batches,
+                   attribution_samples=rows, workers=judge.pool.workers,
+                   pass_seconds=tuple(judge.pass_seconds))
 
 
 def _eval_source(eval_data: Any, sample_inputs: Any, settings: AutoSettings,
