@@ -23,12 +23,27 @@ __all__ = ["run_demo"]
 
 def run_demo(args: argparse.Namespace) -> int:
     """Run ``mxnet-amp demo`` with its parsed ``args``; returns the exit code."""
-    from .convert import convert_model_full
-    from .options import make_options
-    from .report import build_report
     if args.size < 16 or args.batch < 1 or args.runs < 1:
         raise CLIError("demo needs --size >= 16, --batch >= 1 and --runs >= 1")
     _check_batch_memory(args.batch, args.size, per_sample=0)   # the input alone, before any work
+    try:
+        return _demo(args)
+    except MemoryError:   # past the lower bound checked up front: still the batch's doing
+        raise CLIError(f"--batch {args.batch} at --size {args.size} ran out of memory while the "
+                       "model ran: use a smaller --batch") from None
+    except Exception as err:   # MXNet's allocator: "Failed to allocate CPU Memory", bad_alloc
+        text = str(err)
+        if "llocat" not in text and "bad_alloc" not in text:
+            raise
+        raise CLIError(f"--batch {args.batch} at --size {args.size}: MXNet could not allocate "
+                       f"memory ({error_text(err, 200)}): use a smaller --batch") from None
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """The demo itself, its arguments checked."""
+    from .convert import convert_model_full
+    from .options import make_options
+    from .report import build_report
     bar = _progress(4 + 2 * args.runs, f"demo {args.model}")
     sym, arg_params, aux_params, x = _demo_model(args.model, args.size, args.batch, args.seed)
     bar.update(1)

@@ -125,6 +125,13 @@ BAD = {
     "output_names": [3, [3]],
     "external_data": ["yes", 2],
     "external_threshold": [-1, "a", 2.5],
+    "tune": [3, 2.5, ["a"]],
+    "eval_data": [3, "/no/such.rec"],
+    "workers": [0, -1, "a", 2.5],
+    "client": [3, "x"],
+    "metric_inputs": [3, "x"],
+    "attribution_samples": [0, -1, "a", 2.5],
+    "fused_for": ["gpu", 3],
 }
 
 
@@ -158,12 +165,12 @@ PARAMS = {
     "convert_model": ["sym", "arg_params", "aux_params", "target_dtype", "fp32_ops", "target_dtype_ops",
                       "conditional_fp32_ops", "excluded_sym_names", "cast_optional_params",
                       "widest_dtype_ops", "data_names", "data_shapes", "fold_batchnorm", "follow_ops",
-                      "overrides", "strict_params", "guard_weight_range"],
+                      "overrides", "strict_params", "guard_weight_range", "tune"],
     "export_onnx": ["sym", "arg_params", "aux_params", "input_shapes", "path", "opset", "dynamic_batch",
                     "input_dtypes", "output_names", "external_data", "external_threshold"],
     "convert_hybrid_block": ["block", "target_dtype", "fp32_ops", "excluded_sym_names", "ctx",
                              "cast_optional_params", "input_names", "fold_batchnorm", "overrides",
-                             "hybridize"],
+                             "hybridize", "guard_weight_range", "data_shapes", "tune"],
     "convert_block": ["block", "ctx", "fold_batchnorm"],
     "emulate_block": ["block", "ctx"],
     "emulate_model": ["sym", "arg_params", "aux_params", "input_dtypes", "rounding", "copy_params",
@@ -172,7 +179,8 @@ PARAMS = {
     "auto_convert_model": ["sym", "arg_params", "sample_inputs", "target_dtype", "rtol", "atol",
                            "validate", "tolerance", "ctx", "execution", "data_names",
                            "fold_batchnorm", "underflow_fraction", "max_executions", "quiet",
-                           "strict_params", "search", "metric", "max_drop", "drop"],
+                           "strict_params", "search", "metric", "max_drop", "drop", "guard_weight_range",
+                           "tune", "eval_data", "workers", "client", "metric_inputs", "attribution_samples"],
     "load_policy": ["target_dtype", "target_dtype_ops", "fp32_ops", "widest_dtype_ops", "follow_ops",
                     "conditional_fp32_ops", "overrides"],
     "auto_convert_block": ["block", "sample_inputs", "target_dtype", "rtol", "tolerance", "ctx",
@@ -222,9 +230,10 @@ def test_bad_value_is_a_typed_error_naming_the_parameter(fn, param, value):
 CHECKPOINT_PARAMS = {
     "convert_checkpoint": ["prefix", "epoch", "out_prefix", "out_epoch", "target_dtype", "fp32_ops",
                            "excluded_sym_names", "data_names", "cast_optional_params", "fold_batchnorm",
-                           "data_shapes", "write", "progress", "overrides", "strict_params"],
+                           "data_shapes", "write", "progress", "overrides", "strict_params",
+                           "guard_weight_range", "fused_for"],
     "load_checkpoint": ["prefix", "epoch", "restore_casts", "progress"],
-    "save_checkpoint": ["epoch", "sym", "arg_params", "aux_params", "progress"],
+    "save_checkpoint": ["epoch", "sym", "arg_params", "aux_params", "progress", "fused_for"],
 }
 CHECKPOINT_CASES = [(fn, param, value) for fn, params in CHECKPOINT_PARAMS.items()
                     for param in params for value in BAD[param]

@@ -10,7 +10,7 @@ from mxnet.gluon import nn
 
 import mxnet_amp as amp
 from mxnet_amp import demo
-from mxnet_amp.cli import main
+from mxnet_amp.cli import build_parser, main
 from mxnet_amp.errors import AMPError, ArgumentError, GraphError, InputShapeError, InputValueError
 from mxnet_amp.io import load_checkpoint
 from helpers import graph_of, run
@@ -158,6 +158,27 @@ def test_demo_batch_whose_activations_do_not_fit_is_refused(capsys, monkeypatch)
     code = main(["demo", "--batch", "1000", "--size", "32"])
     err = capsys.readouterr().err
     assert code == 2 and "--batch 1000" in err and "activations" in err and "at most" in err
+
+
+@pytest.mark.parametrize("failure", [MemoryError(), mx.base.MXNetError("[12:00:00] src/storage/./cpu_device_storage.h:72: "
+                                                                    "Failed to allocate CPU Memory")])
+def test_demo_batch_that_runs_out_of_memory_past_the_bound_names_batch(capsys, monkeypatch, failure):
+    # the up-front bound is a lower one: a batch it lets through may still not fit while running
+    def run_out(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(demo, "_timed_runs", run_out)
+    code = main(["demo", "--batch", "3", "--size", "32"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--batch 3" in err and "smaller --batch" in err
+    assert "Traceback" not in err
+
+
+def test_demo_other_failures_are_not_blamed_on_batch(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("something else")
+    monkeypatch.setattr(demo, "_timed_runs", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        demo.run_demo(build_parser().parse_args(["demo", "--batch", "2", "--size", "32"]))
 
 
 # ------------------------------------------------------------------ conflicting flags

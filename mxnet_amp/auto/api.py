@@ -3,6 +3,7 @@ and :func:`auto_convert` (the same under built options)."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -240,6 +241,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     resnet50 image)."""
     from tqdm.auto import tqdm
     sym, quiet = check_symbol(sym), check_bool(quiet, "quiet")
+    workers, attribution_samples = _checked_pool(workers, attribution_samples, client)
     ctx = context_of(ctx)
     mode, mode_note = execution_mode(options.target_dtype, ctx, execution)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
@@ -282,6 +284,15 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     return model[0], model[1], model[2], report
 
 
+def _checked_pool(workers: Any, attribution_samples: Any, client: Any) -> tuple[int | None, int]:
+    """``workers`` and ``attribution_samples`` checked (ints >= 1), ``client`` a Dask client or
+    None: an :class:`ArgumentError` naming the parameter, before any work."""
+    if client is not None and not callable(getattr(client, "submit", None)):
+        raise ArgumentError(f"client must be a distributed.Client (or None), got {client!r}")
+    return (check_int(workers, "workers", low=1, optional=True),
+            int(check_int(attribution_samples, "attribution_samples", low=1) or 0))
+
+
 def _graph_and_inputs(sym: Symbol, arg_params: dict, data_names: Any) -> tuple[Graph, list[str]]:
     """The model's graph and its inputs: ``data_names`` checked, else every argument without
     a param but a loss output's label."""
@@ -320,8 +331,9 @@ def _eval_source(eval_data: Any, sample_inputs: Any, settings: AutoSettings,
         raise ArgumentError("with eval_data, metric must be an mx.metric.EvalMetric or a metric "
                          "name (updated batch by batch); a callable metric scores one batch "
                          "of sample_inputs")
-    if attribution_samples < 1:
-        raise ArgumentError(f"attribution_samples must be at least 1, got {attribution_samples}")
+    if isinstance(eval_data, (str, bytes, os.PathLike)) or not hasattr(eval_data, "__iter__"):
+        raise ArgumentError(f"eval_data must be an mx.io.DataIter, a gluon DataLoader or an iterable of "
+                            f"batches, got {eval_data!r} (a .rec file: mxnet_amp.auto.batches.RecordBatches)")
     names = [n for n in data_names if n not in loss_labels(original)]
     source = BatchSource(one_batch_as_list(eval_data), names)
     if sample_inputs is not None:
