@@ -32,24 +32,24 @@ def _text(text: str):
     return write
 
 
-def _null_device(folder) -> str:
-    """A /dev/null twin (char device 1,3) in ``folder``; skips where mknod is refused."""
-    path = str(folder / "null")
+def _char_device(folder, name: str, minor: int) -> str:
+    """A twin of the memory char device ``1,minor`` in ``folder``; skips where mknod is refused."""
+    path = str(folder / name)
     try:
-        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
     except (PermissionError, OSError) as err:
         pytest.skip(f"mknod refused here: {err}")
     return path
+
+
+def _null_device(folder) -> str:
+    """A /dev/null twin (char device 1,3): writes are discarded."""
+    return _char_device(folder, "null", 3)
 
 
 def _full_device(folder) -> str:
     """A /dev/full twin (char device 1,7): every write fails with ENOSPC."""
-    path = str(folder / "full")
-    try:
-        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
-    except (PermissionError, OSError) as err:
-        pytest.skip(f"mknod refused here: {err}")
-    return path
+    return _char_device(folder, "full", 7)
 
 
 class _FifoReader:

@@ -442,11 +442,10 @@ def _refuse_degenerate(runs: Runs, original: Graph) -> None:
     bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params},
                             batchnorms(original))
     if bad:
-        shown = "; ".join(f"{name}: {why}" for name, why in list(bad.items())[:5])
         raise DegenerateModelError(
             f"the float32 model is degenerate: {len(bad)} BatchNorm"
             f"{'s have' if len(bad) > 1 else ' has'} statistics no trained BatchNorm has "
-            f"({shown}{'; ...' if len(bad) > 5 else ''}); what it computes there is no "
+            f"({_first_five(bad)}); what it computes there is no "
             "reference to judge a conversion against. Train or calibrate the BatchNorm "
             "statistics first", nodes=tuple(bad))
 
@@ -460,11 +459,9 @@ def _degenerate_reference(runs: Runs, original: Graph, tensors: Tensors) -> list
     origins = nonfinite_origins(original, tensors)
     bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params}, origins)
     if bad:
-        shown = "; ".join(f"{name}: {why}" for name, why in list(bad.items())[:5])
         raise DegenerateModelError(
             f"the float32 model itself computes inf/nan on the sample inputs, from its params "
-            f"at {len(bad)} node{'s' if len(bad) > 1 else ''} ({shown}"
-            f"{'; ...' if len(bad) > 5 else ''}): nothing converted can be judged against it. "
+            f"at {len(bad)} node{'s' if len(bad) > 1 else ''} ({_first_five(bad)}): nothing converted can be judged against it. "
             "Train or calibrate the BatchNorm statistics (or fix the params) first",
             nodes=tuple(bad))
     return origins
@@ -495,3 +492,8 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
     excluded, kept, errors = _search(runs, original, stats, limits, settings.underflow_fraction,
                                      runs.options.excluded, notes, tensors)
     return excluded, kept, reference_finite, errors
+
+
+def _first_five(bad: Mapping[str, str]) -> str:
+    """``node: why`` of the first five degenerate nodes, '; ...' after them where there are more."""
+    return "; ".join(f"{name}: {why}" for name, why in list(bad.items())[:5]) + ("; ..." if len(bad) > 5 else "")
