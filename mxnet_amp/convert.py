@@ -24,7 +24,7 @@ from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts, refus
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
 from .registry import InferenceFailed, infer_types
-from .shape_messages import input_shapes
+from .shape_check.messages import input_shapes
 from .warn import warn_user
 from .weight_range import out_of_range_weights, readers_kept
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 from .arguments import param_dict
 from .dtypes import array_dtype, array_nbytes
 from .errors import ParamError
-from .shapes import check_param_shapes
+from .shape_check.check import check_param_shapes
 from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs

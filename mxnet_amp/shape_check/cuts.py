@@ -11,9 +11,9 @@ from __future__ import annotations
 import warnings
 from typing import Mapping
 
-from .graph import Entry, Graph, Node
-from .passes.kernel import Outputs, Rewriter
-from .shape_guess import SAME_SHAPE_INPUTS, SHAPE_KEEPING, reader_guess, unknown_dim, windowed_pool
+from ..graph import Entry, Graph, Node
+from ..passes.kernel import Outputs, Rewriter
+from .guess import SAME_SHAPE_INPUTS, SHAPE_KEEPING, reader_guess, unknown_dim, windowed_pool
 
 __all__ = ["cut_past", "graph_with_cuts"]
 
@@ -22,7 +22,7 @@ def _pooled_shape(graph: Graph, node: Node, shapes: Mapping[str, tuple]) -> tupl
     """What a ``Pooling`` over an input of unknown size gives: its input's batch and
     channels (inferred from above it), the rest unknown."""
     import mxnet as mx
-    from .io import graph_to_symbol
+    from ..io import graph_to_symbol
     if not node.attrs.get("layout", "NC").startswith("NC"):
         return None
     above = graph_to_symbol(Graph(graph.nodes, node.inputs[:1], graph.attrs))

@@ -10,9 +10,9 @@ import re
 import warnings
 from typing import TYPE_CHECKING, Mapping
 
-from .errors import error_text
-from .graph import Graph
-from .shape_cuts import cut_past
+from ..errors import error_text
+from ..graph import Graph
+from .cuts import cut_past
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -63,7 +63,7 @@ class Checker:
     def sym(self) -> Symbol:
         """The graph as a symbol, built when first needed (and again after a cut)."""
         if self._sym is None:
-            from .io import graph_to_symbol
+            from ..io import graph_to_symbol
             self._sym = graph_to_symbol(self.graph)
             self._names = None
         return self._sym

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numbers
 from typing import Mapping, Sequence
 
-from .errors import InputShapeError, ParamError
-from .graph import Graph
-from .shape_guess import unknown_dim
+from ..errors import InputShapeError, ParamError
+from ..graph import Graph
+from .guess import unknown_dim
 
 __all__ = ["input_shapes", "param_error"]
 

@@ -26,13 +26,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .errors import InputShapeError, ParamError, error_text
-from .gcpause import gc_paused
-from .graph import Graph, attr_ints
-from .shape_cuts import graph_with_cuts
-from .shape_guess import guess_input_shapes, unknown_dim
-from .shape_infer import CONTRADICTION, Checker, symbol_input_names
-from .shape_messages import input_shapes, param_error
+from ..errors import InputShapeError, ParamError, error_text
+from ..gcpause import gc_paused
+from ..graph import Graph, attr_ints
+from .cuts import graph_with_cuts
+from .guess import guess_input_shapes, unknown_dim
+from .infer import CONTRADICTION, Checker, symbol_input_names
+from .messages import input_shapes, param_error
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -96,7 +96,7 @@ def _check_param_shapes(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                         shapes_from: str, input_names: list[str] | None = None) -> None:
     import mxnet as mx
     if graph is None:
-        from .io import graph_from_symbol
+        from ..io import graph_from_symbol
         graph = graph_from_symbol(sym)
     inputs = list(input_names) if input_names is not None else symbol_input_names(sym)
     names = set(inputs)
