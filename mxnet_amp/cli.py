@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from .convert import Conversion
     from .options import ConvertOptions
-    from .report import ConversionReport
+    from .report.model import ConversionReport
 
 __all__ = ["main", "build_parser", "CLIError", "parse_input_spec"]
 
@@ -335,7 +335,7 @@ def _files(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], list
 def _check_outputs(args: argparse.Namespace) -> None:
     """Fail before any work on a number out of range, or an output that cannot be written
     or would overwrite an input (nothing half done, nothing lost)."""
-    from .draw import check_graph_path
+    from .report.draw import check_graph_path
     from .paths import check_outputs
     _check_values(args)
     check_outputs(*_files(args))
@@ -374,7 +374,7 @@ def _options(args: argparse.Namespace) -> ConvertOptions:
 
 def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, ConversionReport]:
     from .checkpoint import checkpoint_conversion
-    from .report import build_report
+    from .report.model import build_report
     _check_prefix(args.prefix, args.epoch)
     shapes = dict(_shape_spec(spec, "--input-shape") for spec in args.input_shapes)
     conversion, new_args, new_aux, _ = checkpoint_conversion(
@@ -460,7 +460,7 @@ def _inspect_stripped(args: argparse.Namespace) -> int:
     """A converted model saved without its amp casts: say so, and report on the model with
     its casts restored (a StrippedCastsError where they cannot be)."""
     from .checkpoint import restoring_load
-    from .report import build_report
+    from .report.model import build_report
     _, arg_params, aux_params, conversion = restoring_load(args.prefix, args.epoch, progress=None)
     if conversion is None:   # nothing was stripped: the plain inspect would have run
         raise CLIError(f"{args.prefix}: not a model saved without its amp casts")
@@ -793,7 +793,7 @@ def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params
                 new_sym: Any, new_args: dict, new_aux: dict, auto: Any) -> int:
     """Write what ``auto`` returned, with its report."""
     from .io import save_checkpoint
-    from .report import build_report
+    from .report.model import build_report
     out = _out_prefix(args)
     if not auto.reference_finite:
         raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "

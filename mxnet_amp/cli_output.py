@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 if TYPE_CHECKING:
     from .convert import Conversion
-    from .report import ConversionReport
+    from .report.model import ConversionReport
 
 __all__ = ["PROG", "say", "write_outputs", "finish", "with_extra", "with_note", "with_hardware_note",
            "native_log_silenced"]
@@ -28,9 +28,9 @@ def say(*parts: object) -> None:
 
 def write_outputs(args: argparse.Namespace, conversion: Conversion, report: ConversionReport) -> list[str]:
     """Write --report / --graph / --html; returns what was written."""
-    from .draw import graph_svg, write_graph
+    from .report.draw import graph_svg, write_graph
     from .io import atomic_write
-    from .report import report_html
+    from .report.model import report_html
     written: list[str] = []
     limit = None if getattr(args, "detail", False) else 80
 

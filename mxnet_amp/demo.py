@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
     from .convert import Conversion
-    from .report import ConversionReport
+    from .report.model import ConversionReport
 
 __all__ = ["run_demo"]
 
@@ -43,7 +43,7 @@ def _demo(args: argparse.Namespace) -> int:
     """The demo itself, its arguments checked."""
     from .convert import convert_model_full
     from .options import make_options
-    from .report import build_report
+    from .report.model import build_report
     bar = _progress(4 + 2 * args.runs, f"demo {args.model}")
     sym, arg_params, aux_params, x = _demo_model(args.model, args.size, args.batch, args.seed)
     bar.update(1)

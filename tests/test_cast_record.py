@@ -7,11 +7,11 @@ from dataclasses import replace
 import mxnet as mx
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.draw import collapse
+from mxnet_amp.report.draw import collapse
 from mxnet_amp.graph import CAST_OPS, Graph
 from mxnet_amp.io import graph_from_symbol
 from mxnet_amp.options import make_options
-from mxnet_amp.report import build_report
+from mxnet_amp.report.model import build_report
 
 
 def _renamed_casts(conv):

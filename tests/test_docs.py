@@ -225,7 +225,7 @@ def test_every_json_report_key_is_documented(tmp_path):
     import mxnet as mx
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.options import make_options
-    from mxnet_amp.report import build_report
+    from mxnet_amp.report.model import build_report
     from helpers import init_params
     data = mx.sym.var("data")
     sym = mx.sym.FullyConnected(mx.sym.BatchNorm(mx.sym.Convolution(data, kernel=(3, 3), num_filter=4,

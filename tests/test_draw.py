@@ -17,7 +17,7 @@ import pytest
 
 from mxnet_amp.convert import convert_graph
 from mxnet_amp.options import make_options
-from mxnet_amp.draw import fp32_islands, collapse, graph_svg, node_dtypes
+from mxnet_amp.report.draw import fp32_islands, collapse, graph_svg, node_dtypes
 from mxnet_amp.io import graph_from_symbol
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -153,7 +153,7 @@ def test_detection_picture_shows_every_fp32_node_and_no_edge_crosses_a_box(detec
 
 def test_detection_picture_renders_to_png(detection, tmp_path):
     cairosvg = pytest.importorskip("cairosvg")
-    from mxnet_amp.draw import write_graph
+    from mxnet_amp.report.draw import write_graph
     conv = _convert(detection["yolo3_mobilenet1.0_voc"], "float16")
     out = tmp_path / "yolo.png"
     assert write_graph(conv, out, "yolo") == "png"

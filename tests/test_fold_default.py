@@ -136,7 +136,7 @@ def test_kept_batchnorm_has_its_reason_in_conversion_report_and_inspect(tmp_path
     from mxnet_amp.cli import main
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.options import make_options
-    from mxnet_amp.report import build_report, report_html
+    from mxnet_amp.report.model import build_report, report_html
     sym, args, auxs, x = _conv_net(shared=True)
     _, new_args, new_auxs, conv = convert_model_full(sym, args, auxs, make_options("bfloat16"))
     assert conv.folded_batchnorms == (("bn2", "conv2"),)

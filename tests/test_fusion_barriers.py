@@ -20,7 +20,7 @@ from mxnet_amp.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.passes.fusion_barriers import BARRIER_SUFFIX, guarded_readers, insert_fusion_barriers
 from mxnet_amp.passes.strip_casts import strip_casts
-from mxnet_amp.report import build_report
+from mxnet_amp.report.model import build_report
 
 from helpers import init_params, rel_error, run
 

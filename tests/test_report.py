@@ -10,10 +10,10 @@ import pytest
 
 from mxnet_amp.convert import convert_graph, convert_model_full
 from mxnet_amp.options import make_options
-from mxnet_amp.draw import (DTYPE_COLOURS, DrawError, collapse, graph_dot, graph_svg,
+from mxnet_amp.report.draw import (DTYPE_COLOURS, DrawError, collapse, graph_dot, graph_svg,
                             node_dtypes, write_graph)
 from mxnet_amp.io import graph_from_symbol, symbol_json
-from mxnet_amp.report import NON_FLOAT, ConversionReport, build_report, report_html
+from mxnet_amp.report.model import NON_FLOAT, ConversionReport, build_report, report_html
 
 from helpers import small_model
 
@@ -229,7 +229,7 @@ def test_dot_text_matches_svg_boxes(converted):
 
 
 def test_png_without_a_renderer_is_a_clear_error(tmp_path, monkeypatch, converted):
-    import mxnet_amp.draw as draw
+    import mxnet_amp.report.draw as draw
     monkeypatch.setattr(draw, "_cairosvg", lambda: None)
     monkeypatch.setattr(draw.shutil, "which", lambda name: None)
     with pytest.raises(DrawError, match="cairosvg.*dot"):

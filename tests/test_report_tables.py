@@ -1,4 +1,4 @@
-"""The report's tables are one model (mxnet_amp.tables.Table) rendered to text and HTML: a table
+"""The report's tables are one model (mxnet_amp.report.tables.Table) rendered to text and HTML: a table
 added to the list shows in both renderings, and each table shows only where its ``formats``
 say (issue 22 item 5)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import html
 from helpers import small_model
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.options import make_options
-from mxnet_amp.report import build_report
-from mxnet_amp.report_tables import report_page, report_tables, report_text
-from mxnet_amp.tables import HTML, TEXT, Rich, Table, render_html, render_text
+from mxnet_amp.report.model import build_report
+from mxnet_amp.report.pages import report_page, report_tables, report_text
+from mxnet_amp.report.tables import HTML, TEXT, Rich, Table, render_html, render_text
 
 
 def _report():

@@ -18,7 +18,7 @@ from mxnet_amp.errors import TuneError
 from mxnet_amp.hardware import bf16_runs_natively
 from mxnet_amp.options import make_options
 from mxnet_amp.policy import Category
-from mxnet_amp.report import build_report
+from mxnet_amp.report.model import build_report
 from mxnet_amp.tune import KernelCase, Tuning, machine_key
 
 SHAPES = {"data": (2, 3, 8, 8)}

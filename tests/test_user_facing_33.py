@@ -259,7 +259,7 @@ def _conv_bn():
 def test_a_batchnorm_left_unfolded_by_auto_names_autos_reason_not_excluded_sym_names():
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.options import make_options
-    from mxnet_amp.report import build_report
+    from mxnet_amp.report.model import build_report
     sym, args, auxs = _conv_bn()
     # what automatic mode converts with: its kept node among the excluded ones
     conversion = convert_model_full(sym, args, auxs, make_options("bfloat16").excluding({"conv0"}))[3]
@@ -274,8 +274,8 @@ def test_a_batchnorm_left_unfolded_by_auto_names_autos_reason_not_excluded_sym_n
 
 
 def test_numpy_warnings_during_auto_are_report_notes_with_their_step(tmp_path):
-    from mxnet_amp.report import build_report
-    from mxnet_amp.report_tables import report_html
+    from mxnet_amp.report.model import build_report
+    from mxnet_amp.report.pages import report_html
     sym, args = _classifier()
 
     def validate(reference, outputs):   # numpy arithmetic on inf: 'invalid value'
@@ -300,8 +300,8 @@ def test_the_html_report_names_the_fusion_barriers():
     from mxnet_amp.convert import convert_graph
     from mxnet_amp.io import graph_from_symbol
     from mxnet_amp.options import make_options
-    from mxnet_amp.report import build_report
-    from mxnet_amp.report_tables import report_html
+    from mxnet_amp.report.model import build_report
+    from mxnet_amp.report.pages import report_html
     data = mx.sym.var("data")
     conv = mx.sym.Convolution(data, kernel=(3, 3), num_filter=4, name="shared_conv")
     sym = mx.sym.Activation(conv, act_type="relu", name="relu") + conv

@@ -18,7 +18,7 @@ import mxnet_amp as amp
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.io import save_checkpoint
 from mxnet_amp.options import make_options
-from mxnet_amp.report import build_report, report_html
+from mxnet_amp.report.model import build_report, report_html
 from mxnet_amp.weight_range import out_of_range_weights
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,7 +10,7 @@ import html
 import math
 from typing import Any, Mapping
 
-from ..tables import HTML, Table
+from ..report.tables import HTML, Table
 
 __all__ = ["auto_result_rows", "auto_tables", "attribution_html"]
 

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from .dtypes import dtype_name
-from .graph import Graph
-from .passes.insert_casts import MULTICAST
-from .policy import Category, Decision
-from .report_tables import report_html, report_notes, report_tables, report_text, result_rows, summary_rows
+from ..dtypes import dtype_name
+from ..graph import Graph
+from ..passes.insert_casts import MULTICAST
+from ..policy import Category, Decision
+from .pages import report_html, report_notes, report_tables, report_text, result_rows, summary_rows
 
 if TYPE_CHECKING:   # only annotations name it
-    from .convert import Conversion
+    from ..convert import Conversion
 
 __all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "report_html", "report_notes",
            "summary_rows", "result_rows", "NON_FLOAT"]

@@ -20,12 +20,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .dtypes import is_float
-from .graph import CAST_OPS, Entry, Graph, Node
-from .passes.insert_casts import MULTICAST
+from ..dtypes import is_float
+from ..graph import CAST_OPS, Entry, Graph, Node
+from ..passes.insert_casts import MULTICAST
 
 if TYPE_CHECKING:   # only annotations name it
-    from .convert import Conversion
+    from ..convert import Conversion
 
 __all__ = ["Box", "Picture", "collapse", "node_dtypes", "fp32_islands"]
 

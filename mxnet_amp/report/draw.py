@@ -15,12 +15,12 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
-from .errors import DrawError
+from ..errors import DrawError
 from .layout import CHAR_WIDTH, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, layout
 from .picture import Box, Picture, collapse, fp32_islands, node_dtypes
 
 if TYPE_CHECKING:   # only annotations name it
-    from .convert import Conversion
+    from ..convert import Conversion
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
            "check_graph_path", "node_dtypes", "fp32_islands",
@@ -169,7 +169,7 @@ def write_graph(conversion: Conversion, path: str | os.PathLike, title: str = ""
     DrawError
         Unknown extension, or PNG asked for with neither renderer available.
     """
-    from .io import atomic_write
+    from ..io import atomic_write
     path = os.fspath(path)
     fmt = check_graph_path(path)
     if fmt == "svg":

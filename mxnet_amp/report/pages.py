@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from .tables import HTML, Rich, Table, render_html, render_text, shorten
 
 if TYPE_CHECKING:   # only annotations name it
-    from .report import ConversionReport
+    from .model import ConversionReport
 
 __all__ = ["report_tables", "report_text", "report_page", "report_html", "report_notes",
            "summary_rows", "result_rows", "size_text", "WEIGHT_CAST_HINT"]
@@ -93,7 +93,7 @@ def result_rows(report: ConversionReport) -> list[tuple[str, str]]:
     rows = []
     auto = x.get("auto")
     if isinstance(auto, Mapping):
-        from .auto.html import auto_result_rows
+        from ..auto.html import auto_result_rows
         rows += auto_result_rows(auto)
     if "relative_max_error" in x:
         rows += [("execution", str(x.get("execution", "native" if x.get("native") else "emulated"))),
@@ -209,7 +209,7 @@ def report_tables(report: ConversionReport, max_names: int = 3) -> list[Table]:
                             layout="line"))
     auto = report.extra.get("auto")
     if isinstance(auto, Mapping):
-        from .auto.html import auto_tables
+        from ..auto.html import auto_tables
         tables += auto_tables(auto)
     return tables
 
@@ -233,7 +233,7 @@ def report_page(report: ConversionReport, tables: list[Table], svg: str | None =
              f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>", *render_html(tables)]
     auto = report.extra.get("auto")
     if isinstance(auto, Mapping):
-        from .auto.html import attribution_html
+        from ..auto.html import attribution_html
         chart = attribution_html(auto)
         parts += [chart] if chart else []
     if svg:
