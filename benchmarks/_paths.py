@@ -209,7 +209,7 @@ def tuned_runners(net, folder: str, shape: tuple, cache: str, fp32_ops=None) -> 
     import mxnet as mx
 
     from mxnet_amp.convert import convert_model_full
-    from mxnet_amp.gluon import converted_symbol_block
+    from mxnet_amp.gluon.adapter import converted_symbol_block
     from mxnet_amp.options import make_options
     sym, args, auxs = C.block_checkpoint(net)
     t0 = time.perf_counter()

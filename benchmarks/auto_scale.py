@@ -54,7 +54,7 @@ def model(folder: str):
     if not os.path.exists(prefix + "-symbol.json"):
         from mxnet.gluon.model_zoo import vision
 
-        from mxnet_amp.gluon import block_model
+        from mxnet_amp.gluon.model import block_model
         mx.random.seed(0)
         net = vision.resnet50_v1(pretrained=False)
         net.initialize(mx.init.Xavier())

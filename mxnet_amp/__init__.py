@@ -20,7 +20,8 @@ from .errors import (AlreadyConvertedError, AMPError, ArgumentError, CheckpointE
                      GraphError, InputShapeError, ListError, OutputPathError, OverwriteError,
                      ParamError, StrippedCastsError, TargetDtypeError, TypeInferenceError,
                      UnknownOpError)
-from .gluon import convert_block, convert_hybrid_block, emulate_block, export_block
+from .gluon.adapter import convert_block, convert_hybrid_block, emulate_block
+from .gluon.model import export_block
 from .io import save_checkpoint
 from .onnx_export import OnnxExport, export_onnx
 from .policy import load_policy

@@ -68,7 +68,7 @@ def test_convert_model_leaves_symbol_and_dicts_alone(target, optional):
 
 def test_convert_hybrid_block_leaves_the_block_alone():
     from mxnet import gluon
-    from mxnet_amp.gluon import convert_hybrid_block
+    from mxnet_amp.gluon.adapter import convert_hybrid_block
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Conv2D(4, 3, padding=1), gluon.nn.BatchNorm(), gluon.nn.Activation("relu"),
             gluon.nn.Dense(3))

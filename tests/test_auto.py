@@ -398,7 +398,7 @@ def test_resnet18_is_clean_in_two_executions():
 
 def test_auto_convert_block():
     from mxnet.gluon import nn
-    from mxnet_amp.gluon import emulate_block
+    from mxnet_amp.gluon.adapter import emulate_block
     mx.random.seed(0)
     net = nn.HybridSequential(prefix="net_")
     with net.name_scope():
@@ -418,7 +418,7 @@ def test_auto_convert_block():
     assert np.array_equal(net(x).asnumpy(), ref)      # the source block still runs fp32
     # the block is the converted model the report describes: what convert_hybrid_block
     # builds with the chosen exclusions
-    from mxnet_amp.gluon import convert_hybrid_block
+    from mxnet_amp.gluon.adapter import convert_hybrid_block
     same = convert_hybrid_block(net, excluded_sym_names=report.excluded_sym_names)
     assert np.array_equal(emulate_block(same)(x).asnumpy(), out)
     dtypes = {k: v.dtype for k, v in block.collect_params().items()}

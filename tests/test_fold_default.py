@@ -114,7 +114,7 @@ def test_zoo_default_leaves_no_foldable_batchnorm_and_fp32_matches():
     twice float32's own error on the net where that is larger. Measured: resnet18_v1 1.6e-6
     apart (unfolded fp32 vs float64: 1.5e-6); mobilenetv2_1.0 1.1e-5 apart, where unfolded
     fp32 is itself 1.2e-5 from float64 (and the folded graph in float64 4e-6)."""
-    from mxnet_amp.gluon import block_model
+    from mxnet_amp.gluon.model import block_model
     from test_fold_batchnorm import _zoo
     for name in ("resnet18_v1", "mobilenetv2_1.0"):
         net, sym, args, auxs, x = _zoo(name)

@@ -1,7 +1,7 @@
 """The Gluon adapter: convert_hybrid_block / convert_block, export_block, emulate_block.
 
 This CPU cannot run bfloat16 Convolution/FullyConnected, nor float16 at all, so converted
-blocks run here through :func:`mxnet_amp.gluon.emulate_block` (the same converted graph
+blocks run here through :func:`mxnet_amp.gluon.adapter.emulate_block` (the same converted graph
 and params, every low precision tensor rounded to its dtype); running them natively is
 tested where ``native_bf16`` says the CPU can.
 """
@@ -19,8 +19,8 @@ from mxnet.gluon import nn
 
 from mxnet_amp.dtypes import dtype_name
 from mxnet_amp.errors import AlreadyConvertedError, DeferredInitError, GraphError
-from mxnet_amp.gluon import (block_model, convert_block, convert_hybrid_block, emulate_block,
-                             export_block)
+from mxnet_amp.gluon.adapter import convert_block, convert_hybrid_block, emulate_block
+from mxnet_amp.gluon.model import block_model, export_block
 from mxnet_amp.io import graph_from_symbol, symbol_json
 from mxnet_amp.params import cast_array
 

@@ -16,7 +16,7 @@ import pytest
 from mxnet.gluon import nn
 
 from mxnet_amp.errors import BackendError
-from mxnet_amp.gluon import convert_hybrid_block, emulate_block, low_precision_conv_batchnorms
+from mxnet_amp.gluon.adapter import convert_hybrid_block, emulate_block, low_precision_conv_batchnorms
 
 FUSED_OP = "_sg_mkldnn_conv"
 BF16_REL_TOL = 0.05

@@ -18,8 +18,8 @@ from mxnet.gluon import nn
 
 import mxnet_amp as amp
 from mxnet_amp.dtypes import MX_CODE
-from mxnet_amp.gluon import block_model
-from mxnet_amp.gluon_block import AMPSymbolBlock
+from mxnet_amp.gluon.model import block_model
+from mxnet_amp.gluon.block import AMPSymbolBlock
 from mxnet_amp.hardware import bf16_runs_natively
 from mxnet_amp.params import array_dtype
 

@@ -289,7 +289,7 @@ def test_detector_pre_nms_tensors_are_found_on_the_exported_graph():
     box_decode (a block's own graph) or not (a saved checkpoint)."""
     import mxnet as mx
     import zoo_detection as zd
-    from mxnet_amp.gluon import block_model
+    from mxnet_amp.gluon.model import block_model
     net = zd.ssd_digits(64)
     net.initialize(mx.init.Xavier(magnitude=2.0))
     net.hybridize()

@@ -85,7 +85,7 @@ def test_saving_into_a_missing_folder_is_an_output_path_error(tmp_path, how):
         elif how == "export_block":
             amp.export_block(net16, prefix)
         else:
-            from mxnet_amp.gluon import block_model
+            from mxnet_amp.gluon.model import block_model
             sym, args, auxs, _ = block_model(net16)
             amp.save_checkpoint(prefix, 0, sym, args, auxs)
     assert list(tmp_path.iterdir()) == []

@@ -191,7 +191,7 @@ def train(name: str, seed: int = 0, batch_size: int = 64) -> Trained:
     import time
     import mxnet as mx
     from mxnet import autograd, gluon
-    from mxnet_amp.gluon import block_model
+    from mxnet_amp.gluon.model import block_model
     build, prepare, epochs, lr = _SPECS[name]
     x_train, y_train, x_test, y_test = majority() if name == "transformer" else digits()
     x_train, x_test = prepare(x_train), prepare(x_test)

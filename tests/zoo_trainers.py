@@ -294,7 +294,7 @@ def _fit(net, recipe: Recipe, x_train, y_train) -> float:
 def train(recipe: Recipe, cache_dir: str | None = None, retrain: bool = False) -> TrainedZoo:
     """Train ``recipe`` (or load it from ``cache_dir``/<hash>/, where it is then saved)."""
     import mxnet as mx
-    from mxnet_amp.gluon import block_model
+    from mxnet_amp.gluon.model import block_model
     x_train, y_train, x_test, y_test = task_data(recipe)
     folder = os.path.join(cache_dir or DEFAULT_CACHE, recipe_hash(recipe))
     prefix = os.path.join(folder, "model")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.gluon import HybridBlock
     from mxnet.symbol import Symbol
 
-    from ..gluon_block import AMPSymbolBlock
+    from ..gluon.block import AMPSymbolBlock
 
 
 def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | None = None,
@@ -405,7 +405,8 @@ def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str
         The block :func:`mxnet_amp.gluon.convert_hybrid_block` would build with the chosen
         ``excluded_sym_names`` (the model :func:`auto_convert_model` returned), and the report.
     """
-    from ..gluon import block_model, converted_symbol_block
+    from ..gluon.adapter import converted_symbol_block
+    from ..gluon.model import block_model
     if "data_names" in kwargs:
         raise ArgumentError("auto_convert_block takes no 'data_names'; use input_names")
     sym, arg_params, aux_params, names = block_model(block, input_names)

@@ -127,7 +127,7 @@ def sweep_one(name: str, dtypes: Sequence[str] = DTYPES, tol: float = TOLERANCE,
                         status="not_buildable", reason=_first_line(err))
     rec = model.rec
     try:  # the Gluon adapter path, conversion only (no run)
-        from mxnet_amp.gluon import convert_hybrid_block
+        from mxnet_amp.gluon.adapter import convert_hybrid_block
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for dtype in dtypes:

@@ -15,22 +15,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .arguments import check_contexts
-from .block_model import block_graph, block_model, export_block, model_params
-from .convert import convert_model_full
-from .errors import BackendError, error_text
-from .options import make_options
+from ..arguments import check_contexts
+from .model import block_graph, model_params
+from ..convert import convert_model_full
+from ..errors import BackendError, error_text
+from ..options import make_options
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
     from mxnet.gluon import HybridBlock
     from mxnet.symbol import Symbol
 
-    from .convert import Conversion
-    from .gluon_block import AMPSymbolBlock
+    from ..convert import Conversion
+    from .block import AMPSymbolBlock
 
-__all__ = ["convert_hybrid_block", "convert_block", "export_block", "emulate_block",
-           "block_model"]
+__all__ = ["convert_hybrid_block", "convert_block", "emulate_block"]
 
 
 def _flat_outputs(sym: Symbol) -> list:
@@ -127,7 +126,7 @@ def _symbol_block(sym: Symbol, names: Sequence[str], in_format: Any, out_format:
     import mxnet as mx
     from mxnet.gluon.block import _regroup
 
-    from .gluon_block import AMPSymbolBlock
+    from .block import AMPSymbolBlock
     in_format = _without_none_inputs(in_format) if in_format is not None else None
     # typed inputs let SymbolBlock infer its params' dtypes instead of warning
     input_syms = [mx.sym.var(n, dtype="float32") for n in names]
@@ -262,7 +261,7 @@ def emulate_block(block: HybridBlock,
     AMPSymbolBlock
         Float32 inputs and outputs, low precision rounding simulated.
     """
-    from .emulation import emulate_model
+    from ..emulation import emulate_model
     names, sym, in_format, out_format = block_graph(block, None)
     ctx_list = _contexts(block, ctx)
     arg_params, aux_params = model_params(block, sym, names)
