@@ -1,6 +1,6 @@
 """``python -m mxnet_amp``: the ``mxnet-amp`` command line."""
 import sys
 
-from .cli import main
+from .cli.main import main
 
 sys.exit(main())

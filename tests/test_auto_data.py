@@ -293,7 +293,7 @@ def test_voc07_map_of_a_trained_ssd_through_metric_inputs(tmp_path):
 
 
 def test_cli_auto_reads_a_rec_and_a_folder_of_batches(tmp_path, capsys):
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     from mxnet_amp.io import save_checkpoint
     sym, args = conv_classifier()
     prefix = str(tmp_path / "conv")

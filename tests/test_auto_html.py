@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 import mxnet as mx
 import numpy as np
 
-from mxnet_amp.cli import main
+from mxnet_amp.cli.main import main
 from mxnet_amp.io import save_checkpoint
 
 from test_auto import cancellation_model

@@ -304,7 +304,7 @@ def test_reasons_say_which_list_placed_an_op():
 def test_cli_strict_params_refuses_unused_params(tmp_path, capsys):
     """``--strict-params`` is the CLI's ``strict_params=True``: an unused param is a one-line
     error naming it and nothing is written; without it the conversion warns and writes."""
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     sym, args, auxs = small_model()
     prefix = str(tmp_path / "m")
     mx.model.save_checkpoint(prefix, 0, sym, {**args, "old_fc_weight": mx.nd.ones((2, 2))}, auxs)

@@ -16,7 +16,7 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.checkpoint import convert_checkpoint
-from mxnet_amp.cli import main
+from mxnet_amp.cli.main import main
 from mxnet_amp.gluon.model import block_model
 from mxnet_amp.errors import (AMPError, CheckpointError, GraphError, InputShapeError,
                               OutputPathError, OverwriteError, ParamError, error_text)

@@ -159,7 +159,7 @@ def cli_doc_problems(text: str, parser: argparse.ArgumentParser) -> list[str]:
 
 
 def test_cli_reference_matches_the_parser():
-    from mxnet_amp.cli import build_parser
+    from mxnet_amp.cli.main import build_parser
     parser = build_parser()
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
     documented = {sub for sub, _ in documented_commands(text)}
@@ -168,7 +168,7 @@ def test_cli_reference_matches_the_parser():
 
 
 def test_cli_check_finds_unknown_commands_and_options():
-    from mxnet_amp.cli import build_parser
+    from mxnet_amp.cli.main import build_parser
     bad = ("```\nmxnet-amp frobnicate model\nmxnet-amp convert m --target-dtype float16 --fast\n```\n"
            "and `mxnet-amp --debug inspect m --no-such-flag`\n")
     problems = cli_doc_problems(bad, build_parser())
@@ -195,19 +195,19 @@ def undocumented_options(text: str, parser: argparse.ArgumentParser) -> list[str
 
 
 def test_every_cli_option_is_documented():
-    from mxnet_amp.cli import build_parser
+    from mxnet_amp.cli.main import build_parser
     assert undocumented_options((DOCS / "cli.md").read_text(encoding="utf-8"), build_parser()) == []
 
 
 def test_option_check_finds_an_undocumented_flag():
-    from mxnet_amp.cli import build_parser
+    from mxnet_amp.cli.main import build_parser
     text = (DOCS / "cli.md").read_text(encoding="utf-8").replace("--max-drop", "--max-dr0p")
     assert undocumented_options(text, build_parser()) == ["auto --max-drop"]
 
 
 @pytest.mark.parametrize("command", ["convert", "inspect", "auto"])
 def test_help_usage_puts_prefix_first(command, capsys):
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     assert main([command, "--help"]) == 0
     usage = capsys.readouterr().out.split("\n\n")[0]
     assert usage.startswith(f"usage: mxnet-amp {command} PREFIX ["), usage

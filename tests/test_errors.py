@@ -492,7 +492,8 @@ def test_missing_weight_is_an_error_not_a_new_model_input():
 def test_every_error_has_one_home_and_the_old_names_still_import():
     """DrawError, CLIError and InferenceFailed live in errors.py; draw, cli, registry and
     optypes re-export the same classes."""
-    from mxnet_amp import cli, errors, optypes, registry
+    import mxnet_amp.cli.main as cli
+    from mxnet_amp import errors, optypes, registry
     from mxnet_amp.report import draw
     assert draw.DrawError is errors.DrawError and cli.CLIError is errors.CLIError
     assert registry.InferenceFailed is optypes.InferenceFailed is errors.InferenceFailed

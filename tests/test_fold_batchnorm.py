@@ -229,7 +229,7 @@ def test_convert_model_folds_then_rounds_once(native_bf16):
 def test_convert_checkpoint_and_cli_fold(tmp_path, capsys):
     """convert_checkpoint(fold_batchnorm=True) and ``mxnet-amp convert --fold-bn`` write a
     model without BatchNorm; the input files are untouched."""
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     sym, args, auxs, x = _model("Convolution", bias=False, fix_gamma=True)
     prefix = str(tmp_path / "m")
     mx.model.save_checkpoint(prefix, 0, sym, args, auxs)

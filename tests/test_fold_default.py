@@ -133,7 +133,7 @@ def test_zoo_default_leaves_no_foldable_batchnorm_and_fp32_matches():
 def test_kept_batchnorm_has_its_reason_in_conversion_report_and_inspect(tmp_path, capsys):
     """A BatchNorm whose input another node reads stays; the Conversion, the report's text,
     JSON and HTML, and ``inspect`` say why, with the input model's own figures (issue 21 #7)."""
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.options import make_options
     from mxnet_amp.report.model import build_report, report_html
@@ -178,7 +178,7 @@ def test_excluded_batchnorm_or_producer_stays_with_its_reason():
 
 
 def test_cli_no_fold_bn_keeps_them_and_fold_bn_is_still_accepted(tmp_path, capsys):
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     sym, args, auxs, _ = _conv_net()
     prefix = str(tmp_path / "m")
     mx.model.save_checkpoint(prefix, 0, sym, args, auxs)
@@ -212,7 +212,7 @@ def _gluon_bn_net():
 def test_bad_batchnorm_statistics_are_a_param_error_before_anything_is_written(param, values,
                                                                               match, tmp_path):
     """issue 21 #11: folding a negative / NaN / inf statistic would write NaN weights."""
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     net = _gluon_bn_net()
     bn = net[1]
     getattr(bn, param).set_data(mx.nd.array(values))

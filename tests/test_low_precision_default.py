@@ -60,7 +60,7 @@ def test_every_entry_point_defaults_to_low_precision_weights(dtype, tmp_path):
     the weights only low precision ops read (conv1, conv2, fc) are stored in ``dtype``
     (convert_symbol, which has no params to cast, when asked: its default is contrib's)."""
     from mxnet.gluon import SymbolBlock
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     sym, args, auxs = small_model()
     want = ["conv1_bias", "conv1_weight", "conv2_bias", "conv2_weight", "fc_bias", "fc_weight"]
     _, new_args, new_auxs = amp.convert_model(sym, args, auxs, target_dtype=dtype)

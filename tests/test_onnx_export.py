@@ -237,7 +237,7 @@ def test_bfloat16_bits_round_to_nearest_even():
 
 
 def test_cli_convert_with_onnx_and_export_onnx(tmp_path, capsys):
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     sym, args, auxs = small_model()
     prefix = str(tmp_path / "m")
     amp.save_checkpoint(prefix, 0, sym, args, auxs)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.cli import main
+from mxnet_amp.cli.main import main
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.options import ConvertOptions, make_options
 

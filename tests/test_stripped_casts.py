@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp import cli
+import mxnet_amp.cli.main as cli
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import AlreadyConvertedError, StrippedCastsError
 from mxnet_amp.hardware import bf16_runs_natively

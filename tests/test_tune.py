@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.cli import main as cli_main
+from mxnet_amp.cli.main import main as cli_main
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.errors import TuneError
 from mxnet_amp.hardware import bf16_runs_natively

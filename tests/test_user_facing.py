@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mxnet_amp import convert_model
-from mxnet_amp.cli import main
+from mxnet_amp.cli.main import main
 from mxnet_amp.errors import TargetDtypeError
 from mxnet_amp.io import load_checkpoint, save_checkpoint
 from mxnet_amp.policy import check_target_dtype

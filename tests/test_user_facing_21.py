@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.cli import main
+from mxnet_amp.cli.main import main
 from mxnet_amp.errors import CheckpointError
 
 from helpers import saved_small_model, small_model

@@ -9,8 +9,8 @@ import pytest
 from mxnet.gluon import nn
 
 import mxnet_amp as amp
-from mxnet_amp import demo
-from mxnet_amp.cli import build_parser, main
+from mxnet_amp.cli import demo
+from mxnet_amp.cli.main import build_parser, main
 from mxnet_amp.errors import AMPError, ArgumentError, GraphError, InputShapeError, InputValueError
 from mxnet_amp.io import load_checkpoint
 from helpers import graph_of, run
@@ -290,7 +290,7 @@ def test_numpy_warnings_during_auto_are_report_notes_with_their_step(tmp_path):
     assert len(note) == 1 and "the check run" in note[0] and "validate (test_user_facing_33.py:" in note[0]
     assert note[0] in auto.to_dict()["notes"]
     report = build_report(auto.conversion)
-    from mxnet_amp.cli_output import with_extra
+    from mxnet_amp.cli.output import with_extra
     page = report_html(with_extra(report, {"auto": auto.to_dict()}))
     import html
     assert html.escape(note[0]) in page

@@ -296,7 +296,7 @@ def test_numpy_integer_epochs_are_epochs(tmp_path):
 def test_output_prefix_naming_a_folder_is_refused(tmp_path):
     """``mxnet-amp convert m --out out/`` (or ``export('out/')``) wrote ``out/-symbol.json``
     and ``out/-0000.params``: files named after nothing, that shell commands read as flags."""
-    from mxnet_amp.cli import main
+    from mxnet_amp.cli.main import main
     net = nn.Dense(3, in_units=4)
     net.initialize()
     net.hybridize()

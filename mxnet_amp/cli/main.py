@@ -16,15 +16,15 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Sequence
 
-from .cli_output import (PROG, finish, say, with_extra, with_hardware_note)
-from .errors import AMPError, CLIError, error_text
+from .output import (PROG, finish, say, with_extra, with_hardware_note)
+from ..errors import AMPError, CLIError, error_text
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .convert import Conversion
-    from .options import ConvertOptions
-    from .report.model import ConversionReport
+    from ..convert import Conversion
+    from ..options import ConvertOptions
+    from ..report.model import ConversionReport
 
 __all__ = ["main", "build_parser", "CLIError", "parse_input_spec"]
 
@@ -70,7 +70,7 @@ class _PrefixFirst(argparse.HelpFormatter):
 
 def _target_dtype(text: str) -> str:
     """``--target-dtype`` value: the aliases of :func:`mxnet_amp.policy.check_target_dtype`."""
-    from .policy import check_target_dtype
+    from ..policy import check_target_dtype
     try:
         return check_target_dtype(text)
     except AMPError:
@@ -241,12 +241,12 @@ def _onnx_options(p: argparse.ArgumentParser) -> None:
 # --- helpers ------------------------------------------------------------------------------
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
     return __version__
 
 
 def _check_prefix(prefix: str, epoch: int) -> None:
-    from .paths import checkpoint_files
+    from ..paths import checkpoint_files
     for path in checkpoint_files(prefix, epoch):
         if not os.path.isfile(path):
             raise CLIError(f"checkpoint file not found: {path}")
@@ -309,7 +309,7 @@ def _out_prefix(args: argparse.Namespace) -> str | None:
 
 def _files(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], list[tuple[str, str | None]]]:
     """``(inputs, outputs)``: every file the command reads and writes, labelled."""
-    from .checkpoint import checkpoint_inputs, checkpoint_outputs
+    from ..checkpoint import checkpoint_inputs, checkpoint_outputs
     inputs: list[tuple[str, str | None]] = []
     if hasattr(args, "prefix"):
         inputs += checkpoint_inputs(args.prefix, args.epoch)
@@ -335,8 +335,8 @@ def _files(args: argparse.Namespace) -> tuple[list[tuple[str, str | None]], list
 def _check_outputs(args: argparse.Namespace) -> None:
     """Fail before any work on a number out of range, or an output that cannot be written
     or would overwrite an input (nothing half done, nothing lost)."""
-    from .report.draw import check_graph_path
-    from .paths import check_outputs
+    from ..report.draw import check_graph_path
+    from ..paths import check_outputs
     _check_values(args)
     check_outputs(*_files(args))
     if getattr(args, "graph", None):
@@ -361,7 +361,7 @@ def _in_cli_terms(message: str) -> str:
 
 def _options(args: argparse.Namespace) -> ConvertOptions:
     """The conversion options the flags ask for (the op lists read once)."""
-    from .options import make_options
+    from ..options import make_options
     return make_options(args.target_dtype, args.target_ops, args.fp32_ops, args.widest_ops,
                         follow_ops=args.follow_ops, excluded_sym_names=args.exclude,
                         cast_optional_params=args.cast_optional_params,
@@ -373,8 +373,8 @@ def _options(args: argparse.Namespace) -> ConvertOptions:
 
 
 def _convert_prefix(args: argparse.Namespace, write: bool) -> tuple[Conversion, ConversionReport]:
-    from .checkpoint import checkpoint_conversion
-    from .report.model import build_report
+    from ..checkpoint import checkpoint_conversion
+    from ..report.model import build_report
     _check_prefix(args.prefix, args.epoch)
     shapes = dict(_shape_spec(spec, "--input-shape") for spec in args.input_shapes)
     conversion, new_args, new_aux, _ = checkpoint_conversion(
@@ -407,8 +407,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 def _onnx_preflight(args: argparse.Namespace) -> None:
     """Before any file is written: input shapes given, onnx installed, every op exportable."""
     import mxnet as mx
-    from .onnx_export import check_exportable
-    from .paths import checkpoint_files
+    from ..onnx_export import check_exportable
+    from ..paths import checkpoint_files
     if not args.input_shapes:
         raise CLIError("--onnx needs the shape of each model input: --input-shape NAME:SHAPE")
     _check_prefix(args.prefix, args.epoch)
@@ -416,9 +416,9 @@ def _onnx_preflight(args: argparse.Namespace) -> None:
 
 
 def _export_onnx(args: argparse.Namespace, prefix: str, epoch: int, path: str) -> Any:
-    from .checkpoint import checkpoint_inputs
-    from .io import load_checkpoint
-    from .onnx_export import export_onnx
+    from ..checkpoint import checkpoint_inputs
+    from ..io import load_checkpoint
+    from ..onnx_export import export_onnx
     shapes = dict(_shape_spec(spec, "--input-shape") for spec in args.input_shapes)
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     protect = [p for _, p in checkpoint_inputs(args.prefix, args.epoch) if p]
@@ -429,7 +429,7 @@ def _export_onnx(args: argparse.Namespace, prefix: str, epoch: int, path: str) -
 
 def _cmd_export_onnx(args: argparse.Namespace) -> int:
     import json
-    from .io import atomic_write
+    from ..io import atomic_write
     if not args.input_shapes:
         raise CLIError("export-onnx needs the shape of each model input: --input-shape NAME:SHAPE")
     _check_prefix(args.prefix, args.epoch)
@@ -447,7 +447,7 @@ def _cmd_export_onnx(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from .errors import StrippedCastsError
+    from ..errors import StrippedCastsError
     try:
         conversion, report = _convert_prefix(args, write=False)
     except StrippedCastsError:
@@ -459,8 +459,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _inspect_stripped(args: argparse.Namespace) -> int:
     """A converted model saved without its amp casts: say so, and report on the model with
     its casts restored (a StrippedCastsError where they cannot be)."""
-    from .checkpoint import restoring_load
-    from .report.model import build_report
+    from ..checkpoint import restoring_load
+    from ..report.model import build_report
     _, arg_params, aux_params, conversion = restoring_load(args.prefix, args.epoch, progress=None)
     if conversion is None:   # nothing was stripped: the plain inspect would have run
         raise CLIError(f"{args.prefix}: not a model saved without its amp casts")
@@ -600,8 +600,8 @@ def _floats3(flag: str, text: str | None) -> list[float] | None:
 def _eval_stream(args: argparse.Namespace) -> tuple[Any, Any]:
     """``(eval_data, metric)`` of a .rec or folder ``--eval-data``: batches read lazily,
     and the metric as an mx.metric (top1/top5 in percent, as for an .npz)."""
-    from .auto.batches import NpzFolder, RecordBatches
-    from .errors import AMPError
+    from ..auto.batches import NpzFolder, RecordBatches
+    from ..errors import AMPError
     if args.labels is not None:
         raise CLIError("--labels labels an .npz --eval-data; a .rec or folder holds its labels")
     if args.batch_size < 1 or args.workers is not None and args.workers < 1 \
@@ -679,7 +679,7 @@ def _eval_metric(args: argparse.Namespace) -> tuple[dict, Any]:
     if rows != {len(labels)}:
         raise CLIError(f"--labels {args.labels} has {len(labels)} rows, --eval-data "
                        f"{args.eval_data} has {sorted(rows)}")
-    from .auto.metrics import builtin_metric
+    from ..auto.metrics import builtin_metric
     return inputs, builtin_metric(args.metric, labels)
 
 
@@ -732,10 +732,10 @@ def _inputs_named_by_flag(sources: dict[str, str]) -> Iterator[None]:
 
 def _cmd_auto(args: argparse.Namespace) -> int:
     try:
-        from .auto import auto_convert, auto_settings
+        from ..auto import auto_convert, auto_settings
     except ImportError as err:
         raise CLIError(f"automatic mode is not available in this installation ({err})") from None
-    from .io import load_checkpoint
+    from ..io import load_checkpoint
     _check_prefix(args.prefix, args.epoch)
     if _streamed(args):
         return _auto_streamed(args)
@@ -771,8 +771,8 @@ def _cmd_auto(args: argparse.Namespace) -> int:
 
 def _auto_streamed(args: argparse.Namespace) -> int:
     """``auto`` judged on a .rec or a folder of batches, read a batch at a time."""
-    from .auto import auto_convert, auto_settings
-    from .io import load_checkpoint
+    from ..auto import auto_convert, auto_settings
+    from ..io import load_checkpoint
     data, metric = _eval_stream(args)
     sym, arg_params, aux_params = load_checkpoint(args.prefix, args.epoch, progress=None)
     max_drop = 0.5 if args.max_drop is None else args.max_drop
@@ -792,8 +792,8 @@ def _auto_streamed(args: argparse.Namespace) -> int:
 def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params: dict,
                 new_sym: Any, new_args: dict, new_aux: dict, auto: Any) -> int:
     """Write what ``auto`` returned, with its report."""
-    from .io import save_checkpoint
-    from .report.model import build_report
+    from ..io import save_checkpoint
+    from ..report.model import build_report
     out = _out_prefix(args)
     if not auto.reference_finite:
         raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "
@@ -804,7 +804,7 @@ def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report reads what the pass decided for the returned model
     conversion = auto.conversion
-    from .auto.records import kept_text
+    from ..auto.records import kept_text
     reasons = {k.name: f"auto: {k.reason}: {kept_text(k)}" for k in auto.kept_fp32
                if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,

@@ -12,8 +12,8 @@ import sys
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 if TYPE_CHECKING:
-    from .convert import Conversion
-    from .report.model import ConversionReport
+    from ..convert import Conversion
+    from ..report.model import ConversionReport
 
 __all__ = ["PROG", "say", "write_outputs", "finish", "with_extra", "with_note", "with_hardware_note",
            "native_log_silenced"]
@@ -28,9 +28,9 @@ def say(*parts: object) -> None:
 
 def write_outputs(args: argparse.Namespace, conversion: Conversion, report: ConversionReport) -> list[str]:
     """Write --report / --graph / --html; returns what was written."""
-    from .report.draw import graph_svg, write_graph
-    from .io import atomic_write
-    from .report.model import report_html
+    from ..report.draw import graph_svg, write_graph
+    from ..io import atomic_write
+    from ..report.model import report_html
     written: list[str] = []
     limit = None if getattr(args, "detail", False) else 80
 
@@ -55,7 +55,7 @@ def finish(args: argparse.Namespace, conversion: Conversion, report: ConversionR
            extra_lines: Sequence[str] = ()) -> None:
     """Write the files the flags ask for, print the report table (unless ``--quiet``) and
     ``extra_lines``, then say on stderr what was written."""
-    from .paths import STREAM_NAMES
+    from ..paths import STREAM_NAMES
     written = write_outputs(args, conversion, report)
     # a file written to standard output (``--report -``) keeps it to itself: the table and
     # the findings go to stderr then, so that ``> report.json`` gets the file alone
@@ -86,7 +86,7 @@ def with_note(report: ConversionReport, note: str) -> ConversionReport:
 
 def with_hardware_note(report: ConversionReport) -> ConversionReport:
     """Say now, on stderr and in the report, when this machine cannot run the model."""
-    from .hardware import native_note
+    from ..hardware import native_note
     with native_log_silenced():
         note = native_note(report.target_dtype)
     if note is None:
