@@ -23,7 +23,7 @@ from .errors import (AlreadyConvertedError, AMPError, ArgumentError, CheckpointE
 from .gluon.adapter import convert_block, convert_hybrid_block, emulate_block
 from .gluon.model import export_block
 from .io import save_checkpoint
-from .onnx_export import OnnxExport, export_onnx
+from .onnx.export import OnnxExport, export_onnx
 from .policy import load_policy
 
 __all__ = [

@@ -217,7 +217,7 @@ def test_never_overwrites_the_input_and_leaves_nothing_half_written(tmp_path):
 
 def test_converters_are_registered_once_beside_mxnets_own():
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
-    from mxnet_amp.onnx_converters import register_converters
+    from mxnet_amp.onnx.converters import register_converters
     before = {v: dict(MXNetGraph.registry_[v]) for v in (12, 13)}
     register_converters()
     register_converters()
@@ -228,7 +228,7 @@ def test_converters_are_registered_once_beside_mxnets_own():
 
 
 def test_bfloat16_bits_round_to_nearest_even():
-    from mxnet_amp.onnx_retype import bfloat16_bits
+    from mxnet_amp.onnx.retype import bfloat16_bits
     values = np.array([1.0, 1.00390625, 1.01171875, -2.5, np.inf, np.nan], "float32")
     bits = bfloat16_bits(values)
     # 1 + 2^-8 is a tie: to even (1.0); 1 + 3 * 2^-8 rounds up to 1 + 2^-6
@@ -262,7 +262,7 @@ def test_cli_convert_with_onnx_and_export_onnx(tmp_path, capsys):
 
 def test_bfloat16_constants_are_rounded_once_from_their_float32_values(tmp_path):
     # a clip at 1e6: past float16's range (inf there), a finite bfloat16
-    from mxnet_amp.onnx_retype import bfloat16_bits
+    from mxnet_amp.onnx.retype import bfloat16_bits
     d = mx.sym.var("data")
     c = mx.sym.Convolution(d, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv")
     out = mx.sym.clip(c, a_min=-0.1, a_max=1e6, name="cl")

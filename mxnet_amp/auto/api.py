@@ -393,7 +393,7 @@ def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str
     sample_inputs : NDArray, list of NDArray, or dict
         One batch: an array per positional input of the block (or a dict by input name).
     input_names : list of str, optional
-        As in :func:`mxnet_amp.gluon.convert_hybrid_block`.
+        As in :func:`mxnet_amp.gluon.adapter.convert_hybrid_block`.
     ctx : Context, optional
         Where the checks run and the converted block's params live (default: the block's).
     **kwargs
@@ -402,7 +402,7 @@ def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str
     Returns
     -------
     (SymbolBlock, AutoReport)
-        The block :func:`mxnet_amp.gluon.convert_hybrid_block` would build with the chosen
+        The block :func:`mxnet_amp.gluon.adapter.convert_hybrid_block` would build with the chosen
         ``excluded_sym_names`` (the model :func:`auto_convert_model` returned), and the report.
     """
     from ..gluon.adapter import converted_symbol_block

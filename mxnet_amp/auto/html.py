@@ -1,5 +1,5 @@
 """The automatic mode's part of the HTML report: the figures the terminal shows, the kept
-nodes with their reasons (a :class:`~mxnet_amp.tables.Table`), and the attribution (each
+nodes with their reasons (a :class:`~mxnet_amp.report.tables.Table`), and the attribution (each
 node's local error and its contribution at the outputs) as sorted bars in plain inline SVG.
 
 Works on :meth:`AutoReport.to_dict` (what the report's ``extra['auto']`` holds), so a

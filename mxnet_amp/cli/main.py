@@ -407,7 +407,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 def _onnx_preflight(args: argparse.Namespace) -> None:
     """Before any file is written: input shapes given, onnx installed, every op exportable."""
     import mxnet as mx
-    from ..onnx_export import check_exportable
+    from ..onnx.export import check_exportable
     from ..paths import checkpoint_files
     if not args.input_shapes:
         raise CLIError("--onnx needs the shape of each model input: --input-shape NAME:SHAPE")
@@ -418,7 +418,7 @@ def _onnx_preflight(args: argparse.Namespace) -> None:
 def _export_onnx(args: argparse.Namespace, prefix: str, epoch: int, path: str) -> Any:
     from ..checkpoint import checkpoint_inputs
     from ..io import load_checkpoint
-    from ..onnx_export import export_onnx
+    from ..onnx.export import export_onnx
     shapes = dict(_shape_spec(spec, "--input-shape") for spec in args.input_shapes)
     sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
     protect = [p for _, p in checkpoint_inputs(args.prefix, args.epoch) if p]

@@ -1,6 +1,6 @@
 """What every ``mxnet-amp`` command prints and writes: stderr messages, the report table,
 ``--report`` / ``--graph`` / ``--html`` files, notes added to a report. Shared by
-:mod:`mxnet_amp.cli` (the commands) and :mod:`mxnet_amp.demo` (the ``demo`` command).
+:mod:`mxnet_amp.cli.main` (the commands) and :mod:`mxnet_amp.cli.demo` (the ``demo`` command).
 """
 from __future__ import annotations
 

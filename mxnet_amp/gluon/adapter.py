@@ -8,7 +8,7 @@ and params go through :func:`mxnet_amp.convert.convert_model_full`; the result i
 original param names, so that its export loads back with ``SymbolBlock.imports``.
 
 MXNet 1.9.1's ``HybridBlock.export`` drops amp casts unless told ``remove_amp_cast=False``;
-the returned block is an :class:`~mxnet_amp.gluon_block.AMPSymbolBlock`, whose ``export()``
+the returned block is an :class:`~mxnet_amp.gluon.block.AMPSymbolBlock`, whose ``export()``
 keeps them, and :func:`export_block` writes any block with its casts, atomically.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 MXNet 1.9.1's ``HybridBlock.export`` drops every ``amp_cast`` / ``amp_multicast`` unless
 called with ``remove_amp_cast=False``, so the ordinary ``net16.export(prefix)`` of a
 converted block would write a graph that computes something else. This subclass keeps the
-casts by default. It imports mxnet, so :mod:`mxnet_amp.gluon` loads it only when a block is
+casts by default. It imports mxnet, so :mod:`mxnet_amp.gluon.adapter` loads it only when a block is
 built (``import mxnet_amp`` does not import mxnet).
 
 The converter hybridizes the block with a subgraph backend (oneDNN's fused kernels on a CPU,

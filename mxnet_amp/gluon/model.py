@@ -2,7 +2,7 @@
 variables without changing the caller's block), its params by name, and
 :func:`export_block`, which writes any block with its amp casts kept, atomically.
 
-Used by :mod:`mxnet_amp.gluon` (conversion) and :mod:`mxnet_amp.gluon_block` (the block's
+Used by :mod:`mxnet_amp.gluon.adapter` (conversion) and :mod:`mxnet_amp.gluon.block` (the block's
 ``export``); imports mxnet only where it runs.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The ONNX export of a bfloat16 model: MXNet's exporter handles float16 in each converter but
 knows no bfloat16 (numpy has no such dtype; MXNet's stand-in is a structured one). Both are
 16-bit floats, so the exporter converts the model relabelled bfloat16 -> float16 and the
-export labels each such tensor BFLOAT16 again (:mod:`mxnet_amp.onnx_retype`); the casts stay
+export labels each such tensor BFLOAT16 again (:mod:`mxnet_amp.onnx.retype`); the casts stay
 where the conversion put them.
 """
 from __future__ import annotations

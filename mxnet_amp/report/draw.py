@@ -3,8 +3,8 @@
 No system binary needed: :func:`graph_svg` lays the graph out itself and writes SVG;
 :func:`graph_dot` writes the same picture as graphviz DOT for users who have ``dot``;
 :func:`write_graph` writes either, or PNG. Three modules, one job each: what the picture
-shows (:mod:`mxnet_amp.picture`: the conversion read as boxes and edges, large graphs
-collapsed into blocks), where each box and edge goes (:mod:`mxnet_amp.layout`), and here
+shows (:mod:`mxnet_amp.report.picture`: the conversion read as boxes and edges, large graphs
+collapsed into blocks), where each box and edge goes (:mod:`mxnet_amp.report.layout`), and here
 the rendering to SVG, DOT and PNG.
 """
 from __future__ import annotations

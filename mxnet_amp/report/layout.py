@@ -1,4 +1,4 @@
-"""Where each box of a :class:`~mxnet_amp.picture.Picture` sits, and the path of each edge.
+"""Where each box of a :class:`~mxnet_amp.report.picture.Picture` sits, and the path of each edge.
 
 :func:`layout` puts boxes in layers and routes every edge through the gaps between layers
 and through lanes reserved in the layers it crosses, so no edge runs under a box it does

@@ -3,7 +3,7 @@
 :func:`build_report` reads a :class:`~mxnet_amp.convert.Conversion` (and, when given, the
 param dicts before and after) and returns a :class:`ConversionReport`, a frozen value that
 renders as a dict, JSON or a terminal table (its tables are built and rendered by
-:mod:`mxnet_amp.report_tables`; ``report_html`` and friends are re-exported here). Nothing
+:mod:`mxnet_amp.report.pages`; ``report_html`` and friends are re-exported here). Nothing
 here runs MXNet.
 """
 from __future__ import annotations

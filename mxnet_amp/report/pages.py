@@ -1,7 +1,7 @@
 """The conversion report as tables, and the terminal text and the HTML page made of them.
 
-:func:`report_tables` reads a :class:`~mxnet_amp.report.ConversionReport` once into
-:class:`~mxnet_amp.tables.Table` values (the automatic mode's own from
+:func:`report_tables` reads a :class:`~mxnet_amp.report.model.ConversionReport` once into
+:class:`~mxnet_amp.report.tables.Table` values (the automatic mode's own from
 :mod:`mxnet_amp.auto.html`); :func:`report_text` and :func:`report_page` render that one list,
 so the terminal and the page cannot drift apart. Nothing here runs MXNet.
 """

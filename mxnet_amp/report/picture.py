@@ -12,7 +12,7 @@ one dtype, and a float32 node next to a low precision one is a box of its own, s
 picture names every such node. Each box lists its op counts per dtype, is filled with the
 colour of its majority dtype and carries a bar showing the dtype mix.
 
-Where the boxes go is :mod:`mxnet_amp.layout`'s job, drawing them :mod:`mxnet_amp.draw`'s.
+Where the boxes go is :mod:`mxnet_amp.report.layout`'s job, drawing them :mod:`mxnet_amp.report.draw`'s.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Report tables as one model, laid out as text for a terminal and as HTML.
 
 A :class:`Table` is data: a title, column heads, rows, a closing total row, notes. The report
-(:mod:`mxnet_amp.report_tables`, :mod:`mxnet_amp.auto.html`) builds its tables once and
+(:mod:`mxnet_amp.report.pages`, :mod:`mxnet_amp.auto.html`) builds its tables once and
 :func:`render_text` / :func:`render_html` lay every one of them out, so a table added to the
 report shows in the terminal and in the page alike. Words that read differently in the two
 (markup in HTML, a list of names shortened in a terminal) are a :class:`Rich`; a table's

@@ -16,10 +16,10 @@ verdict. With the data shapes known, every failure counts. On a healthy model th
 one or two inference calls.
 
 This module is the check itself (which inferences to run, and whom a contradiction blames);
-:mod:`mxnet_amp.shape_guess` reads what the params prove about the inputs,
-:mod:`mxnet_amp.shape_cuts` rewrites the graph past a stopped shape function (through the
-pass kernel), :mod:`mxnet_amp.shape_infer` runs MXNet's inference with those cuts, and
-:mod:`mxnet_amp.shape_messages` reads the caller's input shapes and words the errors.
+:mod:`mxnet_amp.shape_check.guess` reads what the params prove about the inputs,
+:mod:`mxnet_amp.shape_check.cuts` rewrites the graph past a stopped shape function (through the
+pass kernel), :mod:`mxnet_amp.shape_check.infer` runs MXNet's inference with those cuts, and
+:mod:`mxnet_amp.shape_check.messages` reads the caller's input shapes and words the errors.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What the params prove about a model's inputs, and which ops keep their input's shape.
 
-Read by the shape check (:mod:`mxnet_amp.shapes`) and its graph cuts
-(:mod:`mxnet_amp.shape_cuts`): where the caller gives no input shapes, each model input gets
+Read by the shape check (:mod:`mxnet_amp.shape_check.check`) and its graph cuts
+(:mod:`mxnet_amp.shape_check.cuts`): where the caller gives no input shapes, each model input gets
 what its first readers prove about it (rank and channel count from a ``Convolution`` weight,
 ``(batch, in_units)`` when only flattening ``FullyConnected`` layers read it), every other
 dimension unknown.

@@ -1,7 +1,7 @@
 """Shape inference on a graph that goes past shape functions stopping on an unknown dimension.
 
 :class:`Checker` runs MXNet's partial inference and, where a shape function stopped on an
-unknown dimension, cuts the graph there (:func:`mxnet_amp.shape_cuts.cut_past`) and runs
+unknown dimension, cuts the graph there (:func:`mxnet_amp.shape_check.cuts.cut_past`) and runs
 again; only a contradiction MXNet reports as such (:data:`CONTRADICTION`) is raised.
 """
 from __future__ import annotations

@@ -12,8 +12,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .dtypes import array_dtype
-from .onnx_converters import onnx_dtype
+from ..dtypes import array_dtype
+from .converters import onnx_dtype
 
 __all__ = ["EXTERNAL_DATA_THRESHOLD", "SMALL_TENSOR_BYTES", "WeightPlan", "plan_weights",
            "param_bytes", "external_tensor"]
@@ -143,5 +143,5 @@ def plan_weights(params: Mapping[str, Any], names: Sequence[str], data_location:
 
 
 def _nbytes(array: Any) -> int:
-    from .dtypes import array_nbytes
+    from ..dtypes import array_nbytes
     return array_nbytes(array)

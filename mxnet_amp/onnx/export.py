@@ -2,11 +2,11 @@
 
 MXNet's own exporter (``mx.onnx``, opsets 12 and 13) converts the graph, with converters for
 ``amp_cast`` / ``amp_multicast`` added through its registration decorator
-(:mod:`mxnet_amp.onnx_converters`): each cast becomes an ONNX ``Cast`` where the conversion
+(:mod:`mxnet_amp.onnx.converters`): each cast becomes an ONNX ``Cast`` where the conversion
 put it. The weights reach the exporter as typed graph inputs only and are written here in
-their stored dtypes (:mod:`mxnet_amp.onnx_weights`), inline or, past the 2 GB protobuf
+their stored dtypes (:mod:`mxnet_amp.onnx.weights`), inline or, past the 2 GB protobuf
 limit, in an external data file. A bfloat16 model is exported relabelled float16 and
-relabelled back (:mod:`mxnet_amp.onnx_retype`). The result passes ``onnx.checker``'s full
+relabelled back (:mod:`mxnet_amp.onnx.retype`). The result passes ``onnx.checker``'s full
 check and ONNX's strict shape inference before its files take their names.
 """
 from __future__ import annotations
@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from .errors import ArgumentError, InputShapeError, OnnxExportError, OnnxMissingError
-from .graph import CAST_OPS, Entry, Graph
-from .io import graph_from_symbol
-from .onnx_converters import OPSETS, converter_table, onnx_dtype
-from .onnx_weights import EXTERNAL_DATA_THRESHOLD, WeightPlan, plan_weights
+from ..errors import ArgumentError, InputShapeError, OnnxExportError, OnnxMissingError
+from ..graph import CAST_OPS, Entry, Graph
+from ..io import graph_from_symbol
+from .converters import OPSETS, converter_table, onnx_dtype
+from .weights import EXTERNAL_DATA_THRESHOLD, WeightPlan, plan_weights
 
 __all__ = ["export_onnx", "OnnxExport", "DEFAULT_OPSET", "onnx_output_names", "check_exportable"]
 
@@ -58,7 +58,7 @@ class OnnxExport:
         opset, computed in float32 between casts (its inputs and outputs stay bfloat16).
     constants : tuple of (str, str)
         ``(node, constant)``: float32 constants MXNet's converters made beside a low
-        precision input, written in that dtype (:mod:`mxnet_amp.onnx_constants`).
+        precision input, written in that dtype (:mod:`mxnet_amp.onnx.constants`).
     seconds : float
         Wall time of the export.
     """
@@ -177,7 +177,7 @@ def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes:
                        external_data: Any, external_threshold: Any) -> tuple[str, dict[str, Any]]:
     """The export's path and params (arg and aux together), each argument checked first: an
     :class:`~mxnet_amp.errors.ArgumentError` (or GraphError / ParamError) naming it."""
-    from .arguments import (check_bool, check_dtype_map, check_int, check_names, check_optional_bool,
+    from ..arguments import (check_bool, check_dtype_map, check_int, check_names, check_optional_bool,
                             check_path, check_symbol, param_dict)
     check_symbol(sym)
     params = {**param_dict(arg_params, "arg_params"), **param_dict(aux_params, "aux_params")}
@@ -210,8 +210,8 @@ def _import_onnx() -> None:
 
 def _low_dtype(graph: Graph, params: Mapping[str, Any]) -> str | None:
     """float16, bfloat16 or None: the model's low precision dtype (one at most)."""
-    from .dtypes import array_dtype
-    from .passes.relabel_dtype import dtypes_named
+    from ..dtypes import array_dtype
+    from ..passes.relabel_dtype import dtypes_named
     found = (dtypes_named(graph) | {array_dtype(a) for a in params.values()}) & {"float16", "bfloat16"}
     if len(found) > 1:
         raise OnnxExportError([("(model)", "-", "holds both float16 and bfloat16 tensors; the "
@@ -241,7 +241,7 @@ class _ExportInputs:
 
     def __init__(self, sym: Any, graph: Graph, params: Mapping[str, Any],
                  shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str]) -> None:
-        from .dtypes import array_dtype
+        from ..dtypes import array_dtype
         internals = sym.get_internals()
         # MXNet's exporter skips this one input (a loss's label), as it names it
         label = internals[len(internals) - 1].name + "_label"
@@ -266,8 +266,8 @@ def _mxnet_graph(inputs: _ExportInputs, graph: Graph, relabel: Mapping[str, str]
     """MXNet's exporter run on the model, every input (weights too) a typed graph input, each
     dtype in ``relabel`` shown to the exporter as the dtype it maps to."""
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
-    from .onnx_converters import register_converters
-    from .passes.relabel_dtype import relabel_dtype
+    from .converters import register_converters
+    from ..passes.relabel_dtype import relabel_dtype
     register_converters()
     shown = graph
     for old, new in relabel.items():
@@ -294,7 +294,7 @@ def _exporter_graphs(inputs: _ExportInputs, graph: Graph, dtype: str | None, ops
     of a float16 read as a number (``np.float16(v).view(np.uint16)`` passed to onnx's
     ``make_tensor``, which since onnx 1.13 converts values itself: a clip at 6 clips at
     17920), so each takes its value from a float32 export of the same graph instead."""
-    from .onnx_constants import repair_float16_constants
+    from .constants import repair_float16_constants
     if dtype is None:
         return _mxnet_graph(inputs, graph, {}, opset, dynamic_batch), frozenset()
     # MXNet's exporter knows no bfloat16: a bfloat16 model is exported relabelled float16
@@ -335,7 +335,7 @@ def _casts_kept_symbol(graph: Graph) -> Any:
     """A Symbol of ``graph`` whose ``tojson()`` keeps the amp casts: MXNet's exporter reads
     the graph through ``tojson()``, which drops casts by default (``remove_amp_cast``)."""
     import mxnet as mx
-    from .io import graph_to_symbol
+    from ..io import graph_to_symbol
 
     class CastsKeptSymbol(mx.sym.Symbol):
         def tojson(self, remove_amp_cast: bool = False) -> str:
@@ -351,7 +351,7 @@ def onnx_output_names(graph: Graph) -> list[str]:
     """The float32 model's output names as MXNet's exporter writes them: each head followed
     through the casts a conversion puts before it (dtype only: the tensor is the same)."""
     import mxnet as mx
-    from .io import graph_to_symbol
+    from ..io import graph_to_symbol
     heads = []
     for head in graph.heads:
         while graph.nodes[head.node].op in CAST_OPS:
@@ -381,8 +381,8 @@ def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequen
     initializers (no longer graph inputs), the outputs in the symbol's order under
     ``names``, bfloat16 relabelled, the batch dimension named."""
     from onnx import helper
-    from .onnx_constants import match_constant_dtypes
-    from .onnx_retype import retype_float16_as_bfloat16, widen_where_bfloat16_is_not_onnx
+    from .constants import match_constant_dtypes
+    from .retype import retype_float16_as_bfloat16, widen_where_bfloat16_is_not_onnx
     model = helper.make_model(proto, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="mxnet-amp")
     graph = model.graph
@@ -439,7 +439,7 @@ def _rename_outputs(proto: Any, exported: Sequence[str], names: Sequence[str]) -
 
 
 def _check_paths(path: str, data_path: str | None, protect: Sequence[str | os.PathLike]) -> None:
-    from .paths import check_outputs
+    from ..paths import check_outputs
     check_outputs([("input file", p) for p in protect],
                   [("ONNX model", path), ("ONNX external data", data_path)])
 
@@ -462,7 +462,7 @@ def _write(model: Any, plan: WeightPlan, path: str, data_path: str | None) -> No
     on disk before either file takes its name. The checks read a small skeleton of the
     model beside it (:meth:`WeightPlan.skeleton`): ONNX's checker loads a whole model file,
     which would be one more copy of the weights."""
-    from .io import atomic_writes
+    from ..io import atomic_writes
     written: dict[str, str] = {}
 
     def write_data(tmp: str) -> None:

@@ -84,10 +84,10 @@ def repair_float16_constants(graph: Any, reference: Any, as_bfloat16: bool = Fal
     value of the same-named float32 constant of ``reference`` (the same model exported in
     float32), rounded to float16; in place. ``as_bfloat16``: the graph stands for a bfloat16
     one, and the constants get their bfloat16 words (rounded once, from float32), still
-    labelled FLOAT16 until :func:`~mxnet_amp.onnx_retype.retype_float16_as_bfloat16` relabels
+    labelled FLOAT16 until :func:`~mxnet_amp.onnx.retype.retype_float16_as_bfloat16` relabels
     them (given these names, it keeps their words). Returns the names repaired (an
     attribute's tensor as ``OUTPUT/ATTRIBUTE``)."""
-    from .onnx_retype import bfloat16_bits
+    from .retype import bfloat16_bits
     from onnx import numpy_helper
     wide = {t.name: t for t in reference.initializer}
     wide.update({f"{n.output[0]}/{a.name}": a.t for n in reference.node for a in n.attribute

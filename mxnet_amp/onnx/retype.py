@@ -56,7 +56,7 @@ def retype_float16_as_bfloat16(graph: Any, words: frozenset[str] = frozenset()) 
         The exporter's graph, before the weights are added.
     words : frozenset of str
         Constants (initializer names, ``OUTPUT/ATTRIBUTE``) whose raw data holds bfloat16
-        words already (:func:`~mxnet_amp.onnx_constants.repair_float16_constants`).
+        words already (:func:`~mxnet_amp.onnx.constants.repair_float16_constants`).
 
     Returns
     -------
