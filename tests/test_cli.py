@@ -8,7 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from mxnet_amp.cli.main import main, parse_input_spec, CLIError
+from mxnet_amp.cli.auto_command import parse_input_spec
+from mxnet_amp.cli.main import main
+from mxnet_amp.errors import CLIError
 from mxnet_amp.dtypes import dtype_name
 from mxnet_amp.io import load_checkpoint, symbol_json
 

@@ -11,14 +11,22 @@ import os
 import sys
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
+from ..auto.html import auto_sections
+from ..hardware import native_note
+from ..io import atomic_write
+from ..paths import STREAM_NAMES
+from ..report.draw import graph_svg, write_graph
+from ..report.pages import format_table, report_html
+
 if TYPE_CHECKING:
     from ..convert import Conversion
     from ..report.model import ConversionReport
 
-__all__ = ["PROG", "say", "write_outputs", "finish", "with_extra", "with_note", "with_hardware_note",
+__all__ = ["PROG", "EXIT_ERROR", "say", "write_outputs", "finish", "with_extra", "with_note", "with_hardware_note",
            "native_log_silenced"]
 
 PROG = "mxnet-amp"
+EXIT_ERROR = 2   # the exit code of every failure (argparse's own usage errors included)
 
 
 def say(*parts: object) -> None:
@@ -28,9 +36,6 @@ def say(*parts: object) -> None:
 
 def write_outputs(args: argparse.Namespace, conversion: Conversion, report: ConversionReport) -> list[str]:
     """Write --report / --graph / --html; returns what was written."""
-    from ..report.draw import graph_svg, write_graph
-    from ..io import atomic_write
-    from ..report.model import report_html
     written: list[str] = []
     limit = None if getattr(args, "detail", False) else 80
 
@@ -46,7 +51,9 @@ def write_outputs(args: argparse.Namespace, conversion: Conversion, report: Conv
         write_graph(conversion, args.graph, title=report.model or "", detail_limit=limit)
         written.append(args.graph)
     if args.html:
-        atomic_write(args.html, text_writer(report_html(report, graph_svg(conversion, report.model or "", limit))))
+        page = report_html(report, graph_svg(conversion, report.model or "", limit),
+                           auto_sections(report.extra.get("auto")))
+        atomic_write(args.html, text_writer(page))
         written.append(args.html)
     return written
 
@@ -55,13 +62,12 @@ def finish(args: argparse.Namespace, conversion: Conversion, report: ConversionR
            extra_lines: Sequence[str] = ()) -> None:
     """Write the files the flags ask for, print the report table (unless ``--quiet``) and
     ``extra_lines``, then say on stderr what was written."""
-    from ..paths import STREAM_NAMES
     written = write_outputs(args, conversion, report)
     # a file written to standard output (``--report -``) keeps it to itself: the table and
     # the findings go to stderr then, so that ``> report.json`` gets the file alone
     out = sys.stderr if any(STREAM_NAMES.get(path) == "stdout" for path in written) else sys.stdout
     if not args.quiet:
-        print(report.format_table(), file=out)
+        print(format_table(report, sections=auto_sections(report.extra.get("auto"))), file=out)
     lines = list(extra_lines)
     if args.quiet:
         # the report table is what --quiet leaves out; the command's own findings stay
@@ -86,7 +92,6 @@ def with_note(report: ConversionReport, note: str) -> ConversionReport:
 
 def with_hardware_note(report: ConversionReport) -> ConversionReport:
     """Say now, on stderr and in the report, when this machine cannot run the model."""
-    from ..hardware import native_note
     with native_log_silenced():
         note = native_note(report.target_dtype)
     if note is None:
