@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, NoReturn
 
 from . import hardware  # noqa: F401  (the docs call mxnet_amp.hardware.bf16_runs_natively())
-from .auto import auto_convert_block, auto_convert_model
+from .auto.api import auto_convert_block, auto_convert_model
 from .bucketing import convert_bucketing_module
 from .checkpoint import convert_checkpoint, load_checkpoint
 from .convert import convert_model, convert_symbol

@@ -17,7 +17,7 @@ from .convert import convert_graph, convert_model_full
 from .errors import ArgumentError, GraphError, ParamError
 from .io import graph_from_symbol
 from .options import ConvertOptions, make_options
-from .params import array_dtype
+from .dtypes import array_dtype
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.module import BucketingModule

@@ -16,8 +16,10 @@ from .io import existing_checkpoint_files, graph_from_symbol, save_checkpoint
 from .io import load_checkpoint as read_checkpoint
 from .options import ConvertOptions, make_options
 from .arguments import check_bool, check_names, check_optional_bool, check_path
-from .params import (array_dtype, array_nbytes, check_data_names, check_param_shapes,
-                     check_params, default_data_names, label_inputs, name_list, with_labels)
+from .dtypes import array_dtype, array_nbytes
+from .options import name_list
+from .params import check_data_names, check_params, default_data_names, label_inputs, with_labels
+from .shape_check.check import check_param_shapes
 from .paths import check_outputs, checkpoint_files, refuse_stream_prefix
 from .progress import byte_bar
 from .stripped_casts import restore_casts as restore_casts_of

@@ -14,16 +14,19 @@ from .io import graph_from_symbol, graph_to_symbol
 from .options import ConvertOptions, make_options
 from .optypes import OpTypes
 from .arguments import check_names, check_symbol
-from .params import (array_dtype, array_nbytes, check_param_shapes, check_params, default_data_names,
-                     label_inputs, model_inputs, name_list, param_dict, recast_params,
-                     with_labels)
+from .arguments import param_dict
+from .dtypes import array_dtype, array_nbytes
+from .options import name_list
+from .params import check_params, default_data_names, label_inputs, model_inputs, recast_params, with_labels
+from .shape_check.check import check_param_shapes
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.fusion_barriers import insert_fusion_barriers
 from .passes.onednn_reshapes import blocked_reshapes
 from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts, refuse_converted
 from .passes.tag_param_dtypes import tag_param_dtypes
 from .policy import OpPolicy, warn_unlisted
-from .registry import InferenceFailed, infer_types
+from .errors import InferenceFailed
+from .registry import infer_types
 from .shape_check.messages import input_shapes
 from .warn import warn_user
 from .weight_range import out_of_range_weights, readers_kept

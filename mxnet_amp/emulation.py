@@ -44,12 +44,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
-from .arguments import check_bool, check_dtype_map, check_symbol
-from .dtypes import LOW_PRECISION
+from .arguments import check_bool, check_dtype_map, check_symbol, param_dict
+from .dtypes import LOW_PRECISION, array_dtype
 from .errors import ArgumentError, ParamError, TargetDtypeError
 from .io import graph_from_symbol, graph_to_symbol
-from .params import array_dtype, cast_array, param_dict
-from .passes.emulate import BIAS_ROUNDINGS, ROUNDINGS, EmulateGraph, check_rounding, emulate_graph
+from .params import cast_array
+from .passes.emulate import EmulateGraph, check_rounding, emulate_graph
 from .passes.fold_param_casts import fold_param_casts
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -60,8 +60,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from .convert import Conversion
     from .graph import Graph
 
-__all__ = ["emulate", "emulate_graph", "emulate_model", "emulate_conversion", "round_array", "round_numpy",
-           "ROUNDINGS", "BIAS_ROUNDINGS"]
+__all__ = ["emulate", "emulate_model", "emulate_conversion", "round_array", "round_numpy"]
 
 
 def round_array(array: NDArray, dtype: str) -> NDArray:

@@ -13,12 +13,20 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from .arguments import check_bool, check_names
 from .errors import GraphError
 from .policy import OpPolicy, load_policy
-from .tune import Tuning, make_tuning
+from .tuning import Tuning, make_tuning
 
 if TYPE_CHECKING:
     from .graph import Graph
 
-__all__ = ["ConvertOptions", "make_options"]
+__all__ = ["ConvertOptions", "make_options", "name_list"]
+
+
+def name_list(names: str | Iterable[str] | None) -> list[str] | None:
+    """``names`` as a list of names; a string is one name, not a list of its letters (as
+    users pass ``data_names='data'`` or ``excluded_sym_names='fc1'``). None stays None."""
+    if names is None:
+        return None
+    return [names] if isinstance(names, str) else list(names)
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,7 @@ def make_options(target_dtype: str = "float16",
     cast_optional_params, fold_batchnorm, strict_params, guard_weight_range : bool
         As in :func:`mxnet_amp.convert_model`.
     tune : None, bool, str or Tuning
-        As in :func:`mxnet_amp.convert_model` (:func:`mxnet_amp.tune.make_tuning`).
+        As in :func:`mxnet_amp.convert_model` (:func:`mxnet_amp.tuning.make_tuning`).
 
     Returns
     -------

@@ -12,9 +12,10 @@ from typing import Sequence, Union
 
 from .errors import error_text
 from .graph import Node, node_alone_obj
-from .registry import InferenceFailed, infer_types
+from .errors import InferenceFailed
+from .registry import infer_types
 
-__all__ = ["OpTypes", "InferenceFailed"]
+__all__ = ["OpTypes"]
 
 
 # answers depend only on the op, its attributes, the input dtypes and the MXNet build, so

@@ -5,10 +5,9 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .arguments import param_dict
-from .dtypes import array_dtype, array_nbytes
+from .dtypes import array_dtype
 from .errors import ParamError
-from .shape_check.check import check_param_shapes
+from .options import name_list
 from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -16,9 +15,8 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 
     from .graph import Graph
 
-__all__ = ["array_dtype", "array_nbytes", "cast_array", "recast_params", "check_params",
-           "default_data_names", "model_inputs", "name_list", "check_param_shapes", "check_data_names", "param_dict",
-           "label_inputs", "with_labels"]
+__all__ = ["cast_array", "recast_params", "check_params", "default_data_names", "model_inputs",
+           "check_data_names", "label_inputs", "with_labels"]
 
 
 def cast_array(array: NDArray, dtype: str) -> NDArray:
@@ -71,14 +69,6 @@ def _op_call(op: str, attrs: tuple[tuple[str, str], ...]) -> tuple[Any, Any, Any
 # names Gluon and the symbol API give weights; an input called so is a weight gone missing
 _WEIGHT_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_running_mean", "_running_var",
                     "_moving_mean", "_moving_var")
-
-
-def name_list(names: str | Iterable[str] | None) -> list[str] | None:
-    """``names`` as a list of names; a string is one name, not a list of its letters (as
-    users pass ``data_names='data'`` or ``excluded_sym_names='fc1'``). None stays None."""
-    if names is None:
-        return None
-    return [names] if isinstance(names, str) else list(names)
 
 
 def model_inputs(arg_names: Sequence[str], arg_params: Mapping,

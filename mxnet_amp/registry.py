@@ -17,7 +17,8 @@ from .errors import InferenceFailed, error_text
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
-__all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names", "infer_types", "InferenceFailed"]
+__all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names",
+           "infer_types"]
 
 
 def _lib() -> Any:

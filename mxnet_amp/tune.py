@@ -20,48 +20,26 @@ no float16 CPU kernels, so float16 cannot be timed on a CPU (:class:`~mxnet_amp.
 """
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import TuneError
 from .graph import Entry, Graph, GraphBuilder, Node
 from .policy import Category, Decision
-from .tune_cache import TimingCache, default_cache_path, machine_key
+from .tune_cache import TimingCache, machine_key
+from .tuning import KernelCase, KernelTimer, Tuning
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
     from .options import ConvertOptions
 
-__all__ = ["Tuning", "KernelCase", "KernelTiming", "TuneRecord", "KernelTimer", "MXNetTimer",
-           "make_tuning", "machine_key", "default_cache_path", "target_nodes", "kernel_cases",
-           "node_input_shapes", "tuned_decisions", "tune_policy", "TimingCache", "TUNED_PREFIX"]
+__all__ = ["KernelTiming", "TuneRecord", "MXNetTimer", "target_nodes", "kernel_cases",
+           "node_input_shapes", "tuned_decisions", "tune_policy", "TUNED_PREFIX"]
 
 TUNED_PREFIX = "tuned: "
-
-
-@dataclass(frozen=True)
-class KernelCase:
-    """One distinct kernel of a model: op, attributes and the shape of each input, each input
-    marked ``'data'`` (cast from float32 in the bf16 version) or ``'param'`` (stored in bf16)."""
-
-    op: str
-    attrs: tuple[tuple[str, str], ...]
-    inputs: tuple[tuple[str, tuple[int, ...]], ...]
-
-    def key(self) -> str:
-        """The case as text: its key in the timing cache."""
-        return json.dumps([self.op, [list(a) for a in self.attrs],
-                           [[kind, list(shape)] for kind, shape in self.inputs]], separators=(",", ":"))
-
-    def describe(self) -> str:
-        """The case in words for reports: ``Convolution(8x64x56x56, 64x64x3x3, 64)``."""
-        shapes = ", ".join("x".join(map(str, s)) for _, s in self.inputs)
-        return f"{self.op}({shapes})"
 
 
 @dataclass(frozen=True)
@@ -82,42 +60,6 @@ class KernelTiming:
         return (f"{TUNED_PREFIX}{target_dtype} {1e3 * self.low_s:.3g} ms vs float32 "
                 f"{1e3 * self.fp32_s:.3g} ms ({self.case.describe()}"
                 + (", cached)" if self.cached else ")"))
-
-
-class KernelTimer(Protocol):
-    """What tuning measures with (the real one is :class:`MXNetTimer`; tests pass their own)."""
-
-    def kernel(self, case: KernelCase, target_dtype: str) -> tuple[float, float]:
-        """``(float32 seconds, target dtype seconds)`` per call of ``case``."""
-        ...
-
-    def model(self, untuned: tuple[Symbol, dict, dict], tuned: tuple[Symbol, dict, dict],
-              data_shapes: Mapping[str, tuple[int, ...]]) -> tuple[float, float]:
-        """``(untuned seconds, tuned seconds)`` per batch of two converted models."""
-        ...
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """How to tune (:func:`make_tuning` builds it from ``tune=``).
-
-    Attributes
-    ----------
-    cache : str or None
-        The JSON file of timings, read first and written back (None: none).
-    timer : KernelTimer or None
-        What measures (None: :class:`MXNetTimer`).
-    rounds : int
-        Interleaved rounds per kernel (each a few calls of the float32 and the bf16 kernel).
-    """
-
-    cache: str | None = None
-    timer: KernelTimer | None = None
-    rounds: int = 5
-
-    def measurer(self) -> KernelTimer:
-        """The timer to use: :attr:`timer`, else an :class:`MXNetTimer`."""
-        return self.timer if self.timer is not None else MXNetTimer(self.rounds)
 
 
 @dataclass(frozen=True)
@@ -148,29 +90,9 @@ class TuneRecord:
                 "kept_fp32": self.kept_fp32}
 
 
-def make_tuning(tune: object, target_dtype: str) -> Tuning | None:
-    """``tune=`` as a :class:`Tuning`: None / False (off), True (the default cache file,
-    :func:`default_cache_path`), a path (that JSON file), or a :class:`Tuning`.
-
-    Raises
-    ------
-    TuneError
-        ``tune`` with ``target_dtype='float16'`` (MXNet has no float16 CPU kernels to time),
-        or a value of another type.
-    """
-    if tune is None or tune is False:
-        return None
-    if target_dtype != "bfloat16":
-        raise TuneError(f"tune= times kernels on this CPU, and MXNet has no {target_dtype} CPU "
-                        "kernels (float16 runs on GPUs only): tune a bfloat16 conversion, or "
-                        "convert to float16 without tune")
-    if tune is True:
-        return Tuning(cache=default_cache_path())
-    if isinstance(tune, (str, os.PathLike)):
-        return Tuning(cache=os.fspath(tune))
-    if isinstance(tune, Tuning):
-        return tune
-    raise TuneError(f"tune={tune!r}: expected True, a cache file path or a mxnet_amp.tune.Tuning")
+def _timer(tuning: Tuning) -> KernelTimer:
+    """The timer ``tuning`` asks for: its own, else an :class:`MXNetTimer`."""
+    return tuning.timer if tuning.timer is not None else MXNetTimer(tuning.rounds)
 
 
 # --- what to time --------------------------------------------------------------------------
@@ -312,7 +234,7 @@ def tuned_decisions(cases: Mapping[KernelCase, Sequence[str]], tuning: Tuning, t
     """Time each case (the cache first; new timings written back) and give each node its
     answer: the target dtype where it is no slower than float32, else float32."""
     cache = TimingCache(tuning.cache)
-    timer = tuning.measurer()
+    timer = _timer(tuning)
     decisions: dict[str, Decision] = {}
     timings: list[tuple[tuple[str, ...], KernelTiming]] = []
     new = False
@@ -383,7 +305,7 @@ def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions
     if untuned_model[0].tojson(remove_amp_cast=False) == tuned_model[0].tojson(remove_amp_cast=False):
         return tuned_options, record    # the same graph: nothing to compare
     shaped = {k: tuple(v) for k, v in data_shapes.items()}
-    before, after = tuning.measurer().model(untuned_model, tuned_model, shaped)
+    before, after = _timer(tuning).model(untuned_model, tuned_model, shaped)
     applied = after <= before
     record = replace(record, untuned_model_s=before, tuned_model_s=after, applied=applied)
     return (tuned_options if applied else untuned_options), record

@@ -11,7 +11,7 @@ import os
 
 from .errors import TuneError
 
-__all__ = ["TimingCache", "machine_key", "default_cache_path", "CACHE_VERSION"]
+__all__ = ["TimingCache", "machine_key", "CACHE_VERSION"]
 
 CACHE_VERSION = 2   # 2: the low precision kernel timed alone (1: with its casts)
 # the flags that change which oneDNN kernel runs
@@ -40,14 +40,6 @@ def machine_key() -> str:
             f"{threads} threads")
 
 
-def default_cache_path() -> str:
-    """``$MXNET_AMP_TUNE_CACHE``, else ``$XDG_CACHE_HOME/mxnet_amp/tune.json`` (``~/.cache``)."""
-    if os.environ.get("MXNET_AMP_TUNE_CACHE"):
-        return os.environ["MXNET_AMP_TUNE_CACHE"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "mxnet_amp", "tune.json")
-
-
 class TimingCache:
     """Kernel timings per machine, read from and written to one JSON file.
 
@@ -70,7 +62,7 @@ class TimingCache:
 
     def get(self, machine: str, case: str, target_dtype: str) -> tuple[float, float] | None:
         """``(float32 s, target dtype s)`` of the kernel keyed ``case``
-        (:meth:`mxnet_amp.tune.KernelCase.key`) on ``machine``; None when not cached."""
+        (:meth:`mxnet_amp.tuning.KernelCase.key`) on ``machine``; None when not cached."""
         entry = self.machines.get(machine, {}).get(case)
         if entry and "float32" in entry and target_dtype in entry:
             return float(entry["float32"]), float(entry[target_dtype])

@@ -12,7 +12,7 @@ from .dtypes import MX_CODE
 from .errors import GraphCheckError
 from .graph import Graph
 
-__all__ = ["verify_graph", "GraphCheckError"]
+__all__ = ["verify_graph"]
 
 _WINDOW = 2  # nodes shown on each side of the offending one
 

@@ -142,7 +142,7 @@ def assert_dtype_tags(sym, arg_params, aux_params):
     """Every weight and aux variable of ``sym`` carries ``__dtype__`` = its param's dtype
     (what lets a converted symbol bind without a type_dict)."""
     from mxnet_amp.dtypes import MX_CODE
-    from mxnet_amp.params import array_dtype
+    from mxnet_amp.dtypes import array_dtype
     attrs = sym.attr_dict()
     wrong = {k: (attrs.get(k, {}).get("__dtype__"), array_dtype(v))
              for k, v in {**arg_params, **aux_params}.items()

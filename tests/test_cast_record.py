@@ -7,7 +7,7 @@ from dataclasses import replace
 import mxnet as mx
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.report.draw import collapse
+from mxnet_amp.report.picture import collapse
 from mxnet_amp.graph import CAST_OPS, Graph
 from mxnet_amp.io import graph_from_symbol
 from mxnet_amp.options import make_options

@@ -360,7 +360,7 @@ def test_cast_optional_params_stores_weights_low_only_when_every_consumer_is_low
     out, new_args, new_aux = amp.convert_model(sym, args, auxs, target_dtype=dtype,
                                                target_dtype_ops=["FullyConnected"],
                                                fp32_ops=["exp"], cast_optional_params=True)
-    from mxnet_amp.params import array_dtype
+    from mxnet_amp.dtypes import array_dtype
     assert array_dtype(new_args["shared_weight"]) == "float32"
     assert array_dtype(new_args["fc2_weight"]) == dtype
     assert array_dtype(new_args["fc2_bias"]) == dtype

@@ -17,7 +17,8 @@ import pytest
 
 from mxnet_amp.convert import convert_graph
 from mxnet_amp.options import make_options
-from mxnet_amp.report.draw import fp32_islands, collapse, graph_svg, node_dtypes
+from mxnet_amp.report.draw import graph_svg
+from mxnet_amp.report.picture import fp32_islands, collapse, node_dtypes
 from mxnet_amp.io import graph_from_symbol
 
 SVG = "{http://www.w3.org/2000/svg}"

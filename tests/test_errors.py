@@ -17,7 +17,7 @@ from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import (AlreadyConvertedError, AMPError, CheckpointError, GraphError,
                               ParamError, TargetDtypeError, TypeInferenceError, UnknownOpError)
 from mxnet_amp.io import graph_from_json, graph_from_symbol, load_checkpoint, save_checkpoint
-from mxnet_amp.params import check_param_shapes
+from mxnet_amp.shape_check.check import check_param_shapes
 from mxnet_amp.policy import load_policy
 
 RNG = np.random.RandomState(0)
@@ -489,14 +489,15 @@ def test_missing_weight_is_an_error_not_a_new_model_input():
     assert "fc2_bias" in out.list_arguments()
 
 
-def test_every_error_has_one_home_and_the_old_names_still_import():
-    """DrawError, CLIError and InferenceFailed live in errors.py; draw, cli, registry and
-    optypes re-export the same classes."""
-    import mxnet_amp.cli.main as cli
-    from mxnet_amp import errors, optypes, registry
+def test_every_error_lives_in_errors_and_is_an_amp_error():
+    """DrawError, CLIError, InferenceFailed and GraphCheckError have one home, errors.py (no
+    other module lists them: tests/test_imports.py checks every ``__all__``), and every
+    class there is an AMPError."""
+    from mxnet_amp import errors, optypes, registry, verify
     from mxnet_amp.report import draw
-    assert draw.DrawError is errors.DrawError and cli.CLIError is errors.CLIError
-    assert registry.InferenceFailed is optypes.InferenceFailed is errors.InferenceFailed
+    for module in (draw, optypes, registry, verify):
+        assert not {"DrawError", "CLIError", "InferenceFailed", "GraphCheckError"} & set(module.__all__)
     assert issubclass(errors.InferenceFailed, errors.TypeInferenceError)
+    assert issubclass(errors.GraphCheckError, errors.GraphError)
     for name in errors.__all__[:-1]:  # every class, error_text aside
         assert issubclass(getattr(errors, name), errors.AMPError), name

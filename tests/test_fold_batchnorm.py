@@ -13,7 +13,7 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.io import graph_from_symbol, graph_to_symbol
-from mxnet_amp.params import array_dtype
+from mxnet_amp.dtypes import array_dtype
 from mxnet_amp.passes.fold_batchnorm import fold_batchnorm
 
 from helpers import init_params, load_tool, rel_error, run

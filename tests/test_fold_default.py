@@ -136,7 +136,8 @@ def test_kept_batchnorm_has_its_reason_in_conversion_report_and_inspect(tmp_path
     from mxnet_amp.cli.main import main
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.options import make_options
-    from mxnet_amp.report.model import build_report, report_html
+    from mxnet_amp.report.model import build_report
+    from mxnet_amp.report.pages import format_table, report_html
     sym, args, auxs, x = _conv_net(shared=True)
     _, new_args, new_auxs, conv = convert_model_full(sym, args, auxs, make_options("bfloat16"))
     assert conv.folded_batchnorms == (("bn2", "conv2"),)
@@ -153,7 +154,7 @@ def test_kept_batchnorm_has_its_reason_in_conversion_report_and_inspect(tmp_path
     # "before" is the model as given (bn2's four params and conv2 without bias included)
     assert data["params_before"]["count"] == n_params == data["input_model"]["params"]
     assert data["input_model"]["param_bytes"] == sum(v.size * 4 for v in [*args.values(), *auxs.values()])
-    text = report.format_table()
+    text = format_table(report)
     assert "BatchNorms folded into the op before them (in float32): 1 (bn2)" in text
     assert f"bn: {why}" in text
     page = report_html(report)

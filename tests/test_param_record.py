@@ -6,7 +6,7 @@ import numpy as np
 
 from mxnet_amp.convert import ParamRecord, convert_model_full
 from mxnet_amp.options import make_options
-from mxnet_amp.params import array_dtype
+from mxnet_amp.dtypes import array_dtype
 
 from helpers import init_params
 

@@ -6,7 +6,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxnet_amp.params import array_dtype, cast_array, recast_params
+from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.params import cast_array, recast_params
 
 
 def _params():

@@ -10,10 +10,12 @@ import pytest
 
 from mxnet_amp.convert import convert_graph, convert_model_full
 from mxnet_amp.options import make_options
-from mxnet_amp.report.draw import (DTYPE_COLOURS, DrawError, collapse, graph_dot, graph_svg,
-                            node_dtypes, write_graph)
+from mxnet_amp.errors import DrawError
+from mxnet_amp.report.draw import DTYPE_COLOURS, graph_dot, graph_svg, write_graph
+from mxnet_amp.report.picture import collapse, node_dtypes
 from mxnet_amp.io import graph_from_symbol, symbol_json
-from mxnet_amp.report.model import NON_FLOAT, ConversionReport, build_report, report_html
+from mxnet_amp.report.model import NON_FLOAT, ConversionReport, build_report
+from mxnet_amp.report.pages import format_table, report_html
 
 from helpers import small_model
 
@@ -108,7 +110,7 @@ def test_json_and_table(converted):
     assert data == report.to_dict()
     assert data["casts"] == report.casts and data["target_dtype"] == "float16"
     assert data["params_after"]["bytes"] == report.params_after.bytes
-    table = report.format_table()
+    table = format_table(report)
     assert "mxnet-amp conversion to float16: small" in table
     row = next(line for line in table.splitlines() if line.strip().startswith("Convolution"))
     assert row.split()[1:] == ["1", "1", "2"]     # float16, float32, total
@@ -247,7 +249,7 @@ def test_weight_casts_counted(converted):
                    and nodes[n["inputs"][0][0]]["op"] == "null"
                    and nodes[n["inputs"][0][0]]["name"] in args)
     assert report.weight_casts == expected > 0
-    assert f"{expected} of the amp_casts convert weights" in report.format_table()
+    assert f"{expected} of the amp_casts convert weights" in format_table(report)
     # storing the weights converted removes those casts (conv2 is excluded, so its stay)
     optional = build_report(conv, args, auxs, new_args, new_aux)
     assert optional.weight_casts < report.weight_casts

@@ -9,7 +9,7 @@ from helpers import small_model
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.options import make_options
 from mxnet_amp.report.model import build_report
-from mxnet_amp.report.pages import report_page, report_tables, report_text
+from mxnet_amp.report.pages import format_table, report_page, report_tables, report_text
 from mxnet_amp.report.tables import HTML, TEXT, Rich, Table, render_html, render_text
 
 
@@ -35,7 +35,7 @@ def test_a_table_added_to_the_model_shows_in_text_and_html():
     row = next(line for line in lines if line.lstrip().startswith("FullyConnected"))
     assert head.index("bytes") + len("bytes") == row.index("56") + len("56")
     # without the added table neither rendering has it
-    assert "Memory" not in report.format_table() and "Memory" not in report_page(report, report_tables(report))
+    assert "Memory" not in format_table(report) and "Memory" not in report_page(report, report_tables(report))
 
 
 def test_every_report_table_renders_where_its_formats_say():
@@ -43,12 +43,12 @@ def test_every_report_table_renders_where_its_formats_say():
     report's own text and page are these renderings of these tables."""
     report = _report()
     tables = report_tables(report)
-    assert report.format_table() == report_text(report, tables)
+    assert format_table(report) == report_text(report, tables)
     by_title = {t.title.html if isinstance(t.title, Rich) else t.title: t for t in tables}
     assert by_title["Summary"].formats == {HTML}
     ops = by_title["Op nodes by op type and the dtype they compute in"]
     assert ops.formats == {TEXT, HTML}
-    assert ops.title in report.format_table() and ops.title in report_page(report, tables)
+    assert ops.title in format_table(report) and ops.title in report_page(report, tables)
     assert "Summary" not in "\n".join(render_text([by_title["Summary"]]))
     only_text = Table("only in the terminal", formats=frozenset({TEXT}))
     assert render_html([only_text]) == [] and render_text([only_text]) == ["", "only in the terminal"]

@@ -21,7 +21,7 @@ from mxnet_amp.dtypes import MX_CODE
 from mxnet_amp.gluon.model import block_model
 from mxnet_amp.gluon.block import AMPSymbolBlock
 from mxnet_amp.hardware import bf16_runs_natively
-from mxnet_amp.params import array_dtype
+from mxnet_amp.dtypes import array_dtype
 
 from helpers import assert_dtype_tags, casts_into, graph_of, rel_error, run
 from upstream.c_predictor import Predictor

@@ -19,7 +19,9 @@ from mxnet_amp.hardware import bf16_runs_natively
 from mxnet_amp.options import make_options
 from mxnet_amp.policy import Category
 from mxnet_amp.report.model import build_report
-from mxnet_amp.tune import KernelCase, Tuning, machine_key
+from mxnet_amp.report.pages import format_table
+from mxnet_amp.tune_cache import machine_key
+from mxnet_amp.tuning import KernelCase, Tuning
 
 SHAPES = {"data": (2, 3, 8, 8)}
 
@@ -94,7 +96,7 @@ def test_decisions_follow_the_timings_with_both_times_as_the_reason():
     assert (record.untuned_model_s, record.tuned_model_s) == (1e-3, 0.9e-3)
     report = build_report(conv)
     assert report.to_dict()["tuning"]["tuned_model_ms"] == pytest.approx(0.9)
-    assert "1 kept in float32" in report.format_table()
+    assert "1 kept in float32" in format_table(report)
     assert any(n.name == "conv1x1" and n.reason.startswith("tuned:") for n in report.fp32_nodes)
 
 
@@ -117,7 +119,7 @@ def test_tuned_choices_that_make_the_whole_model_slower_are_dropped():
     assert not conv.tuning.applied and timer.model_calls == 1
     _, _, _, untuned = _convert(None)
     assert conv.result.node_dtypes == untuned.result.node_dtypes   # the untuned model stands
-    assert "not faster" in build_report(conv).format_table()
+    assert "not faster" in format_table(build_report(conv))
 
 
 def test_excluded_nodes_are_not_timed_and_the_lists_still_hold():

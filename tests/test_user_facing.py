@@ -81,7 +81,8 @@ def test_auto_html_says_the_reference_holds_inf(capsys):
     import mxnet as mx
     from mxnet_amp import auto_convert_model
     from mxnet_amp.convert import convert_model_full
-    from mxnet_amp.report.model import build_report, report_html
+    from mxnet_amp.report.model import build_report
+    from mxnet_amp.report.pages import report_html
     d = mx.sym.var("data")
     sym = mx.sym.exp(mx.sym.FullyConnected(d, num_hidden=4, name="fc"), name="e")
     args = {"fc_weight": mx.nd.ones((4, 4)) * 100, "fc_bias": mx.nd.zeros(4)}

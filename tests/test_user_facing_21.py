@@ -86,7 +86,7 @@ def test_warnings_are_not_lost_when_the_command_then_fails(opless, tmp_path, cap
 
 def test_picture_title_says_how_many_nodes_compute_in_which_dtype():
     from mxnet_amp.convert import convert_model_full
-    from mxnet_amp.report.draw import collapse, node_dtypes
+    from mxnet_amp.report.picture import collapse, node_dtypes
     from mxnet_amp.options import make_options
     sym, args, auxs = small_model()
     *_, conversion = convert_model_full(sym, args, auxs,
@@ -103,6 +103,7 @@ def test_picture_title_says_how_many_nodes_compute_in_which_dtype():
 
 def test_long_reasons_are_wrapped_at_words_not_cut():
     from mxnet_amp.report.model import FP32Node, build_report
+    from mxnet_amp.report.pages import format_table
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.options import make_options
     sym, args, auxs = small_model()
@@ -110,7 +111,7 @@ def test_long_reasons_are_wrapped_at_words_not_cut():
     words = [f"word{k:03d}" for k in range(60)]
     reason = "auto: " + " ".join(words)
     report = dataclasses.replace(build_report(conversion), fp32_nodes=(FP32Node("fc", "FullyConnected", reason),))
-    table = report.format_table()
+    table = format_table(report)
     assert "…" not in table.split("Nodes kept in float32")[1]
     shown = re.findall(r"word\d{3}", table)
     assert shown == words      # every word, whole, in order

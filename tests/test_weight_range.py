@@ -18,7 +18,8 @@ import mxnet_amp as amp
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.io import save_checkpoint
 from mxnet_amp.options import make_options
-from mxnet_amp.report.model import build_report, report_html
+from mxnet_amp.report.model import build_report
+from mxnet_amp.report.pages import format_table, report_html
 from mxnet_amp.weight_range import out_of_range_weights
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +68,7 @@ def test_overflowing_weight_keeps_its_reader_float32_and_the_output_finite():
     assert np.isfinite(out).all()
     report = build_report(conversion)
     assert RANGE in report.to_json() and RANGE in report_html(report, "")
-    assert RANGE in report.format_table()
+    assert RANGE in format_table(report)
 
 
 def test_underflowing_weight_keeps_its_reader_float32():

@@ -18,7 +18,7 @@ from mxnet_amp.convert import convert_model_full
 from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.io import load_checkpoint, save_checkpoint, symbol_json
-from mxnet_amp.params import array_dtype
+from mxnet_amp.dtypes import array_dtype
 
 from helpers import assert_dtype_tags, rel_error, run
 from zoo import checkpoint

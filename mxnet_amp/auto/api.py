@@ -16,7 +16,9 @@ from ..errors import ArgumentError, GraphError
 from ..graph import Graph
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
-from ..params import check_data_names, check_param_shapes, label_inputs, model_inputs, param_dict
+from ..arguments import param_dict
+from ..params import check_data_names, label_inputs, model_inputs
+from ..shape_check.check import check_param_shapes
 from ..policy import check_target_dtype
 from .measure import default_scale_tolerance, default_tolerances
 from .batches import BatchSource, one_batch_as_list

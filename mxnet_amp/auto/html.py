@@ -10,9 +10,10 @@ import html
 import math
 from typing import Any, Mapping
 
+from ..report.pages import NO_SECTIONS, Sections
 from ..report.tables import HTML, Table
 
-__all__ = ["auto_result_rows", "auto_tables", "attribution_html"]
+__all__ = ["auto_sections", "auto_result_rows", "auto_tables", "attribution_html"]
 
 # bars drawn at most (the report keeps the 200 largest contributions)
 _BARS = 40
@@ -130,3 +131,24 @@ def attribution_html(auto: Mapping[str, Any]) -> str:
             f"{min(len(errors), _BARS)} of {len(errors)} nodes by estimated contribution "
             f"to the outputs' relative error (log scale; red: kept in float32; dashed "
             f"line: the tolerance).</p>" + _bars(errors, names, tol))
+
+
+def auto_sections(auto: Any) -> Sections:
+    """The automatic mode's part of a report's pages, from what the report's ``extra['auto']``
+    holds: its result rows, its tables and its attribution chart (none when ``auto`` is not
+    a mapping: a report of another command).
+
+    Parameters
+    ----------
+    auto : mapping or None
+        :meth:`AutoReport.to_dict`, as the report's ``extra['auto']`` holds it.
+
+    Returns
+    -------
+    Sections
+        What :func:`mxnet_amp.report.pages.report_html` and
+        :func:`~mxnet_amp.report.pages.format_table` add to the report's own.
+    """
+    if not isinstance(auto, Mapping):
+        return NO_SECTIONS
+    return Sections(tuple(auto_result_rows(auto)), tuple(auto_tables(auto)), attribution_html(auto))

@@ -27,6 +27,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
     from ..convert import Conversion
+    from ..options import ConvertOptions
     from .block import AMPSymbolBlock
 
 __all__ = ["convert_hybrid_block", "convert_block", "emulate_block"]
@@ -159,20 +160,15 @@ def _symbol_block(sym: Symbol, names: Sequence[str], in_format: Any, out_format:
 
 
 def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
-                         target_dtype_ops: Sequence[str] | None = None,
-                         fp32_ops: Sequence[str] | None = None,
+                         target_dtype_ops: Sequence[str] | None = None, fp32_ops: Sequence[str] | None = None,
                          conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
                          excluded_sym_names: Sequence[str] | None = None,
-                         ctx: Context | Sequence[Context] | None = None,
-                         cast_optional_params: bool = True, *,
-                         widest_dtype_ops: Sequence[str] | None = None,
-                         input_names: Sequence[str] | None = None,
-                         fold_batchnorm: bool = True,
-                         follow_ops: Sequence[str] | None = None,
-                         overrides: str = "replace",
-                         hybridize: bool | str | None = None, guard_weight_range: bool = True,
-                         data_shapes: Mapping[str, Sequence[int]] | None = None, tune: object = None
-                         ) -> AMPSymbolBlock:
+                         ctx: Context | Sequence[Context] | None = None, cast_optional_params: bool = True, *,
+                         widest_dtype_ops: Sequence[str] | None = None, input_names: Sequence[str] | None = None,
+                         fold_batchnorm: bool = True, follow_ops: Sequence[str] | None = None,
+                         overrides: str = "replace", hybridize: bool | str | None = None,
+                         guard_weight_range: bool = True, data_shapes: Mapping[str, Sequence[int]] | None = None,
+                         tune: object = None) -> AMPSymbolBlock:
     """Convert an fp32 Gluon block to a mixed precision ``SymbolBlock`` for inference.
 
     The positional parameters are those of ``mx.contrib.amp.convert_hybrid_block``, in its
@@ -195,25 +191,19 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
         Where the converted params live; default where the block's params live (unlike
         ``mx.contrib.amp``, never ``gpu(0)`` unasked).
     hybridize : None, bool or str, default None
-        None (or True, ``'default'``): the block runs MXNet's fused oneDNN kernels,
-        ``hybridize(backend='MKLDNN', static_alloc=True, static_shape=True)``, where its
-        contexts are CPUs and MXNet has oneDNN (bf16 is then several times faster than on
-        MXNet's generic kernels; other batch sizes still run), unless a BatchNorm left
-        unfolded reads a low precision Convolution (fused, it would be folded into the low
-        precision weights: 10x the error; ``fold_batchnorm=True`` folds it in float32 first).
-        False: generic kernels. A string: that backend. ``hybridize()`` keeps it (see below).
+        None (or True, ``'default'``): MXNet's fused oneDNN kernels where the contexts are
+        CPUs with oneDNN, unless a BatchNorm left unfolded reads a low precision Convolution
+        (:func:`run_settings` says why). False: generic kernels. A string: that backend.
 
     Returns
     -------
     AMPSymbolBlock
-        A ``SymbolBlock`` taking float32 inputs and returning float32 outputs in the block's
-        output structure; its params carry the converted dtypes and the block's param names.
-        Its ``export(prefix)`` keeps the amp casts (``SymbolBlock.export`` drops them), as
-        :func:`export_block` does, and writes the converted graph, not the backend's fused
-        one, so that any MXNet loads it (``SymbolBlock.imports``, ``mx.mod.Module``). Its
-        ``hybridize()`` keeps the backend unless given ``backend=`` (None: none). Its
-        params have ``grad_req='null'``: no gradient arrays (as much memory again as the
-        params; ``collect_params().setattr('grad_req', 'write')`` turns them on).
+        A ``SymbolBlock`` taking and returning float32 in the block's input and output
+        structure, its params in the converted dtypes under the block's names, with
+        ``grad_req='null'`` (``collect_params().setattr('grad_req', 'write')`` for
+        gradients). ``export(prefix)`` writes the converted graph with its amp casts, as
+        :func:`~mxnet_amp.gluon.model.export_block` does; ``hybridize()`` keeps the backend
+        unless given ``backend=`` (:class:`~mxnet_amp.gluon.block.AMPSymbolBlock`).
 
     Raises
     ------
@@ -225,6 +215,14 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
                            follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm,
                            overrides=overrides, guard_weight_range=guard_weight_range, tune=tune)
+    return _converted_block(block, options, input_names, ctx, hybridize, data_shapes)
+
+
+def _converted_block(block: HybridBlock, options: ConvertOptions, input_names: Sequence[str] | None,
+                     ctx: Context | Sequence[Context] | None, hybridize: bool | str | None,
+                     data_shapes: Mapping[str, Sequence[int]] | None) -> AMPSymbolBlock:
+    """:func:`convert_hybrid_block` once its options are built: the block's graph and params
+    read out, converted, and wrapped in a ``SymbolBlock`` on ``ctx``."""
     names, sym, in_format, out_format = block_graph(block, input_names)
     arg_params, aux_params = model_params(block, sym, names)
     ctx_list = _contexts(block, ctx)

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..graph import Graph
-from ..optypes import InferenceFailed, OpTypes
+from ..errors import InferenceFailed
+from ..optypes import OpTypes
 from .kernel import GraphPass, PassResult, node_context
 
 __all__ = ["infer_dtypes", "InferDtypes"]

@@ -22,7 +22,8 @@ from typing import Mapping
 from ..dtypes import FLOAT_DTYPES, LOW_PRECISION, dtype_of_code, is_float, widest
 from ..errors import AlreadyConvertedError
 from ..graph import Entry, Graph, Node, cast_node, multicast_node
-from ..optypes import Dtypes, InferenceFailed, OpTypes
+from ..errors import InferenceFailed
+from ..optypes import Dtypes, OpTypes
 from ..policy import Category, Decision, OpPolicy
 from ..registry import op_input_names
 from .kernel import GraphPass, Outputs, PassResult, Rewriter

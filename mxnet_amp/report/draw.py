@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING
 
 from ..errors import DrawError
 from .layout import CHAR_WIDTH, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, layout
-from .picture import Box, Picture, collapse, fp32_islands, node_dtypes
+from .picture import Box, Picture, collapse
 
 if TYPE_CHECKING:   # only annotations name it
     from ..convert import Conversion
 
-__all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
-           "check_graph_path", "node_dtypes", "fp32_islands",
-           "DTYPE_COLOURS"]
+__all__ = ["graph_svg", "graph_dot", "write_graph", "check_graph_path", "DTYPE_COLOURS"]
 
 # dtype -> (fill, stroke); 'non-float' covers integer and boolean tensors
 DTYPE_COLOURS = {
@@ -56,18 +54,29 @@ def graph_svg(conversion: Conversion, title: str = "", detail_limit: int | None 
         edge a ``path`` with ``data-edge="SRC DST"`` (box indices).
     """
     pic = collapse(conversion, detail_limit, max_boxes, title)
-    target = conversion.policy.target_dtype
-    lay = layout(pic, target)
-    geom, lines, width, height = lay.geom, lay.lines, lay.width, lay.height
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
-           f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="DejaVu Sans, Arial, sans-serif" '
+    lay = layout(pic, conversion.policy.target_dtype)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{lay.width:.0f}" height="{lay.height:.0f}" '
+           f'viewBox="0 0 {lay.width:.0f} {lay.height:.0f}" font-family="DejaVu Sans, Arial, sans-serif" '
            f'font-size="{FONT_SIZE}">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
            'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
            '<rect width="100%" height="100%" fill="white"/>',
-           f'<text x="20" y="24" font-size="15" font-weight="bold">{html.escape(pic.title)}</text>']
-    # legend
-    x = 20
+           f'<text x="20" y="24" font-size="15" font-weight="bold">{html.escape(pic.title)}</text>',
+           *_svg_legend(pic)]
+    for (u, v, dt), d in zip(pic.edges, lay.paths):
+        stroke = DTYPE_COLOURS.get(dt, DTYPE_COLOURS["non-float"])[1]
+        out.append(f'<path d="{d}" data-edge="{u} {v}" fill="none" stroke="{stroke}" stroke-width="1.6" '
+                   'marker-end="url(#arrow)"/>')
+    for b, box in enumerate(pic.boxes):
+        tip = html.escape(", ".join(conversion.graph.nodes[i].name for i in box.nodes[:40]))
+        out += _svg_box(b, box, lay.geom[b], lay.lines[b], tip)
+    out.append('</svg>')
+    return "\n".join(out) + "\n"
+
+
+def _svg_legend(pic: Picture) -> list[str]:
+    """The legend under the title: a swatch per dtype drawn, and what a block box means."""
+    out, x = [], 20
     used = sorted({b.dtype for b in pic.boxes} | {d for b in pic.boxes for d in b.dtypes})
     for d in used:
         fill, stroke = DTYPE_COLOURS.get(d, DTYPE_COLOURS["non-float"])
@@ -77,37 +86,36 @@ def graph_svg(conversion: Conversion, title: str = "", detail_limit: int | None 
     if pic.collapsed:
         out.append(f'<text x="{x}" y="48" fill="#555">boxes: blocks of nodes (fill: majority dtype; '
                    'bar: dtype mix; × N: N identical blocks in a row)</text>')
-    for (u, v, dt), d in zip(pic.edges, lay.paths):
-        stroke = DTYPE_COLOURS.get(dt, DTYPE_COLOURS["non-float"])[1]
-        out.append(f'<path d="{d}" data-edge="{u} {v}" fill="none" stroke="{stroke}" stroke-width="1.6" '
-                   'marker-end="url(#arrow)"/>')
-    for b, box in enumerate(pic.boxes):
-        x, y, w, h = geom[b]
-        fill, stroke = DTYPE_COLOURS.get(box.dtype, DTYPE_COLOURS["non-float"])
-        rx = 12 if box.kind in ("input", "cast") else 4
-        tip = html.escape(", ".join(conversion.graph.nodes[i].name for i in box.nodes[:40]))
-        out.append(f'<g><title>{tip}</title>')
-        if box.repeat > 1:  # a stacked look for repeated blocks
-            out.append(f'<rect x="{x + 5:.1f}" y="{y + 5:.1f}" width="{w}" height="{h}" rx="{rx}" '
-                       f'fill="{fill}" stroke="{stroke}"/>')
-        out.append(f'<rect data-box="{b}" x="{x:.1f}" y="{y:.1f}" width="{w}" height="{h}" rx="{rx}" '
-                   f'fill="{fill}" stroke="{stroke}" stroke-width="1.4"/>')
-        for k, text in enumerate(lines[b]):
-            weight = ' font-weight="bold"' if k == 0 else ""
-            out.append(f'<text x="{x + 8:.1f}" y="{y + 8 + LINE_HEIGHT * (k + 1) - 4:.1f}"{weight}>'
-                       f'{html.escape(fit_text(text, (w - 14) / (1.12 if k == 0 else 1)))}</text>')
-        if box.kind == "group" and box.dtypes:
-            total = sum(box.dtypes.values())
-            bx = x + 8
-            for d, cnt in sorted(box.dtypes.items(), key=lambda kv: -kv[1]):
-                bw = (w - 16) * cnt / total
-                bf, bs = DTYPE_COLOURS.get(d, DTYPE_COLOURS["non-float"])
-                out.append(f'<rect x="{bx:.1f}" y="{y + h - 12:.1f}" width="{bw:.1f}" height="6" '
-                           f'fill="{bs}"/>')
-                bx += bw
-        out.append('</g>')
-    out.append('</svg>')
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _svg_box(b: int, box: Box, geom: tuple[float, float, float, float], lines: list[str], tip: str) -> list[str]:
+    """One box as an SVG ``<g>``: its tooltip (``tip``), a stacked shadow when it stands for
+    repeated blocks, the box with its ``lines`` of text, and a group's dtype-mix bar."""
+    x, y, w, h = geom
+    fill, stroke = DTYPE_COLOURS.get(box.dtype, DTYPE_COLOURS["non-float"])
+    rx = 12 if box.kind in ("input", "cast") else 4
+    out = [f'<g><title>{tip}</title>']
+    if box.repeat > 1:  # a stacked look for repeated blocks
+        out.append(f'<rect x="{x + 5:.1f}" y="{y + 5:.1f}" width="{w}" height="{h}" rx="{rx}" '
+                   f'fill="{fill}" stroke="{stroke}"/>')
+    out.append(f'<rect data-box="{b}" x="{x:.1f}" y="{y:.1f}" width="{w}" height="{h}" rx="{rx}" '
+               f'fill="{fill}" stroke="{stroke}" stroke-width="1.4"/>')
+    for k, text in enumerate(lines):
+        weight = ' font-weight="bold"' if k == 0 else ""
+        out.append(f'<text x="{x + 8:.1f}" y="{y + 8 + LINE_HEIGHT * (k + 1) - 4:.1f}"{weight}>'
+                   f'{html.escape(fit_text(text, (w - 14) / (1.12 if k == 0 else 1)))}</text>')
+    if box.kind == "group" and box.dtypes:
+        total = sum(box.dtypes.values())
+        bx = x + 8
+        for d, cnt in sorted(box.dtypes.items(), key=lambda kv: -kv[1]):
+            bw = (w - 16) * cnt / total
+            bf, bs = DTYPE_COLOURS.get(d, DTYPE_COLOURS["non-float"])
+            out.append(f'<rect x="{bx:.1f}" y="{y + h - 12:.1f}" width="{bw:.1f}" height="6" '
+                       f'fill="{bs}"/>')
+            bx += bw
+    out.append('</g>')
+    return out
 
 
 def _dot_quote(text: str) -> str:

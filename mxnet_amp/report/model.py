@@ -2,9 +2,8 @@
 
 :func:`build_report` reads a :class:`~mxnet_amp.convert.Conversion` (and, when given, the
 param dicts before and after) and returns a :class:`ConversionReport`, a frozen value that
-renders as a dict, JSON or a terminal table (its tables are built and rendered by
-:mod:`mxnet_amp.report.pages`; ``report_html`` and friends are re-exported here). Nothing
-here runs MXNet.
+renders as a dict or JSON; its tables, terminal text and HTML page are
+:mod:`mxnet_amp.report.pages`' job. Nothing here runs MXNet.
 """
 from __future__ import annotations
 
@@ -19,13 +18,11 @@ from ..dtypes import dtype_name
 from ..graph import Graph
 from ..passes.insert_casts import MULTICAST
 from ..policy import Category, Decision
-from .pages import report_html, report_notes, report_tables, report_text, result_rows, summary_rows
 
 if TYPE_CHECKING:   # only annotations name it
     from ..convert import Conversion
 
-__all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "report_html", "report_notes",
-           "summary_rows", "result_rows", "NON_FLOAT"]
+__all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "tuning_summary", "NON_FLOAT"]
 
 # the key under which nodes without a float output are counted
 NON_FLOAT = "non-float"
@@ -170,14 +167,6 @@ class ConversionReport:
         """The dtypes that occur, low precision first (column order of the tables)."""
         order = {self.target_dtype: 0, "float32": 1}
         return sorted(self.nodes_by_dtype, key=lambda d: (order.get(d, 2 if d != NON_FLOAT else 3), d))
-
-    def format_table(self, max_names: int = 3) -> str:
-        """A plain text summary for a terminal (the report's tables, lists of names shortened
-        to ``max_names``)."""
-        text = report_text(self, report_tables(self, max_names))
-        if self.tuning is not None:
-            text += "\n" + tuning_summary(self.tuning)
-        return text
 
 
 def tuning_summary(tuning: Mapping[str, Any]) -> str:

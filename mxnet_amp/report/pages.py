@@ -1,22 +1,47 @@
 """The conversion report as tables, and the terminal text and the HTML page made of them.
 
 :func:`report_tables` reads a :class:`~mxnet_amp.report.model.ConversionReport` once into
-:class:`~mxnet_amp.report.tables.Table` values (the automatic mode's own from
-:mod:`mxnet_amp.auto.html`); :func:`report_text` and :func:`report_page` render that one list,
-so the terminal and the page cannot drift apart. Nothing here runs MXNet.
+:class:`~mxnet_amp.report.tables.Table` values; :func:`report_text` and :func:`report_page`
+render that one list, so the terminal and the page cannot drift apart. The automatic mode's
+rows, tables and chart come in as :class:`Sections` (built by
+:func:`mxnet_amp.auto.html.auto_sections`): the report never imports the automatic mode.
+Nothing here runs MXNet.
 """
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Callable, Mapping
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
+from .model import ConversionReport, tuning_summary
 from .tables import HTML, Rich, Table, render_html, render_text, shorten
 
-if TYPE_CHECKING:   # only annotations name it
-    from .model import ConversionReport
+__all__ = ["Sections", "NO_SECTIONS", "report_tables", "report_text", "report_page", "report_html",
+           "report_notes", "format_table", "summary_rows", "result_rows", "size_text", "WEIGHT_CAST_HINT"]
 
-__all__ = ["report_tables", "report_text", "report_page", "report_html", "report_notes",
-           "summary_rows", "result_rows", "size_text", "WEIGHT_CAST_HINT"]
+
+@dataclass(frozen=True)
+class Sections:
+    """What a caller adds to the report's pages: the automatic mode's rows of what it
+    measured, its tables and its attribution chart (HTML), built from ``extra['auto']`` by
+    :func:`mxnet_amp.auto.html.auto_sections`. The report itself never imports the automatic
+    mode; the command line passes these in.
+
+    Attributes
+    ----------
+    rows : tuple of (str, str)
+        ``(label, value)`` rows shown first under "Result".
+    tables : tuple of Table
+        Tables shown after every table of the report's own.
+    chart : str
+        HTML shown on the page after the tables ('' for none).
+    """
+    rows: tuple[tuple[str, str], ...] = ()
+    tables: tuple[Table, ...] = ()
+    chart: str = ""
+
+
+NO_SECTIONS = Sections()
 
 _CSS = """body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222}
 table{border-collapse:collapse;margin:8px 0 18px}td,th{border:1px solid #ccc;padding:3px 9px;text-align:right}
@@ -85,16 +110,12 @@ def _input_model_text(m: Mapping) -> str:
     return f"{m['op_nodes']} op nodes, {m['params']} params, {size_text(m['param_bytes'])}"
 
 
-def result_rows(report: ConversionReport) -> list[tuple[str, str]]:
+def result_rows(report: ConversionReport, sections: Sections = NO_SECTIONS) -> list[tuple[str, str]]:
     """``(label, value)`` rows of what the command measured (``demo``: accuracy and speed;
     ``auto``: validated or not, executions, error against tolerance); empty for
     ``convert`` and ``inspect``."""
     x = report.extra
-    rows = []
-    auto = x.get("auto")
-    if isinstance(auto, Mapping):
-        from ..auto.html import auto_result_rows
-        rows += auto_result_rows(auto)
+    rows = list(sections.rows)
     if "relative_max_error" in x:
         rows += [("execution", str(x.get("execution", "native" if x.get("native") else "emulated"))),
                  ("input", str(x.get("input", "?"))),
@@ -110,10 +131,10 @@ def result_rows(report: ConversionReport) -> list[tuple[str, str]]:
     return rows
 
 
-def _page_tables(report: ConversionReport) -> list[Table]:
+def _page_tables(report: ConversionReport, sections: Sections) -> list[Table]:
     """The page's opening tables: the summary, what the command measured, the notes."""
     tables = [Table("Summary", rows=tuple(summary_rows(report)), layout="pairs", formats=_ONLY_HTML)]
-    results = result_rows(report)
+    results = result_rows(report, sections)
     if results:
         verdict = report.extra.get("auto", {}).get("validated") if "auto" in report.extra else None
         mark = ("" if verdict is None else
@@ -191,10 +212,12 @@ def _fp32_tables(report: ConversionReport, max_names: int) -> list[Table]:
     return tables
 
 
-def report_tables(report: ConversionReport, max_names: int = 3) -> list[Table]:
+def report_tables(report: ConversionReport, max_names: int = 3,
+                  sections: Sections = NO_SECTIONS) -> list[Table]:
     """Every table of ``report``, in the order shown, each marked with the renderings that
-    show it; lists of names are shortened to ``max_names`` in the text."""
-    tables = [*_page_tables(report), _ops_table(report), _casts_table(report),
+    show it, ``sections``' own included; lists of names are shortened to ``max_names`` in
+    the text."""
+    tables = [*_page_tables(report, sections), _ops_table(report), _casts_table(report),
               *_params_tables(report), *_folding_tables(report, max_names)]
     if report.fusion_barriers:
         what = ("Fusion barriers (identity amp_cast after a shared convolution output, which "
@@ -207,10 +230,7 @@ def report_tables(report: ConversionReport, max_names: int = 3) -> list[Table]:
     if report.unlisted_ops:
         tables.append(Table("Ops in no list (kept in float32): " + ", ".join(report.unlisted_ops),
                             layout="line"))
-    auto = report.extra.get("auto")
-    if isinstance(auto, Mapping):
-        from ..auto.html import auto_tables
-        tables += auto_tables(auto)
+    tables += sections.tables
     return tables
 
 
@@ -224,18 +244,15 @@ def report_text(report: ConversionReport, tables: list[Table]) -> str:
     return "\n".join([title, "=" * len(title)] + render_text(tables))
 
 
-def report_page(report: ConversionReport, tables: list[Table], svg: str | None = None) -> str:
-    """The HTML page of ``report`` made of ``tables`` (:func:`report_tables`), the automatic
-    mode's attribution chart and, when given, the picture."""
+def report_page(report: ConversionReport, tables: list[Table], svg: str | None = None,
+                sections: Sections = NO_SECTIONS) -> str:
+    """The HTML page of ``report`` made of ``tables`` (:func:`report_tables`), ``sections``'
+    chart (the automatic mode's attribution) and, when given, the picture."""
     e = html.escape
     title = _title(report)
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
              f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>", *render_html(tables)]
-    auto = report.extra.get("auto")
-    if isinstance(auto, Mapping):
-        from ..auto.html import attribution_html
-        chart = attribution_html(auto)
-        parts += [chart] if chart else []
+    parts += [sections.chart] if sections.chart else []
     if svg:
         body = svg[svg.index("<svg"):] if "<svg" in svg else svg
         parts.append(f"<h2>Graph</h2><div class='pic'>{body}</div>")
@@ -243,8 +260,18 @@ def report_page(report: ConversionReport, tables: list[Table], svg: str | None =
     return "\n".join(parts) + "\n"
 
 
-def report_html(report: ConversionReport, svg: str | None = None) -> str:
+def report_html(report: ConversionReport, svg: str | None = None, sections: Sections = NO_SECTIONS) -> str:
     """A single self-contained HTML page: summary, what the command measured (``demo`` and
-    ``auto``), notes, the report's tables and, when given, the picture (inline SVG, no
-    external assets). Every command writes this one page."""
-    return report_page(report, report_tables(report), svg)
+    ``auto``), notes, the report's tables and ``sections``' and, when given, the picture
+    (inline SVG, no external assets). Every command writes this one page."""
+    return report_page(report, report_tables(report, sections=sections), svg, sections)
+
+
+def format_table(report: ConversionReport, max_names: int = 3, sections: Sections = NO_SECTIONS) -> str:
+    """A plain text summary of ``report`` for a terminal (its tables and ``sections``', lists
+    of names shortened to ``max_names``), with the tuning summary where the conversion
+    tuned."""
+    text = report_text(report, report_tables(report, max_names, sections))
+    if report.tuning is not None:
+        text += "\n" + tuning_summary(report.tuning)
+    return text

@@ -16,7 +16,8 @@ import mxnet as mx
 import mxnet_amp
 from mxnet_amp.dtypes import dtype_name
 from mxnet_amp.hardware import bf16_runs_natively
-from mxnet_amp.params import array_dtype, cast_array
+from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.params import cast_array
 
 DTYPES = ("float16", "bfloat16")
 IMAGE = (1, 3, 224, 224)

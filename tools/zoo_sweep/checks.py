@@ -49,7 +49,8 @@ def _copies(params: dict) -> dict:
 def _widened(params: dict) -> dict:
     """``params`` with low precision arrays cast to float32."""
     from mxnet_amp.dtypes import LOW_PRECISION
-    from mxnet_amp.params import array_dtype, cast_array
+    from mxnet_amp.dtypes import array_dtype
+    from mxnet_amp.params import cast_array
     return {k: (cast_array(v, "float32") if array_dtype(v) in LOW_PRECISION else v)
             for k, v in params.items()}
 
