@@ -25,6 +25,7 @@ from .gluon.model import export_block
 from .io import save_checkpoint
 from .onnx.export import OnnxExport, export_onnx
 from .policy import load_policy
+from .registry import op_input_names
 
 __all__ = [
     "convert_symbol", "convert_model", "convert_hybrid_block", "convert_block",
@@ -116,7 +117,6 @@ def list_lp16_use_fp32_params(target_dtype: str = "float16") -> dict[str, list[s
         (``{'BatchNorm': ['', 'gamma', 'beta', 'moving_mean', 'moving_var'], ...}``). None
         for float16, as ``mx.contrib.amp`` answers.
     """
-    from .registry import op_input_names
     table = load_policy(target_dtype).fp32_params
     if table is None:
         return None

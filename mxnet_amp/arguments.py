@@ -6,6 +6,7 @@ import math
 import numbers
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from .dtypes import dtype_name
 from .errors import ArgumentError, GraphError, ParamError
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -135,7 +136,6 @@ def check_dtype_map(value: object, name: str, keys: Iterable[str] | None = None,
                     optional_values: bool = False) -> dict[str, str | None] | None:
     """``value`` (a dict of name to dtype; None stays None) with each dtype's plain name;
     every key one of ``keys`` where given. ``optional_values``: a None dtype stays None."""
-    from .dtypes import dtype_name
     if value is None:
         return None
     if not isinstance(value, Mapping):

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .convert import convert_graph, convert_model_full
+from .convert import convert_graph, convert_model_full, fold_model
+from .dtypes import array_dtype
 from .errors import ArgumentError, GraphError, ParamError
 from .io import graph_from_symbol
 from .options import ConvertOptions, make_options
-from .dtypes import array_dtype
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.module import BucketingModule
@@ -44,7 +44,6 @@ def _folded_bucket(graph: Graph, originals: Mapping, options: ConvertOptions, pr
     """``graph`` with its BatchNorms folded as the default bucket's were (from the original
     float32 params: the same arithmetic gives the same folded weights); a bucket where
     folding reads a param the default bucket's folding did not produce is refused."""
-    from .convert import fold_model
     if not options.fold_batchnorm:
         return graph
     used = {n.name for n in graph.variables()}

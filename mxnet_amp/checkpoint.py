@@ -9,21 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .convert import Conversion, convert_with_params
-from .dtypes import LOW_PRECISION
-from .errors import FusionError, ParamError, StrippedCastsError
-from .io import existing_checkpoint_files, graph_from_symbol, save_checkpoint
-from .io import load_checkpoint as read_checkpoint
-from .options import ConvertOptions, make_options
 from .arguments import check_bool, check_names, check_optional_bool, check_path
-from .dtypes import array_dtype, array_nbytes
-from .options import name_list
+from .convert import Conversion, convert_with_params
+from .dtypes import LOW_PRECISION, array_dtype, array_nbytes
+from .errors import FusionError, ParamError, StrippedCastsError
+from .fused import check_fused_for
+from .io import (existing_checkpoint_files, graph_from_symbol, load_checkpoint as read_checkpoint,
+                 save_checkpoint)
+from .options import ConvertOptions, make_options, name_list
 from .params import check_data_names, check_params, default_data_names, label_inputs, with_labels
-from .shape_check.check import check_param_shapes
 from .paths import check_outputs, checkpoint_files, refuse_stream_prefix
 from .progress import byte_bar
-from .stripped_casts import restore_casts as restore_casts_of
-from .stripped_casts import stripped_dtype, stripped_message
+from .shape_check.check import check_param_shapes
+from .stripped_casts import restore_casts as restore_casts_of, stripped_dtype, stripped_message
 
 if TYPE_CHECKING:
     from mxnet.symbol import Symbol
@@ -111,7 +109,6 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     out_prefix = check_path(out_prefix, "out_prefix", optional=True)
     write, progress = check_bool(write, "write"), check_optional_bool(progress, "progress")
     data_names = check_names(data_names, "data_names")
-    from .fused import check_fused_for
     if check_fused_for(fused_for) and options.policy.target_dtype == "float16":
         raise FusionError("fused_for='cpu' (--fuse-cpu) with target_dtype='float16': float16 "
                           "runs only on a GPU, where oneDNN's fused nodes have no kernel; "

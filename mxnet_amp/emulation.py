@@ -46,11 +46,13 @@ from typing import TYPE_CHECKING, Mapping
 
 from .arguments import check_bool, check_dtype_map, check_symbol, param_dict
 from .dtypes import LOW_PRECISION, array_dtype
-from .errors import ArgumentError, ParamError, TargetDtypeError
+from .errors import ArgumentError, ParamError, StrippedCastsError, TargetDtypeError
+from .graph import Entry
 from .io import graph_from_symbol, graph_to_symbol
 from .params import cast_array
 from .passes.emulate import EmulateGraph, check_rounding, emulate_graph
 from .passes.fold_param_casts import fold_param_casts
+from .stripped_casts import stripped_dtype, stripped_message
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     import numpy as np
@@ -200,10 +202,8 @@ def _refuse_stripped(graph: Graph, sym: Symbol, param_dtypes: Mapping[str, str],
                      input_dtypes: Mapping[str, str] | None) -> None:
     """:class:`~mxnet_amp.errors.StrippedCastsError` for a converted model saved without its
     casts (MXNet's "This layer requires uniform type" otherwise)."""
-    from .stripped_casts import stripped_dtype, stripped_message
     low = stripped_dtype(graph, sym, param_dtypes, input_dtypes)
     if low is not None:
-        from .errors import StrippedCastsError
         raise StrippedCastsError(stripped_message("emulate_model: the model", param_dtypes, low))
 def _variable_dtypes(arg_params: Mapping, aux_params: Mapping,
                      stored_dtypes: Mapping[str, str | None] | None, what: str) -> dict[str, str]:
@@ -229,7 +229,6 @@ def emulate_conversion(conversion: Conversion, arg_params: Mapping, aux_params: 
     dtype. Same model as ``emulate_model(conversion.symbol, arg_params, aux_params,
     input_dtypes, rounding, stored_dtypes=...)``; what the automatic mode's checks run.
     """
-    from .graph import Entry
     graph = conversion.graph
     stored = conversion.variable_dtypes
     var_dtypes = _variable_dtypes(arg_params, aux_params, stored, "emulate_conversion")

@@ -19,6 +19,7 @@ from typing import Iterator
 
 from .errors import GraphError, error_text
 from .graph import Entry, Graph, Node, node_alone_obj
+from .registry import registry_op_names
 
 __all__ = ["check_entries", "output_count"]
 
@@ -70,7 +71,6 @@ def output_count(node: Node, where: str = "symbol JSON") -> int | None:
     node when MXNet rejects it alone (attributes it cannot parse)."""
     if node.is_variable:
         return 1
-    from .registry import registry_op_names
     if node.op not in registry_op_names():
         return None
     if node.subgraphs:   # not cached: bodies are not hashable, and such nodes are few

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .dtypes import dtype_of_code
 from .errors import FusionError, error_text
 from .graph import Entry, Graph, GraphBuilder
 
@@ -42,7 +43,6 @@ def check_fused_for(fused_for: object) -> str | None:
 def graph_low_dtypes(graph: Graph) -> set[str]:
     """The low precision dtypes ``graph`` computes in: its casts' targets and its variables'
     ``__dtype__`` tags (what a conversion writes)."""
-    from .dtypes import dtype_of_code
     found: set[str] = set()
     stack = [graph]
     while stack:

@@ -5,6 +5,10 @@ import os
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
+from .dtypes import bfloat16_np
+from .policy import check_target_dtype
+from .warn import warn_user
+
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
 
@@ -24,7 +28,6 @@ def bf16_runs_natively() -> bool:
     elsewhere MXNet fails with "could not create a primitive descriptor iterator".
     """
     import mxnet as mx
-    from .dtypes import bfloat16_np
     try:
         x = mx.nd.ones((2, 8)).astype(bfloat16_np)
         w = mx.nd.ones((4, 8)).astype(bfloat16_np)
@@ -62,7 +65,6 @@ def runs_natively(target_dtype: str) -> bool:
     bool
     """
     import mxnet as mx
-    from .policy import check_target_dtype
     if check_target_dtype(target_dtype) == "bfloat16":
         return bf16_runs_natively()
     return any(fp16_runs_natively(mx.gpu(k)) for k in range(mx.context.num_gpus()))
@@ -80,7 +82,6 @@ def native_note(target_dtype: str) -> str | None:
     -------
     str or None
     """
-    from .policy import check_target_dtype
     target_dtype = check_target_dtype(target_dtype)
     if runs_natively(target_dtype):
         return None
@@ -207,5 +208,4 @@ def warn_amx_off(target_dtype: str, where: str) -> None:
 def _warn_once(where: str) -> None:
     # once per process and place: Python's own per-line registry is reset whenever a
     # catch_warnings() block exits, which conversions run many of
-    from .warn import warn_user
     warn_user(f"{amx_off_note()} (said once, at {where})", AMXOffWarning)

@@ -12,10 +12,17 @@ import tempfile
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .errors import CheckpointError, GraphError, OutputPathError, error_text
+from .arguments import check_optional_bool, check_symbol, param_dict
+from .dtypes import array_nbytes
 from .entries import check_entries
+from .errors import CheckpointError, GraphError, OutputPathError, UnknownOpError, error_text
+from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node, graph_obj
+from .interrupts import signals_unwind
+from .paths import check_writable, checkpoint_files, output_target, refuse_stream_prefix
+from .progress import byte_bar, preread, watch_growth
+from .registry import registry_op_names
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -116,7 +123,6 @@ def symbol_json(sym: Symbol) -> str:
 def graph_from_symbol(sym: Symbol) -> Graph:
     """The :class:`Graph` of an ``mx.sym.Symbol`` (the symbol is not modified);
     :class:`GraphError` saying what to pass for anything else (a path, a Gluon block)."""
-    from .arguments import check_symbol
     check_symbol(sym)
     return graph_from_json(symbol_json(sym), where=f"symbol {sym.name!r}")
 
@@ -131,8 +137,6 @@ def graph_to_symbol(graph: Graph) -> Symbol:
     try:
         return mx.sym.load_json(graph_to_json(graph))
     except mx.base.MXNetError as err:
-        from .errors import UnknownOpError
-        from .registry import registry_op_names
         registry_op_names.cache_clear()  # a plugin library may have added ops since
         known = registry_op_names()
         unknown: dict[str, object] = {}
@@ -167,8 +171,6 @@ def atomic_writes(files: Sequence[tuple[str | os.PathLike, Callable[[str], objec
     folder, a block device or a socket, raises :class:`~mxnet_amp.errors.OutputPathError`
     naming it before anything is written; a write that fails (a full disk) raises one
     naming the file and the cause, and the previous file under that name is kept."""
-    from .interrupts import signals_unwind
-    from .paths import check_writable, output_target
     named = [(str(os.fspath(path)), write) for path, write in files]
     check_writable([("output file", path) for path, _ in named])
     targets = [(output_target(path), write) for path, write in named]
@@ -344,14 +346,9 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
         or MXNet has no oneDNN; nothing is written.
     """
     import mxnet as mx
-    from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic
     if check_fused_for(fused_for) == "cpu":
         fused = fuse_for_cpu(sym, graph_from_symbol(sym), what=f"the model saved as {prefix}")
         sym = graph_to_symbol(keep_fused_where_generic(graph_from_symbol(fused)))
-    from .dtypes import array_nbytes
-    from .progress import byte_bar, watch_growth
-    from .paths import checkpoint_files, refuse_stream_prefix
-    from .arguments import check_optional_bool, check_symbol, param_dict
     refuse_stream_prefix(prefix, "checkpoint prefix")
     sym, progress = check_symbol(sym), check_optional_bool(progress, "progress")
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
@@ -370,7 +367,6 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
 def existing_checkpoint_files(prefix: str | os.PathLike, epoch: int) -> tuple[str, str]:
     """``(prefix-symbol.json, prefix-NNNN.params)``; :class:`CheckpointError` naming the
     first that is not a file."""
-    from .paths import checkpoint_files
     files = checkpoint_files(prefix, epoch)
     for path in files:
         if not os.path.isfile(path):
@@ -413,7 +409,6 @@ def load_checkpoint(prefix: str, epoch: int = 0, *,
     except mx.base.MXNetError as err:
         raise GraphError(f"{sym_path}: MXNet cannot load this symbol: {error_text(err)}") from None
     if progress or progress is None:
-        from .progress import byte_bar, preread
         with byte_bar(f"reading {os.path.basename(params_path)}", os.path.getsize(params_path),
                       progress) as bar:
             preread(params_path, bar)

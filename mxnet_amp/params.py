@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 from .dtypes import array_dtype
 from .errors import ParamError
 from .options import name_list
+from .registry import op_input_names
 from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -86,7 +87,6 @@ def model_inputs(arg_names: Sequence[str], arg_params: Mapping,
 def label_inputs(graph: Graph) -> list[str]:
     """The variables that feed an op's ``label`` input (``SoftmaxOutput``,
     ``LinearRegressionOutput``, ``SVMOutput``, ...): inputs, like Module's ``label_names``."""
-    from .registry import op_input_names
     nodes = graph.nodes
     found: dict[str, None] = {}
     for node in nodes:

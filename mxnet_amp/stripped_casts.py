@@ -20,9 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
+from .convert import convert_graph
 from .dtypes import LOW_PRECISION, dtype_of_code
 from .errors import InferenceFailed, StrippedCastsError
 from .graph import Graph
+from .options import make_options
+from .passes.strip_casts import strip_casts
+from .registry import infer_types
 
 if TYPE_CHECKING:
     from mxnet.symbol import Symbol
@@ -45,7 +49,6 @@ def stripped_dtype(graph: Graph, sym: Symbol, params: Mapping[str, str],
     precision, has float16/bfloat16 weights, and does not type-check with float32 inputs
     (a model cast to float16 throughout, inputs declared so, type-checks: it is no such
     model)."""
-    from .registry import infer_types
     if any(n.op == "amp_cast" and n.attrs.get("dtype") in LOW_PRECISION for n in graph.nodes):
         return None
     low = sorted({d for d in params.values() if d in LOW_PRECISION})
@@ -80,9 +83,6 @@ def restore_casts(graph: Graph, params: Mapping[str, str], dtype: str,
     """The conversion of the stripped ``graph`` whose weights get exactly the dtypes
     ``params`` says they are stored in (module doc); :class:`StrippedCastsError` when none
     does. ``dtype`` is :func:`stripped_dtype`'s answer, ``where`` names the files."""
-    from .convert import convert_graph
-    from .options import make_options
-    from .passes.strip_casts import strip_casts
     if dtype not in LOW_PRECISION:
         raise StrippedCastsError(stripped_message(where, params, dtype)
                                  + "; it holds both float16 and bfloat16 params, which no "

@@ -25,8 +25,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .errors import TuneError
+from .dtypes import MX_CODE, np_dtype
+from .errors import TuneError, error_text
 from .graph import Entry, Graph, GraphBuilder, Node
+from .hardware import native_note
+from .io import graph_to_symbol
 from .policy import Category, Decision
 from .tune_cache import TimingCache, machine_key
 from .tuning import KernelCase, KernelTimer, Tuning
@@ -101,8 +104,6 @@ def node_input_shapes(graph: Graph, nodes: Sequence[int],
                       data_shapes: Mapping[str, Sequence[int]]) -> dict[int, tuple[tuple[int, ...], ...]]:
     """The shape of each input of each node of ``graph`` indexed by ``nodes`` (one MXNet shape
     inference of the graph with those inputs as its outputs)."""
-    from .errors import error_text
-    from .io import graph_to_symbol
     wanted = sorted({e[:2] for i in nodes for e in graph.nodes[i].inputs})
     if not wanted:
         return {}
@@ -161,7 +162,6 @@ def case_graph(case: KernelCase, dtype: str) -> Graph:
 
 
 def _code(dtype: str) -> str:
-    from .dtypes import MX_CODE
     return str(MX_CODE[dtype])
 
 
@@ -177,8 +177,6 @@ class MXNetTimer:
         import mxnet as mx
         import numpy as np
 
-        from .dtypes import np_dtype
-        from .io import graph_to_symbol
         rng = np.random.default_rng(0)
         runs = []
         for dtype in ("float32", target_dtype):
@@ -244,7 +242,6 @@ def tuned_decisions(cases: Mapping[KernelCase, Sequence[str]], tuning: Tuning, t
             try:
                 fp32_s, low_s = timer.kernel(case, target_dtype)
             except Exception as err:  # noqa: BLE001 - a kernel that does not run stays fp32
-                from .errors import error_text
                 for name in names:
                     decisions[name] = Decision(Category.FP32, f"{TUNED_PREFIX}{target_dtype} "
                                                f"kernel failed to run here ({error_text(err, 200)})")
@@ -290,7 +287,6 @@ def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions
                         "convert_hybrid_block), --input-shape on the command line, or sample "
                         "inputs (auto_convert_model)")
     if tuning.timer is None:
-        from .hardware import native_note
         note = native_note(target)
         if note is not None:
             raise TuneError(f"tune times {target} kernels on this machine, and {note}")

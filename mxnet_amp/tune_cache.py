@@ -10,6 +10,8 @@ import json
 import os
 
 from .errors import TuneError
+from .hardware import cpu_flags
+from .io import atomic_write
 
 __all__ = ["TimingCache", "machine_key", "CACHE_VERSION"]
 
@@ -23,7 +25,6 @@ def machine_key() -> str:
     """The timings' validity: CPU model, ISA flags, ``DNNL_MAX_CPU_ISA``, MXNet, threads."""
     import mxnet as mx
 
-    from .hardware import cpu_flags
     model = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -76,7 +77,6 @@ class TimingCache:
         """Write the file (atomically; its folder made if missing); nothing without a path."""
         if not self.path:
             return
-        from .io import atomic_write
         folder = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(folder, exist_ok=True)
         text = json.dumps({"version": CACHE_VERSION, "machines": self.machines}, indent=1)

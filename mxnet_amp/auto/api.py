@@ -9,30 +9,30 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names,
-                         check_number, check_symbol)
+from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names, check_number,
+                         check_symbol, param_dict)
 from ..convert import Conversion
 from ..errors import ArgumentError, GraphError
+from ..gluon.adapter import converted_symbol_block
+from ..gluon.model import block_model
 from ..graph import Graph
 from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
-from ..arguments import param_dict
 from ..params import check_data_names, label_inputs, model_inputs
-from ..shape_check.check import check_param_shapes
 from ..policy import check_target_dtype
-from .measure import default_scale_tolerance, default_tolerances
+from ..shape_check.check import check_param_shapes
+from ..warn import warn_user
 from .batches import BatchSource, one_batch_as_list
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
-from .inputs import loss_labels
-from .inputs import sample_inputs as sample_input_arrays
+from .inputs import loss_labels, sample_inputs as sample_input_arrays
+from .measure import default_scale_tolerance, default_tolerances
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
-from .task_metric import task_metric
-from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck
+from .records import AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck, SEARCHES
 from .runner import Runs, context_of, execution_mode
 from .search import low_nodes, reference_and_search
-from ..warn import warn_user
+from .task_metric import task_metric
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -407,8 +407,6 @@ def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str
         The block :func:`mxnet_amp.gluon.adapter.convert_hybrid_block` would build with the chosen
         ``excluded_sym_names`` (the model :func:`auto_convert_model` returned), and the report.
     """
-    from ..gluon.adapter import converted_symbol_block
-    from ..gluon.model import block_model
     if "data_names" in kwargs:
         raise ArgumentError("auto_convert_block takes no 'data_names'; use input_names")
     sym, arg_params, aux_params, names = block_model(block, input_names)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
+from ..emulation import round_array, round_numpy
 from ..graph import Graph
 from ..io import graph_to_symbol
 from ..passes.emulate import emulate_graph
@@ -72,7 +73,6 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, positions
     ~1000x too large)."""
     import mxnet as mx
 
-    from ..emulation import round_array
     feeds: dict = {}
     stored = conversion.variable_dtypes
     for variable in fg.graph.variables():
@@ -106,7 +106,6 @@ def rounding_direction(ref: np.ndarray, dtype: str, rng: np.random.RandomState) 
     (zeros, small integers: nothing to follow), a random-sign move of relative size
     ``PERTURBATION``; where its rounding is not finite (beyond the dtype's range: a range
     culprit, excluded before), nothing."""
-    from ..emulation import round_numpy
     finite = np.isfinite(ref)
     with np.errstate(invalid="ignore", over="ignore"):
         delta = np.where(finite, round_numpy(np.where(finite, ref, 0.0), dtype) - ref, 0.0)

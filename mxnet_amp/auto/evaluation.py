@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from ..progress import stage_bar
+from .dask_pool import DaskPool
 from .measure import check_outputs
 from .records import OutputCheck
 from .workers import InProcess, ModelBlob, ProcessPool
@@ -39,7 +40,6 @@ def batch_pool(workers: int | None, ctx: Context | None, client: Any = None) -> 
     ``workers`` processes here (None: one per core), or this process for one worker or a
     GPU context (a GPU is one device: its batches run here)."""
     if client is not None:
-        from .dask_pool import DaskPool
         return DaskPool(client)
     if workers is None:
         workers = os.cpu_count() or 1

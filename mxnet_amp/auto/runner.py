@@ -7,12 +7,21 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from ..convert import Conversion, convert_model_full
 from ..arguments import check_contexts
-from ..errors import ArgumentError, ParamError, TargetDtypeError
+from ..convert import Conversion, convert_model_full
+from ..dtypes import dtype_name
+from ..emulation import emulate_conversion
+from ..errors import ArgumentError, ParamError, TargetDtypeError, error_text
+from ..graph import Entry, Graph
+from ..hardware import bf16_runs_natively, fp16_runs_natively
+from ..io import graph_from_symbol, graph_to_symbol
 from ..options import ConvertOptions
+from ..passes.fusion_barriers import insert_fusion_barriers
+from .deployed import binds_fused, forward_bound
 from .measure import check_outputs
+from .metrics import MetricCheck
 from .records import AutoSettings, OutputCheck, SearchStep
+from .workers import ModelBlob
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -37,7 +46,6 @@ class Runs:
         self.search = settings.search
         # the checks bind the model as Module does where it will run through oneDNN's
         # fusions (mxnet_amp.auto.deployed), not op by op
-        from .deployed import binds_fused
         self.bound = binds_fused(self.target_dtype, ctx, execution)
         self.bind_error: str | None = None   # why binding failed (the checks ran op by op)
         self.progress = progress
@@ -118,7 +126,6 @@ class Runs:
         bind (some fused graphs do not) runs op by op from then on, and the report says
         why (:func:`mxnet_amp.auto.deployed.deployment_note`)."""
         if self.bound:
-            from ..errors import error_text
             try:
                 return self.forward_bound(sym, args, auxs)
             except RuntimeError as err:   # MXNetError
@@ -129,7 +136,6 @@ class Runs:
                       ) -> list[np.ndarray]:
         """One model execution bound as ``Module`` binds it (oneDNN's fusions applied:
         :func:`mxnet_amp.auto.deployed.forward_bound`)."""
-        from .deployed import forward_bound
         values = {k: v.as_in_context(self.ctx) for k, v in {**arg_params, **aux_params}.items()}
         values.update(self.inputs)
         missing = [n for n in sym.list_inputs() if n not in values]
@@ -156,11 +162,9 @@ class Runs:
             return hit.passed, hit.tolerance_ratio, hit.max_abs_error
         sym, args, auxs, conversion = self.convert(excluded)
         if self.judged:
-            from ..io import graph_to_symbol
             conversion = _judged_conversion(conversion, self.judged, self.bound)
             sym = graph_to_symbol(conversion.graph)
         if self.execution == "emulated":
-            from ..emulation import emulate_conversion
             # no param copies: each check emulates once and runs once, so rounding weights
             # in the graph costs what rounding them ahead would, without holding a copy; the
             # conversion's record gives the graph and every dtype (no inference again)
@@ -177,7 +181,6 @@ class Runs:
         if not _finite_where(self.after_reference, after):
             result = replace(result, passed=False)
         if self.validate is not None:
-            from .metrics import MetricCheck
             passed = bool(self.validate([r.copy() for r in reference], outs))
             metric = self.validate if isinstance(self.validate, MetricCheck) else None
             result = replace(result, criterion="validate" if metric is None else "metric",
@@ -198,8 +201,6 @@ class Runs:
     def _check_data(self, excluded: frozenset, sym: Symbol, params: dict) -> OutputCheck:
         """The check of one configuration over the evaluation data (``self.data``); the
         float32 model runs over it first, once."""
-        from .metrics import MetricCheck
-        from .workers import ModelBlob
         data = self.data
         assert data is not None
         zeros = {k: tuple(v.shape[1:]) for k, v in self.inputs.items() if k not in data.source.names}
@@ -224,8 +225,6 @@ class Runs:
         """The float32 model, its judged tensors (if any) as outputs before its heads."""
         if not self.judged:
             return self.sym
-        from ..graph import Entry, Graph
-        from ..io import graph_from_symbol, graph_to_symbol
         graph = graph_from_symbol(self.sym)
         index = {n.name: i for i, n in enumerate(graph.nodes) if not n.is_variable}
         heads = tuple(Entry(index[name], k) for name, k in self.judged) + tuple(graph.heads)
@@ -235,12 +234,10 @@ class Runs:
     def accuracy_reason(self) -> str:
         """The reason of a node kept because the check failed: ``'metric'`` under a user
         metric, else ``'accuracy'``."""
-        from .metrics import MetricCheck
         return "metric" if isinstance(self.validate, MetricCheck) else "accuracy"
 
     def criterion_words(self) -> str:
         """The check's bound in words ("tolerance 0.01", "rtol 0.01, atol 0.001", ...)."""
-        from .metrics import MetricCheck
         if isinstance(self.validate, MetricCheck):
             v = self.validate
             return f"{v.name} drop allowed {v.max_drop:g} ({v.drop})"
@@ -252,7 +249,6 @@ class Runs:
 
     def input_dtypes(self) -> dict[str, str]:
         """The sample inputs' dtype names."""
-        from ..dtypes import dtype_name
         return {k: dtype_name(v.dtype) for k, v in self.inputs.items()}
 
 
@@ -271,14 +267,12 @@ def _judged_conversion(conversion: Conversion, judged: list[tuple[str, int]],
     barriers (:mod:`mxnet_amp.passes.fusion_barriers`) keep each judged tensor its own."""
     from dataclasses import replace as replace_field
 
-    from ..graph import Entry, Graph
     graph = conversion.graph
     folded = {bn: producer for bn, producer in conversion.folded_batchnorms}
     index = {n.name: i for i, n in enumerate(graph.nodes) if not n.is_variable}
     heads = [Entry(index[folded.get(name, name)], k) for name, k in judged]
     judged_graph = Graph(graph.nodes, tuple(heads) + tuple(graph.heads), graph.attrs)
     if bound:
-        from ..passes.fusion_barriers import insert_fusion_barriers
         judged_graph = insert_fusion_barriers(judged_graph, conversion.result.tensor_dtypes).graph
     return replace_field(conversion, graph=judged_graph)
 
@@ -296,7 +290,6 @@ def context_of(ctx: object) -> Context:
 
 def execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str, str | None]:
     """``('native'|'emulated', note)``; ``execution='auto'`` picks native where it runs."""
-    from ..hardware import bf16_runs_natively, fp16_runs_natively
     if execution not in ("auto", "native", "emulated"):
         raise ArgumentError(f"execution must be 'auto', 'native' or 'emulated', got {execution!r}")
     if execution == "native" and target_dtype == "float16" and ctx.device_type == "cpu":

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import AMPError
+from ..io import symbol_json
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -54,7 +55,6 @@ class ModelBlob:
         if self._state is None:
             import mxnet as mx
 
-            from ..io import symbol_json
             with tempfile.TemporaryDirectory(prefix="mxnet-amp-blob-") as tmp:
                 path = os.path.join(tmp, "params")
                 mx.nd.save(path, self.params)

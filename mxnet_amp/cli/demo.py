@@ -9,8 +9,13 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from .output import finish, native_log_silenced, with_extra, with_hardware_note, with_note
+from ..convert import convert_model_full
+from ..emulation import emulate_model
 from ..errors import CLIError, error_text
+from ..hardware import bf16_runs_natively, fp16_runs_natively
+from ..options import make_options
+from ..report.model import build_report
+from .output import finish, native_log_silenced, with_extra, with_hardware_note, with_note
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -41,9 +46,6 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """The demo itself, its arguments checked."""
-    from ..convert import convert_model_full
-    from ..options import make_options
-    from ..report.model import build_report
     bar = _progress(4 + 2 * args.runs, f"demo {args.model}")
     sym, arg_params, aux_params, x = _demo_model(args.model, args.size, args.batch, args.seed)
     bar.update(1)
@@ -84,7 +86,6 @@ def _low_precision_runs(args: argparse.Namespace, model: tuple[Any, dict, dict],
     if native:
         low, low_times = _timed_runs(*model, x, args.runs, bar)
         return low, low_times, f"native {args.target_dtype}"
-    from ..emulation import emulate_model
     em_sym, em_args, em_aux = emulate_model(*model)
     low, _ = _timed_runs(em_sym, em_args, em_aux, x, 1, bar)
     bar.update(2 * args.runs - 2)
@@ -264,7 +265,6 @@ def _timed_runs(sym: Any, arg_params: Mapping, aux_params: Mapping, x: np.ndarra
 
 
 def _runs_natively(target_dtype: str) -> bool:
-    from ..hardware import bf16_runs_natively, fp16_runs_natively
     with native_log_silenced():
         return bf16_runs_natively() if target_dtype == "bfloat16" else fp16_runs_natively()
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..arguments import check_contexts
-from .model import block_graph, model_params
 from ..convert import convert_model_full
+from ..emulation import emulate_model
 from ..errors import BackendError, error_text
 from ..options import make_options
+from .model import block_graph, model_params
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -28,7 +29,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 
     from ..convert import Conversion
     from ..options import ConvertOptions
-    from .block import AMPSymbolBlock
+    from .block import AMPSymbolBlock   # why: block.py imports mxnet, which `import mxnet_amp` never loads
 
 __all__ = ["convert_hybrid_block", "convert_block", "emulate_block"]
 
@@ -127,7 +128,7 @@ def _symbol_block(sym: Symbol, names: Sequence[str], in_format: Any, out_format:
     import mxnet as mx
     from mxnet.gluon.block import _regroup
 
-    from .block import AMPSymbolBlock
+    from .block import AMPSymbolBlock   # why: block.py imports mxnet, which `import mxnet_amp` never loads
     in_format = _without_none_inputs(in_format) if in_format is not None else None
     # typed inputs let SymbolBlock infer its params' dtypes instead of warning
     input_syms = [mx.sym.var(n, dtype="float32") for n in names]
@@ -259,7 +260,6 @@ def emulate_block(block: HybridBlock,
     AMPSymbolBlock
         Float32 inputs and outputs, low precision rounding simulated.
     """
-    from ..emulation import emulate_model
     names, sym, in_format, out_format = block_graph(block, None)
     ctx_list = _contexts(block, ctx)
     arg_params, aux_params = model_params(block, sym, names)

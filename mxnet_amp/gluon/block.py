@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from mxnet import gluon
 
+from ..fused import graph_low_dtypes
 from ..hardware import warn_amx_off
+from ..io import graph_from_symbol
+from .model import export_block
 
 if TYPE_CHECKING:
     from mxnet.gluon import ParameterDict
@@ -72,8 +75,6 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         # MXNet builds the cached op from the partitioned graph and leaves that graph in
         # _cached_graph; keep it apart and put the converted graph back
         if self._amp_low_dtype is None:   # the first run: what the block computes in
-            from ..fused import graph_low_dtypes
-            from ..io import graph_from_symbol
             low = graph_low_dtypes(graph_from_symbol(self._amp_graph[1]))
             self._amp_low_dtype = "bfloat16" if "bfloat16" in low else "float32"
             warn_amx_off(self._amp_low_dtype, "a converted block's first run")
@@ -135,5 +136,4 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         if remove_amp_cast:
             super().export(os.fspath(path), epoch, remove_amp_cast=True)
             return None
-        from .model import export_block
         return export_block(self, path, epoch, fused_for=fused_for)

@@ -14,6 +14,7 @@ from ..arguments import check_names, check_path
 from ..errors import ArgumentError, DeferredInitError, GraphError, ParamError, error_text
 from ..graph import Graph
 from ..io import graph_from_symbol, graph_to_symbol, save_checkpoint
+from ..paths import check_epoch
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.gluon import HybridBlock
@@ -189,7 +190,6 @@ def export_block(block: HybridBlock, path: str | os.PathLike, epoch: int = 0, *,
         The symbol file and params file paths.
     """
     import mxnet as mx
-    from ..paths import check_epoch
     prefix = str(check_path(path, "path"))
     epoch = check_epoch(epoch)
     sym, arg_params, aux_params, _ = block_model(block)

@@ -16,6 +16,7 @@ import subprocess
 from typing import TYPE_CHECKING
 
 from ..errors import DrawError
+from ..io import atomic_write
 from .layout import CHAR_WIDTH, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, layout
 from .picture import Box, Picture, collapse
 
@@ -177,7 +178,6 @@ def write_graph(conversion: Conversion, path: str | os.PathLike, title: str = ""
     DrawError
         Unknown extension, or PNG asked for with neither renderer available.
     """
-    from ..io import atomic_write
     path = os.fspath(path)
     fmt = check_graph_path(path)
     if fmt == "svg":

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ..errors import InputShapeError, ParamError, error_text
 from ..gcpause import gc_paused
 from ..graph import Graph, attr_ints
+from ..io import graph_from_symbol
 from .cuts import graph_with_cuts
 from .guess import guess_input_shapes, unknown_dim
 from .infer import CONTRADICTION, Checker, symbol_input_names
@@ -96,7 +97,6 @@ def _check_param_shapes(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                         shapes_from: str, input_names: list[str] | None = None) -> None:
     import mxnet as mx
     if graph is None:
-        from ..io import graph_from_symbol
         graph = graph_from_symbol(sym)
     inputs = list(input_names) if input_names is not None else symbol_input_names(sym)
     names = set(inputs)

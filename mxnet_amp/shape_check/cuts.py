@@ -12,6 +12,7 @@ import warnings
 from typing import Mapping
 
 from ..graph import Entry, Graph, Node
+from ..io import graph_to_symbol
 from ..passes.kernel import Outputs, Rewriter
 from .guess import SAME_SHAPE_INPUTS, SHAPE_KEEPING, reader_guess, unknown_dim, windowed_pool
 
@@ -22,7 +23,6 @@ def _pooled_shape(graph: Graph, node: Node, shapes: Mapping[str, tuple]) -> tupl
     """What a ``Pooling`` over an input of unknown size gives: its input's batch and
     channels (inferred from above it), the rest unknown."""
     import mxnet as mx
-    from ..io import graph_to_symbol
     if not node.attrs.get("layout", "NC").startswith("NC"):
         return None
     above = graph_to_symbol(Graph(graph.nodes, node.inputs[:1], graph.attrs))

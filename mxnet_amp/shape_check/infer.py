@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from ..errors import error_text
 from ..graph import Graph
+from ..io import graph_to_symbol
 from .cuts import cut_past
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -63,7 +64,6 @@ class Checker:
     def sym(self) -> Symbol:
         """The graph as a symbol, built when first needed (and again after a cut)."""
         if self._sym is None:
-            from ..io import graph_to_symbol
             self._sym = graph_to_symbol(self.graph)
             self._names = None
         return self._sym
