@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from .retype import bfloat16_bits
+
 __all__ = ["match_constant_dtypes", "repair_float16_constants"]
 
 _FLOAT, _FLOAT16 = 1, 10
@@ -87,7 +89,6 @@ def repair_float16_constants(graph: Any, reference: Any, as_bfloat16: bool = Fal
     labelled FLOAT16 until :func:`~mxnet_amp.onnx.retype.retype_float16_as_bfloat16` relabels
     them (given these names, it keeps their words). Returns the names repaired (an
     attribute's tensor as ``OUTPUT/ATTRIBUTE``)."""
-    from .retype import bfloat16_bits
     from onnx import numpy_helper
     wide = {t.name: t for t in reference.initializer}
     wide.update({f"{n.output[0]}/{a.name}": a.t for n in reference.node for a in n.attribute

@@ -11,20 +11,27 @@ check and ONNX's strict shape inference before its files take their names.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from ..arguments import (check_bool, check_dtype_map, check_int, check_names, check_optional_bool, check_path,
+                         check_symbol, param_dict)
+from ..dtypes import array_dtype
 from ..errors import ArgumentError, InputShapeError, OnnxExportError, OnnxMissingError
-from ..graph import CAST_OPS, Entry, Graph
-from ..io import graph_from_symbol
-from .converters import OPSETS, converter_table, onnx_dtype
+from ..graph import CAST_OPS, Graph
+from ..io import atomic_writes, graph_from_symbol
+from ..passes.relabel_dtype import dtypes_named
+from ..paths import check_outputs
+from .constants import match_constant_dtypes
+from .converters import OPSETS, converter_table
+from .exporter import ExportInputs, exporter_graphs, mxnet_output_name, onnx_output_names
+from .retype import retype_float16_as_bfloat16, widen_where_bfloat16_is_not_onnx
 from .weights import EXTERNAL_DATA_THRESHOLD, WeightPlan, plan_weights
 
-__all__ = ["export_onnx", "OnnxExport", "DEFAULT_OPSET", "onnx_output_names", "check_exportable"]
+__all__ = ["export_onnx", "OnnxExport", "DEFAULT_OPSET", "check_exportable"]
 
 # opset 13: the newest MXNet 1.9.1 converts to (its opset-13 converters cover the ops whose
 # ONNX form changed, Softmax and the reductions among them); onnxruntime and TensorRT run it
@@ -159,13 +166,13 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     graph = graph_from_symbol(sym)
     dtype = _low_dtype(graph, params)
     _refuse_unexportable(graph, opset)
-    exported = _ExportInputs(sym, graph, params, input_shapes, input_dtypes or {})
+    exported = ExportInputs(sym, graph, params, input_shapes, input_dtypes or {})
     plan = plan_weights(params, exported.weights, f"{os.path.basename(path)}.data", external_data, external_threshold)
     data_path = path + ".data" if plan.location else None
     _check_paths(path, data_path, protect)
-    proto, repaired = _exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
+    proto, repaired = exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
     names = list(output_names) if output_names is not None else onnx_output_names(graph)
-    model, widened, constants = _finish(proto, plan, [_mxnet_output_name(n) for n in sym.list_outputs()],
+    model, widened, constants = _finish(proto, plan, [mxnet_output_name(n) for n in sym.list_outputs()],
                                         names, exported.data, dtype, opset, dynamic_batch, repaired)
     _write(model, plan, path, data_path)
     return _record(model, graph, path, data_path, opset, dtype, dynamic_batch, widened,
@@ -177,8 +184,6 @@ def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes:
                        external_data: Any, external_threshold: Any) -> tuple[str, dict[str, Any]]:
     """The export's path and params (arg and aux together), each argument checked first: an
     :class:`~mxnet_amp.errors.ArgumentError` (or GraphError / ParamError) naming it."""
-    from ..arguments import (check_bool, check_dtype_map, check_int, check_names, check_optional_bool,
-                            check_path, check_symbol, param_dict)
     check_symbol(sym)
     params = {**param_dict(arg_params, "arg_params"), **param_dict(aux_params, "aux_params")}
     if not isinstance(input_shapes, Mapping) or not all(
@@ -210,8 +215,6 @@ def _import_onnx() -> None:
 
 def _low_dtype(graph: Graph, params: Mapping[str, Any]) -> str | None:
     """float16, bfloat16 or None: the model's low precision dtype (one at most)."""
-    from ..dtypes import array_dtype
-    from ..passes.relabel_dtype import dtypes_named
     found = (dtypes_named(graph) | {array_dtype(a) for a in params.values()}) & {"float16", "bfloat16"}
     if len(found) > 1:
         raise OnnxExportError([("(model)", "-", "holds both float16 and bfloat16 tensors; the "
@@ -235,145 +238,6 @@ def _refuse_unexportable(graph: Graph, opset: int) -> None:
         raise OnnxExportError(missing)
 
 
-class _ExportInputs:
-    """The exporter's view of the inputs: data inputs (shapes given) then weights, in the
-    symbol's ``list_inputs`` order, each with its shape and dtype name."""
-
-    def __init__(self, sym: Any, graph: Graph, params: Mapping[str, Any],
-                 shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, str]) -> None:
-        from ..dtypes import array_dtype
-        internals = sym.get_internals()
-        # MXNet's exporter skips this one input (a loss's label), as it names it
-        label = internals[len(internals) - 1].name + "_label"
-        self.names = [n for n in sym.list_inputs() if n != label]
-        self.data = [n for n in self.names if n not in params]
-        self.weights = [n for n in self.names if n in params]
-        unknown = sorted(set(shapes) - set(self.data) - {label})
-        missing = [n for n in self.data if n not in shapes]
-        if unknown or missing:
-            raise InputShapeError(
-                f"input shapes must name each model input ({', '.join(self.data)}): "
-                + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
-                            + ([f"not a model input: {', '.join(unknown)}"] if unknown else [])))
-        self.shapes = {n: tuple(int(d) for d in shapes[n]) for n in self.data}
-        self.shapes.update({n: tuple(params[n].shape) for n in self.weights})
-        self.dtypes = {n: dtypes.get(n, "float32") for n in self.data}
-        self.dtypes.update({n: array_dtype(params[n]) for n in self.weights})
-
-
-def _mxnet_graph(inputs: _ExportInputs, graph: Graph, relabel: Mapping[str, str], opset: int,
-                 dynamic_batch: bool) -> Any:
-    """MXNet's exporter run on the model, every input (weights too) a typed graph input, each
-    dtype in ``relabel`` shown to the exporter as the dtype it maps to."""
-    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
-    from .converters import register_converters
-    from ..passes.relabel_dtype import relabel_dtype
-    register_converters()
-    shown = graph
-    for old, new in relabel.items():
-        shown = relabel_dtype(shown, old, new)
-    types = [onnx_dtype(relabel.get(inputs.dtypes[n], inputs.dtypes[n])) for n in inputs.names]
-    shapes = [inputs.shapes[n] for n in inputs.names]
-    dynamic = [((None,) + s[1:]) if n in inputs.data else s for n, s in zip(inputs.names, shapes)]
-    try:
-        with _graph_checked_at(opset):
-            return MXNetGraph().create_onnx_graph_proto(
-                _casts_kept_symbol(shown), {}, shapes, types, opset_version=opset,
-                dynamic=dynamic_batch, dynamic_input_shapes=dynamic if dynamic_batch else None)
-    except Exception as err:  # a converter's own failure: name the node it was converting
-        node = _failing_node(err)
-        what = "MXNet's converter" if node else "MXNet's exporter"
-        raise OnnxExportError([(node.get("name", "(graph)"), node.get("op", "-"),
-                                f"{what} failed: {type(err).__name__}: {err}")]) from err
-
-
-def _exporter_graphs(inputs: _ExportInputs, graph: Graph, dtype: str | None, opset: int,
-                     dynamic_batch: bool) -> tuple[Any, frozenset[str]]:
-    """The exporter's graph and the constants repaired (for bfloat16: holding bfloat16
-    words, rounded once from float32), its float16 constants made right: MXNet writes them as the bits
-    of a float16 read as a number (``np.float16(v).view(np.uint16)`` passed to onnx's
-    ``make_tensor``, which since onnx 1.13 converts values itself: a clip at 6 clips at
-    17920), so each takes its value from a float32 export of the same graph instead."""
-    from .constants import repair_float16_constants
-    if dtype is None:
-        return _mxnet_graph(inputs, graph, {}, opset, dynamic_batch), frozenset()
-    # MXNet's exporter knows no bfloat16: a bfloat16 model is exported relabelled float16
-    proto = _mxnet_graph(inputs, graph, {"bfloat16": "float16"}, opset, dynamic_batch)
-    wide = _mxnet_graph(inputs, graph, {dtype: "float32"}, opset, dynamic_batch)
-    repaired = repair_float16_constants(proto, wide, as_bfloat16=dtype == "bfloat16")
-    return proto, frozenset(repaired)
-
-
-@contextlib.contextmanager
-def _graph_checked_at(opset: int) -> Iterator[None]:
-    """MXNet's exporter ends with ``onnx.checker.check_graph(graph)``, which checks against
-    onnx's default context: the newest opset the onnx package knows (19 for onnx 1.14), not
-    the one exported. An opset-13 ReduceMean (its ``axes`` an attribute until opset 18: every
-    LayerNorm) then fails that check although it is right. The default context is set to
-    the exported opset for the call, and restored after."""
-    from onnx import checker
-    before = checker.DEFAULT_CONTEXT.opset_imports
-    checker.DEFAULT_CONTEXT.opset_imports = {"": opset}
-    try:
-        yield
-    finally:
-        checker.DEFAULT_CONTEXT.opset_imports = before
-
-
-def _failing_node(err: BaseException) -> dict:
-    """The MXNet JSON node ``MXNetGraph.convert_layer`` was converting when ``err`` rose."""
-    tb = err.__traceback__
-    node: dict = {}
-    while tb is not None:
-        if tb.tb_frame.f_code.co_name == "convert_layer":
-            node = tb.tb_frame.f_locals.get("node", node)
-        tb = tb.tb_next
-    return node
-
-
-def _casts_kept_symbol(graph: Graph) -> Any:
-    """A Symbol of ``graph`` whose ``tojson()`` keeps the amp casts: MXNet's exporter reads
-    the graph through ``tojson()``, which drops casts by default (``remove_amp_cast``)."""
-    import mxnet as mx
-    from ..io import graph_to_symbol
-
-    class CastsKeptSymbol(mx.sym.Symbol):
-        def tojson(self, remove_amp_cast: bool = False) -> str:
-            return str(super().tojson(remove_amp_cast=False))
-
-    sym = graph_to_symbol(graph)
-    kept = CastsKeptSymbol(sym.handle)
-    sym.handle = None   # the handle changes owner: freed once, by ``kept``
-    return kept
-
-
-def onnx_output_names(graph: Graph) -> list[str]:
-    """The float32 model's output names as MXNet's exporter writes them: each head followed
-    through the casts a conversion puts before it (dtype only: the tensor is the same)."""
-    import mxnet as mx
-    from ..io import graph_to_symbol
-    heads = []
-    for head in graph.heads:
-        while graph.nodes[head.node].op in CAST_OPS:
-            node = graph.nodes[head.node]
-            head = node.inputs[head.output if node.op == "amp_multicast" else 0]
-        heads.append(Entry(head.node, head.output))
-    sym = graph_to_symbol(Graph(graph.nodes, tuple(heads), graph.attrs))
-    assert isinstance(sym, mx.sym.Symbol)
-    return [_mxnet_output_name(n) for n in sym.list_outputs()]
-
-
-def _mxnet_output_name(name: str) -> str:
-    """MXNet's exporter's name for a symbol output (``MXNetGraph.get_outputs``' rule)."""
-    import re
-    for suffix, end in (("_state_output", "1"), ("_statecell_output", "2"), ("_output", "")):
-        if name.endswith(suffix):
-            return name[:-len(suffix)] + end
-    if re.search(".*_output[0-9]$", name):
-        return name[:-len("_output0")] + name[-1]
-    return name
-
-
 def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequence[str],
             data: Sequence[str], dtype: str | None, opset: int, dynamic_batch: bool,
             repaired: frozenset[str]) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
@@ -381,8 +245,6 @@ def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequen
     initializers (no longer graph inputs), the outputs in the symbol's order under
     ``names``, bfloat16 relabelled, the batch dimension named."""
     from onnx import helper
-    from .constants import match_constant_dtypes
-    from .retype import retype_float16_as_bfloat16, widen_where_bfloat16_is_not_onnx
     model = helper.make_model(proto, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="mxnet-amp")
     graph = model.graph
@@ -439,7 +301,6 @@ def _rename_outputs(proto: Any, exported: Sequence[str], names: Sequence[str]) -
 
 
 def _check_paths(path: str, data_path: str | None, protect: Sequence[str | os.PathLike]) -> None:
-    from ..paths import check_outputs
     check_outputs([("input file", p) for p in protect],
                   [("ONNX model", path), ("ONNX external data", data_path)])
 
@@ -462,7 +323,6 @@ def _write(model: Any, plan: WeightPlan, path: str, data_path: str | None) -> No
     on disk before either file takes its name. The checks read a small skeleton of the
     model beside it (:meth:`WeightPlan.skeleton`): ONNX's checker loads a whole model file,
     which would be one more copy of the weights."""
-    from ..io import atomic_writes
     written: dict[str, str] = {}
 
     def write_data(tmp: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..dtypes import array_dtype
+from ..dtypes import array_dtype, array_nbytes
 from .converters import onnx_dtype
 
 __all__ = ["EXTERNAL_DATA_THRESHOLD", "SMALL_TENSOR_BYTES", "WeightPlan", "plan_weights",
@@ -143,5 +143,4 @@ def plan_weights(params: Mapping[str, Any], names: Sequence[str], data_location:
 
 
 def _nbytes(array: Any) -> int:
-    from ..dtypes import array_nbytes
     return array_nbytes(array)
