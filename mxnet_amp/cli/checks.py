@@ -19,6 +19,7 @@ __all__ = ["check_prefix", "out_prefix", "check_before_work", "in_cli_terms", "o
 
 
 def check_prefix(prefix: str, epoch: int) -> None:
+    """:class:`CLIError` naming the first file of checkpoint ``prefix``/``epoch`` that is missing."""
     for path in checkpoint_files(prefix, epoch):
         if not os.path.isfile(path):
             raise CLIError(f"checkpoint file not found: {path}")
