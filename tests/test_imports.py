@@ -149,7 +149,7 @@ _BOUNDARY = ("io", "params", "paths", "progress", "interrupts", "hardware", "gcp
              "weight_range", "fused", "tune", "tune_cache")
 _PIPELINES = ("convert", "record", "pipeline", "checkpoint", "bucketing", "emulation", "stripped_casts")
 # rank of each top-level name (a module, or a subpackage with all its modules); a module may
-# import ranks up to its own, and a subpackage of rank 4 only itself among rank 4
+# import ranks up to its own, and a subpackage of rank 5 only itself among rank 5
 _RANK = {**dict.fromkeys(_CORE, 0), **dict.fromkeys(_BOUNDARY, 1), "passes": 2, "shape_check": 3,
          **dict.fromkeys(_PIPELINES, 4), "gluon": 5, "report": 5, "onnx": 5, "auto": 6, "cli": 7,
          "__main__": 8}

@@ -272,8 +272,8 @@ def test_a_refused_temporary_file_is_named_by_the_path_asked_for(tmp_path, monke
     import tempfile
     from mxnet_amp.errors import OutputPathError
     from mxnet_amp.io import atomic_write
-    import mxnet_amp.paths as paths
-    monkeypatch.setattr(paths, "check_writable", lambda outputs: None)
+    import mxnet_amp.io as io   # atomic_writes looks check_writable up there
+    monkeypatch.setattr(io, "check_writable", lambda outputs: None)
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / ".r.json.abc.tmp"))
