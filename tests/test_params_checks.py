@@ -1,15 +1,15 @@
-"""mxnet_amp.params: param casts, model inputs and the checks of params against a symbol."""
+"""mxnet_amp.params: the rounding cast, model inputs and the checks of params against a symbol
+(recast_params has tests/test_params.py)."""
 import warnings
 
 import mxnet as mx
-import numpy as np
 import pytest
 
 from mxnet_amp.dtypes import array_dtype
 from mxnet_amp.errors import ParamError
 from mxnet_amp.io import graph_from_symbol
 from mxnet_amp.params import (cast_array, check_params, default_data_names, label_inputs,
-                              model_inputs, name_list, recast_params)
+                              model_inputs, name_list)
 
 
 def test_cast_array_rounds_to_nearest_even_for_bfloat16():
@@ -60,12 +60,3 @@ def test_check_params_names_missing_unused_and_float64_params():
         check_params(names, [], {"fc_weight": w, "fc_bias": b, "old": b}, {}, ["data"], strict=True)
     with pytest.raises(ParamError, match="not float32"):
         check_params(names, [], {"fc_weight": w.astype("float64"), "fc_bias": b}, {}, ["data"])
-
-
-def test_recast_params_leaves_its_input_alone_and_shares_what_is_right():
-    """Arrays cast get new NDArrays; arrays already in their dtype (or with None) are shared."""
-    params = {"a": mx.nd.ones((4,)), "b": mx.nd.ones((4,)), "c": mx.nd.ones((2, 2))}
-    out = recast_params(params, {"a": "float16", "b": None, "c": "float32"})
-    assert array_dtype(out["a"]) == "float16" and array_dtype(params["a"]) == "float32"
-    assert out["b"] is params["b"] and out["c"] is params["c"]
-    np.testing.assert_array_equal(out["a"].asnumpy(), np.ones(4))
