@@ -20,7 +20,8 @@ _SYS_ARCH_PRCTL = 158           # x86_64 syscall number
 
 @contextlib.contextmanager
 def environ_set(name: str, value: str | None) -> Iterator[None]:
-    """``os.environ[name]`` is ``value`` inside the block (None: unset), as it was after.
+    """``os.environ[name]`` is ``value`` inside the block (None: unset), and as it was before
+    once the block ends (even by an exception).
 
     MXNet reads some settings from the environment each time they apply, not once:
     ``MXNET_SUBGRAPH_BACKEND`` at each bind, ``OMP_NUM_THREADS`` as a spawned child starts.
