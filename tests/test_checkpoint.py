@@ -35,9 +35,10 @@ def test_write_false_converts_without_writing(tmp_path):
     """write=False (what inspect does) returns the conversion and leaves the folder as it was."""
     prefix = _fp32_checkpoint(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
-    conversion, _, _, _ = convert_checkpoint(prefix, write=False)
+    conversion, args, _, _ = convert_checkpoint(prefix, write=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
-    assert conversion is not None
+    assert conversion.result.node_dtypes["fc1"] == "float16"
+    assert array_dtype(args["fc1_weight"]) == "float16"
 
 
 def test_an_output_that_is_the_input_is_refused_before_reading(tmp_path):
