@@ -68,6 +68,20 @@ def block_checkpoint(net):
         return mx.model.load_checkpoint(prefix, 0)
 
 
+def imported_block(sym, arg_params, aux_params, input_names=("data",)):
+    """A ``SymbolBlock`` of the model as a user loads a checkpoint: written by
+    :func:`mxnet_amp.io.save_checkpoint` (casts kept), read by ``SymbolBlock.imports``
+    (each param keeps its saved dtype). Not hybridized."""
+    import mxnet as mx
+    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.paths import checkpoint_files
+    with tempfile.TemporaryDirectory() as d:
+        prefix = os.path.join(d, "model")
+        save_checkpoint(prefix, 0, sym, arg_params, aux_params)
+        sym_file, params_file = checkpoint_files(prefix, 0)
+        return mx.gluon.SymbolBlock.imports(sym_file, list(input_names), params_file, ctx=mx.cpu())
+
+
 def zoo_checkpoint(name: str, image_size: int | None = None, calibrate: bool = False):
     """``(sym, arg_params, aux_params)`` of a gluoncv zoo model with random weights
     (:func:`zoo_net`), exported and loaded back as a user's checkpoint is."""
@@ -168,10 +182,10 @@ CONVERTERS: Mapping[str, Callable] = {"ours": convert_ours, "contrib": convert_c
 
 
 def error_text(err: BaseException) -> str:
-    """First meaningful line of an exception, for a result file."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    first = next((ln for ln in lines if "Check failed" in ln or "Error" in ln), lines[0] if lines else "")
-    return f"{type(err).__name__}: {first[:300]}"
+    """The exception's type and meaningful line (:func:`mxnet_amp.errors.error_text`), for a
+    result file."""
+    from mxnet_amp.errors import error_text as meaningful_line
+    return f"{type(err).__name__}: {meaningful_line(err, 300)}"
 
 
 def try_convert(which: str, sym, arg_params, aux_params, **kw) -> dict:

@@ -60,7 +60,6 @@ QUICK = [("resnet18_v1_64px", ("zoo", "resnet18_v1", 64), {1: (2, 1), 2: (2, 1)}
 def user_block(spec):
     """``(the user's fp32 block, make_input(batch), what it is)``."""
     import mxnet as mx
-    from mxnet import gluon
     if spec[0] == "deconv":
         return _deconv_head_block(*spec[1:])
     if spec[0] == "zoo":
@@ -72,9 +71,7 @@ def user_block(spec):
         return net, images, f"gluoncv {name} (random He init, calibrated BatchNorm), {size}px"
     cfg = spec[1]
     sym, args, auxs = C.bert_encoder(**cfg)
-    net = gluon.SymbolBlock(sym, [mx.sym.var("data", dtype="float32")])
-    params = {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in auxs.items()}}
-    net.collect_params().load_dict(params, ctx=mx.cpu())
+    net = C.imported_block(sym, args, auxs)
     net.hybridize()
 
     def tokens(batch):

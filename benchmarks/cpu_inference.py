@@ -111,13 +111,7 @@ def module_runner(sym, args, auxs, data):
 def gluon_runner(sym, args, auxs, data, backend: str | None = None):
     """A hybridized ``SymbolBlock`` holding the params in their own dtypes (no fusion unless
     ``backend`` names a subgraph backend, e.g. ``'MKLDNN'``)."""
-    import mxnet as mx
-    from mxnet import gluon
-    net = gluon.SymbolBlock([sym[k] for k in range(len(sym.list_outputs()))],
-                            [mx.sym.var("data", dtype="float32")])
-    params = {f"arg:{k}": v for k, v in args.items()}
-    params.update({f"aux:{k}": v for k, v in auxs.items()})
-    net.collect_params().load_dict(params, ctx=mx.cpu(), cast_dtype=True, dtype_source="saved")
+    net = C.imported_block(sym, args, auxs)
     net.hybridize(static_alloc=True, static_shape=True, **({"backend": backend} if backend else {}))
 
     def run():

@@ -70,18 +70,14 @@ def build(name: str, size: int | None, rng: np.random.Generator):
 # ---------------------------------------------------------------------------- paths
 
 def _module(sym, args, auxs, inputs, fuse: bool):
+    import contextlib
+
     import mxnet as mx
-    saved = os.environ.get("MXNET_SUBGRAPH_BACKEND")
-    if not fuse:
-        os.environ["MXNET_SUBGRAPH_BACKEND"] = "NONE"   # read by MXNet at each bind
-    try:
+    from mxnet_amp.hardware import environ_set
+    # MXNet reads MXNET_SUBGRAPH_BACKEND at each bind; NONE turns its fusion off
+    with contextlib.nullcontext() if fuse else environ_set("MXNET_SUBGRAPH_BACKEND", "NONE"):
         mod = mx.mod.Module(sym, data_names=list(inputs), label_names=None, context=mx.cpu())
         mod.bind(data_shapes=[(k, v.shape) for k, v in inputs.items()], for_training=False)
-    finally:
-        if saved is None:
-            os.environ.pop("MXNET_SUBGRAPH_BACKEND", None)
-        else:
-            os.environ["MXNET_SUBGRAPH_BACKEND"] = saved
     mod.set_params(args, auxs)
     mod.forward(mx.io.DataBatch([mx.nd.array(v) for v in inputs.values()]), is_train=False)
     return mod.get_outputs()[0].astype("float32").asnumpy()
@@ -98,12 +94,11 @@ def _simple_bind(sym, args, auxs, inputs):
 
 def _saved(sym, args, auxs, folder: str):
     """The model as files, casts kept: ``(symbol file, params file)``."""
-    import mxnet as mx
-    sym_file, params_file = os.path.join(folder, "m-symbol.json"), os.path.join(folder, "m-0000.params")
-    sym.save(sym_file, remove_amp_cast=False)
-    mx.nd.save(params_file, {**{f"arg:{k}": v for k, v in args.items()},
-                             **{f"aux:{k}": v for k, v in auxs.items()}})
-    return sym_file, params_file
+    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.paths import checkpoint_files
+    prefix = os.path.join(folder, "m")
+    save_checkpoint(prefix, 0, sym, args, auxs)
+    return checkpoint_files(prefix, 0)
 
 
 def _symbolblock(files, inputs):

@@ -1,9 +1,10 @@
 """What this machine can execute in low precision."""
 from __future__ import annotations
 
+import contextlib
 import os
 from functools import lru_cache
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from .dtypes import bfloat16_np
 from .policy import check_target_dtype
@@ -13,11 +14,41 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
 
 __all__ = ["bf16_runs_natively", "fp16_runs_natively", "runs_natively", "native_note",
-           "enable_amx", "cpu_flags", "amx_off_note", "warn_amx_off", "AMXOffWarning"]
+           "enable_amx", "cpu_flags", "amx_off_note", "warn_amx_off", "AMXOffWarning",
+           "environ_set"]
 
 _ARCH_REQ_XCOMP_PERM = 0x1023   # arch_prctl code: ask Linux for an extended CPU state
 _XFEATURE_XTILEDATA = 18        # AMX tile data
 _SYS_ARCH_PRCTL = 158           # x86_64 syscall number
+
+
+@contextlib.contextmanager
+def environ_set(name: str, value: str | None) -> Iterator[None]:
+    """``os.environ[name]`` is ``value`` inside the block (None: unset), and as it was before
+    once the block ends (even by an exception).
+
+    MXNet reads some settings from the environment each time they apply, not once:
+    ``MXNET_SUBGRAPH_BACKEND`` at each bind, ``OMP_NUM_THREADS`` as a spawned child starts.
+
+    Parameters
+    ----------
+    name : str
+        The environment variable.
+    value : str or None
+        Its value in the block; None removes it there.
+    """
+    before = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 @lru_cache(maxsize=None)

@@ -10,7 +10,6 @@ same for any number of workers.
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import queue
 import tempfile
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import AMPError
+from ..hardware import environ_set
 from ..io import symbol_json
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -145,21 +145,6 @@ def _worker_main(inbox: Any, outbox: Any) -> None:
             outbox.put(("error", index, traceback.format_exc()))
 
 
-@contextlib.contextmanager
-def _threads_for_children(threads: int) -> Iterator[None]:
-    """``OMP_NUM_THREADS`` for processes started in the block (a spawned child reads the
-    environment as it starts, before it loads MXNet's OpenMP); restored after."""
-    before = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = before
-
-
 class ProcessPool:
     """``workers`` spawned processes on this machine, each with ``threads`` OpenMP threads
     (default: the cores shared out, so that the workers do not oversubscribe them)."""
@@ -173,7 +158,8 @@ class ProcessPool:
         self.outboxes = [context.Queue() for _ in range(self.workers)]
         self.processes = [context.Process(target=_worker_main, args=(i, o), daemon=True)
                           for i, o in zip(self.inboxes, self.outboxes)]
-        with _threads_for_children(self.threads):
+        # a spawned child reads OMP_NUM_THREADS as it starts, before it loads MXNet's OpenMP
+        with environ_set("OMP_NUM_THREADS", str(self.threads)):
             for p in self.processes:
                 p.start()
         self.loaded: list[Any] = [None] * self.workers

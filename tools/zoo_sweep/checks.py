@@ -2,30 +2,17 @@
 cast stripping, the tensors the sweep checks (and their names across a conversion)."""
 from __future__ import annotations
 
-import contextlib
-import os
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from mxnet_amp.graph import ANY_CAST_OPS
-from mxnet_amp.passes.dense_outputs import BOUNDARY_OPS
+from mxnet_amp.hardware import environ_set
+from mxnet_amp.passes.dense_outputs import dense_outputs
 
 
-@contextlib.contextmanager
 def _subgraph_backend(name: str | None):
     """Binds inside use MXNet's graph partitioning backend ``name`` (None: the default,
     oneDNN fusion on CPU); MXNet reads ``MXNET_SUBGRAPH_BACKEND`` at each bind."""
-    before = os.environ.get("MXNET_SUBGRAPH_BACKEND")
-    if name is None:
-        os.environ.pop("MXNET_SUBGRAPH_BACKEND", None)
-    else:
-        os.environ["MXNET_SUBGRAPH_BACKEND"] = name
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("MXNET_SUBGRAPH_BACKEND", None)
-        else:
-            os.environ["MXNET_SUBGRAPH_BACKEND"] = before
+    return environ_set("MXNET_SUBGRAPH_BACKEND", name)
 
 
 def _bind_forward(sym, args, auxs, data, backend: str | None = "NONE"):
@@ -64,22 +51,9 @@ def strip_casts(sym):
     return graph_to_symbol(strip(graph_from_symbol(sym)))
 
 
-# the ops after which outputs are judged at the dense tensors before them: the automatic
-# mode's own sets (ordering / selection, box decoding, comparisons)
-
-
-def _upstream(graph, start: Iterable[int]) -> set[int]:
-    seen, stack = set(), list(start)
-    while stack:
-        i = stack.pop()
-        if i not in seen:
-            seen.add(i)
-            stack.extend(e.node for e in graph.nodes[i].inputs)
-    return seen
-
-
 def checked_entries(graph):
-    """``(heads to compare, heads past a boundary op, extra entries to compare)``.
+    """``(heads to compare, heads past a boundary op, extra entries to compare)``, as lists
+    (:func:`mxnet_amp.passes.dense_outputs.dense_outputs`, the automatic mode's own split).
 
     A head downstream of top-k / NMS / argmax, a comparison
     or box decoding (:data:`mxnet_amp.passes.dense_outputs.BOUNDARY_OPS`) is only checked for
@@ -87,20 +61,8 @@ def checked_entries(graph):
     boxes, and decoding exponentiates huge random regressions.
     Instead the float inputs of the first such ops on each path (the dense scores and box
     regressions) are compared."""
-    boundary = [i for i, n in enumerate(graph.nodes) if n.op in BOUNDARY_OPS]
-    first = [i for i in boundary
-             if not any(graph.nodes[j].op in BOUNDARY_OPS
-                        for j in _upstream(graph, [e.node for e in graph.nodes[i].inputs]))]
-    dense, after = [], []
-    for k, head in enumerate(graph.heads):
-        up = _upstream(graph, [head.node])
-        (after if any(i in up for i in boundary) else dense).append(k)
-    extra = []
-    for i in first:
-        for e in graph.nodes[i].inputs:
-            if e not in extra and not graph.nodes[e.node].is_variable:
-                extra.append(e)
-    return dense, after, extra
+    split = dense_outputs(graph)
+    return list(split.dense), list(split.after), list(split.feeds)
 
 
 def _named(graph, skip_casts: bool = True) -> dict[tuple[str, int], int]:

@@ -1,0 +1,47 @@
+"""mxnet_amp.auto.workers: one model run over many batches, here or in worker processes."""
+import pickle
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxnet_amp.auto.batches import Batch
+from mxnet_amp.auto.workers import InProcess, ModelBlob, WorkerError, run_model
+
+
+def _blob(key="fc"):
+    """data -> fc (3 -> 2), weights fixed, as a ModelBlob."""
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
+    params = {"fc_weight": mx.nd.array([[1, 0, 0], [0, 1, 1]]), "fc_bias": mx.nd.array([0.5, 0])}
+    return ModelBlob(key, sym, params, {"data": "float32"})
+
+
+def test_a_blob_runs_a_batch_to_float32_numpy():
+    """The outputs are numpy float32 arrays computed from the blob's params."""
+    out = _blob().run({"data": np.array([[1, 2, 3]], dtype=np.float32)})
+    assert out[0].dtype == np.float32
+    np.testing.assert_allclose(out[0], [[1.5, 5.0]])
+
+
+def test_a_pickled_blob_runs_the_same():
+    """What a worker receives (symbol JSON and params bytes) runs to the same outputs."""
+    blob = _blob()
+    again = pickle.loads(pickle.dumps(blob))
+    x = {"data": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)}
+    np.testing.assert_array_equal(again.run(x)[0], blob.run(x)[0])
+    assert again.key == "fc"
+
+
+def test_in_process_keeps_batch_order():
+    """InProcess yields (batch, outputs) in the batches' order."""
+    batches = [Batch(k, {"data": np.full((1, 3), k, dtype=np.float32)}, []) for k in range(3)]
+    got = list(InProcess().map(_blob(), batches))
+    assert [b.index for b, _ in got] == [0, 1, 2]
+    assert [float(outs[0][0, 0]) for _, outs in got] == [0.5, 1.5, 2.5]
+
+
+def test_run_model_names_missing_inputs():
+    """A CachedOp input without a value is a WorkerError naming it."""
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
+    with pytest.raises(WorkerError, match="fc_weight"):
+        run_model(mx.nd.CachedOp(sym), sym.list_inputs(), {"data": mx.nd.ones((1, 3))})

@@ -1,0 +1,69 @@
+"""mxnet_amp.cli.output (cli/output): what every command prints and writes."""
+import json
+import os
+from argparse import Namespace
+
+import mxnet as mx
+
+from mxnet_amp.cli.output import (PROG, finish, native_log_silenced, say, with_extra, with_note,
+                                  write_outputs)
+from mxnet_amp.convert import convert_graph
+from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.options import make_options
+from mxnet_amp.report.model import build_report
+
+
+def _conversion_and_report():
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc")
+    conv = convert_graph(graph_from_symbol(sym), make_options("bfloat16"), data_names=["data"])
+    return conv, build_report(conv, model="tiny")
+
+
+def _args(**kw):
+    base = dict(report=None, graph=None, html=None, quiet=False, detail=False)
+    base.update(kw)
+    return Namespace(**base)
+
+
+def test_say_writes_to_stderr_only(capsys):
+    """Messages go to stderr; stdout is kept for the report."""
+    say(f"{PROG}:", "hello")
+    out, err = capsys.readouterr()
+    assert out == "" and err == "mxnet-amp: hello\n"
+
+
+def test_notes_and_extra_are_added_without_changing_the_report():
+    """with_note appends to extra['notes'], with_extra merges; the original is untouched."""
+    _, report = _conversion_and_report()
+    noted = with_note(with_note(report, "first"), "second")
+    assert noted.extra["notes"] == ["first", "second"]
+    assert "notes" not in report.extra
+    assert with_extra(noted, {"native": True}).extra["native"] is True
+
+
+def test_write_outputs_writes_the_files_the_flags_name(tmp_path):
+    """--report writes the report JSON and --html a page holding the graph picture."""
+    conv, report = _conversion_and_report()
+    rep, page = tmp_path / "r.json", tmp_path / "r.html"
+    written = write_outputs(_args(report=str(rep), html=str(page)), conv, report)
+    assert written == [str(rep), str(page)]
+    assert json.loads(rep.read_text())["model"] == "tiny"
+    assert "<svg" in page.read_text()
+
+
+def test_finish_prints_the_table_to_stderr_when_the_report_goes_to_stdout(capsys):
+    """With --report - the JSON alone is on stdout; the table and 'wrote -' go to stderr."""
+    conv, report = _conversion_and_report()
+    finish(_args(report="-"), conv, report, ["a finding"])
+    out, err = capsys.readouterr()
+    assert json.loads(out)["model"] == "tiny"
+    assert "a finding" in err and "wrote - (standard output)" in err
+
+
+def test_native_log_silenced_hides_fd2_and_restores_it(capfd):
+    """What is written to file descriptor 2 inside the block is dropped; after, it shows again."""
+    with native_log_silenced():
+        os.write(2, b"hidden\n")
+    os.write(2, b"shown\n")
+    err = capfd.readouterr().err
+    assert "hidden" not in err and "shown" in err
