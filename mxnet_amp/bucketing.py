@@ -44,12 +44,12 @@ def _folded_bucket(graph: Graph, originals: Mapping, options: ConvertOptions, pr
     """``graph`` with its BatchNorms folded as the default bucket's were (from the original
     float32 params: the same arithmetic gives the same folded weights); a bucket where
     folding reads a param the default bucket's folding did not produce is refused."""
-    from .convert import fold_model
+    from .pipeline import fold_model
     if not options.fold_batchnorm:
         return graph
     used = {n.name for n in graph.variables()}
     args = {k: v for k, v in originals.items() if k in used}
-    graph, *_ = fold_model(graph, args, {}, options.excluded & present)
+    graph, *_ = fold_model(graph, args, {}, options.keeping_only(present).fp32_nodes)
     extra = sorted({n.name for n in graph.variables()} & set(originals) - set(param_dtypes))
     if extra:
         raise GraphError(f"this bucket's BatchNorms fold differently from the default bucket's "
@@ -91,7 +91,7 @@ def _bucket_options(options: ConvertOptions, present: set[str]) -> ConvertOption
     """``options`` for a bucket other than the default one: its params already stored as
     the default bucket decided, and excluded only the names the bucket's graph has."""
     # unrolled buckets differ in length: a node excluded in one may not exist here
-    return replace(options.excluding(options.excluded & present), cast_optional_params=False)
+    return replace(options.keeping_only(present), cast_optional_params=False)
 
 
 def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str = "float16",
@@ -156,7 +156,7 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
     new_sym, new_args, new_auxs, _ = convert_model_full(
         sym, {k: v for k, v in arg_params.items() if k in used},
         {k: v for k, v in aux_params.items() if k in used},
-        options.excluding(options.excluded & _node_names(sym)), data_names=inputs)
+        options.keeping_only(_node_names(sym)), data_names=inputs)
     new_args.update({k: v for k, v in arg_params.items() if k not in used})
     new_auxs.update({k: v for k, v in aux_params.items() if k not in used})
     param_dtypes = {k: array_dtype(v) for k, v in {**new_args, **new_auxs}.items()}

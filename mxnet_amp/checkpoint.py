@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .convert import Conversion, convert_with_params
+from .convert import convert_with_params
 from .dtypes import LOW_PRECISION
 from .errors import FusionError, ParamError, StrippedCastsError
 from .io import existing_checkpoint_files, graph_from_symbol, save_checkpoint
@@ -20,6 +20,7 @@ from .params import (array_dtype, array_nbytes, check_data_names, check_param_sh
                      check_params, default_data_names, label_inputs, name_list, with_labels)
 from .paths import check_outputs, checkpoint_files, refuse_stream_prefix
 from .progress import byte_bar
+from .record import Conversion
 from .stripped_casts import restore_casts as restore_casts_of
 from .stripped_casts import stripped_dtype, stripped_message
 

@@ -22,7 +22,7 @@ from .errors import AMPError, CLIError, error_text
 if TYPE_CHECKING:
     import numpy as np
 
-    from .convert import Conversion
+    from .record import Conversion
     from .options import ConvertOptions
     from .report import ConversionReport
 
@@ -804,12 +804,8 @@ def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report reads what the pass decided for the returned model
     conversion = auto.conversion
-    from .auto.records import kept_text
-    reasons = {k.name: f"auto: {k.reason}: {kept_text(k)}" for k in auto.kept_fp32
-               if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
-                          model=os.path.basename(args.prefix), reasons=reasons,
-                          excluded=args.exclude or ())   # the user's; auto's have reasons
+                          model=os.path.basename(args.prefix))
     report = with_extra(report, {"auto": auto.to_dict()})
     finish(args, conversion, report, ["", auto.summary()])
     say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")

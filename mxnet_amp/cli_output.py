@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 if TYPE_CHECKING:
-    from .convert import Conversion
+    from .record import Conversion
     from .report import ConversionReport
 
 __all__ = ["PROG", "say", "write_outputs", "finish", "with_extra", "with_note", "with_hardware_note",

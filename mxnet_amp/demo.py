@@ -15,7 +15,7 @@ from .errors import CLIError, error_text
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from .convert import Conversion
+    from .record import Conversion
     from .report import ConversionReport
 
 __all__ = ["run_demo"]

@@ -20,7 +20,7 @@ from .layout import CHAR_WIDTH, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, lay
 from .picture import Box, Picture, collapse, fp32_islands, node_dtypes
 
 if TYPE_CHECKING:   # only annotations name it
-    from .convert import Conversion
+    from .record import Conversion
 
 __all__ = ["Box", "Picture", "DrawError", "collapse", "graph_svg", "graph_dot", "write_graph",
            "check_graph_path", "node_dtypes", "fp32_islands",

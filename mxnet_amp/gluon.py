@@ -26,7 +26,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.gluon import HybridBlock
     from mxnet.symbol import Symbol
 
-    from .convert import Conversion
+    from .record import Conversion
     from .gluon_block import AMPSymbolBlock
 
 __all__ = ["convert_hybrid_block", "convert_block", "export_block", "emulate_block",

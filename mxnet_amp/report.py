@@ -17,12 +17,13 @@ import numpy as np
 
 from .dtypes import dtype_name
 from .graph import Graph
+from .options import EXCLUDED_REASON
 from .passes.insert_casts import MULTICAST
 from .policy import Category, Decision
 from .report_tables import report_html, report_notes, report_tables, report_text, result_rows, summary_rows
 
 if TYPE_CHECKING:   # only annotations name it
-    from .convert import Conversion
+    from .record import Conversion
 
 __all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "report_html", "report_notes",
            "summary_rows", "result_rows", "NON_FLOAT"]
@@ -269,8 +270,7 @@ def _params_before_after(conversion: Conversion, arg_params: Mapping | None,
 
 def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_params: Mapping | None = None,
                  new_arg_params: Mapping | None = None, new_aux_params: Mapping | None = None, *,
-                 excluded: Iterable[str] | None = None, model: str | None = None,
-                 reasons: Mapping[str, str] | None = None) -> ConversionReport:
+                 model: str | None = None) -> ConversionReport:
     """The :class:`ConversionReport` of ``conversion``.
 
     Parameters
@@ -282,12 +282,8 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         dtypes the conversion recorded).
     new_arg_params, new_aux_params : dict, optional
         The params after conversion.
-    excluded : iterable of str, optional
-        The excluded node names; read back from the conversion when not given.
     model : str, optional
         A label for the model shown in the report.
-    reasons : mapping of node name to str, optional
-        Why a float32 node is float32 where the caller knows better (automatic mode).
 
     Returns
     -------
@@ -295,7 +291,6 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
     """
     result = conversion.result
     original: Graph = conversion.original
-    excluded_set = set(excluded) if excluded is not None else set(conversion.excluded)
     fallbacks: dict[str, str] = {}
     for name, why in result.fallbacks:
         fallbacks.setdefault(name, why)
@@ -315,7 +310,7 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         if decision is not None:
             cats[decision.category.value] += 1
         if dt == "float32":
-            why = (reasons or {}).get(node.name) or _fp32_reason(node.name, decision, fallbacks)
+            why = _fp32_reason(node.name, decision, fallbacks)
             fp32_nodes.append(FP32Node(node.name, node.op, why))
     casts_by, n_multi, n_weight_casts = _cast_counts(conversion)
     n_casts = sum(casts_by.values())
@@ -336,10 +331,10 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         weight_casts=n_weight_casts,
         params_after=after,
         fp32_nodes=tuple(fp32_nodes),
-        excluded=tuple(sorted(excluded_set)),
+        excluded=tuple(sorted(k for k, why in conversion.fp32_nodes.items() if why == EXCLUDED_REASON)),
         fallbacks=tuple(result.fallbacks),
         unlisted_ops=tuple(sorted(result.unlisted_ops)),
-        **_folding(conversion, reasons or {}),
+        **_folding(conversion),
     )
 
 
@@ -361,29 +356,12 @@ def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
     return casts_by, n_multi, n_weight
 
 
-def _folding(conversion: Conversion, reasons: Mapping[str, str]) -> dict:
+def _folding(conversion: Conversion) -> dict:
     """The report's fields on what the conversion did besides casting: BatchNorm folding,
     fusion barriers."""
     return {"folded_batchnorms": tuple(bn for bn, _ in conversion.folded_batchnorms),
-            "kept_batchnorms": tuple(_kept_batchnorms(conversion, reasons)),
+            "kept_batchnorms": conversion.kept_batchnorms,
             "input_model": conversion.input_figures,
             "fusion_barriers": tuple(conv for conv, _ in conversion.fusion_barriers),
             "tuning": None if conversion.tuning is None else conversion.tuning.to_dict()}
 
-
-def _kept_batchnorms(conversion: Conversion, reasons: Mapping[str, str]) -> list[tuple[str, str]]:
-    """``(BatchNorm, why it was not folded)``; where the caller's ``reasons`` say why the
-    BatchNorm or its producer stays float32 (automatic mode kept it), that reason, not the
-    ``excluded_sym_names`` the fold pass was given on the caller's behalf."""
-    graph = conversion.original
-    index = {n.name: i for i, n in enumerate(graph.nodes)}
-    kept = []
-    for bn, why in conversion.kept_batchnorms:
-        node = graph.nodes[index[bn]] if bn in index else None
-        producer = graph.nodes[node.inputs[0].node].name if node is not None and node.inputs else None
-        if bn in reasons:
-            why = f"it stays float32: {reasons[bn]}"
-        elif producer is not None and producer in reasons:
-            why = f"its producer {producer!r} stays float32: {reasons[producer]}"
-        kept.append((bn, why))
-    return kept

@@ -27,7 +27,7 @@ from .graph import Graph
 if TYPE_CHECKING:
     from mxnet.symbol import Symbol
 
-    from .convert import Conversion
+    from .record import Conversion
 
 __all__ = ["stripped_dtype", "restore_casts", "stripped_message"]
 

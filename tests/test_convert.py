@@ -259,7 +259,7 @@ def test_each_node_carries_its_decision_and_the_conversion_its_exclusions():
         "float16", conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])],
         excluded_sym_names=["keep"]))
     decisions = conv.result.decisions
-    assert conv.excluded == frozenset({"keep"})
+    assert dict(conv.fp32_nodes) == {"keep": "excluded by name (excluded_sym_names / --exclude)"}
     assert decisions["keep"] == (Category.FP32, "excluded by name (excluded_sym_names / --exclude)")
     assert decisions["fc"].category is Category.TARGET
     assert decisions["fc"].reason.startswith("target list: FullyConnected")

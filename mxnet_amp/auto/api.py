@@ -11,7 +11,7 @@ import numpy as np
 
 from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names,
                          check_number, check_symbol)
-from ..convert import Conversion
+from ..record import Conversion
 from ..errors import ArgumentError, GraphError
 from ..graph import Graph
 from ..io import graph_from_symbol
@@ -27,7 +27,7 @@ from .inputs import sample_inputs as sample_input_arrays
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
 from .task_metric import task_metric
-from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck
+from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck, kept_reasons
 from .runner import Runs, context_of, execution_mode
 from .search import low_nodes, reference_and_search
 from ..warn import warn_user
@@ -269,7 +269,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
             runs.convert(options.excluded)
             excluded, kept, reference_finite, errors = reference_and_search(runs, original,
                                                                             settings, notes)
-            model = runs.final(excluded)
+            model = runs.final(excluded, kept_reasons(kept))
         deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3], runs.bind_error)
         notes.extend([deployed] if deployed else [])
     finally:
