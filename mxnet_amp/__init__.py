@@ -23,7 +23,7 @@ from .errors import (AlreadyConvertedError, AMPError, ArgumentError, CheckpointE
 from .gluon import convert_block, convert_hybrid_block, emulate_block, export_block
 from .io import save_checkpoint
 from .onnx_export import OnnxExport, export_onnx
-from .policy import load_policy
+from .policy_load import load_policy
 
 __all__ = [
     "convert_symbol", "convert_model", "convert_hybrid_block", "convert_block",

@@ -294,59 +294,39 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
 
     Parameters
     ----------
-    sym : Symbol
-        The fp32 model; it is not modified.
-    arg_params, aux_params : dict of str to NDArray
-        The model's weights, as ``mx.model.load_checkpoint`` returns them (not modified).
+    sym, arg_params, aux_params : Symbol, dict of str to NDArray, dict of str to NDArray
+        The fp32 model and its weights, as ``mx.model.load_checkpoint`` returns them (not modified).
     target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, overrides, excluded_sym_names
         As in :func:`convert_symbol` (a given list replaces the shipped one).
     cast_optional_params : bool, default True
-        Store weights whose every consumer runs in low precision in low precision (the
-        converted graph then reads them so): the same numerics as casting them at every
-        run, a smaller checkpoint and a faster model. False keeps every weight float32, as
-        ``mx.contrib.amp`` does by default (a deliberate difference).
-    data_names : list of str, optional
-        Model inputs; default the arguments that have no entry in ``arg_params``.
-    data_shapes : dict of str to tuple of int, optional
-        Shapes of the model inputs (batch included); the ``[(name, shape), ...]`` or
-        ``DataDesc`` list that ``Module.bind`` takes works too. Params' shapes are checked
-        against them (input-size dependent weights too); ``tune`` times kernels at them.
+        Store weights whose every consumer runs in low precision in low precision: the same
+        numerics as casting them at every run, a smaller checkpoint and a faster model.
+        False keeps every weight float32, as ``mx.contrib.amp`` does by default.
+    data_names, data_shapes : list of str, dict of str to tuple of int, optional
+        Model inputs (default: the arguments without an entry in ``arg_params``) and their
+        shapes, batch included (or ``Module.bind``'s ``DataDesc`` list): params' shapes are
+        checked against them, ``tune`` times kernels at them.
     fold_batchnorm : bool, default True
         First fold each inference BatchNorm into the Convolution / FullyConnected /
-        Deconvolution it follows (when nothing else reads that op's output), in float32;
-        the folded weights are then rounded once by the conversion. The folded BatchNorms
-        and their params are gone from the result, a producer without a bias gets one
-        (``<producer>_bias``); see :mod:`mxnet_amp.passes.fold_batchnorm`. On by default
-        (contrib does not fold): MXNet's oneDNN fusion (``Module.bind``, the C predict API)
-        otherwise folds them in bf16, 2-19x less accurate. False keeps them.
-    strict_params : bool, default False
-        Params the symbol does not read raise :class:`ParamError`; by default a warning
-        names them and they are returned as given (``mx.contrib.amp`` ignores them).
-    guard_weight_range : bool, default True
+        Deconvolution before it, in float32 (:mod:`mxnet_amp.passes.fold_batchnorm`): MXNet's
+        oneDNN fusion otherwise folds them in bf16, 2-19x less accurate. False keeps them.
+    strict_params, guard_weight_range : bool, default False, True
+        Params the symbol does not read raise :class:`ParamError` (default: a warning);
         float16: readers of a weight float16 cannot hold stay float32 (:mod:`~mxnet_amp.weight_range`).
     tune : None, bool, str or mxnet_amp.tune.Tuning, default None
-        bfloat16, opt-in: keep in float32 each kernel timed slower in bfloat16 on this machine
-        at ``data_shapes`` (:mod:`mxnet_amp.tune`; True / a path: where timings are cached).
+        bfloat16: keep float32 each kernel timed slower in bfloat16 here (:mod:`mxnet_amp.tune`).
 
     Returns
     -------
     (Symbol, dict, dict)
-        The converted symbol and new arg/aux param dicts, each array in the dtype the
-        converted graph's type inference gives it, ready for ``mx.mod.Module`` or
-        :func:`mxnet_amp.save_checkpoint`. Every weight and aux variable of the symbol
-        carries ``__dtype__`` equal to its returned param's dtype, so it binds without a
-        ``type_dict`` (``simple_bind``, ``Module.bind``, the C predict API).
+        The converted symbol and params in the dtypes it reads (tagged ``__dtype__``: binds as is).
 
     Raises
     ------
     AlreadyConvertedError
-        The graph holds amp casts, or params are float16/bfloat16 already (a model
-        converted before, its casts stripped on save); the message names them.
+        The graph holds amp casts, or params are float16/bfloat16 already (named).
     ParamError
-        A param is missing, float64, of a shape the symbol contradicts (the error names it,
-        its shape and the expected one), or extra under ``strict_params``; a BatchNorm to
-        fold has a negative or non-finite ``moving_var`` (or non-finite gamma, beta,
-        ``moving_mean``).
+        A param missing, float64, misshapen, extra (``strict_params``); a BatchNorm's bad statistics.
     """
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,

@@ -41,7 +41,7 @@ def graph_svg(conversion: Conversion, title: str = "", detail_limit: int | None 
 
     Parameters
     ----------
-    conversion : mxnet_amp.convert.Conversion
+    conversion : mxnet_amp.record.Conversion
     title : str
         Shown above the picture, before the summary.
     detail_limit : int or None, default 80

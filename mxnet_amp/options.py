@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .arguments import check_bool, check_names
 from .errors import GraphError
-from .policy import OpPolicy, load_policy
+from .policy import OpPolicy
+from .policy_load import load_policy
 from .tune import Tuning, make_tuning
 
 if TYPE_CHECKING:

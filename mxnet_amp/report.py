@@ -1,6 +1,6 @@
 """What a conversion did, as data: nodes per dtype, casts, params before/after, float32 nodes.
 
-:func:`build_report` reads a :class:`~mxnet_amp.convert.Conversion` (and, when given, the
+:func:`build_report` reads a :class:`~mxnet_amp.record.Conversion` (and, when given, the
 param dicts before and after) and returns a :class:`ConversionReport`, a frozen value that
 renders as a dict, JSON or a terminal table (its tables are built and rendered by
 :mod:`mxnet_amp.report_tables`; ``report_html`` and friends are re-exported here). Nothing
@@ -275,7 +275,7 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
 
     Parameters
     ----------
-    conversion : mxnet_amp.convert.Conversion
+    conversion : mxnet_amp.record.Conversion
         What :func:`~mxnet_amp.convert.convert_graph` / ``convert_model_full`` returned.
     arg_params, aux_params : dict, optional
         The params before conversion; give them for byte counts (else counts come from the
@@ -289,6 +289,36 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
     -------
     ConversionReport
     """
+    total, by_dtype, by_op, cats, fp32_nodes = _node_figures(conversion)
+    casts_by, n_multi, n_weight_casts = _cast_counts(conversion)
+    n_casts = sum(casts_by.values())
+
+    before, after = _params_before_after(conversion, arg_params, aux_params,
+                                         new_arg_params, new_aux_params)
+    return ConversionReport(
+        target_dtype=conversion.policy.target_dtype,
+        model=model,
+        total_nodes=total,
+        nodes_by_dtype=dict(by_dtype),
+        nodes_by_op={op: dict(c) for op, c in by_op.items()},
+        categories=dict(cats),
+        casts=n_casts,
+        multicasts=n_multi,
+        casts_by_dtype=dict(casts_by),
+        params_before=before,
+        weight_casts=n_weight_casts,
+        params_after=after,
+        fp32_nodes=tuple(fp32_nodes),
+        excluded=tuple(sorted(k for k, why in conversion.fp32_nodes.items() if why == EXCLUDED_REASON)),
+        fallbacks=tuple(conversion.result.fallbacks),
+        unlisted_ops=tuple(sorted(conversion.result.unlisted_ops)),
+        **_folding(conversion),
+    )
+
+
+def _node_figures(conversion: Conversion) -> tuple[int, Counter, dict[str, Counter], Counter, list[FP32Node]]:
+    """``(op nodes, nodes per dtype, per op and dtype, per category, the float32 nodes with
+    their reasons)`` of the graph converted."""
     result = conversion.result
     original: Graph = conversion.original
     fallbacks: dict[str, str] = {}
@@ -310,32 +340,8 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         if decision is not None:
             cats[decision.category.value] += 1
         if dt == "float32":
-            why = _fp32_reason(node.name, decision, fallbacks)
-            fp32_nodes.append(FP32Node(node.name, node.op, why))
-    casts_by, n_multi, n_weight_casts = _cast_counts(conversion)
-    n_casts = sum(casts_by.values())
-
-    before, after = _params_before_after(conversion, arg_params, aux_params,
-                                         new_arg_params, new_aux_params)
-    return ConversionReport(
-        target_dtype=conversion.policy.target_dtype,
-        model=model,
-        total_nodes=total,
-        nodes_by_dtype=dict(by_dtype),
-        nodes_by_op={op: dict(c) for op, c in by_op.items()},
-        categories=dict(cats),
-        casts=n_casts,
-        multicasts=n_multi,
-        casts_by_dtype=dict(casts_by),
-        params_before=before,
-        weight_casts=n_weight_casts,
-        params_after=after,
-        fp32_nodes=tuple(fp32_nodes),
-        excluded=tuple(sorted(k for k, why in conversion.fp32_nodes.items() if why == EXCLUDED_REASON)),
-        fallbacks=tuple(result.fallbacks),
-        unlisted_ops=tuple(sorted(result.unlisted_ops)),
-        **_folding(conversion),
-    )
+            fp32_nodes.append(FP32Node(node.name, node.op, _fp32_reason(node.name, decision, fallbacks)))
+    return total, by_dtype, by_op, cats, fp32_nodes
 
 
 def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:

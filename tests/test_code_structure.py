@@ -29,7 +29,7 @@ def _functions():
 
 
 # functions over 60 lines (docstrings included): 12 at 7e61454; the bound only goes down
-MAX_OVER_60 = 10
+MAX_OVER_60 = 6
 
 
 def test_few_functions_are_longer_than_60_lines():
