@@ -74,11 +74,6 @@ class ConvertOptions:
         """The names of :attr:`fp32_nodes` (every node kept float32 by name, for any reason)."""
         return frozenset(self.fp32_nodes)
 
-    @property
-    def user_excluded(self) -> frozenset[str]:
-        """The names the caller excluded (:data:`EXCLUDED_REASON`)."""
-        return frozenset(k for k, why in self.fp32_nodes.items() if why == EXCLUDED_REASON)
-
     def excluding(self, names: Iterable[str]) -> ConvertOptions:
         """These options with ``names`` (instead of :attr:`fp32_nodes`) the caller's
         exclusions."""
