@@ -1,4 +1,8 @@
-"""``convert_symbol`` and ``convert_model``: the symbol-level public API."""
+"""``convert_symbol`` and ``convert_model``: the symbol-level public API.
+
+What a conversion runs is :mod:`mxnet_amp.pipeline` (the pass list); what it returns,
+:mod:`mxnet_amp.record` (:class:`~mxnet_amp.record.Conversion`).
+"""
 from __future__ import annotations
 
 from dataclasses import replace

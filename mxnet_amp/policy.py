@@ -95,7 +95,7 @@ class SlowKernel:
                 f"{self.channels_not_multiple_of}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)   # built by keyword: many fields, several optional
 class OpPolicy:
     """The op categories for one target dtype, after user overrides."""
 

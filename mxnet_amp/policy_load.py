@@ -95,10 +95,12 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
     loss_outputs, fp32_params = _contrib_tables(data, path)
     _check_ops(set(seen) | set(index_inputs) | reuse | set(loss_outputs) | set(fp32_params or ()),
                str(path))
-    return OpPolicy(target_dtype, frozenset(cats[Category.TARGET]), frozenset(cats[Category.FP32]),
-                    frozenset(cats[Category.WIDEST]), frozenset(cats[Category.FOLLOW]), tuple(conditional),
-                    patterns, MappingProxyType(index_inputs), MappingProxyType(reasons), reuse,
-                    loss_outputs, fp32_params, slow_kernels)
+    return OpPolicy(target_dtype=target_dtype, target=frozenset(cats[Category.TARGET]),
+                    fp32=frozenset(cats[Category.FP32]), widest=frozenset(cats[Category.WIDEST]),
+                    follow=frozenset(cats[Category.FOLLOW]), conditional=tuple(conditional),
+                    patterns=patterns, index_inputs=MappingProxyType(index_inputs),
+                    reasons=MappingProxyType(reasons), reuse_casts=reuse, loss_outputs=loss_outputs,
+                    fp32_params=fp32_params, slow_kernels=slow_kernels)
 
 
 def _slow_kernels(data: dict, path: Path, target: set[str]) -> tuple[SlowKernel, ...]:

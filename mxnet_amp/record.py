@@ -46,7 +46,7 @@ class ParamRecord:
     why: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)   # built by keyword: many fields, several optional
 class Conversion:
     """The full outcome of a conversion: the new graph and everything decided on the way."""
 

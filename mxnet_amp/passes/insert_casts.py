@@ -51,7 +51,7 @@ class Plan(enum.Enum):
     FP32_ORIGINAL_BODY = "fp32-original-body"  # fp32 with the loop/cond body left unconverted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)   # built by keyword: many fields, several optional
 class CastResult:
     """What :func:`insert_casts` produced, and what it decided on the way."""
 
