@@ -134,16 +134,18 @@ class GuardFusion(GraphPass[CastResult]):
         casts = {moved[Entry(i)].node: kind for i, kind in result.inserted_casts.items()}
         casts.update((e.node, FUSION_BARRIER) for e in guarded.decided.barrier_dtypes)
         self.guarded = guarded.decided.guarded
-        return PassResult(guarded.graph, replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes),
-                                                 inserted_casts=MappingProxyType(casts)), True)
+        moved_result = replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes),
+                               inserted_casts=MappingProxyType(casts))
+        return PassResult(guarded.graph, moved_result, True)
 
 
 def conversion_passes(options: ConvertOptions, data_dtypes: Mapping[str, str],
-                      stored: dict[str, str], output_dtype: str | None) -> list[GraphPass]:
+                      stored: dict[str, str], output_dtype: str | None
+                      ) -> tuple[CastRounds, GuardFusion, TagParamDtypes]:
     """The conversion's passes, in order (module doc); ``stored`` as :class:`CastRounds`'s."""
     casts = CastRounds(options, data_dtypes, stored, output_dtype)
     # the tags are read when the pass runs: the dtypes the cast rounds stored
-    return [casts, GuardFusion(casts), TagParamDtypes(stored)]
+    return casts, GuardFusion(casts), TagParamDtypes(stored)
 
 
 def convert_passes(graph: Graph, options: ConvertOptions, names: Sequence[str],
@@ -154,6 +156,7 @@ def convert_passes(graph: Graph, options: ConvertOptions, names: Sequence[str],
     given = dict(stored)
     passes = conversion_passes(options, data_dtypes, stored, output_dtype)
     *_, guarded, tagged = run_passes(graph, passes)
+    casts, fusion, _ = passes
     sym = graph_to_symbol(tagged.graph)
     try:
         bound = _inferred_variable_dtypes(sym, stored, data_dtypes)
@@ -161,12 +164,11 @@ def convert_passes(graph: Graph, options: ConvertOptions, names: Sequence[str],
         raise _non_float_param_error(tagged.graph, stored, err) or err from None
     params = {k: ParamRecord(given=given[k], stored=dt, bound=bound.get(k), why=stored_why(given[k], dt))
               for k, dt in stored.items()}
-    casts, fusion = passes[0], passes[1]
-    assert isinstance(casts, CastRounds) and isinstance(fusion, GuardFusion)
     return Conversion(graph=tagged.graph, original=graph, result=guarded.decided, policy=options.policy,
                       data_names=tuple(names), params=MappingProxyType(params),
                       input_dtypes=MappingProxyType({k: dt for k, dt in bound.items() if k not in stored}),
-                      arguments=tuple(sym.list_arguments()), auxiliary_states=tuple(sym.list_auxiliary_states()),
+                      arguments=tuple(sym.list_arguments()),
+                      auxiliary_states=tuple(sym.list_auxiliary_states()),
                       symbol=sym, fp32_nodes=casts.fp32_nodes, fusion_barriers=fusion.guarded)
 
 

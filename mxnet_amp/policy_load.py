@@ -214,7 +214,8 @@ def load_policy(target_dtype: str = "float16",
     if all(v is None for v in lists.values()) and conditional_fp32_ops is None:
         return base
     # the categories whose shipped list a given one replaces (follow only adds)
-    given: set[Category] = {cat for cat, ops in lists.items() if ops is not None and cat is not Category.FOLLOW}
+    given: set[Category] = {cat for cat, ops in lists.items()
+                            if ops is not None and cat is not Category.FOLLOW}
     if conditional_fp32_ops is not None:
         given.add(Category.CONDITIONAL)
     return _overridden(base, moves, conds, given if overrides == "replace" else set())
