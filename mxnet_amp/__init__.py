@@ -24,7 +24,7 @@ from .gluon.adapter import convert_block, convert_hybrid_block, emulate_block
 from .gluon.model import export_block
 from .io import save_checkpoint
 from .onnx.export import OnnxExport, export_onnx
-from .policy import load_policy
+from .policy_load import load_policy
 from .registry import op_input_names
 
 __all__ = [

@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .convert import convert_graph, convert_model_full, fold_model
+from .convert import convert_graph, convert_model_full
 from .dtypes import array_dtype
 from .errors import ArgumentError, GraphError, ParamError
 from .io import graph_from_symbol
 from .options import ConvertOptions, make_options
+from .pipeline import fold_model
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.module import BucketingModule
@@ -48,7 +49,7 @@ def _folded_bucket(graph: Graph, originals: Mapping, options: ConvertOptions, pr
         return graph
     used = {n.name for n in graph.variables()}
     args = {k: v for k, v in originals.items() if k in used}
-    graph, *_ = fold_model(graph, args, {}, options.excluded & present)
+    graph, *_ = fold_model(graph, args, {}, options.keeping_only(present).fp32_nodes)
     extra = sorted({n.name for n in graph.variables()} & set(originals) - set(param_dtypes))
     if extra:
         raise GraphError(f"this bucket's BatchNorms fold differently from the default bucket's "
@@ -90,7 +91,7 @@ def _bucket_options(options: ConvertOptions, present: set[str]) -> ConvertOption
     """``options`` for a bucket other than the default one: its params already stored as
     the default bucket decided, and excluded only the names the bucket's graph has."""
     # unrolled buckets differ in length: a node excluded in one may not exist here
-    return replace(options.excluding(options.excluded & present), cast_optional_params=False)
+    return replace(options.keeping_only(present), cast_optional_params=False)
 
 
 def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str = "float16",
@@ -155,7 +156,7 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
     new_sym, new_args, new_auxs, _ = convert_model_full(
         sym, {k: v for k, v in arg_params.items() if k in used},
         {k: v for k, v in aux_params.items() if k in used},
-        options.excluding(options.excluded & _node_names(sym)), data_names=inputs)
+        options.keeping_only(_node_names(sym)), data_names=inputs)
     new_args.update({k: v for k, v in arg_params.items() if k not in used})
     new_auxs.update({k: v for k, v in aux_params.items() if k not in used})
     param_dtypes = {k: array_dtype(v) for k, v in {**new_args, **new_auxs}.items()}

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .arguments import check_bool, check_names, check_optional_bool, check_path
-from .convert import Conversion, convert_with_params
+from .convert import convert_with_params
+from .record import Conversion
 from .dtypes import LOW_PRECISION, array_dtype, array_nbytes
 from .errors import FusionError, ParamError, StrippedCastsError
 from .fused import check_fused_for
@@ -55,16 +56,13 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     prefix, epoch : str, int
         The fp32 checkpoint.
     out_prefix, out_epoch : str, int, optional
-        Where to write (default ``prefix + '-amp'``, same epoch). Both files are written
-        atomically; the input files are never touched: an output that is one of them
-        (same real path, symlinks followed) is refused before anything is read.
-    data_shapes : dict of str to tuple of int, optional
+        Where to write (default ``prefix + '-amp'``, same epoch), atomically; an output that
+        is an input file (same real path) is refused before anything is read.
+    data_shapes, shapes_from : dict of str to tuple of int, str
         Shapes of the model inputs, for the check of the params' shapes (see
-        :func:`mxnet_amp.convert_model`).
+        :func:`mxnet_amp.convert_model`), and what shape errors call them.
     write : bool
         False converts and returns without writing (what ``mxnet-amp inspect`` does).
-    shapes_from : str
-        What shape errors call ``data_shapes``.
     progress : bool or None, default False
         Show byte progress bars (reading, converting, writing) on stderr; None shows them
         only when stderr is a terminal (what ``mxnet-amp`` does).
@@ -76,15 +74,14 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     Returns
     -------
     (Conversion, dict, dict, dict)
-        The conversion record, the new arg and aux params, and
-        ``{'param_bytes_before': int, 'param_bytes_after': int}``.
+        The conversion record, the new arg and aux params, ``{'param_bytes_before': int,
+        'param_bytes_after': int}``.
 
     Raises
     ------
-    OverwriteError
-        An output file is one of the input files; nothing is written.
-    OutputPathError
-        The output folder is missing or not writable; nothing is written.
+    OverwriteError, OutputPathError
+        An output file is one of the input files, or its folder is missing or not writable;
+        nothing is written.
     CheckpointError, GraphError, ParamError
         As :func:`mxnet_amp.load_checkpoint` and :func:`mxnet_amp.convert_model`.
     """

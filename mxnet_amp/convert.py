@@ -1,150 +1,35 @@
-"""``convert_symbol`` and ``convert_model``: the symbol-level public API."""
+"""``convert_symbol`` and ``convert_model``: the symbol-level public API.
+
+What a conversion runs is :mod:`mxnet_amp.pipeline` (the pass list); what it returns,
+:mod:`mxnet_amp.record` (:class:`~mxnet_amp.record.Conversion`).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from .dtypes import LOW_PRECISION, dtype_name, dtype_of_code, is_float
-from .errors import AlreadyConvertedError, GraphError, ParamError, TypeInferenceError
+from .arguments import check_names, check_symbol, param_dict
+from .dtypes import LOW_PRECISION, array_dtype, dtype_name, dtype_of_code
+from .errors import AlreadyConvertedError, GraphError
 from .gcpause import gc_paused
-from .graph import Entry, Graph
+from .graph import Graph
 from .hardware import warn_amx_off
-from .io import graph_from_symbol, graph_to_symbol
-from .options import ConvertOptions, make_options
-from .optypes import OpTypes
-from .arguments import check_names, check_symbol
-from .arguments import param_dict
-from .dtypes import array_dtype, array_nbytes
-from .options import name_list
-from .params import check_params, default_data_names, label_inputs, model_inputs, recast_params, with_labels
+from .io import graph_from_symbol
+from .options import ConvertOptions, make_options, name_list
+from .params import check_params, default_data_names, label_inputs, model_inputs, with_labels
+from .passes.insert_casts import refuse_converted
+from .pipeline import convert_passes, fold_model, range_kept
+from .record import Conversion, input_figures
 from .shape_check.check import check_param_shapes
-from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
-from .passes.fusion_barriers import insert_fusion_barriers
-from .passes.onednn_reshapes import blocked_reshapes
-from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts, refuse_converted
-from .passes.tag_param_dtypes import tag_param_dtypes
-from .policy import OpPolicy, warn_unlisted
-from .errors import InferenceFailed
-from .registry import infer_types
 from .shape_check.messages import input_shapes
+from .tune import tune_policy
 from .warn import warn_user
-from .weight_range import out_of_range_weights, readers_kept
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
 __all__ = ["convert_symbol", "convert_model", "convert_graph", "convert_model_full",
-           "convert_with_params", "fold_model", "Conversion", "ParamRecord"]
-
-
-@dataclass(frozen=True)
-class ParamRecord:
-    """What a conversion decided for one param (a weight or auxiliary state).
-
-    Attributes
-    ----------
-    given : str
-        Its dtype as given: its array's, else its ``__dtype__`` attribute's, else float32
-        (what a report calls "before").
-    stored : str
-        The dtype the conversion stores it in: ``given``, or the low precision dtype every
-        reader wants under ``cast_optional_params``; its ``__dtype__`` tag in the converted
-        graph.
-    bound : str or None
-        The dtype MXNet's type inference gives it in the converted symbol, the dtype its
-        array is recast to (:meth:`Conversion.recast`); equal to ``stored`` where decided
-        (checked), None where inference leaves it undecided or the symbol does not read it
-        (its array is then kept as it is).
-    why : str
-        Why it is stored so.
-    """
-
-    given: str
-    stored: str
-    bound: str | None
-    why: str
-
-
-@dataclass(frozen=True)
-class Conversion:
-    """The full outcome of a conversion: the new graph and everything decided on the way."""
-
-    graph: Graph
-    original: Graph
-    result: CastResult
-    policy: OpPolicy
-    data_names: tuple[str, ...]
-    # each param's dtypes: the one record of them (param_dtypes, arg_dtypes, aux_dtypes and
-    # input_param_dtypes below are views of it)
-    params: Mapping[str, ParamRecord]
-    # each model input's dtype by MXNet's type inference (None: undecided)
-    input_dtypes: Mapping[str, str | None]
-    # the converted symbol's list_arguments() and list_auxiliary_states(), in order
-    arguments: tuple[str, ...] = ()
-    auxiliary_states: tuple[str, ...] = ()
-    # the converted graph as an mx.sym.Symbol (built once; MXNet symbols are immutable)
-    symbol: Any = None
-    # (BatchNorm name, producer name) of each BatchNorm folded away before conversion
-    folded_batchnorms: tuple[tuple[str, str], ...] = ()
-    # (BatchNorm name, why it was kept) of each BatchNorm folding left in the graph
-    kept_batchnorms: tuple[tuple[str, str], ...] = ()
-    # the model as given, before folding: {'op_nodes', 'params', 'param_bytes', 'by_dtype'} (None when
-    # no params were given; ``original`` is the graph converted, folded where folding ran)
-    input_figures: Mapping[str, Any] | None = None
-    # node names the caller excluded (they compute in float32 whatever their op)
-    excluded: frozenset[str] = frozenset()
-    # (Convolution name, its readers behind an identity amp_cast) where MXNet's oneDNN
-    # fusion would hand other readers the fused output (passes/fusion_barriers.py)
-    fusion_barriers: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # what tune= timed and chose (mxnet_amp.tune.TuneRecord); None without tune
-    tuning: Any = None
-
-    @property
-    def param_dtypes(self) -> dict[str, str]:
-        """Each param's stored dtype (:attr:`ParamRecord.stored`)."""
-        return {k: r.stored for k, r in self.params.items()}
-
-    @property
-    def input_param_dtypes(self) -> dict[str, str]:
-        """Each param's dtype as given (:attr:`ParamRecord.given`)."""
-        return {k: r.given for k, r in self.params.items()}
-
-    def _bound(self, name: str) -> str | None:
-        record = self.params.get(name)
-        return record.bound if record is not None else self.input_dtypes.get(name)
-
-    @property
-    def arg_dtypes(self) -> dict[str, str | None]:
-        """Each argument of the converted symbol (model inputs and weights) -> its dtype by
-        type inference (None: undecided, it stays as stored)."""
-        return {k: self._bound(k) for k in self.arguments}
-
-    @property
-    def aux_dtypes(self) -> dict[str, str | None]:
-        """Each auxiliary state of the converted symbol -> its dtype by type inference."""
-        return {k: self._bound(k) for k in self.auxiliary_states}
-
-    @property
-    def variable_dtypes(self) -> dict[str, str | None]:
-        """:attr:`arg_dtypes` and :attr:`aux_dtypes` in one mapping."""
-        return {**self.arg_dtypes, **self.aux_dtypes}
-
-    def with_given(self, given: Mapping[str, str]) -> Conversion:
-        """This conversion with the params' dtypes as given replaced by ``given`` (a model
-        whose stored params are the converted ones: its report's "before")."""
-        params = {k: replace(r, given=given.get(k, r.given)) for k, r in self.params.items()}
-        return replace(self, params=MappingProxyType(params))
-
-    def recast(self, arg_params: Mapping, aux_params: Mapping, *, current: Mapping[str, str] | None = None,
-               sequential: bool = False, in_place: bool = False,
-               each: Callable[[str, Any, Any], None] | None = None) -> tuple[dict, dict]:
-        """The arg and aux params cast to their :attr:`ParamRecord.bound` dtypes (arrays
-        already right, and params the record lacks, kept): every caller's one way to cast
-        params to a conversion's dtypes (:func:`mxnet_amp.params.recast_params`, which
-        says what ``current``, ``sequential``, ``in_place`` and ``each`` do)."""
-        return (recast_params(arg_params, self.arg_dtypes, current, sequential, in_place=in_place, each=each),
-                recast_params(aux_params, self.aux_dtypes, current, sequential, in_place=in_place, each=each))
+           "convert_with_params"]
 
 
 def _data_names(graph: Graph, data_names: Sequence[str] | str | None,
@@ -169,8 +54,7 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
                   param_dtypes: Mapping[str, str] | None = None,
                   input_dtypes: Mapping[str, str] | None = None,
                   output_dtype: str | None = "float32",
-                  accept_low_precision_params: bool = False,
-                  kept_fp32: Mapping[str, str] = MappingProxyType({})) -> Conversion:
+                  accept_low_precision_params: bool = False) -> Conversion:
     """Convert a :class:`Graph` under ``options`` (default: :func:`make_options`'s).
 
     ``data_names`` as in :func:`convert_symbol`. ``param_dtypes`` gives the stored dtype of
@@ -179,8 +63,7 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
     ``__dtype__`` attribute says). ``accept_low_precision_params`` lets weights stored in
     float16/bfloat16 through (they are read as stored, cast where a consumer wants another
     dtype); by default they raise :class:`AlreadyConvertedError`, as they mark a model
-    converted before. ``kept_fp32``: node names kept in float32, each with its reason (the
-    readers of weights float16 cannot hold, :func:`convert_with_params`).
+    converted before. The nodes kept float32 whatever their op are ``options.fp32_nodes``.
     """
     if all(n.is_variable for n in graph.nodes):
         warn_user(f"the symbol has no operators, only the inputs {[n.name for n in graph.nodes][:10]}: "
@@ -196,7 +79,7 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
         # declares float16/bfloat16 is an input (or a weight the caller binds) of that dtype
         _refuse_low_precision_params({k: v for k, v in stored.items() if k in (param_dtypes or {})})
     with gc_paused():
-        return _convert(graph, options, names, data_dtypes, stored, output_dtype, kept_fp32)
+        return convert_passes(graph, options, names, data_dtypes, stored, output_dtype)
 
 
 def _variable_dtypes(graph: Graph, data_set: set[str], param_dtypes: Mapping[str, str] | None,
@@ -233,163 +116,6 @@ def _refuse_low_precision_params(stored: Mapping[str, str]) -> None:
             "default. To run such a model as it is, load it with "
             "mxnet_amp.load_checkpoint(prefix, epoch), which restores the casts that "
             "mx.model.save_checkpoint / export() / Symbol.save dropped")
-
-
-def _convert(graph: Graph, options: ConvertOptions, names: Sequence[str],
-             data_dtypes: Mapping[str, str], stored: dict[str, str],
-             output_dtype: str | None, kept_fp32: Mapping[str, str]) -> Conversion:
-    given = dict(stored)
-    result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype, kept_fp32)
-    if options.target_dtype == "bfloat16":
-        blocked = blocked_reshapes(result)
-        if blocked:
-            # MXNet's oneDNN cannot run these reshapes in bfloat16: once more, with them in
-            # float32 (passes/onednn_reshapes.py)
-            stored.update(given)
-            result = _cast_rounds(graph, options, data_dtypes, stored, output_dtype,
-                                  {**kept_fp32, **blocked})
-    if result.unlisted_ops:
-        warn_unlisted(result.unlisted_ops, options.target_dtype)
-    result, barriers = _guard_fusion(result, options.target_dtype)
-    # every weight says what it holds, so the symbol binds without a type_dict
-    tagged = tag_param_dtypes(result.graph, stored)
-    sym = graph_to_symbol(tagged)
-    try:
-        bound = _inferred_variable_dtypes(sym, stored, data_dtypes)
-    except TypeInferenceError as err:
-        raise _non_float_param_error(tagged, stored, err) or err from None
-    params = {k: ParamRecord(given[k], dt, bound.get(k), _why_stored(given[k], dt))
-              for k, dt in stored.items()}
-    inputs = {k: dt for k, dt in bound.items() if k not in stored}
-    return Conversion(tagged, graph, result, options.policy, tuple(names),
-                      MappingProxyType(params), MappingProxyType(inputs),
-                      tuple(sym.list_arguments()), tuple(sym.list_auxiliary_states()), sym,
-                      excluded=options.excluded, fusion_barriers=barriers)
-
-
-def _non_float_param_error(graph: Graph, stored: Mapping[str, str],
-                           err: TypeInferenceError) -> ParamError | None:
-    """The type check failed at a node reading a param that is no float (an int32 weight):
-    a :class:`ParamError` naming that param, its dtype and its reader (None: no such param
-    there, ``err`` stands)."""
-    import re
-    found = re.search(r"Error in operator (\S+?):", str(err))
-    if found is None:
-        return None
-    try:
-        node = graph.nodes[graph.index_of(found.group(1))]
-    except KeyError:
-        return None
-    for k, e in enumerate(node.inputs):
-        name = graph.nodes[e.node].name
-        dtype = stored.get(name)
-        if graph.nodes[e.node].is_variable and dtype is not None and not is_float(dtype):
-            said = re.search(r"expected \w+, got \w+", str(err))
-            return ParamError(f"param {name} is {dtype}, but {node.name} ({node.op}) reads it "
-                              f"as input {k} in a float dtype"
-                              + (f" (MXNet: {said.group(0)})" if said else "")
-                              + f"; give it as float32 (e.g. arg_params[{name!r}]"
-                              ".astype('float32'))", param=name)
-    return None
-
-
-def _why_stored(given: str, stored: str) -> str:
-    if given == stored:
-        return "stored as given"
-    return f"every reader computes in {stored}: stored so (cast_optional_params)"
-
-
-def _guard_fusion(result: CastResult, target_dtype: str
-                  ) -> tuple[CastResult, tuple[tuple[str, tuple[str, ...]], ...]]:
-    """bfloat16 graphs run on oneDNN, whose conv fusion misconnects a shared convolution
-    output: put the barriers in (``passes/fusion_barriers.py``), carrying the tensor dtypes
-    over to the new graph. float16 runs on GPUs, where MXNet fuses nothing of the kind."""
-    if target_dtype != "bfloat16":
-        return result, ()
-    guarded = insert_fusion_barriers(result.graph, result.tensor_dtypes)
-    if not guarded.changed:
-        return result, ()
-    moved = guarded.decided.entries
-    dtypes = {moved.get(Entry(e.node, e.output), e)._replace(version=e.version): dt
-              for e, dt in result.tensor_dtypes.items()}
-    dtypes.update(guarded.decided.barrier_dtypes)
-    casts = {moved[Entry(i)].node: kind for i, kind in result.inserted_casts.items()}
-    casts.update((e.node, FUSION_BARRIER) for e in guarded.decided.barrier_dtypes)
-    return (replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes),
-                    inserted_casts=MappingProxyType(casts)),
-            guarded.decided.guarded)
-
-
-def _cast_rounds(graph: Graph, options: ConvertOptions, data_dtypes: Mapping[str, str],
-                 stored: dict[str, str], output_dtype: str | None,
-                 kept_fp32: Mapping[str, str] = MappingProxyType({})) -> CastResult:
-    """The cast pass, twice with ``cast_optional_params``; ``stored`` is updated to the
-    dtype each weight is stored in. ``kept_fp32``: nodes the conversion keeps in float32,
-    with the reason."""
-    policy, excluded = options.policy, options.excluded
-    op_types = OpTypes()
-    final = False
-    if options.cast_optional_params:
-        # round one leaves float32 weights to their consumers; a weight every consumer wants
-        # in the same dtype is stored in it, the others stay as stored and get casts (a
-        # weight declared float16/bfloat16 keeps its declared dtype)
-        first = insert_casts(graph, policy, data_dtypes=data_dtypes,
-                             param_dtypes={k: (None if v == "float32" else v) for k, v in stored.items()},
-                             excluded=excluded, output_dtype=output_dtype, op_types=op_types,
-                             kept_fp32=kept_fp32)
-        # round one is final when each float32 weight is wanted in exactly one dtype: every
-        # consumer already reads it in the dtype it is now stored in, and no dtype was left
-        # undecided (a weight no consumer gives a dtype leaves its readers' dtypes open)
-        final = all(len(first.param_wants.get(name, ())) == 1
-                    for name, dt in stored.items() if dt == "float32")
-        for name, want in first.param_wants.items():
-            if len(want) == 1 and stored[name] == "float32":
-                stored[name] = next(iter(want))
-    if final:
-        # round two would rebuild the same graph (tag_param_dtypes below writes the
-        # weights' __dtype__ attributes); round one left the weights' own dtypes open
-        return _with_weight_dtypes(first, stored)
-    return insert_casts(graph, policy, data_dtypes=data_dtypes, param_dtypes=stored,
-                        excluded=excluded, output_dtype=output_dtype, op_types=op_types,
-                        kept_fp32=kept_fp32)
-
-
-def _inferred_variable_dtypes(sym: Symbol, stored: Mapping[str, str], data_dtypes: Mapping[str, str]
-                              ) -> dict[str, str | None]:
-    """Each argument and auxiliary state of the converted symbol -> its dtype by MXNet's type
-    inference, which must agree with the weights' tags."""
-    try:
-        # weights pass as stored: one read only by amp_cast is otherwise left undecided
-        args, _, auxs = infer_types(sym, {**stored, **data_dtypes})
-    except InferenceFailed as err:
-        raise TypeInferenceError(f"the converted graph does not type-check: {err}") from None
-    arg_dtypes = dict(zip(sym.list_arguments(), args))
-    aux_dtypes = dict(zip(sym.list_auxiliary_states(), auxs))
-    undecided = [k for k, v in {**arg_dtypes, **aux_dtypes}.items() if v is None]
-    if undecided:
-        warn_user(f"type inference leaves {undecided[:10]} undecided; they stay as stored")
-    _check_tags(stored, {**arg_dtypes, **aux_dtypes})
-    return {**arg_dtypes, **aux_dtypes}
-
-
-def _with_weight_dtypes(result: CastResult, stored: Mapping[str, str]) -> CastResult:
-    """``result`` with each weight variable's tensor dtype set to its stored dtype."""
-    dtypes = dict(result.tensor_dtypes)
-    for i, node in enumerate(result.graph.nodes):
-        if node.op == "null" and node.name in stored:
-            dtypes[Entry(i)] = stored[node.name]
-    return replace(result, tensor_dtypes=MappingProxyType(dtypes))
-
-
-def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> None:
-    """The ``__dtype__`` tags must be the dtypes type inference gives the params (the
-    params are recast to the latter); MXNet keeps given input dtypes, so this holds unless
-    a pass breaks it."""
-    wrong = {k: (v, inferred[k]) for k, v in tags.items()
-             if inferred.get(k) is not None and inferred[k] != v}
-    if wrong:
-        raise TypeInferenceError(f"type inference gives params other dtypes than their "
-                                 f"__dtype__ tags (tag, inferred): {dict(list(wrong.items())[:10])}")
 
 
 @gc_paused()
@@ -453,32 +179,6 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                            cast_optional_params, overrides=overrides)
     return convert_graph(graph_from_symbol(check_symbol(sym)), options,
                          data_names=check_names(data_names, "data_names")).symbol
-
-
-def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
-               keep: Iterable[str] | None = None
-               ) -> tuple[Graph, dict, dict, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """:func:`~mxnet_amp.passes.fold_batchnorm.fold_batchnorm` on a model: returns the new
-    graph, arg params, aux params, the ``(BatchNorm, producer)`` pairs folded and the
-    ``(BatchNorm, why)`` pairs kept. Inputs are not modified; arrays that do not change are
-    shared."""
-    result = fold_batchnorm_pass(graph, {**arg_params, **aux_params}, keep=frozenset(keep or ()))
-    new_aux = {k: v for k, v in result.params.items() if k in aux_params}
-    new_args = {k: v for k, v in result.params.items() if k not in new_aux}
-    return result.graph, new_args, new_aux, result.folded, result.skipped
-
-
-def input_figures(graph: Graph, arg_params: Mapping, aux_params: Mapping) -> dict:
-    """Op nodes, param count and bytes (in total and per dtype) of a model as given: the
-    report's "before" when folding changed the graph."""
-    by_dtype: dict[str, dict[str, int]] = {}
-    for v in [*arg_params.values(), *aux_params.values()]:
-        slot = by_dtype.setdefault(array_dtype(v), {"count": 0, "bytes": 0})
-        slot["count"] += 1
-        slot["bytes"] += array_nbytes(v)
-    return {"op_nodes": sum(1 for n in graph.nodes if not n.is_variable),
-            "params": sum(s["count"] for s in by_dtype.values()),
-            "param_bytes": sum(s["bytes"] for s in by_dtype.values()), "by_dtype": by_dtype}
 
 
 # the collector paused for the whole conversion: its millions of small acyclic objects
@@ -554,11 +254,12 @@ def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
         # the names are the caller's, of the graph as given (folding drops BatchNorm params)
         options.check_excluded(graph)
         graph, arg_params, aux_params, folded, kept = fold_model(graph, arg_params, aux_params,
-                                                                 options.excluded)
+                                                                 options.fp32_nodes)
     param_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     record = None
+    # the readers of weights float16 cannot hold stay float32, the caller's reasons first
+    options = options.keeping({**range_kept(graph, arg_params, aux_params, options), **options.fp32_nodes})
     if options.tuning is not None:
-        from .tune import tune_policy
         folded_graph, args, auxs = graph, arg_params, aux_params
 
         def converted(opts: ConvertOptions) -> tuple[Symbol, dict, dict]:
@@ -569,26 +270,10 @@ def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
         options, record = tune_policy(graph, {**arg_params, **aux_params}, options,
                                       input_shapes(data_shapes), converted)
     conversion = convert_graph(graph, options, data_names=data_names, param_dtypes=param_dtypes,
-                               input_dtypes=input_dtypes, output_dtype=output_dtype,
-                               kept_fp32=_range_kept(graph, arg_params, aux_params, options))
+                               input_dtypes=input_dtypes, output_dtype=output_dtype)
     conversion = replace(conversion, folded_batchnorms=folded, kept_batchnorms=kept,
                          input_figures=figures, tuning=record)
     return conversion, arg_params, aux_params, param_dtypes
-
-
-def _range_kept(graph: Graph, arg_params: Mapping, aux_params: Mapping,
-                options: ConvertOptions) -> dict[str, str]:
-    """The readers of the weights float16 cannot hold (:mod:`mxnet_amp.weight_range`), to
-    keep in float32 with the reason; with ``guard_weight_range`` off, none, and a warning
-    naming the weights."""
-    found = out_of_range_weights({**arg_params, **aux_params}, options.target_dtype)
-    if not found:
-        return {}
-    if not options.guard_weight_range:
-        warn_user("; ".join(found.values()) + ": converted to float16 anyway "
-                  "(guard_weight_range off), where it holds inf or zeros")
-        return {}
-    return readers_kept(graph, found)
 
 
 # (paused here too, so the conversion record is freed before the collector restarts)
@@ -613,59 +298,39 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
 
     Parameters
     ----------
-    sym : Symbol
-        The fp32 model; it is not modified.
-    arg_params, aux_params : dict of str to NDArray
-        The model's weights, as ``mx.model.load_checkpoint`` returns them (not modified).
+    sym, arg_params, aux_params : Symbol, dict of str to NDArray, dict of str to NDArray
+        The fp32 model and its weights, as ``mx.model.load_checkpoint`` returns them (not modified).
     target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, follow_ops, conditional_fp32_ops, overrides, excluded_sym_names
         As in :func:`convert_symbol` (a given list replaces the shipped one).
     cast_optional_params : bool, default True
-        Store weights whose every consumer runs in low precision in low precision (the
-        converted graph then reads them so): the same numerics as casting them at every
-        run, a smaller checkpoint and a faster model. False keeps every weight float32, as
-        ``mx.contrib.amp`` does by default (a deliberate difference).
-    data_names : list of str, optional
-        Model inputs; default the arguments that have no entry in ``arg_params``.
-    data_shapes : dict of str to tuple of int, optional
-        Shapes of the model inputs (batch included); the ``[(name, shape), ...]`` or
-        ``DataDesc`` list that ``Module.bind`` takes works too. Params' shapes are checked
-        against them (input-size dependent weights too); ``tune`` times kernels at them.
+        Store weights whose every consumer runs in low precision in low precision: the same
+        numerics as casting them at every run, a smaller checkpoint and a faster model.
+        False keeps every weight float32, as ``mx.contrib.amp`` does by default.
+    data_names, data_shapes : list of str, dict of str to tuple of int, optional
+        Model inputs (default: the arguments without an entry in ``arg_params``) and their
+        shapes, batch included (or ``Module.bind``'s ``DataDesc`` list): params' shapes are
+        checked against them, ``tune`` times kernels at them.
     fold_batchnorm : bool, default True
         First fold each inference BatchNorm into the Convolution / FullyConnected /
-        Deconvolution it follows (when nothing else reads that op's output), in float32;
-        the folded weights are then rounded once by the conversion. The folded BatchNorms
-        and their params are gone from the result, a producer without a bias gets one
-        (``<producer>_bias``); see :mod:`mxnet_amp.passes.fold_batchnorm`. On by default
-        (contrib does not fold): MXNet's oneDNN fusion (``Module.bind``, the C predict API)
-        otherwise folds them in bf16, 2-19x less accurate. False keeps them.
-    strict_params : bool, default False
-        Params the symbol does not read raise :class:`ParamError`; by default a warning
-        names them and they are returned as given (``mx.contrib.amp`` ignores them).
-    guard_weight_range : bool, default True
+        Deconvolution before it, in float32 (:mod:`mxnet_amp.passes.fold_batchnorm`): MXNet's
+        oneDNN fusion otherwise folds them in bf16, 2-19x less accurate. False keeps them.
+    strict_params, guard_weight_range : bool, default False, True
+        Params the symbol does not read raise :class:`ParamError` (default: a warning);
         float16: readers of a weight float16 cannot hold stay float32 (:mod:`~mxnet_amp.weight_range`).
     tune : None, bool, str or mxnet_amp.tune.Tuning, default None
-        bfloat16, opt-in: keep in float32 each kernel timed slower in bfloat16 on this machine
-        at ``data_shapes`` (:mod:`mxnet_amp.tune`; True / a path: where timings are cached).
+        bfloat16: keep float32 each kernel timed slower in bfloat16 here (:mod:`mxnet_amp.tune`).
 
     Returns
     -------
     (Symbol, dict, dict)
-        The converted symbol and new arg/aux param dicts, each array in the dtype the
-        converted graph's type inference gives it, ready for ``mx.mod.Module`` or
-        :func:`mxnet_amp.save_checkpoint`. Every weight and aux variable of the symbol
-        carries ``__dtype__`` equal to its returned param's dtype, so it binds without a
-        ``type_dict`` (``simple_bind``, ``Module.bind``, the C predict API).
+        The converted symbol and params in the dtypes it reads (tagged ``__dtype__``: binds as is).
 
     Raises
     ------
     AlreadyConvertedError
-        The graph holds amp casts, or params are float16/bfloat16 already (a model
-        converted before, its casts stripped on save); the message names them.
+        The graph holds amp casts, or params are float16/bfloat16 already (named).
     ParamError
-        A param is missing, float64, of a shape the symbol contradicts (the error names it,
-        its shape and the expected one), or extra under ``strict_params``; a BatchNorm to
-        fold has a negative or non-finite ``moving_var`` (or non-finite gamma, beta,
-        ``moving_mean``).
+        A param missing, float64, misshapen, extra (``strict_params``); a BatchNorm's bad statistics.
     """
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                            conditional_fp32_ops, follow_ops, excluded_sym_names,

@@ -59,7 +59,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.ndarray import NDArray
     from mxnet.symbol import Symbol
 
-    from .convert import Conversion
+    from .record import Conversion
     from .graph import Graph
 
 __all__ = ["emulate", "emulate_model", "emulate_conversion", "round_array", "round_numpy"]

@@ -7,18 +7,23 @@ The public converters keep the ``mx.contrib.amp`` keywords (``target_dtype``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .arguments import check_bool, check_names
 from .errors import GraphError
-from .policy import OpPolicy, load_policy
+from .policy import OpPolicy
+from .policy_load import load_policy
 from .tuning import Tuning, make_tuning
 
 if TYPE_CHECKING:
     from .graph import Graph
 
-__all__ = ["ConvertOptions", "make_options", "name_list"]
+__all__ = ["ConvertOptions", "make_options", "name_list", "EXCLUDED_REASON"]
+
+# the reason of a node the caller keeps in float32 by name (what marks it the user's)
+EXCLUDED_REASON = "excluded by name (excluded_sym_names / --exclude)"
 
 
 def name_list(names: str | Iterable[str] | None) -> list[str] | None:
@@ -37,8 +42,11 @@ class ConvertOptions:
     ----------
     policy : OpPolicy
         The op categories, user overrides applied (:func:`mxnet_amp.load_policy`).
-    excluded : frozenset of str
-        Node names that compute in float32 whatever their op.
+    fp32_nodes : mapping of str to str
+        Node names that compute in float32 whatever their op, each with its reason: the
+        caller's exclusions (:data:`EXCLUDED_REASON`), the nodes automatic mode keeps, the
+        readers of weights float16 cannot hold, kernels MXNet cannot run in low precision.
+        The one way a node is kept float32 by name; the reasons reach the report as they are.
     cast_optional_params : bool
         Store weights whose every consumer runs in low precision in low precision.
     fold_batchnorm : bool
@@ -57,7 +65,7 @@ class ConvertOptions:
     """
 
     policy: OpPolicy
-    excluded: frozenset[str] = frozenset()
+    fp32_nodes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cast_optional_params: bool = True
     fold_batchnorm: bool = True
     strict_params: bool = False
@@ -69,9 +77,24 @@ class ConvertOptions:
         """The low precision dtype, ``'float16'`` or ``'bfloat16'``."""
         return self.policy.target_dtype
 
+    @property
+    def excluded(self) -> frozenset[str]:
+        """The names of :attr:`fp32_nodes` (every node kept float32 by name, for any reason)."""
+        return frozenset(self.fp32_nodes)
+
     def excluding(self, names: Iterable[str]) -> ConvertOptions:
-        """These options with ``names`` (instead of :attr:`excluded`) kept in float32."""
-        return replace(self, excluded=frozenset(names))
+        """These options with ``names`` (instead of :attr:`fp32_nodes`) the caller's
+        exclusions."""
+        return self.keeping(dict.fromkeys(names, EXCLUDED_REASON))
+
+    def keeping(self, fp32_nodes: Mapping[str, str]) -> ConvertOptions:
+        """These options with ``fp32_nodes`` (name -> reason) instead of :attr:`fp32_nodes`."""
+        return replace(self, fp32_nodes=MappingProxyType(dict(fp32_nodes)))
+
+    def keeping_only(self, names: Iterable[str]) -> ConvertOptions:
+        """These options with only the :attr:`fp32_nodes` among ``names`` (a graph's nodes)."""
+        present = set(names)
+        return self.keeping({k: why for k, why in self.fp32_nodes.items() if k in present})
 
     def check_excluded(self, graph: Graph) -> None:
         """:class:`~mxnet_amp.errors.GraphError` naming the excluded names that are no node
@@ -138,7 +161,8 @@ def make_options(target_dtype: str = "float16",
     flags = {name: check_bool(value, name) for name, value in (
         ("cast_optional_params", cast_optional_params), ("fold_batchnorm", fold_batchnorm),
         ("strict_params", strict_params), ("guard_weight_range", guard_weight_range))}
-    excluded = frozenset(check_names(excluded_sym_names, "excluded_sym_names") or ())
+    excluded = dict.fromkeys(check_names(excluded_sym_names, "excluded_sym_names") or (), EXCLUDED_REASON)
     policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                          conditional_fp32_ops, follow_ops, overrides)
-    return ConvertOptions(policy, excluded, **flags, tuning=make_tuning(tune, policy.target_dtype))
+    return ConvertOptions(policy, fp32_nodes=MappingProxyType(excluded), **flags,
+                          tuning=make_tuning(tune, policy.target_dtype))

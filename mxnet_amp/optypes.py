@@ -34,7 +34,7 @@ class OpTypes:
         Where answers are kept; by default a memo shared by the conversions of a process.
     """
 
-    __slots__ = ("_cache", "probes")
+    __slots__ = ("_cache",)
 
     def __init__(self, cache: dict[tuple[object, ...], Dtypes | InferenceFailed] | None = None) -> None:
         if cache is None:
@@ -42,7 +42,6 @@ class OpTypes:
                 _SHARED.clear()
             cache = _SHARED
         self._cache = cache
-        self.probes = 0  # how many times MXNet was actually asked by this instance
 
     def infer(self, node: Node, input_dtypes: Sequence[str | None],
               num_outputs: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
@@ -73,7 +72,6 @@ class OpTypes:
     def _probe(self, node: Node, input_dtypes: Sequence[str | None],
                num_outputs: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
         import mxnet as mx
-        self.probes += 1
         n = len(input_dtypes)
         try:
             sym = mx.sym.load_json(json.dumps(node_alone_obj(node, n, num_outputs)))

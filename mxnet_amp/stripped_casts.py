@@ -31,7 +31,7 @@ from .registry import infer_types
 if TYPE_CHECKING:
     from mxnet.symbol import Symbol
 
-    from .convert import Conversion
+    from .record import Conversion
 
 __all__ = ["stripped_dtype", "restore_casts", "stripped_message"]
 

@@ -67,7 +67,7 @@ class KernelTiming:
 
 @dataclass(frozen=True)
 class TuneRecord:
-    """What tuning measured and chose (:attr:`mxnet_amp.convert.Conversion.tuning`)."""
+    """What tuning measured and chose (:attr:`mxnet_amp.record.Conversion.tuning`)."""
 
     machine: str
     timings: tuple[tuple[tuple[str, ...], KernelTiming], ...]   # (node names, timing)

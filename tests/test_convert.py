@@ -259,7 +259,7 @@ def test_each_node_carries_its_decision_and_the_conversion_its_exclusions():
         "float16", conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])],
         excluded_sym_names=["keep"]))
     decisions = conv.result.decisions
-    assert conv.excluded == frozenset({"keep"})
+    assert dict(conv.fp32_nodes) == {"keep": "excluded by name (excluded_sym_names / --exclude)"}
     assert decisions["keep"] == (Category.FP32, "excluded by name (excluded_sym_names / --exclude)")
     assert decisions["fc"].category is Category.TARGET
     assert decisions["fc"].reason.startswith("target list: FullyConnected")
@@ -525,3 +525,20 @@ def test_an_op_that_retypes_an_input_gets_inputs_of_one_dtype():
     assert np.dtype(out_types[0]) == np.float32
     nodes = {n["name"]: n for n in json.loads(csym.tojson(remove_amp_cast=False))["nodes"]}
     assert "resize" in nodes
+
+
+def test_the_conversion_is_a_pass_list_and_its_errors_name_their_place():
+    from mxnet_amp.convert import convert_graph
+    from mxnet_amp.options import make_options
+    from mxnet_amp.pipeline import conversion_passes
+    names = [p.name for p in conversion_passes(make_options("bfloat16"), {}, {}, "float32")]
+    assert names == ["insert_casts", "insert_fusion_barriers", "tag_param_dtypes"]
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
+    converted = amp.convert_symbol(fc, target_dtype="bfloat16")
+    # low precision params accepted, the cast pass itself refuses a converted graph: the
+    # error keeps its type and words, and a note says where in the pass list it came from
+    with pytest.raises(AlreadyConvertedError) as info:
+        convert_graph(graph_of(converted), make_options("bfloat16"), data_names=["data"],
+                      accept_low_precision_params=True)
+    assert "converted to mixed precision already" in str(info.value)
+    assert "in pass insert_casts, after []" in info.value.__notes__

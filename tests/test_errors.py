@@ -18,7 +18,7 @@ from mxnet_amp.errors import (AlreadyConvertedError, AMPError, CheckpointError, 
                               ParamError, TargetDtypeError, TypeInferenceError, UnknownOpError)
 from mxnet_amp.io import graph_from_json, graph_from_symbol, load_checkpoint, save_checkpoint
 from mxnet_amp.shape_check.check import check_param_shapes
-from mxnet_amp.policy import load_policy
+from mxnet_amp.policy_load import load_policy
 
 RNG = np.random.RandomState(0)
 

@@ -174,8 +174,8 @@ def test_excluded_batchnorm_or_producer_stays_with_its_reason():
     from mxnet_amp.options import make_options
     *_, conv = convert_model_full(sym, args, auxs, make_options("bfloat16", excluded_sym_names=["bn", "conv2"]))
     assert dict(conv.kept_batchnorms) == {
-        "bn": "it is excluded (excluded_sym_names)",
-        "bn2": "its producer 'conv2' is excluded (excluded_sym_names)"}
+        "bn": "it stays float32: excluded by name (excluded_sym_names / --exclude)",
+        "bn2": "its producer 'conv2' stays float32: excluded by name (excluded_sym_names / --exclude)"}
 
 
 def test_cli_no_fold_bn_keeps_them_and_fold_bn_is_still_accepted(tmp_path, capsys):
@@ -367,7 +367,7 @@ def test_a_variance_a_rounding_below_zero_folds():
     x = mx.nd.array(np.random.RandomState(0).rand(2, 3, 8, 8))
     ref = net(x).asnumpy()
     amp.convert_block(net, target_dtype="float16")     # was a ParamError ("negative")
-    from mxnet_amp.convert import fold_model
+    from mxnet_amp.pipeline import fold_model
     from mxnet_amp.io import graph_from_symbol, graph_to_symbol
     net.hybridize()
     net(x)

@@ -120,6 +120,8 @@ def test_bfloat16_conversion_guards_and_reports_it_float16_does_not():
     assert report.fusion_barriers == ("c0",) and report.to_dict()["fusion_barriers"] == ["c0"]
     assert "Fusion barriers" in format_table(report) and "c0" in format_table(report)
     assert report.casts == sum(1 for n in nodes if n["op"] == "amp_cast")   # barriers counted
+    # the conversion's own count is the report's: both read the record of inserted casts
+    assert conv.result.casts == report.casts and conv.result.multicasts == report.multicasts
     # float16 runs on GPUs, where MXNet fuses nothing of the kind
     _, _, _, conv16 = convert_model_full(sym, args, auxs, make_options("float16"))
     assert conv16.fusion_barriers == ()

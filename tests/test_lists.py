@@ -499,7 +499,7 @@ def test_generator_rejects_unclassified_ops(tmp_path):
 
 
 # --------------------------------------------------------------------------- the loader
-policy = pytest.importorskip("mxnet_amp.policy")
+policy = pytest.importorskip("mxnet_amp.policy_load")
 
 
 def _base(dtype="float16"):

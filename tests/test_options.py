@@ -106,6 +106,10 @@ def test_options_are_built_once_and_frozen():
         options.excluded = frozenset()
     other = options.excluding(["a", "b"])
     assert other.excluded == {"a", "b"} and options.excluded == {"fc"}
+    # one mapping keeps nodes float32, each with its reason: the caller's say so
+    assert dict(options.fp32_nodes) == {"fc": "excluded by name (excluded_sym_names / --exclude)"}
+    kept = options.keeping({**options.fp32_nodes, "g": "a rule of ours"})
+    assert kept.excluded == {"fc", "g"} and kept.keeping_only(["g"]).fp32_nodes == {"g": "a rule of ours"}
     assert other.policy is options.policy
     assert isinstance(other, ConvertOptions)
     with pytest.raises(amp.UnknownOpError):

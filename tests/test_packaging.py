@@ -18,7 +18,7 @@ def test_wheel_ships_the_lists_and_an_installed_copy_loads_them(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
                     str(wheel)], check=True, capture_output=True)
-    code = ("import mxnet_amp, mxnet_amp.policy as p; "
+    code = ("import mxnet_amp, mxnet_amp.policy_load as p; "
             "print(p.lists_dir()); print(len(mxnet_amp.list_lp16_ops('bfloat16')))")
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,

@@ -4,7 +4,8 @@ maps (``param_dtypes``, ``arg_dtypes``, ``aux_dtypes``, ``input_param_dtypes``) 
 import mxnet as mx
 import numpy as np
 
-from mxnet_amp.convert import ParamRecord, convert_model_full
+from mxnet_amp.convert import convert_model_full
+from mxnet_amp.record import ParamRecord
 from mxnet_amp.options import make_options
 from mxnet_amp.dtypes import array_dtype
 

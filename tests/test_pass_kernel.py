@@ -6,7 +6,7 @@ import pytest
 
 from mxnet_amp.errors import GraphCheckError, PassNodeError, TypeInferenceError
 from mxnet_amp.graph import Entry, Graph, Node, cast_node
-from mxnet_amp.passes.kernel import GraphPass, PassResult, Rewriter
+from mxnet_amp.passes.kernel import GraphPass, PassResult, Rewriter, run_passes
 from mxnet_amp.passes.strip_casts import StripCasts
 
 
@@ -138,3 +138,51 @@ def test_a_pass_is_not_blamed_for_what_its_input_broke_already():
             return PassResult(CastBeforeFC(graph).run(), None, True)
 
     assert [n.name for n in Copies()(given).graph.nodes] == ["x", "w", "fc_in16", "fc", "fc"]
+
+
+class _Wraps(GraphPass):
+    """A pipeline step running a Rewriter (so a node's error comes from inside a pass)."""
+
+    def __init__(self, rewriter, name):
+        super().__init__()
+        self.rewriter, self.name = rewriter, name
+
+    def call(self, graph):
+        new = self.rewriter(graph).run()
+        return PassResult(new, None, new != graph)
+
+
+def test_a_pipeline_runs_its_passes_in_order_each_on_the_last_ones_graph():
+    g = small()
+    results = run_passes(g, [_Wraps(CastBeforeFC, "cast_before_fc"), StripCasts()])
+    assert [r.changed for r in results] == [True, True]
+    assert [n.name for n in results[0].graph.nodes] == ["x", "w", "fc_in16", "fc", "relu"]
+    assert results[1].graph == g
+
+
+def test_a_pipeline_error_names_the_pass_and_the_passes_before_it():
+    from mxnet_amp.errors import ParamError
+    import mxnet as mx
+    import numpy as np
+    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.passes.fold_batchnorm import FoldBatchnorm
+    conv = mx.sym.Convolution(mx.sym.var("x"), kernel=(1, 1), num_filter=4, no_bias=True, name="conv")
+    g = graph_from_symbol(mx.sym.relu(mx.sym.BatchNorm(conv, fix_gamma=False, name="bn")))
+    one = np.ones(4, dtype=np.float32)
+    params = {"conv_weight": np.ones((4, 4, 1, 1), np.float32), "bn_gamma": one, "bn_beta": one,
+              "bn_moving_mean": one, "bn_moving_var": -one}   # a negative variance: refused
+    with pytest.raises(ParamError) as info:
+        run_passes(g, [StripCasts(), FoldBatchnorm(params)])
+    assert "moving_var" in str(info.value)      # the error's own words, its type kept
+    assert "in pass fold_batchnorm, after [strip_casts]" in info.value.__notes__
+
+    # any other exception: a PassNodeError naming the place, the original as its cause
+    class Fails(GraphPass):
+        name = "fails"
+
+        def call(self, graph):
+            raise KeyError("boom")
+    with pytest.raises(PassNodeError) as err:
+        run_passes(g, [StripCasts(), _Wraps(Rewriter, "copy"), Fails()])
+    assert str(err.value).startswith("in pass fails, after [strip_casts, copy]: KeyError")
+    assert isinstance(err.value.__cause__, KeyError)

@@ -7,7 +7,8 @@ import pytest
 from mxnet_amp.errors import ParamError
 from mxnet_amp.graph import Entry
 from mxnet_amp.params import check_params
-from mxnet_amp.policy import Category, load_policy
+from mxnet_amp.policy import Category
+from mxnet_amp.policy_load import load_policy
 
 
 def test_entry_is_a_full_tuple():

@@ -9,7 +9,7 @@ import pytest
 from mxnet.gluon import nn
 
 import mxnet_amp as amp
-from mxnet_amp.cli import demo
+from mxnet_amp.cli.main import demo
 from mxnet_amp.cli.main import build_parser, main
 from mxnet_amp.errors import AMPError, ArgumentError, GraphError, InputShapeError, InputValueError
 from mxnet_amp.io import load_checkpoint
@@ -257,20 +257,33 @@ def _conv_bn():
 
 
 def test_a_batchnorm_left_unfolded_by_auto_names_autos_reason_not_excluded_sym_names():
+    """Automatic mode keeps an overflowing conv float32: the BatchNorm after it stays unfolded,
+    and the report says auto's reason for it (not excluded_sym_names, which nobody gave)."""
+    from mxnet_amp.report.model import build_report
+    sym, args, auxs = _conv_bn()
+    args["conv0_weight"] = mx.nd.ones(args["conv0_weight"].shape) * 5e3   # 27 * 5e3 > 65504
+    x = np.ones((2, 3, 8, 8), dtype=np.float32)
+    *_, auto = amp.auto_convert_model(sym, args, auxs, x, target_dtype="float16", quiet=True,
+                                      execution="emulated")
+    assert ("conv0", "overflow") in [(k.name, k.reason) for k in auto.kept_fp32]
+    report = build_report(auto.conversion)
+    why = dict(report.kept_batchnorms)["bn0"]
+    assert why.startswith("its producer 'conv0' stays float32: auto: overflow: ") and "max |x| of conv0" in why
+    conv0 = next(n for n in report.fp32_nodes if n.name == "conv0")
+    assert why.endswith(conv0.reason) and conv0.reason.startswith("auto: overflow: ")
+    assert "excluded_sym_names" not in report.to_json() and report.excluded == ()
+
+
+def test_a_batchnorm_the_user_kept_unfolded_says_excluded_by_name():
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.options import make_options
     from mxnet_amp.report.model import build_report
     sym, args, auxs = _conv_bn()
-    # what automatic mode converts with: its kept node among the excluded ones
-    conversion = convert_model_full(sym, args, auxs, make_options("bfloat16").excluding({"conv0"}))[3]
-    assert "excluded_sym_names" in dict(conversion.kept_batchnorms)["bn0"]
-    report = build_report(conversion, excluded=(), reasons={"conv0": "auto: overflow: max |x| 7e4"})
-    why = dict(report.kept_batchnorms)["bn0"]
-    assert why == "its producer 'conv0' stays float32: auto: overflow: max |x| 7e4"
-    assert "excluded_sym_names" not in report.to_json() and report.excluded == ()
-    # a BatchNorm the user excluded keeps that reason
+    conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", excluded_sym_names=["conv0"]))[3]
     user = build_report(conversion)
-    assert "excluded_sym_names" in dict(user.kept_batchnorms)["bn0"]
+    assert dict(user.kept_batchnorms)["bn0"] == ("its producer 'conv0' stays float32: excluded by name "
+                                                 "(excluded_sym_names / --exclude)")
+    assert user.excluded == ("conv0",)
 
 
 def test_numpy_warnings_during_auto_are_report_notes_with_their_step(tmp_path):

@@ -11,7 +11,6 @@ import numpy as np
 
 from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names, check_number,
                          check_symbol, param_dict)
-from ..convert import Conversion
 from ..errors import ArgumentError, GraphError
 from ..gluon.adapter import converted_symbol_block
 from ..gluon.model import block_model
@@ -20,6 +19,7 @@ from ..io import graph_from_symbol
 from ..options import ConvertOptions, make_options
 from ..params import check_data_names, label_inputs, model_inputs
 from ..policy import check_target_dtype
+from ..record import Conversion
 from ..shape_check.check import check_param_shapes
 from ..warn import warn_user
 from .batches import BatchSource, one_batch_as_list
@@ -29,7 +29,7 @@ from .inputs import loss_labels, sample_inputs as sample_input_arrays
 from .measure import default_scale_tolerance, default_tolerances
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
-from .records import AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck, SEARCHES
+from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck, kept_reasons
 from .runner import Runs, context_of, execution_mode
 from .search import low_nodes, reference_and_search
 from .task_metric import task_metric
@@ -271,7 +271,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
             runs.convert(options.excluded)
             excluded, kept, reference_finite, errors = reference_and_search(runs, original,
                                                                             settings, notes)
-            model = runs.final(excluded)
+            model = runs.final(excluded, kept_reasons(kept))
         deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3], runs.bind_error)
         notes.extend([deployed] if deployed else [])
     finally:

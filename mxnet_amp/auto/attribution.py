@@ -29,7 +29,7 @@ from .records import DTYPE_LIMITS, NodeError, SearchStep
 from .runner import Runs
 
 if TYPE_CHECKING:
-    from ..convert import Conversion
+    from ..record import Conversion
 
 # the relative size of the random-sign perturbation of a tensor that rounds exactly (nothing
 # to follow): a few float16 roundings, far above float32's own noise (2**-24) and small

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from mxnet import Context
     from mxnet.symbol import Symbol
 
-    from ..convert import Conversion
+    from ..record import Conversion
 
 # the ops oneDNN's convolution fusion folds into a convolution it reads (BatchNorm first)
 _FUSED_NORMS = frozenset({"BatchNorm", "_contrib_SyncBatchNorm"})

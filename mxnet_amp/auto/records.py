@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ..convert import Conversion
+from ..record import Conversion
 
 
 # how the automatic mode looks for accuracy culprits (AutoSettings.search)
@@ -307,6 +307,12 @@ class OutputCheck:
     def to_dict(self) -> dict:
         """A JSON-ready dict of the fields."""
         return asdict(self)
+
+
+def kept_reasons(kept: Sequence[KeptNode]) -> dict[str, str]:
+    """Each node the search kept float32 -> its reason in the returned model's conversion
+    (what a report shows); the caller's own exclusions keep theirs."""
+    return {k.name: f"auto: {k.reason}: {kept_text(k)}" for k in kept if k.reason != "user"}
 
 
 def kept_text(k: KeptNode) -> str:

@@ -3,12 +3,14 @@ emulated), execution counting and the per-configuration cache."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from ..arguments import check_contexts
-from ..convert import Conversion, convert_model_full
+from ..convert import convert_model_full
+from ..record import Conversion
 from ..dtypes import dtype_name
 from ..emulation import emulate_conversion
 from ..errors import ArgumentError, ParamError, TargetDtypeError, error_text
@@ -29,6 +31,10 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from tqdm import tqdm
 
     from .evaluation import DataJudge
+
+# the reason of a node the search keeps float32, until the returned model's conversion says
+# its own (Runs.final): search conversions are only run, never reported
+SEARCHING = "auto: kept float32 while the automatic mode searches"
 
 
 class Runs:
@@ -69,15 +75,21 @@ class Runs:
     def budget_left(self) -> bool:
         return self.max_executions is None or self.executions < self.max_executions
 
-    def convert(self, excluded: frozenset) -> tuple[Symbol, dict, dict, Conversion]:
-        """The model converted with ``excluded`` kept in float32 (the latest one cached).
+    def convert(self, excluded: frozenset, reasons: Mapping[str, str] = MappingProxyType({})
+                ) -> tuple[Symbol, dict, dict, Conversion]:
+        """The model converted with ``excluded`` kept in float32 (the latest one cached),
+        each for the caller's reason, else its ``reasons`` entry, else :data:`SEARCHING`.
         Emulated checks get its params uncast (float32, rounded in the graph: no low
         precision copy beside the caller's originals while a check runs); :meth:`final`
         casts them."""
-        hit = self.conversions.get(excluded)
+        user = self.options.fp32_nodes
+        fp32_nodes = {n: user.get(n) or reasons.get(n) or SEARCHING for n in sorted(excluded)}
+        key = frozenset(fp32_nodes.items())
+        hit = self.conversions.get(key)
         if hit is None:
+            self.conversions = {}   # its param copies go before the next conversion's come
             hit = convert_model_full(self.sym, self.arg_params, self.aux_params,
-                                     self.options.excluding(excluded),
+                                     self.options.keeping(fp32_nodes),
                                      data_names=self.data_names, sequential_casts=True,
                                      # checked once, with the sample inputs' shapes
                                      check_shapes=False, cast_params=self.execution == "native",
@@ -88,13 +100,14 @@ class Runs:
                 self.options = replace(self.options, policy=hit[3].policy, tuning=None)
             elif self.tuned is not None:
                 hit = (*hit[:3], replace(hit[3], tuning=self.tuned))
-            self.conversions = {excluded: hit}   # only the latest: conversions hold param copies
+            self.conversions = {key: hit}   # only the latest: conversions hold param copies
         return hit
 
-    def final(self, excluded: frozenset) -> tuple[Symbol, dict, dict, Conversion]:
-        """The returned model: :meth:`convert`'s, its params cast now, after the last check
-        (so the low precision copies never coexist with a check's temporaries)."""
-        sym, args, auxs, conversion = self.convert(excluded)
+    def final(self, excluded: frozenset, reasons: Mapping[str, str]) -> tuple[Symbol, dict, dict, Conversion]:
+        """The returned model: :meth:`convert`'s with each node the search kept saying why
+        (``reasons``: a report shows them as they are), its params cast now, after the last
+        check (so the low precision copies never coexist with a check's temporaries)."""
+        sym, args, auxs, conversion = self.convert(excluded, reasons)
         self.conversions = {}
         if self.execution == "emulated":
             args, auxs = conversion.recast(args, auxs, sequential=True)

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..convert import Conversion
+from ..record import Conversion
 from ..dtypes import LOW_PRECISION
 from ..passes.insert_casts import MULTICAST
 from ..graph import Entry, Graph

@@ -14,7 +14,6 @@ import numpy as np
 from ..auto.api import auto_convert, auto_settings
 from ..auto.batches import NpzFolder, RecordBatches
 from ..auto.metrics import builtin_metric
-from ..auto.records import kept_text
 from ..errors import AMPError, CLIError
 from ..io import load_checkpoint, save_checkpoint
 from ..report.model import build_report
@@ -257,11 +256,8 @@ def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params
     save_checkpoint(out, args.epoch, new_sym, new_args, new_aux, progress=None)
     # the report reads what the pass decided for the returned model
     conversion = auto.conversion
-    reasons = {k.name: f"auto: {k.reason}: {kept_text(k)}" for k in auto.kept_fp32
-               if k.reason != "user"}
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
-                          model=os.path.basename(args.prefix), reasons=reasons,
-                          excluded=args.exclude or ())   # the user's; auto's have reasons
+                          model=os.path.basename(args.prefix))
     report = with_extra(report, {"auto": auto.to_dict()})
     finish(args, conversion, report, ["", auto.summary()])
     say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")

@@ -20,7 +20,7 @@ from .output import finish, native_log_silenced, with_extra, with_hardware_note,
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from ..convert import Conversion
+    from ..record import Conversion
     from ..report.model import ConversionReport
 
 __all__ = ["run_demo"]

@@ -31,7 +31,7 @@ from .output import EXIT_ERROR, PROG, finish, say, with_extra, with_hardware_not
 from .parser import command_parser, shape_spec
 
 if TYPE_CHECKING:
-    from ..convert import Conversion
+    from ..record import Conversion
     from ..report.model import ConversionReport
 
 __all__ = ["main", "build_parser"]

@@ -19,7 +19,7 @@ from ..report.draw import graph_svg, write_graph
 from ..report.pages import format_table, report_html
 
 if TYPE_CHECKING:
-    from ..convert import Conversion
+    from ..record import Conversion
     from ..report.model import ConversionReport
 
 __all__ = ["PROG", "EXIT_ERROR", "say", "write_outputs", "finish", "with_extra", "with_note", "with_hardware_note",

@@ -27,7 +27,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.gluon import HybridBlock
     from mxnet.symbol import Symbol
 
-    from ..convert import Conversion
+    from ..record import Conversion
     from ..options import ConvertOptions
     from .block import AMPSymbolBlock   # why: block.py imports mxnet, which `import mxnet_amp` never loads
 

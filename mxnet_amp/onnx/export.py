@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from ..arguments import (check_bool, check_dtype_map, check_int, check_names, check_optional_bool, check_path,
                          check_symbol, param_dict)
 from ..dtypes import array_dtype
-from ..errors import ArgumentError, InputShapeError, OnnxExportError, OnnxMissingError
+from ..errors import ArgumentError, OnnxExportError, OnnxMissingError
 from ..graph import CAST_OPS, Graph
 from ..io import atomic_writes, graph_from_symbol
 from ..passes.relabel_dtype import dtypes_named

@@ -113,6 +113,7 @@ class EmulateGraph(GraphPass[None]):
 
 class _Emulator(Rewriter):
     name = "emulate_graph"
+    names_new_nodes = True
 
     def __init__(self, graph: Graph, options: EmulateGraph) -> None:
         super().__init__(graph)
@@ -123,7 +124,6 @@ class _Emulator(Rewriter):
         self.dtypes = (options.node_dtypes if options.node_dtypes is not None
                        else infer_dtypes(graph, self.var_dtypes))
         self.used = graph.num_used_outputs()
-        self.builder.names.update(n.name for n in graph.nodes)
 
     def rewrite_node(self, i: int, node: Node) -> Outputs:
         if node.is_variable:

@@ -67,7 +67,7 @@ class FoldResult:
 
 
 def fold_batchnorm(graph: Graph, params: Mapping[str, Any],
-                   keep: frozenset[str] = frozenset()) -> FoldResult:
+                   keep: Mapping[str, str] = MappingProxyType({})) -> FoldResult:
     """Fold each foldable BatchNorm of ``graph`` into the op before it.
 
     Parameters
@@ -77,9 +77,10 @@ def fold_batchnorm(graph: Graph, params: Mapping[str, Any],
     params : mapping of str to NDArray or numpy array
         Every weight of the graph, arg and aux alike (not modified; arrays that do not
         change are shared with the result).
-    keep : frozenset of str
-        Node names not to fold: a BatchNorm named here, or one whose producer is named here
-        (``excluded_sym_names``), stays as it is.
+    keep : mapping of str to str
+        Node names kept float32, each with its reason
+        (:attr:`mxnet_amp.options.ConvertOptions.fp32_nodes`): a BatchNorm named here, or
+        one whose producer is named here, stays as it is, and says that reason.
 
     Returns
     -------
@@ -100,7 +101,7 @@ class FoldBatchnorm(GraphPass[FoldResult]):
 
     name = "fold_batchnorm"
 
-    def __init__(self, params: Mapping[str, Any], keep: frozenset[str] = frozenset(), *,
+    def __init__(self, params: Mapping[str, Any], keep: Mapping[str, str] = MappingProxyType({}), *,
                  verify: bool = True) -> None:
         super().__init__(verify=verify)
         self.params, self.keep = params, keep
@@ -129,6 +130,7 @@ class FoldBatchnorm(GraphPass[FoldResult]):
 class _Folder(Rewriter):
     """The node loop of a fold: drops the folded BatchNorms and their variables, and rewrites
     each producer with its folded weights."""
+    names_new_nodes = True
 
     name = "fold_batchnorm"
 
@@ -140,7 +142,6 @@ class _Folder(Rewriter):
         for i in self.dropped:
             self.new_params.pop(graph.nodes[i].name, None)
         self.producers = {plan.producer: plan for plan in plans.values()}
-        self.builder.names.update(n.name for n in graph.nodes)  # a new bias name must clash with none
 
     def rewrite_node(self, i: int, node: Node) -> Outputs:
         if i in self.dropped:
@@ -162,7 +163,7 @@ class _Plan:
 
 
 def _plan(graph: Graph, params: Mapping[str, Any],
-          keep: frozenset[str]) -> tuple[dict[int, _Plan], list[tuple[str, str]]]:
+          keep: Mapping[str, str]) -> tuple[dict[int, _Plan], list[tuple[str, str]]]:
     """``({bn index: _Plan}, [(bn name, why skipped)])``."""
     consumers = graph.consumers()
     head_nodes = {e.node for e in graph.heads}
@@ -179,7 +180,7 @@ def _plan(graph: Graph, params: Mapping[str, Any],
     return plans, skipped
 
 
-def _why_not(graph: Graph, i: int, params: Mapping[str, Any], keep: frozenset[str],
+def _why_not(graph: Graph, i: int, params: Mapping[str, Any], keep: Mapping[str, str],
              consumers: list[list[tuple[int, int]]], head_nodes: set[int]) -> str | None:
     """Why the BatchNorm at ``i`` cannot be folded, or None when it can."""
     bn = graph.nodes[i]
@@ -190,9 +191,9 @@ def _why_not(graph: Graph, i: int, params: Mapping[str, Any], keep: frozenset[st
     if prod.op not in FOLDABLE_OPS:
         return f"its input comes from {prod.op}, not from {'/'.join(sorted(FOLDABLE_OPS))}"
     if bn.name in keep:
-        return "it is excluded (excluded_sym_names)"
+        return f"it stays float32: {keep[bn.name]}"
     if prod.name in keep:
-        return f"its producer {prod.name!r} is excluded (excluded_sym_names)"
+        return f"its producer {prod.name!r} stays float32: {keep[prod.name]}"
     if i in head_nodes:
         return "it is a model output (folding would rename the output)"
     if src.node in head_nodes or [c for c, _ in consumers[src.node]] != [i]:

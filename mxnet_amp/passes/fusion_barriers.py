@@ -97,6 +97,7 @@ def guarded_readers(graph: Graph) -> dict[int, list[int]]:
 
 class _Guard(Rewriter):
     name = "insert_fusion_barriers"
+    names_new_nodes = True
 
     def __init__(self, graph: Graph, tensor_dtypes: Mapping[Entry, str | None]) -> None:
         super().__init__(graph)
@@ -105,7 +106,6 @@ class _Guard(Rewriter):
         self.readers = {c for cs in self.targets.values() for c in cs}
         self.barrier_of: dict[int, Entry] = {}   # old conv index -> its barrier's new entry
         self.barrier_dtypes: dict[Entry, str] = {}
-        self.builder.names.update(n.name for n in graph.nodes)
 
     def rewrite_node(self, i: int, node: Node) -> Outputs:
         if i in self.targets:

@@ -38,7 +38,6 @@ __all__ = ["CastResult", "Plan", "insert_casts", "InsertCasts", "refuse_converte
 CAST, MULTICAST, FUSION_BARRIER = "cast", "multicast", "fusion barrier"
 
 
-EXCLUDED_REASON = "excluded by name (excluded_sym_names / --exclude)"
 CONTROL_FLOW_REASON = "control flow op: float32 at its boundary (its body is converted inside)"
 
 
@@ -53,7 +52,7 @@ class Plan(enum.Enum):
     FP32_ORIGINAL_BODY = "fp32-original-body"  # fp32 with the loop/cond body left unconverted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)   # built by keyword: many fields, several optional
 class CastResult:
     """What :func:`insert_casts` produced, and what it decided on the way."""
 
@@ -67,15 +66,22 @@ class CastResult:
     # (node name, why) for nodes that could not run as their category asked
     fallbacks: tuple[tuple[str, str], ...] = ()
     unlisted_ops: frozenset = frozenset()
-    probes: int = 0
-    casts: int = 0
-    multicasts: int = 0
     # entry of ``graph`` -> the dtype the pass gave that tensor (None: left to MXNet)
     tensor_dtypes: Mapping[Entry, str | None] = field(default_factory=lambda: MappingProxyType({}))
     # index in ``graph`` of each cast node the conversion inserted -> its kind (CAST,
     # MULTICAST, FUSION_BARRIER): the one record of which nodes are the conversion's casts
     # (a model may hold amp_casts of its own); what a cast reads is its inputs in ``graph``
     inserted_casts: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def casts(self) -> int:
+        """``amp_cast`` nodes the conversion inserted (fusion barriers included)."""
+        return sum(kind != MULTICAST for kind in self.inserted_casts.values())
+
+    @property
+    def multicasts(self) -> int:
+        """``amp_multicast`` nodes the conversion inserted."""
+        return sum(kind == MULTICAST for kind in self.inserted_casts.values())
 
     @property
     def categories(self) -> Mapping[str, Category]:
@@ -86,10 +92,9 @@ class CastResult:
 def insert_casts(graph: Graph, policy: OpPolicy, *,
                  data_dtypes: Mapping[str, str],
                  param_dtypes: Mapping[str, str | None],
-                 excluded: frozenset[str] = frozenset(),
+                 fp32_nodes: Mapping[str, str] = MappingProxyType({}),
                  output_dtype: str | None = "float32",
-                 op_types: OpTypes | None = None,
-                 kept_fp32: Mapping[str, str] = MappingProxyType({})) -> CastResult:
+                 op_types: OpTypes | None = None) -> CastResult:
     """Return the mixed precision version of ``graph``.
 
     Parameters
@@ -104,16 +109,14 @@ def insert_casts(graph: Graph, policy: OpPolicy, *,
         Stored dtype of each weight/aux variable, or ``None`` to let the consumers decide
         (their wishes come back in ``param_wants``; such a graph is a first round only).
         Variables in neither mapping count as float32 data.
-    excluded : frozenset of str
-        Node names that compute in float32 whatever their op.
+    fp32_nodes : mapping of str to str
+        Node names that compute in float32 whatever their op, each with its reason
+        (:attr:`mxnet_amp.options.ConvertOptions.fp32_nodes`); loop/cond bodies get it too.
     output_dtype : str or None
         Float outputs in low precision are cast to this dtype; None leaves them.
-    kept_fp32 : mapping of str to str
-        Node names the conversion itself keeps in float32, each with its reason (an MXNet
-        kernel that fails on the low precision plan, found by a first round).
     """
-    return InsertCasts(policy, data_dtypes=data_dtypes, param_dtypes=param_dtypes, excluded=excluded,
-                       output_dtype=output_dtype, op_types=op_types, kept_fp32=kept_fp32)(graph).decided
+    return InsertCasts(policy, data_dtypes=data_dtypes, param_dtypes=param_dtypes, fp32_nodes=fp32_nodes,
+                       output_dtype=output_dtype, op_types=op_types)(graph).decided
 
 
 class InsertCasts(GraphPass[CastResult]):
@@ -122,19 +125,19 @@ class InsertCasts(GraphPass[CastResult]):
     name = "insert_casts"
 
     def __init__(self, policy: OpPolicy, *, data_dtypes: Mapping[str, str],
-                 param_dtypes: Mapping[str, str | None], excluded: frozenset[str] = frozenset(),
+                 param_dtypes: Mapping[str, str | None],
+                 fp32_nodes: Mapping[str, str] = MappingProxyType({}),
                  output_dtype: str | None = "float32", op_types: OpTypes | None = None,
-                 kept_fp32: Mapping[str, str] = MappingProxyType({}), verify: bool = True) -> None:
+                 verify: bool = True) -> None:
         super().__init__(verify=verify)
         self.policy, self.data_dtypes, self.param_dtypes = policy, data_dtypes, param_dtypes
-        self.excluded, self.output_dtype, self.op_types = excluded, output_dtype, op_types
-        self.kept_fp32 = kept_fp32
+        self.fp32_nodes, self.output_dtype, self.op_types = fp32_nodes, output_dtype, op_types
 
     def call(self, graph: Graph) -> PassResult[CastResult]:
         """Run the pass on ``graph`` (see the class)."""
         refuse_converted(graph)
-        result = _CastInserter(graph, self.policy, self.data_dtypes, self.param_dtypes, self.excluded,
-                               self.output_dtype, self.op_types or OpTypes(), self.kept_fp32).result()
+        result = _CastInserter(graph, self.policy, self.data_dtypes, self.param_dtypes, self.fp32_nodes,
+                               self.output_dtype, self.op_types or OpTypes()).result()
         return PassResult(result.graph, result, True)
 
 
@@ -163,20 +166,19 @@ class _Split:
 
 class _CastInserter(Rewriter):
     """One forward walk over ``graph``'s nodes building the converted graph (module doc)."""
+    names_new_nodes = True
 
     name = "insert_casts"
 
     def __init__(self, graph: Graph, policy: OpPolicy, data_dtypes: Mapping[str, str],
-                 param_dtypes: Mapping[str, str | None], excluded: frozenset[str],
-                 output_dtype: str | None, op_types: OpTypes,
-                 kept_fp32: Mapping[str, str] = MappingProxyType({})) -> None:
+                 param_dtypes: Mapping[str, str | None], fp32_nodes: Mapping[str, str],
+                 output_dtype: str | None, op_types: OpTypes) -> None:
         super().__init__(graph)
-        self.policy, self.op_types, self.kept_fp32 = policy, op_types, kept_fp32
+        self.policy, self.op_types, self.fp32_nodes = policy, op_types, fp32_nodes
         self.data_dtypes, self.param_dtypes = data_dtypes, param_dtypes
-        self.excluded, self.output_dtype = excluded, output_dtype
+        self.output_dtype = output_dtype
         self.target = policy.target_dtype
         self.used = graph.num_used_outputs()
-        self.builder.names.update(n.name for n in graph.nodes)
         self.dtype_of: dict[Entry, str | None] = {}  # new entry -> dtype
         self.cast_cache: dict[tuple[Entry, str], Entry] = {}
         self.param_node: set[int] = set()           # original indices of weight/aux variables
@@ -186,18 +188,17 @@ class _CastInserter(Rewriter):
         self.fallbacks: list[tuple[str, str]] = []
         self.unlisted: set[str] = set()
         self.index_pos: dict[str, frozenset[int]] = {}
-        self.casts = self.multicasts = 0
         self.inserted: dict[int, str] = {}   # new node index -> CAST / MULTICAST
 
     def result(self) -> CastResult:
         """Walk the graph (:meth:`Rewriter.run`); the new graph and what was decided."""
         graph = self.run()
-        return CastResult(graph,
-                          MappingProxyType(self.node_dtypes), MappingProxyType(self.decisions),
-                          MappingProxyType({k: frozenset(v) for k, v in self.wants.items()}),
-                          tuple(self.fallbacks), frozenset(self.unlisted), self.op_types.probes,
-                          self.casts, self.multicasts, MappingProxyType(self.dtype_of),
-                          MappingProxyType(self.inserted))
+        return CastResult(graph=graph, node_dtypes=MappingProxyType(self.node_dtypes),
+                          decisions=MappingProxyType(self.decisions),
+                          param_wants=MappingProxyType({k: frozenset(v) for k, v in self.wants.items()}),
+                          fallbacks=tuple(self.fallbacks), unlisted_ops=frozenset(self.unlisted),
+                          tensor_dtypes=MappingProxyType(self.dtype_of),
+                          inserted_casts=MappingProxyType(self.inserted))
 
     # --- variables and heads -------------------------------------------------------------
 
@@ -283,14 +284,13 @@ class _CastInserter(Rewriter):
 
     def _decide(self, node: Node) -> tuple[Decision, tuple[Graph, ...]]:
         """The node's category and why, and its loop/cond bodies (converted when it has some)."""
-        if node.name in self.excluded:
-            return Decision(Category.FP32, EXCLUDED_REASON), node.subgraphs
-        if node.name in self.kept_fp32:
-            return Decision(Category.FP32, self.kept_fp32[node.name]), node.subgraphs
+        reason = self.fp32_nodes.get(node.name)
+        if reason is not None:
+            return Decision(Category.FP32, reason), node.subgraphs
         if node.subgraphs:
             # fp32 at the boundary; the bodies are converted inside
             return Decision(Category.FP32, CONTROL_FLOW_REASON), tuple(
-                _convert_subgraph(g, self.policy, self.excluded, self.op_types) for g in node.subgraphs)
+                _convert_subgraph(g, self.policy, self.fp32_nodes, self.op_types) for g in node.subgraphs)
         decision = self.policy.explain_node(node.name, node.op, node.attrs)
         if decision is None:
             self.unlisted.add(node.op)
@@ -400,13 +400,11 @@ class _CastInserter(Rewriter):
             hit = self.cast_cache[(src, dtype)] = Entry(self.builder.add(cast_node(name, src, dtype)))
             self.inserted[hit.node] = CAST
             self.dtype_of[hit] = dtype
-            self.casts += 1
         return hit
 
     def _multicast(self, name: str, srcs: list[Entry], dtype: str) -> list[Entry]:
         idx = self.builder.add(multicast_node(self.builder.fresh_name(f"{name}_amp_multicast"),
                                               tuple(srcs)))
-        self.multicasts += 1
         self.inserted[idx] = MULTICAST
         outs = [Entry(idx, k) for k in range(len(srcs))]
         for e in outs:
@@ -433,9 +431,10 @@ def _plans(cat: Category, cur: list, acts: list[int], target: str,
     return plans
 
 
-def _convert_subgraph(graph: Graph, policy: OpPolicy, excluded: frozenset[str], op_types: OpTypes) -> Graph:
+def _convert_subgraph(graph: Graph, policy: OpPolicy, fp32_nodes: Mapping[str, str],
+                      op_types: OpTypes) -> Graph:
     """A loop/cond body converted with a float32 interface, so the outer op's typing holds."""
     data = {n.name: dtype_of_code(n.attrs.get("__dtype__")) or "float32"
             for n in graph.variables()}
-    return insert_casts(graph, policy, data_dtypes=data, param_dtypes={}, excluded=excluded,
+    return insert_casts(graph, policy, data_dtypes=data, param_dtypes={}, fp32_nodes=fp32_nodes,
                         output_dtype="float32", op_types=op_types).graph

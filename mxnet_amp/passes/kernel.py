@@ -26,13 +26,13 @@ pass, the node and its op, with the original as its cause.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Generic, Sequence, TypeVar, Union
+from typing import ClassVar, Generic, Iterable, Sequence, TypeVar, Union
 
 from ..errors import AMPError, GraphCheckError, PassNodeError
 from ..graph import Entry, Graph, GraphBuilder, Node
 from ..verify import verify_graph
 
-__all__ = ["PassResult", "GraphPass", "Rewriter", "Outputs", "node_context"]
+__all__ = ["PassResult", "GraphPass", "Rewriter", "Outputs", "node_context", "run_passes"]
 
 T = TypeVar("T")
 
@@ -71,12 +71,21 @@ class Rewriter:
     """
 
     name: ClassVar[str] = "rewrite"
+    # the pass names new nodes (builder.fresh_name): every name of its input graph is taken
+    # first, so a new name clashes with none, not even a node's the loop has not reached
+    names_new_nodes: ClassVar[bool] = False
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.builder = GraphBuilder()
         # old node index -> where its outputs went (see Outputs)
         self.env: list[Outputs] = []
+        if self.names_new_nodes:
+            self.reserve_names(graph.nodes)
+
+    def reserve_names(self, nodes: Iterable[Node]) -> None:
+        """Take the names of ``nodes``: :meth:`GraphBuilder.fresh_name` avoids them."""
+        self.builder.names.update(n.name for n in nodes)
 
     def entry(self, e: Entry) -> Entry:
         """The new entry of the old entry ``e`` (a node already rewritten)."""
@@ -118,7 +127,7 @@ class Rewriter:
         nodes, env = self.graph.nodes, self.env
         if start:
             self.builder.nodes.extend(nodes[:start])
-            self.builder.names.update(n.name for n in nodes[:start])
+            self.reserve_names(nodes[:start])
             env.extend(range(start))
         rewrite = self.rewrite_node
         i = -1
@@ -175,3 +184,26 @@ def _breaks_invariants(graph: Graph, cast_chains: bool) -> bool:
     except GraphCheckError:
         return True
     return False
+
+
+def run_passes(graph: Graph, passes: Sequence[GraphPass]) -> list[PassResult]:
+    """Run ``passes`` in order, each on the graph the one before returned; their results.
+
+    An error names its place in the pipeline, as onnx-ir's pass manager does: a typed
+    :class:`~mxnet_amp.errors.AMPError` keeps its type and message and gets a note
+    ``in pass NAME, after [EARLIER, ...]``; any other exception becomes a
+    :class:`~mxnet_amp.errors.PassNodeError` saying so, the original as its cause.
+    """
+    results: list[PassResult] = []
+    for k, graph_pass in enumerate(passes):
+        try:
+            result = graph_pass(graph)
+        except Exception as err:
+            where = f"in pass {graph_pass.name}, after [{', '.join(p.name for p in passes[:k])}]"
+            if isinstance(err, AMPError):
+                err.add_note(where)
+                raise
+            raise PassNodeError(f"{where}: {type(err).__name__}: {err}") from err
+        results.append(result)
+        graph = result.graph
+    return results

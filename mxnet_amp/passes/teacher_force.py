@@ -65,6 +65,7 @@ class ForcedGraph:
 class _Forcer(Rewriter):
     """The forced copies: a loop over the converted graph that copies each forced node,
     reading new variables (or the casts the conversion put before it, copied once)."""
+    names_new_nodes = True
 
     name = "teacher_force"
 
@@ -74,8 +75,7 @@ class _Forcer(Rewriter):
         super().__init__(converted)
         self.original, self.forced, self.dtypes = original, set(forced), tensor_dtypes
         self.inserted = set(inserted_casts)
-        self.builder.names.update(n.name for n in converted.nodes)
-        self.builder.names.update(n.name for n in original.nodes)
+        self.reserve_names(original.nodes)   # the converted graph's are (names_new_nodes)
         self.used = converted.num_used_outputs()
         self.vars: dict[str, int] = {}
         self.copied: dict[int, int] = {}

@@ -21,7 +21,7 @@ from .layout import CHAR_WIDTH, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, lay
 from .picture import Box, Picture, collapse
 
 if TYPE_CHECKING:   # only annotations name it
-    from ..convert import Conversion
+    from ..record import Conversion
 
 __all__ = ["graph_svg", "graph_dot", "write_graph", "check_graph_path", "DTYPE_COLOURS"]
 
@@ -40,7 +40,7 @@ def graph_svg(conversion: Conversion, title: str = "", detail_limit: int | None 
 
     Parameters
     ----------
-    conversion : mxnet_amp.convert.Conversion
+    conversion : mxnet_amp.record.Conversion
     title : str
         Shown above the picture, before the summary.
     detail_limit : int or None, default 80

@@ -1,6 +1,6 @@
 """What a conversion did, as data: nodes per dtype, casts, params before/after, float32 nodes.
 
-:func:`build_report` reads a :class:`~mxnet_amp.convert.Conversion` (and, when given, the
+:func:`build_report` reads a :class:`~mxnet_amp.record.Conversion` (and, when given, the
 param dicts before and after) and returns a :class:`ConversionReport`, a frozen value that
 renders as a dict or JSON; its tables, terminal text and HTML page are
 :mod:`mxnet_amp.report.pages`' job. Nothing here runs MXNet.
@@ -16,11 +16,12 @@ import numpy as np
 
 from ..dtypes import dtype_name
 from ..graph import Graph
+from ..options import EXCLUDED_REASON
 from ..passes.insert_casts import MULTICAST
 from ..policy import Category, Decision
 
 if TYPE_CHECKING:   # only annotations name it
-    from ..convert import Conversion
+    from ..record import Conversion
 
 __all__ = ["ConversionReport", "ParamStats", "FP32Node", "build_report", "tuning_summary", "NON_FLOAT"]
 
@@ -258,54 +259,26 @@ def _params_before_after(conversion: Conversion, arg_params: Mapping | None,
 
 def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_params: Mapping | None = None,
                  new_arg_params: Mapping | None = None, new_aux_params: Mapping | None = None, *,
-                 excluded: Iterable[str] | None = None, model: str | None = None,
-                 reasons: Mapping[str, str] | None = None) -> ConversionReport:
+                 model: str | None = None) -> ConversionReport:
     """The :class:`ConversionReport` of ``conversion``.
 
     Parameters
     ----------
-    conversion : mxnet_amp.convert.Conversion
+    conversion : mxnet_amp.record.Conversion
         What :func:`~mxnet_amp.convert.convert_graph` / ``convert_model_full`` returned.
     arg_params, aux_params : dict, optional
         The params before conversion; give them for byte counts (else counts come from the
         dtypes the conversion recorded).
     new_arg_params, new_aux_params : dict, optional
         The params after conversion.
-    excluded : iterable of str, optional
-        The excluded node names; read back from the conversion when not given.
     model : str, optional
         A label for the model shown in the report.
-    reasons : mapping of node name to str, optional
-        Why a float32 node is float32 where the caller knows better (automatic mode).
 
     Returns
     -------
     ConversionReport
     """
-    result = conversion.result
-    original: Graph = conversion.original
-    excluded_set = set(excluded) if excluded is not None else set(conversion.excluded)
-    fallbacks: dict[str, str] = {}
-    for name, why in result.fallbacks:
-        fallbacks.setdefault(name, why)
-    by_op: dict[str, Counter] = {}
-    by_dtype: Counter = Counter()
-    cats: Counter = Counter()
-    fp32_nodes = []
-    total = 0
-    for node in original.nodes:
-        if node.is_variable:
-            continue
-        total += 1
-        dt = result.node_dtypes.get(node.name) or NON_FLOAT
-        by_op.setdefault(node.op, Counter())[dt] += 1
-        by_dtype[dt] += 1
-        decision = result.decisions.get(node.name)
-        if decision is not None:
-            cats[decision.category.value] += 1
-        if dt == "float32":
-            why = (reasons or {}).get(node.name) or _fp32_reason(node.name, decision, fallbacks)
-            fp32_nodes.append(FP32Node(node.name, node.op, why))
+    total, by_dtype, by_op, cats, fp32_nodes = _node_figures(conversion)
     casts_by, n_multi, n_weight_casts = _cast_counts(conversion)
     n_casts = sum(casts_by.values())
 
@@ -325,11 +298,39 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         weight_casts=n_weight_casts,
         params_after=after,
         fp32_nodes=tuple(fp32_nodes),
-        excluded=tuple(sorted(excluded_set)),
-        fallbacks=tuple(result.fallbacks),
-        unlisted_ops=tuple(sorted(result.unlisted_ops)),
-        **_folding(conversion, reasons or {}),
+        excluded=tuple(sorted(k for k, why in conversion.fp32_nodes.items() if why == EXCLUDED_REASON)),
+        fallbacks=tuple(conversion.result.fallbacks),
+        unlisted_ops=tuple(sorted(conversion.result.unlisted_ops)),
+        **_folding(conversion),
     )
+
+
+def _node_figures(conversion: Conversion) -> tuple[int, Counter, dict[str, Counter], Counter, list[FP32Node]]:
+    """``(op nodes, nodes per dtype, per op and dtype, per category, the float32 nodes with
+    their reasons)`` of the graph converted."""
+    result = conversion.result
+    original: Graph = conversion.original
+    fallbacks: dict[str, str] = {}
+    for name, why in result.fallbacks:
+        fallbacks.setdefault(name, why)
+    by_op: dict[str, Counter] = {}
+    by_dtype: Counter = Counter()
+    cats: Counter = Counter()
+    fp32_nodes = []
+    total = 0
+    for node in original.nodes:
+        if node.is_variable:
+            continue
+        total += 1
+        dt = result.node_dtypes.get(node.name) or NON_FLOAT
+        by_op.setdefault(node.op, Counter())[dt] += 1
+        by_dtype[dt] += 1
+        decision = result.decisions.get(node.name)
+        if decision is not None:
+            cats[decision.category.value] += 1
+        if dt == "float32":
+            fp32_nodes.append(FP32Node(node.name, node.op, _fp32_reason(node.name, decision, fallbacks)))
+    return total, by_dtype, by_op, cats, fp32_nodes
 
 
 def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
@@ -350,29 +351,12 @@ def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
     return casts_by, n_multi, n_weight
 
 
-def _folding(conversion: Conversion, reasons: Mapping[str, str]) -> dict:
+def _folding(conversion: Conversion) -> dict:
     """The report's fields on what the conversion did besides casting: BatchNorm folding,
     fusion barriers."""
     return {"folded_batchnorms": tuple(bn for bn, _ in conversion.folded_batchnorms),
-            "kept_batchnorms": tuple(_kept_batchnorms(conversion, reasons)),
+            "kept_batchnorms": conversion.kept_batchnorms,
             "input_model": conversion.input_figures,
             "fusion_barriers": tuple(conv for conv, _ in conversion.fusion_barriers),
             "tuning": None if conversion.tuning is None else conversion.tuning.to_dict()}
 
-
-def _kept_batchnorms(conversion: Conversion, reasons: Mapping[str, str]) -> list[tuple[str, str]]:
-    """``(BatchNorm, why it was not folded)``; where the caller's ``reasons`` say why the
-    BatchNorm or its producer stays float32 (automatic mode kept it), that reason, not the
-    ``excluded_sym_names`` the fold pass was given on the caller's behalf."""
-    graph = conversion.original
-    index = {n.name: i for i, n in enumerate(graph.nodes)}
-    kept = []
-    for bn, why in conversion.kept_batchnorms:
-        node = graph.nodes[index[bn]] if bn in index else None
-        producer = graph.nodes[node.inputs[0].node].name if node is not None and node.inputs else None
-        if bn in reasons:
-            why = f"it stays float32: {reasons[bn]}"
-        elif producer is not None and producer in reasons:
-            why = f"its producer {producer!r} stays float32: {reasons[producer]}"
-        kept.append((bn, why))
-    return kept

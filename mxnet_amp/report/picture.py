@@ -25,7 +25,7 @@ from ..graph import CAST_OPS, Entry, Graph, Node
 from ..passes.insert_casts import MULTICAST
 
 if TYPE_CHECKING:   # only annotations name it
-    from ..convert import Conversion
+    from ..record import Conversion
 
 __all__ = ["Box", "Picture", "collapse", "node_dtypes", "fp32_islands"]
 
