@@ -2,7 +2,8 @@
 import pytest
 
 from mxnet_amp.errors import ListError, TargetDtypeError, UnknownOpError
-from mxnet_amp.policy import Category, check_target_dtype, lists_dir, load_policy
+from mxnet_amp.policy import Category, check_target_dtype
+from mxnet_amp.policy_load import lists_dir, load_policy
 
 
 def test_check_target_dtype_normalises_aliases_and_refuses_others():

@@ -9,7 +9,7 @@ import pytest
 from mxnet.gluon import nn
 
 import mxnet_amp as amp
-from mxnet_amp.cli.main import demo
+from mxnet_amp.cli import demo
 from mxnet_amp.cli.main import build_parser, main
 from mxnet_amp.errors import AMPError, ArgumentError, GraphError, InputShapeError, InputValueError
 from mxnet_amp.io import load_checkpoint

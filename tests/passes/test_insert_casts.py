@@ -6,7 +6,8 @@ from mxnet_amp.errors import AlreadyConvertedError
 from mxnet_amp.graph import CAST_OPS
 from mxnet_amp.io import graph_from_symbol
 from mxnet_amp.passes.insert_casts import CAST, MULTICAST, insert_casts, refuse_converted
-from mxnet_amp.policy import Category, load_policy
+from mxnet_amp.policy import Category
+from mxnet_amp.policy_load import load_policy
 from mxnet_amp.verify import verify_graph
 
 
