@@ -67,7 +67,7 @@ def _converted_sym_gen(sym_gen: Callable, state_names: Sequence[str],
     converted (the default one); ``originals`` the module's float32 params (folding)."""
     done = {first[0]: first[1]}
 
-    def converted_sym_gen(key):
+    def converted_sym_gen(key: Any) -> Any:
         if key in done:
             return done[key]
         sym, data_names, label_names = _generate(sym_gen, key)

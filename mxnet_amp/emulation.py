@@ -192,7 +192,7 @@ def emulate_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     arg_names = set(emulated.list_arguments())
     aux_names = set(emulated.list_auxiliary_states())
 
-    def widen(params, wanted):
+    def widen(params: Mapping, wanted: set[str]) -> dict:
         return {k: (cast_array(v, "float32") if copy_params and array_dtype(v) in LOW_PRECISION
                     else v) for k, v in params.items() if k in wanted}
     return emulated, widen({**arg_params, **rounded}, arg_names), widen(aux_params, aux_names)

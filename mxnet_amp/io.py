@@ -356,7 +356,7 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
     save = {f"arg:{k}": v.as_in_context(mx.cpu()) for k, v in arg_params.items()}
     save.update({f"aux:{k}": v.as_in_context(mx.cpu()) for k, v in aux_params.items()})
 
-    def write_params(tmp):
+    def write_params(tmp: str) -> None:
         total = sum(array_nbytes(v) for v in save.values())
         with byte_bar(f"writing {os.path.basename(params_file)}", total, progress) as bar, \
                 watch_growth(tmp, bar):

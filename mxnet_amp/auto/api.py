@@ -418,7 +418,7 @@ def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str
     return converted_symbol_block(block, names, new_sym, new_args, new_auxs, ctx), report
 
 
-def _block_context(block):
+def _block_context(block: Any) -> Any:
     import mxnet as mx
     for param in block.collect_params().values():
         if param._data is not None:

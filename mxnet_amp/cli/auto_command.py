@@ -94,7 +94,7 @@ def _stream_metric(name: str) -> Any:
         k = int(name[-1])
 
         class Percent(mx.metric.TopKAccuracy if k > 1 else mx.metric.Accuracy):  # type: ignore
-            def get(self):  # noqa: ANN201 - mx.metric's own signature
+            def get(self) -> tuple[str, float]:
                 label, value = super().get()
                 return name, 100.0 * value
         return Percent(top_k=k, name=name) if k > 1 else Percent(name=name)

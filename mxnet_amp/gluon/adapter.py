@@ -39,7 +39,7 @@ def _flat_outputs(sym: Symbol) -> list:
     return [sym[k] for k in range(len(sym.list_outputs()))]
 
 
-def _contexts(block, ctx):
+def _contexts(block: Any, ctx: Any) -> Any:
     import mxnet as mx
     if ctx is not None:
         return check_contexts(ctx)

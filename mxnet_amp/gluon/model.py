@@ -23,7 +23,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 __all__ = ["block_graph", "block_model", "model_params", "export_block"]
 
 
-def _gluon():
+def _gluon() -> Any:
     from mxnet import gluon
     return gluon
 
@@ -61,7 +61,7 @@ def _traced_graph(block: HybridBlock, input_names: Sequence[str]) -> Any:
     return list(input_names), sym, 0 if len(input_names) == 1 else [0] * len(input_names), out_format
 
 
-def _cached_graph(block):
+def _cached_graph(block: Any) -> tuple[list[str], Any, Any, Any]:
     """``(input names, output symbol, input format, output format)`` from the cached graph."""
     syms, out = block._cached_graph
     return [s.name for s in syms], out, block._in_format, block._out_format
@@ -103,7 +103,7 @@ def block_graph(block: HybridBlock, input_names: Sequence[str] | None) -> Any:
     return _traced_graph(block, list(input_names) if input_names is not None else ["data"])
 
 
-def _param_array(param):
+def _param_array(param: Any) -> Any:
     """The array of a gluon Parameter (its first context), or a typed error if it has none."""
     if param._data is None:
         if param._deferred_init:

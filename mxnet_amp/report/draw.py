@@ -13,7 +13,7 @@ import html
 import os
 import shutil
 import subprocess
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DrawError
 from ..io import atomic_write
@@ -153,7 +153,7 @@ def check_graph_path(path: str | os.PathLike) -> str:
     return fmt
 
 
-def _cairosvg():
+def _cairosvg() -> Any:
     try:
         import cairosvg
     except (ImportError, OSError):   # OSError: the package is there but libcairo is not
@@ -187,7 +187,7 @@ def write_graph(conversion: Conversion, path: str | os.PathLike, title: str = ""
     else:
         data = _png(conversion, title, detail_limit)
 
-    def write(tmp):
+    def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
     atomic_write(path, write)

@@ -247,7 +247,7 @@ def _repeat_groups(graph: Graph, segments: list[list[int]], dtypes: list[str], k
                    drawn_set: set[int]) -> list[tuple[list[int], int, list[int]]]:
     """(nodes of one block, repeat count, every node the group stands for) for each group
     (``keys``: each drawn node's name group, as :func:`_group_key` gives it)."""
-    def signature(seg):
+    def signature(seg: Sequence[int]) -> tuple:
         local = {i: k for k, i in enumerate(seg)}
         return tuple((graph.nodes[i].op, dtypes[i],
                       tuple(local.get(e.node, -1) for e in graph.nodes[i].inputs if e.node in drawn_set))
@@ -330,7 +330,7 @@ def fp32_islands(graph: Graph, dtypes: list[str], target: str) -> set[int]:
         for e in node.inputs:
             consumers.setdefault(e.node, []).append(i)
 
-    def ops_near(i):
+    def ops_near(i: int) -> list[int]:
         seen, stack, out = {i}, [i], []
         while stack:
             j = stack.pop()
@@ -368,7 +368,7 @@ def _dtype_runs(graph: Graph, nodes: list[int], dtypes: list[str], islands: set[
                 consumers.setdefault(e.node, []).append(i)
     rank = {i: k for k, i in enumerate(nodes)}
 
-    def cls(i):
+    def cls(i: int) -> Any:
         node = graph.nodes[i]
         if node.op in CAST_OPS or node.is_variable:
             return None
