@@ -73,8 +73,9 @@ def layer_row(channels: int, size: int, rounds: int) -> dict:
     fns = {"fp32": _runner(_module(y, args, {}, shape), x),
            "bf16": _runner(_module(*bf16, shape), x)}
     return {"channels": channels, "shape": list(shape),
-            "default_category": amp.load_policy("bfloat16").decide(
-                "Convolution", {"num_group": str(channels), "num_filter": str(channels)}).value,
+            # the [[slow_kernel]] rule keeps this node float32, else the target list runs it in bf16
+            "default_category": "fp32" if amp.load_policy("bfloat16").slow_kernel(
+                "Convolution", {"num_group": str(channels), "num_filter": str(channels)}) else "target",
             **_timed(fns, rounds)}
 
 
@@ -87,7 +88,7 @@ def model_row(name: str, size: int, batch: int, rounds: int) -> dict:
                  and n["attrs"]["num_group"] == n["attrs"].get("num_filter")]
     policy = amp.load_policy("bfloat16")
     slow = [n for n in C.symbol_nodes(sym) if n["name"] in depthwise
-            and policy.decide("Convolution", n["attrs"]).value == "fp32"]
+            and policy.slow_kernel("Convolution", n["attrs"]) is not None]
     shape = (batch, 3, size, size)
     x = mx.nd.random.uniform(shape=shape)
     variants = {"fp32": (sym, args, auxs),

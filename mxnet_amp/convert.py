@@ -63,7 +63,8 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
     ``__dtype__`` attribute says). ``accept_low_precision_params`` lets weights stored in
     float16/bfloat16 through (they are read as stored, cast where a consumer wants another
     dtype); by default they raise :class:`AlreadyConvertedError`, as they mark a model
-    converted before. The nodes kept float32 whatever their op are ``options.fp32_nodes``.
+    converted before. The nodes kept float32 whatever their op are ``options.fp32_nodes``,
+    and the nodes of a ``[[slow_kernel]]`` shape (:meth:`ConvertOptions.with_slow_kernels`).
     """
     if all(n.is_variable for n in graph.nodes):
         warn_user(f"the symbol has no operators, only the inputs {[n.name for n in graph.nodes][:10]}: "
@@ -78,6 +79,8 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
         # only arrays given as params mark a converted model: a variable the symbol alone
         # declares float16/bfloat16 is an input (or a weight the caller binds) of that dtype
         _refuse_low_precision_params({k: v for k, v in stored.items() if k in (param_dtypes or {})})
+    # the [[slow_kernel]] rule, evaluated once per node of the graph converted (after folding)
+    options = options.with_slow_kernels(graph)
     with gc_paused():
         return convert_passes(graph, options, names, data_dtypes, stored, output_dtype)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .arguments import check_bool, check_names
 from .errors import GraphError
-from .policy import OpPolicy
+from .policy import OpPolicy, slow_kernel_nodes
 from .policy_load import load_policy
 from .tuning import Tuning, make_tuning
 
@@ -45,8 +45,10 @@ class ConvertOptions:
     fp32_nodes : mapping of str to str
         Node names that compute in float32 whatever their op, each with its reason: the
         caller's exclusions (:data:`EXCLUDED_REASON`), the nodes automatic mode keeps, the
-        readers of weights float16 cannot hold, kernels MXNet cannot run in low precision.
-        The one way a node is kept float32 by name; the reasons reach the report as they are.
+        readers of weights float16 cannot hold, the nodes of a ``[[slow_kernel]]`` shape
+        (:meth:`with_slow_kernels`, at the start of the conversion) or timed slower in low
+        precision (``tune=``), kernels MXNet cannot run in low precision. The one way a node
+        is kept float32 by name; the reasons reach the report as they are.
     cast_optional_params : bool
         Store weights whose every consumer runs in low precision in low precision.
     fold_batchnorm : bool
@@ -62,6 +64,10 @@ class ConvertOptions:
     tuning : Tuning or None
         Time each low precision kernel on this machine first (``tune=``,
         :mod:`mxnet_amp.tune`); None: the lists decide alone.
+    timed_nodes : frozenset of str
+        The nodes whose kernels ``tune=`` timed (:func:`mxnet_amp.tune.with_timings`): their
+        timings replace the ``[[slow_kernel]]`` rule (those timed slower are in
+        :attr:`fp32_nodes`, with both times as their reason).
     """
 
     policy: OpPolicy
@@ -71,6 +77,7 @@ class ConvertOptions:
     strict_params: bool = False
     guard_weight_range: bool = True
     tuning: Tuning | None = None
+    timed_nodes: frozenset[str] = frozenset()
 
     @property
     def target_dtype(self) -> str:
@@ -90,6 +97,13 @@ class ConvertOptions:
     def keeping(self, fp32_nodes: Mapping[str, str]) -> ConvertOptions:
         """These options with ``fp32_nodes`` (name -> reason) instead of :attr:`fp32_nodes`."""
         return replace(self, fp32_nodes=MappingProxyType(dict(fp32_nodes)))
+
+    def with_slow_kernels(self, graph: Graph) -> ConvertOptions:
+        """These options with the nodes of ``graph`` that meet a ``[[slow_kernel]]`` rule
+        (:func:`~mxnet_amp.policy.slow_kernel_nodes`, :attr:`timed_nodes` left to their
+        timings) added to :attr:`fp32_nodes`, under the reasons already there."""
+        found = slow_kernel_nodes(graph, self.policy, self.timed_nodes)
+        return self.keeping({**found, **self.fp32_nodes}) if found else self
 
     def keeping_only(self, names: Iterable[str]) -> ConvertOptions:
         """These options with only the :attr:`fp32_nodes` among ``names`` (a graph's nodes)."""
@@ -158,11 +172,14 @@ def make_options(target_dtype: str = "float16",
     TuneError
         ``tune`` with float16, or a ``tune`` value of another type.
     """
-    flags = {name: check_bool(value, name) for name, value in (
-        ("cast_optional_params", cast_optional_params), ("fold_batchnorm", fold_batchnorm),
-        ("strict_params", strict_params), ("guard_weight_range", guard_weight_range))}
+    cast_optional_params, fold_batchnorm, strict_params, guard_weight_range = (
+        check_bool(value, name) for name, value in (
+            ("cast_optional_params", cast_optional_params), ("fold_batchnorm", fold_batchnorm),
+            ("strict_params", strict_params), ("guard_weight_range", guard_weight_range)))
     excluded = dict.fromkeys(check_names(excluded_sym_names, "excluded_sym_names") or (), EXCLUDED_REASON)
     policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
                          conditional_fp32_ops, follow_ops, overrides)
-    return ConvertOptions(policy, fp32_nodes=MappingProxyType(excluded), **flags,
+    return ConvertOptions(policy, fp32_nodes=MappingProxyType(excluded),
+                          cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
+                          strict_params=strict_params, guard_weight_range=guard_weight_range,
                           tuning=make_tuning(tune, policy.target_dtype))

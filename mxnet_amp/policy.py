@@ -3,20 +3,26 @@
 A policy is read from ``lists/<dtype>.toml`` with the user's overrides applied by
 :func:`mxnet_amp.policy_load.load_policy`; here are the records it builds and the
 decisions (:meth:`OpPolicy.decide`, :meth:`OpPolicy.explain`) the cast pass asks of it.
+The lists' ``[[slow_kernel]]`` rule names nodes, not ops: :func:`slow_kernel_nodes` maps a
+graph's nodes that meet it to their reason, which the conversion adds to
+:attr:`~mxnet_amp.options.ConvertOptions.fp32_nodes` (the one way a node is kept float32 by
+name).
 """
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
-from types import MappingProxyType
-from typing import Iterable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple
 
 from .dtypes import dtype_name
 from .warn import warn_user
 
+if TYPE_CHECKING:
+    from .graph import Graph
+
 __all__ = ["Category", "Decision", "OpPolicy", "SlowKernel", "SUPPORTED_TARGET_DTYPES",
-           "check_target_dtype", "warn_unlisted"]
+           "check_target_dtype", "slow_kernel_nodes", "warn_unlisted"]
 
 SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
 
@@ -94,6 +100,10 @@ class SlowKernel:
         return (f"depthwise {self.op} over a channel count not a multiple of "
                 f"{self.channels_not_multiple_of}")
 
+    def why(self) -> str:
+        """The reason a node kept float32 by this rule gives (the report shows it as is)."""
+        return f"slow kernel: {self.describe()} ({self.reason})"
+
 
 @dataclass(frozen=True, kw_only=True)   # built by keyword: many fields, several optional
 class OpPolicy:
@@ -116,12 +126,10 @@ class OpPolicy:
     # when it runs in low precision ([fp32_params]; None where the file has no such table)
     loss_outputs: tuple[str, ...] = ()
     fp32_params: Mapping[str, tuple[str, ...]] | None = None
-    # target op nodes whose shape MXNet's low precision kernel runs far slower ([[slow_kernel]])
+    # target op nodes whose shape MXNet's low precision kernel runs far slower
+    # ([[slow_kernel]]): a rule on nodes, not ops, so decide() does not read it; the
+    # conversion keeps the nodes that meet it float32 by name (slow_kernel_nodes)
     slow_kernels: tuple[SlowKernel, ...] = ()
-    # per-node answers timed on this machine (``tune=``, mxnet_amp.tune): node name -> the
-    # category and the measured reason; for the nodes they name they replace the op's answer,
-    # the [[slow_kernel]] rule included
-    tuned: Mapping[str, Decision] = field(default_factory=dict)
 
     def category_of(self, op: str) -> Category | None:
         """The category ``op`` is listed in (or matched by a pattern); None when unlisted."""
@@ -142,7 +150,8 @@ class OpPolicy:
         return {}
 
     def decide(self, op: str, attrs: Mapping[str, str]) -> Category | None:
-        """The category a node with ``op`` and ``attrs`` runs under (conditions resolved)."""
+        """The category a node with ``op`` and ``attrs`` runs under (conditions resolved),
+        unless it is kept float32 by name (``fp32_nodes``: the ``[[slow_kernel]]`` rule too)."""
         table = self._categories
         if op in table:
             cat = table[op]
@@ -153,12 +162,11 @@ class OpPolicy:
                 if cop == op and attrs.get(attr) in values:
                     return Category.FP32
             return Category.FOLLOW
-        if cat is Category.TARGET and self._slow_kernel(op, attrs) is not None:
-            return Category.FP32
         return cat
 
-    def _slow_kernel(self, op: str, attrs: Mapping[str, str]) -> SlowKernel | None:
-        """The ``[[slow_kernel]]`` rule a node of ``op`` with ``attrs`` meets, if any."""
+    def slow_kernel(self, op: str, attrs: Mapping[str, str]) -> SlowKernel | None:
+        """The ``[[slow_kernel]]`` rule a node of ``op`` with ``attrs`` meets, if any (a
+        rule names target ops only)."""
         return next((k for k in self.slow_kernels if k.op == op and k.matches(attrs)), None)
 
     @cached_property
@@ -171,29 +179,14 @@ class OpPolicy:
         if op in self._explained:
             return self._explained[op]
         decision = self._explain(op, attrs)
-        if self._categories.get(op) is not Category.CONDITIONAL and all(
-                k.op != op for k in self.slow_kernels):
+        if self._categories.get(op) is not Category.CONDITIONAL:
             self._explained[op] = decision
         return decision
-
-    def explain_node(self, name: str, op: str, attrs: Mapping[str, str]) -> Decision | None:
-        """:meth:`explain` for the node called ``name``: its timed answer where
-        :attr:`tuned` holds one, else the op's."""
-        tuned = self.tuned.get(name)
-        return tuned if tuned is not None else self.explain(op, attrs)
-
-    def with_tuned(self, decisions: Mapping[str, Decision]) -> OpPolicy:
-        """This policy with ``decisions`` (node name -> timed answer) as :attr:`tuned`."""
-        return replace(self, tuned=MappingProxyType(dict(decisions)))
 
     def _explain(self, op: str, attrs: Mapping[str, str]) -> Decision | None:
         cat = self.decide(op, attrs)
         if cat is None:
             return None
-        # decide() said float32 for a target op: only a slow-kernel rule does that
-        slow = self._slow_kernel(op, attrs) if cat is Category.FP32 and op in self.target else None
-        if slow is not None:
-            return Decision(cat, f"slow kernel: {slow.describe()} ({slow.reason})")
         if op in self._listed(cat):
             why = self.reasons.get(op, "")
             return Decision(cat, f"{cat.value} list: {op}" + (f" ({why})" if why else ""))
@@ -207,6 +200,42 @@ class OpPolicy:
     def _listed(self, cat: Category) -> frozenset[str]:
         return {Category.TARGET: self.target, Category.FP32: self.fp32,
                 Category.WIDEST: self.widest, Category.FOLLOW: self.follow}.get(cat, frozenset())
+
+
+def slow_kernel_nodes(graph: Graph, policy: OpPolicy,
+                      timed: Iterable[str] = ()) -> dict[str, str]:
+    """The nodes of ``graph`` (loop/cond bodies included) that meet a ``[[slow_kernel]]`` rule
+    of ``policy``, each with the rule's reason: what the conversion keeps float32 by name.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph the conversion converts (BatchNorms already folded).
+    policy : OpPolicy
+        Its ``slow_kernels`` are the rules; a node counts only if its op is a target op.
+    timed : iterable of str
+        Nodes whose kernels ``tune=`` timed: their timings decide instead (:mod:`mxnet_amp.tune`).
+
+    Returns
+    -------
+    dict of str to str
+        Node name -> :meth:`SlowKernel.why`, in graph order.
+    """
+    skip = set(timed)
+    found: dict[str, str] = {}
+    if not policy.slow_kernels:
+        return found
+    # iterative: a body is walked after the graph that holds it (no recursion on deep nests)
+    graphs = [graph]
+    while graphs:
+        for node in graphs.pop(0).nodes:
+            graphs.extend(node.subgraphs)
+            if node.is_variable or node.subgraphs or node.name in skip:
+                continue
+            rule = policy.slow_kernel(node.op, node.attrs)
+            if rule is not None and policy.category_of(node.op) is Category.TARGET:
+                found.setdefault(node.name, rule.why())
+    return found
 
 
 def warn_unlisted(ops: Iterable[str], target_dtype: str) -> None:

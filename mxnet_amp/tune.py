@@ -9,8 +9,10 @@ kernel alone (inputs and output in its dtype, as inside a chain of bf16 nodes). 
 choice adds or removes are judged by the whole-model time below: timing every kernel with a
 cast on each side (tried first) made the casts dominate small and depthwise convolutions, kept
 most of mobilenetv2 in float32 and the model 1.4-2.3x slower. A node whose bf16 kernel is slower stays float32,
-its report reason the two times (``tuned: bfloat16 1.80 ms vs float32 1.10 ms``); the others
-run in bf16, a ``[[slow_kernel]]`` rule notwithstanding (the timings replace it). The whole
+its report reason the two times (``tuned: bfloat16 1.80 ms vs float32 1.10 ms``): it joins
+:attr:`~mxnet_amp.options.ConvertOptions.fp32_nodes` (:func:`with_timings`). The others run
+in bf16, a ``[[slow_kernel]]`` rule notwithstanding: the timed nodes are the options'
+``timed_nodes``, which the rule skips (the timings replace it). The whole
 model is then timed converted without and with these choices; if the tuned one is not faster
 the untuned choices stand (both times are in the record).
 
@@ -21,7 +23,7 @@ no float16 CPU kernels, so float16 cannot be timed on a CPU (:class:`~mxnet_amp.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -40,7 +42,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from .options import ConvertOptions
 
 __all__ = ["KernelTiming", "TuneRecord", "MXNetTimer", "target_nodes", "kernel_cases",
-           "node_input_shapes", "tuned_decisions", "tune_policy", "TUNED_PREFIX"]
+           "node_input_shapes", "tuned_decisions", "tune_policy", "with_timings", "TUNED_PREFIX"]
 
 TUNED_PREFIX = "tuned: "
 
@@ -277,7 +279,6 @@ def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions
         No data shapes (tuning times real shapes), shapes MXNet cannot infer, or a CPU that
         does not run bfloat16 natively (with the real timer).
     """
-    from dataclasses import replace
     tuning = options.tuning
     assert tuning is not None
     target = options.target_dtype
@@ -295,8 +296,8 @@ def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions
     cases = kernel_cases(graph, nodes, node_input_shapes(graph, nodes, data_shapes), params)
     machine = machine_key()
     decisions, timings = tuned_decisions(cases, tuning, target, machine)
-    tuned_options = replace(untuned_options, policy=options.policy.with_tuned(decisions))
     record = TuneRecord(machine, tuple(timings), MappingProxyType(decisions), cache=tuning.cache)
+    tuned_options = with_timings(untuned_options, record)
     untuned_model, tuned_model = convert(untuned_options), convert(tuned_options)
     if untuned_model[0].tojson(remove_amp_cast=False) == tuned_model[0].tojson(remove_amp_cast=False):
         return tuned_options, record    # the same graph: nothing to compare
@@ -305,3 +306,28 @@ def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions
     applied = after <= before
     record = replace(record, untuned_model_s=before, tuned_model_s=after, applied=applied)
     return (tuned_options if applied else untuned_options), record
+
+
+def with_timings(options: ConvertOptions, record: TuneRecord) -> ConvertOptions:
+    """``options`` with the choices of ``record`` where they were applied: each node timed
+    slower in low precision added to ``fp32_nodes`` with both times as its reason (under the
+    reasons already there: the caller's exclusions stand), and every timed node one of
+    ``timed_nodes``, which the ``[[slow_kernel]]`` rule leaves to its timing.
+
+    Parameters
+    ----------
+    options : ConvertOptions
+        Untuned options (``tuning`` None).
+    record : TuneRecord
+        What :func:`tune_policy` timed and chose.
+
+    Returns
+    -------
+    ConvertOptions
+        ``options`` itself where the untuned choices stood (``record.applied`` false).
+    """
+    if not record.applied:
+        return options
+    slower = {name: d.reason for name, d in record.decisions.items() if d.category is Category.FP32}
+    return replace(options.keeping({**slower, **options.fp32_nodes}),
+                   timed_nodes=frozenset(record.decisions))

@@ -114,3 +114,27 @@ def test_options_are_built_once_and_frozen():
     assert isinstance(other, ConvertOptions)
     with pytest.raises(amp.UnknownOpError):
         make_options(follow_ops=["NoSuchOp"])
+
+
+def test_slow_kernel_nodes_join_fp32_nodes_under_the_reasons_there():
+    """The [[slow_kernel]] rule is evaluated per node (a loop body's too) into fp32_nodes:
+    the caller's exclusion keeps its own reason, a node tune timed is left to its timing."""
+    from dataclasses import replace
+
+    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.options import EXCLUDED_REASON
+
+    def depthwise(x, name):
+        return mx.sym.Convolution(x, num_filter=24, num_group=24, kernel=(3, 3), pad=(1, 1), name=name)
+    outs, states = mx.sym.contrib.foreach(lambda x, s: (depthwise(x, "dw_body"), [s[0] + 1]),
+                                          mx.sym.var("data"), [mx.sym.var("s")], name="loop")
+    top = depthwise(depthwise(states[0], "dw_top"), "dw_excluded")
+    graph = graph_from_symbol(mx.sym.Group([outs, top]))
+    options = make_options("bfloat16", excluded_sym_names=["dw_excluded"]).with_slow_kernels(graph)
+    assert set(options.fp32_nodes) == {"dw_body", "dw_top", "dw_excluded"}
+    assert options.fp32_nodes["dw_excluded"] == EXCLUDED_REASON
+    assert options.fp32_nodes["dw_top"].startswith("slow kernel: depthwise Convolution over a "
+                                                   "channel count not a multiple of 16 (")
+    timed = replace(make_options("bfloat16"), timed_nodes=frozenset({"dw_top"})).with_slow_kernels(graph)
+    assert set(timed.fp32_nodes) == {"dw_body", "dw_excluded"}
+    assert make_options("float16").with_slow_kernels(graph).fp32_nodes == {}

@@ -32,9 +32,10 @@ def test_a_slow_depthwise_bfloat16_convolution_runs_in_float32():
     policy = load_policy("bfloat16")
     slow = {"num_group": "24", "num_filter": "24", "kernel": "(3, 3)"}
     fast = {"num_group": "32", "num_filter": "32", "kernel": "(3, 3)"}
-    assert policy.decide("Convolution", slow) is Category.FP32
-    assert policy.explain("Convolution", slow).reason.startswith("slow kernel: depthwise Convolution")
-    assert policy.decide("Convolution", fast) is Category.TARGET
+    assert policy.slow_kernel("Convolution", slow).why().startswith("slow kernel: depthwise Convolution")
+    assert policy.slow_kernel("Convolution", fast) is None
+    # a rule on nodes: the op's own answer stays the target list's
+    assert policy.decide("Convolution", slow) is Category.TARGET
 
 
 def test_replace_overrides_leave_unnamed_target_ops_to_follow():

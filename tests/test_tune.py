@@ -16,7 +16,7 @@ from mxnet_amp.cli.main import main as cli_main
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.errors import TuneError
 from mxnet_amp.hardware import bf16_runs_natively
-from mxnet_amp.options import make_options
+from mxnet_amp.options import EXCLUDED_REASON, make_options
 from mxnet_amp.policy import Category
 from mxnet_amp.report.model import build_report
 from mxnet_amp.report.pages import format_table
@@ -88,7 +88,7 @@ def test_decisions_follow_the_timings_with_both_times_as_the_reason():
     assert {n: dtypes[n] for n in ("conv3x3", "dw24", "fc")} == dict.fromkeys(
         ("conv3x3", "dw24", "fc"), "bfloat16")
     assert decisions["conv3x3"].category is Category.TARGET
-    assert "0.5 ms vs float32 1 ms" in decisions["conv3x3"].reason
+    assert "0.5 ms vs float32 1 ms" in conv.tuning.decisions["conv3x3"].reason
     # one timing per distinct kernel, the whole model once untuned and once tuned
     assert len(timer.kernel_calls) == 4 and timer.model_calls == 1
     record = conv.tuning
@@ -111,6 +111,22 @@ def test_the_timings_replace_the_slow_kernel_rule():
     _, _, _, kept = _convert(Tuning(timer=FakeTimer(slower)))
     assert kept.result.node_dtypes["dw24"] == "float32"
     assert kept.result.decisions["dw24"].reason.startswith("tuned: bfloat16 5 ms")
+
+
+def test_slow_kernel_and_tuned_reasons_reach_the_record_through_fp32_nodes():
+    """One float32 mechanism: the [[slow_kernel]] node and the node timed slower are kept
+    by name in the conversion's fp32_nodes with their reasons; a node timed faster in bf16
+    is not added, the static rule notwithstanding; the caller's exclusion keeps its reason."""
+    _, _, _, untuned = _convert(None)
+    assert untuned.fp32_nodes["dw24"].startswith("slow kernel: depthwise Convolution")
+    assert untuned.fp32_nodes["dw24"] == untuned.result.decisions["dw24"].reason
+    assert "conv1x1" not in untuned.fp32_nodes
+    _, _, _, tuned = _convert(Tuning(timer=FakeTimer(KERNELS)))
+    assert "dw24" not in tuned.fp32_nodes and tuned.result.node_dtypes["dw24"] == "bfloat16"
+    assert tuned.fp32_nodes["conv1x1"].startswith("tuned: bfloat16 2 ms vs float32 1 ms")
+    assert tuned.fp32_nodes["conv1x1"] == tuned.result.decisions["conv1x1"].reason
+    _, _, _, excluded = _convert(Tuning(timer=FakeTimer(KERNELS)), excluded_sym_names=["dw24"])
+    assert excluded.fp32_nodes["dw24"] == EXCLUDED_REASON
 
 
 def test_tuned_choices_that_make_the_whole_model_slower_are_dropped():

@@ -19,6 +19,7 @@ from ..hardware import bf16_runs_natively, fp16_runs_natively
 from ..io import graph_from_symbol, graph_to_symbol
 from ..options import ConvertOptions
 from ..passes.fusion_barriers import insert_fusion_barriers
+from ..tune import TuneRecord, with_timings
 from .deployed import binds_fused, forward_bound
 from .measure import check_outputs
 from .metrics import MetricCheck
@@ -59,7 +60,7 @@ class Runs:
         self.steps: list[SearchStep] = []
         self.results: dict[frozenset, OutputCheck] = {}
         self.conversions: dict[frozenset, tuple] = {}
-        self.tuned = None    # what tune= timed (the first conversion's record)
+        self.tuned: TuneRecord | None = None    # what tune= timed (the first conversion's record)
         self.reference: list[np.ndarray] | None = None
         # the user metric's figures per configuration (metric=...)
         self.metric_values: dict[frozenset, dict] = {}
@@ -88,16 +89,18 @@ class Runs:
         hit = self.conversions.get(key)
         if hit is None:
             self.conversions = {}   # its param copies go before the next conversion's come
-            hit = convert_model_full(self.sym, self.arg_params, self.aux_params,
-                                     self.options.keeping(fp32_nodes),
+            options = self.options.keeping(fp32_nodes)
+            if self.tuned is not None:
+                # timed once: every later conversion starts from the choices made
+                options = with_timings(options, self.tuned)
+            hit = convert_model_full(self.sym, self.arg_params, self.aux_params, options,
                                      data_names=self.data_names, sequential_casts=True,
                                      # checked once, with the sample inputs' shapes
                                      check_shapes=False, cast_params=self.execution == "native",
                                      data_shapes={k: v.shape for k, v in self.inputs.items()})
             if self.options.tuning is not None:
-                # timed once: every later conversion starts from the choices made
                 self.tuned = hit[3].tuning
-                self.options = replace(self.options, policy=hit[3].policy, tuning=None)
+                self.options = replace(self.options, tuning=None)
             elif self.tuned is not None:
                 hit = (*hit[:3], replace(hit[3], tuning=self.tuned))
             self.conversions = {key: hit}   # only the latest: conversions hold param copies

@@ -291,7 +291,7 @@ class _CastInserter(Rewriter):
             # fp32 at the boundary; the bodies are converted inside
             return Decision(Category.FP32, CONTROL_FLOW_REASON), tuple(
                 _convert_subgraph(g, self.policy, self.fp32_nodes, self.op_types) for g in node.subgraphs)
-        decision = self.policy.explain_node(node.name, node.op, node.attrs)
+        decision = self.policy.explain(node.op, node.attrs)
         if decision is None:
             self.unlisted.add(node.op)
             decision = Decision(Category.FP32, f"op {node.op} is in no {self.target} list")
