@@ -28,7 +28,7 @@ import numpy as np
 
 import _common as C
 
-sys.path.insert(0, os.path.join(C._ROOT, "tests"))
+sys.path.insert(0, os.path.join(C._ROOT, "tests", "support"))
 import trained_models as tm  # noqa: E402 - the shared trainers live beside the tests
 
 DTYPES = ("float16", "bfloat16")

@@ -173,7 +173,7 @@ def test_accuracy_culprit_found_by_one_attribution_run_and_validated():
 @pytest.mark.parametrize("shape,n,k", [("chain", 150, 3), ("dag", 150, 4)])
 def test_planted_culprits_found_exactly_in_at_most_2_plus_k_plus_1(shape, n, k):
     import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"))
     from planted_culprits import planted
     p = planted(n, k, shape, seed=3)
     assert p.op_nodes == n and len(p.culprits) == k

@@ -14,7 +14,7 @@ from mxnet_amp.io import load_checkpoint, symbol_json
 
 from helpers import saved_small_model
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "mxnet_amp"
+PKG = Path(__file__).resolve().parents[2] / "mxnet_amp"
 
 
 def _module_name(path: Path) -> str:

@@ -20,7 +20,7 @@ from mxnet_amp.checkpoint import convert_checkpoint
 from mxnet_amp.errors import CheckpointError
 from mxnet_amp.io import atomic_write, load_checkpoint, save_checkpoint
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _model(hidden=6, seed=0):

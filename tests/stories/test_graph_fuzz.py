@@ -15,10 +15,9 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import graph_fuzz  # noqa: E402
+import graph_fuzz
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CASES = 1000
 SEED = 20261205
@@ -31,7 +30,7 @@ def _stream(folder: str, cases_file: str, lo: int, hi: int, tag: str) -> dict[in
     start = lo
     env = {**os.environ, "PYTHONPATH": REPO, "MXNET_SUBGRAPH_VERBOSE": "0", "OMP_NUM_THREADS": "1"}
     while start < hi:
-        done = subprocess.run([sys.executable, os.path.join(HERE, "graph_fuzz.py"), cases_file,
+        done = subprocess.run([sys.executable, graph_fuzz.__file__, cases_file,
                                out_file, folder, str(start), str(hi)],
                               env=env, capture_output=True, text=True, timeout=600)
         started = None

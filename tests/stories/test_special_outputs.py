@@ -22,7 +22,7 @@ from mxnet_amp.io import atomic_write, atomic_writes, save_checkpoint
 
 from helpers import saved_small_model, small_model
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _text(text: str):

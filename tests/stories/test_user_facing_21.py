@@ -26,7 +26,7 @@ from mxnet_amp.errors import CheckpointError
 
 from helpers import saved_small_model, small_model
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def cli(capsys, argv):

@@ -107,7 +107,7 @@ def load_tool(name: str):
     import importlib.util
     import os
     import sys
-    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools")
     package = os.path.join(tools, name, "__init__.py")
     if os.path.exists(package):
         if name not in sys.modules:
