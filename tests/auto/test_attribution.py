@@ -11,7 +11,7 @@ import pytest
 from mxnet_amp.auto import auto_convert_model
 from mxnet_amp.auto.attribution import rounding_direction
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 
 from planted_culprits import planted  # noqa: E402
 from planted_culprits_structured import KINDS, planted_structured  # noqa: E402

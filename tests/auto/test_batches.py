@@ -14,7 +14,7 @@ from mxnet_amp.auto import auto_convert_model
 from mxnet_amp.auto.batches import BatchSource, NpzFolder, RecordBatches
 from mxnet_amp.auto.task_metric import task_metric
 
-from test_auto import cancellation_model
+from auto_models import cancellation_model
 
 
 def classifier(seed=0, n_in=16, n_hidden=32, n_out=10):

@@ -9,7 +9,7 @@ import numpy as np
 from mxnet_amp.cli import main
 from mxnet_amp.io import save_checkpoint
 
-from test_auto import cancellation_model
+from auto_models import cancellation_model
 
 
 class _Page(HTMLParser):
@@ -88,7 +88,7 @@ def test_auto_page_states_allclose_bounds(tmp_path, capsys):
 
 
 def test_auto_eval_data_judges_by_the_metric_and_the_page_says_so(tmp_path, capsys):
-    from test_auto import run as run_model
+    from auto_models import run as run_model
     sym, args, x = cancellation_model()
     np.savez(tmp_path / "eval.npz", data=x)
     np.save(tmp_path / "y.npy", run_model(sym, args, {}, x))   # regression targets
