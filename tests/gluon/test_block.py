@@ -223,7 +223,8 @@ def test_enable_amx_lets_onednn_run_bf16_convolution_on_amx(tmp_path):
         if " amx_bf16" not in f.read():
             pytest.skip("this CPU has no AMX bf16 (Intel Sapphire Rapids and later)")
     env = {k: v for k, v in os.environ.items() if k != "DNNL_MAX_CPU_ISA"}
-    env.update(DNNL_VERBOSE="1", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env.update(DNNL_VERBOSE="1", PYTHONPATH=repo)
     proc = subprocess.run([sys.executable, "-c", AMX_SCRIPT], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
