@@ -16,7 +16,8 @@ from mxnet_amp.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.params import array_dtype
 from mxnet_amp.passes.fold_batchnorm import fold_batchnorm
 
-from helpers import init_params, load_tool, rel_error, run
+from helpers import init_params, rel_error, run
+from zoo import calibrated
 
 FP32_TOL = 2e-6   # relative to the output's largest magnitude: float32 rounding, not more
 
@@ -249,26 +250,6 @@ def test_convert_checkpoint_and_cli_fold(tmp_path, capsys):
     assert open(prefix + "-0000.params", "rb").read() == original
 
 
-def _zoo(name):
-    """A zoo net as a trained one looks to folding: random gamma and beta, running statistics
-    calibrated to what each BatchNorm's input really has (tools/zoo_sweep.py)."""
-    from zoo import build
-    net, x = build(name)
-    rng = np.random.default_rng(0)
-    for pname, param in net.collect_params().items():
-        if pname.endswith("gamma"):
-            param.set_data(mx.nd.array(rng.uniform(0.5, 1.5, param.shape)))
-        elif pname.endswith("beta"):
-            param.set_data(mx.nd.array(rng.normal(0, 0.2, param.shape)))
-    load_tool("zoo_sweep").calibrate_batchnorm(net, x.shape)
-    net(x)
-    sym = net._cached_graph[1]
-    params = {p.name: p.data() for p in net.collect_params().values()}
-    args = {k: params[k] for k in sym.list_arguments() if k in params}
-    auxs = {k: params[k] for k in sym.list_auxiliary_states()}
-    return net, sym, args, auxs, mx.nd.random.uniform(-1, 1, shape=(4,) + x.shape[1:])
-
-
 def _rms_error(out, ref) -> float:
     """RMS of ``out - ref`` relative to the RMS of ``ref``."""
     return float(np.sqrt(np.mean((out - ref) ** 2)) / np.sqrt(np.mean(ref ** 2)))
@@ -283,7 +264,7 @@ def test_folded_low_precision_no_less_accurate_on_zoo(name, native_bf16):
     fp32's RMS: the max of one element of a chaotic random net is noise (it measured 1.12x
     on resnet18_v1 emulated where the RMS is 0.90x). The folded Gluon block (SymbolBlock)
     computes what the folded model computes."""
-    net, sym, args, auxs, x = _zoo(name)
+    net, sym, args, auxs, x = calibrated(name)
     ref = run(sym, args, auxs, {"data": x.asnumpy()})[0]
     assert np.isfinite(ref).all()
     emulated, native = {}, {}

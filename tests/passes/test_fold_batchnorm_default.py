@@ -22,6 +22,7 @@ from mxnet_amp.passes.fold_batchnorm import FOLDABLE_OPS
 from mxnet_amp.passes.strip_casts import strip_casts
 
 from helpers import init_params, rel_error, run
+from zoo import calibrated
 
 NATIVE_SKIP = "this CPU does not run bfloat16 natively (no avx512): the fused path cannot run"
 
@@ -115,9 +116,8 @@ def test_zoo_default_leaves_no_foldable_batchnorm_and_fp32_matches():
     apart (unfolded fp32 vs float64: 1.5e-6); mobilenetv2_1.0 1.1e-5 apart, where unfolded
     fp32 is itself 1.2e-5 from float64 (and the folded graph in float64 4e-6)."""
     from mxnet_amp.gluon import block_model
-    from test_fold_batchnorm import _zoo
     for name in ("resnet18_v1", "mobilenetv2_1.0"):
-        net, sym, args, auxs, x = _zoo(name)
+        net, sym, args, auxs, x = calibrated(name)
         block = amp.convert_block(net, target_dtype="bfloat16", cast_optional_params=False)
         s, a, b, _ = block_model(block)
         assert _foldable_left(s) == [] and "BatchNorm" not in {n.op for n in graph_from_symbol(s).nodes}
@@ -282,8 +282,7 @@ def test_fused_module_path_matches_emulation(name, native_bf16):
     as the emulation says: native <= 1.5x emulated + 0.005 (measured without folding: 2-10x)."""
     if not native_bf16:
         pytest.skip(NATIVE_SKIP)
-    from test_fold_batchnorm import _zoo
-    _, sym, args, auxs, x = _zoo(name)
+    _, sym, args, auxs, x = calibrated(name)
     x = x.asnumpy()
     ref = _module_outputs(sym, args, auxs, x)
     s, a, b = amp.convert_model(sym, args, auxs, target_dtype="bfloat16")
@@ -295,8 +294,7 @@ def test_fused_module_path_matches_emulation(name, native_bf16):
 def test_checkpoint_path_loads_with_mxnet_and_binds_fused(tmp_path, native_bf16):
     """A default conversion saved with mxnet_amp.save_checkpoint, loaded with
     mx.model.load_checkpoint and bound by Module (fusion on) runs, folded, close to fp32."""
-    from test_fold_batchnorm import _zoo
-    _, sym, args, auxs, x = _zoo("resnet18_v1")
+    _, sym, args, auxs, x = calibrated("resnet18_v1")
     x = x.asnumpy()
     s, a, b = amp.convert_model(sym, args, auxs, target_dtype="bfloat16")
     prefix = str(tmp_path / "r18")

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import mxnet as mx
+import numpy as np
+
+from helpers import load_tool
 
 # name -> (builder, input shape); input sizes are the smallest each net accepts comfortably
 def _vision(name):
@@ -51,3 +54,23 @@ def checkpoint(name: str, folder, seed: int = 0):
     prefix = str(folder / name)
     net.export(prefix)
     return prefix, x
+
+
+def calibrated(name: str):
+    """A zoo net as a trained one looks to folding: random gamma and beta, running statistics
+    calibrated to what each BatchNorm's input really has (tools/zoo_sweep.py):
+    ``(net, sym, args, auxs, x)`` with a batch of 4 inputs."""
+    net, x = build(name)
+    rng = np.random.default_rng(0)
+    for pname, param in net.collect_params().items():
+        if pname.endswith("gamma"):
+            param.set_data(mx.nd.array(rng.uniform(0.5, 1.5, param.shape)))
+        elif pname.endswith("beta"):
+            param.set_data(mx.nd.array(rng.normal(0, 0.2, param.shape)))
+    load_tool("zoo_sweep").calibrate_batchnorm(net, x.shape)
+    net(x)
+    sym = net._cached_graph[1]
+    params = {p.name: p.data() for p in net.collect_params().values()}
+    args = {k: params[k] for k in sym.list_arguments() if k in params}
+    auxs = {k: params[k] for k in sym.list_auxiliary_states()}
+    return net, sym, args, auxs, mx.nd.random.uniform(-1, 1, shape=(4,) + x.shape[1:])
