@@ -237,7 +237,7 @@ CHECKPOINT_PARAMS = {
 }
 CHECKPOINT_CASES = [(fn, param, value) for fn, params in CHECKPOINT_PARAMS.items()
                     for param in params for value in BAD[param]
-                    # a missing folder is checked by tests/test_data_safety.py for outputs
+                    # a missing folder is checked by tests/stories/test_data_safety.py for outputs
                     if not (fn == "save_checkpoint" and param == "prefix")]
 
 

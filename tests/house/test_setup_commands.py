@@ -2,7 +2,7 @@
 
 The two set-up commands (install + ``mxnet-amp demo``, install + the tests) are checked
 here; the ``mxnet-amp ...`` lines of getting_started run with its examples
-(``tests/test_docs.py``). In CI the demo command runs with this environment's console
+(``tests/house/test_docs.py``). In CI the demo command runs with this environment's console
 script (the install part is what CI itself just did, by ``.ci/run``, which must be the
 README's test command); the test command is not run from inside pytest (it would run this
 suite again): it must equal ``.ci/run``'s, which is what CI runs. The fresh-venv variant,
@@ -56,7 +56,7 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_second():
 
 def test_every_shell_command_is_checked():
     """A command of these pages is a set-up command (checked here) or an ``mxnet-amp`` line
-    of getting_started's examples (run by tests/test_docs.py)."""
+    of getting_started's examples (run by tests/house/test_docs.py)."""
     for page in PAGES:
         for command in shell_commands(page.read_text(encoding="utf-8")):
             assert command.startswith("python3 -m venv") or (

@@ -1,4 +1,4 @@
-"""Trained models (tests/trained_models.py): accuracy after float16 / bfloat16 conversion,
+"""Trained models (tests/support/trained_models.py): accuracy after float16 / bfloat16 conversion,
 and what the automatic mode does with them.
 
 Bounds: a conversion may cost at most 0.5 accuracy points and change at most 0.5% of the

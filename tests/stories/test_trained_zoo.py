@@ -1,4 +1,4 @@
-"""Zoo architectures trained here in seconds (tests/zoo_trainers.py: gluoncv's CIFAR ResNets at
+"""Zoo architectures trained here in seconds (tests/support/zoo_trainers.py: gluoncv's CIFAR ResNets at
 16x16, one pass over 8 corrupted copies of the training set, 82-87% test accuracy): our
 conversion flips no test prediction that mx.contrib.amp's keeps, in float16 and bfloat16, except
 near ties that rounding alone decides (:func:`zoo_trainers.unexplained_flips`).

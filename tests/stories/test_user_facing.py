@@ -74,7 +74,7 @@ def test_auto_html_shows_its_result(ckpt, tmp_path, capsys):
 def test_auto_html_says_the_reference_holds_inf(capsys):
     """A float32 reference with inf: automatic mode's note reaches the page.
 
-    The CLI refuses such a run (tests/test_data_safety.py); an API caller still gets the
+    The CLI refuses such a run (tests/stories/test_data_safety.py); an API caller still gets the
     report, and its page must say why nothing could be validated."""
     import dataclasses
 

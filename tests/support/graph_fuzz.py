@@ -1,6 +1,6 @@
 """Random mutations of real symbol JSONs, and a worker that converts each in a subprocess.
 
-Used by tests/test_graph_fuzz.py. The models (:func:`base_models`) are small real ones: a
+Used by tests/stories/test_graph_fuzz.py. The models (:func:`base_models`) are small real ones: a
 residual conv net with BatchNorm, an MLP ending in SoftmaxOutput, a split + LSTM (RNN op) +
 foreach model, a Gluon block and the model zoo's mobilenet0.25 (random weights). :func:`mutations` makes a fixed list of
 ``(model, description, json text)`` from a seed; ``python graph_fuzz.py CASES OUT FOLDER START STOP`` converts

@@ -19,7 +19,7 @@ few seconds and reaches 97-100% test accuracy:
 
 :func:`train` returns a :class:`Trained` record: the exported float32 model
 ``(sym, arg_params, aux_params)``, the test inputs and labels. The tests
-(``tests/test_trained_models.py``) and ``benchmarks/trained_accuracy.py`` share it.
+(``tests/stories/test_trained_models.py``) and ``benchmarks/trained_accuracy.py`` share it.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Data: scikit-learn's bundled digits (no download) made harder (:func:`hard_digits`): pixels
 dropped, upsampled to ``size`` x ``size``, shifted, noisy, three channels. The same split as
-``tests/trained_models.py`` (1347 training, 450 test images); the training set is corrupted
+``tests/support/trained_models.py`` (1347 training, 450 test images); the training set is corrupted
 ``copies`` times with different draws, and training makes one pass over them per epoch: fresh
 corruptions rather than repeated epochs, since these nets memorise 1347 digits within a few
 passes (100% training, 36% test accuracy for mobilenet1.0 after 8 Adam epochs on 2 copies).
@@ -13,7 +13,7 @@ the checkpoint a previous run left in the cache folder under the recipe's hash
 (:func:`recipe_hash`: the recipe, the data version and the trainer version), so reruns reuse
 trained weights. The cache lives outside git (default ``~/.cache/mxnet-amp/trained_zoo``).
 
-Shared by ``benchmarks/trained_zoo.py`` and ``tests/test_trained_zoo.py``.
+Shared by ``benchmarks/trained_zoo.py`` and ``tests/stories/test_trained_zoo.py``.
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def digit_masks(size: int = 64, copies: int = 2, seed: int = 0):
 
 def task_data(recipe: Recipe):
     """``(x_train, y_train, x_test, y_test)`` of ``recipe``'s task: the harder digits at its
-    size and copies, or ``tests/trained_models.py``'s majority task (3000 training and 1000
+    size and copies, or ``tests/support/trained_models.py``'s majority task (3000 training and 1000
     test sequences of 16 noisy one-hot tokens over 10 symbols; the label occurs 5 times)."""
     if recipe.task == "majority":
         import trained_models as tm
