@@ -90,10 +90,10 @@ def zoo_checkpoint(name: str, image_size: int | None = None, calibrate: bool = F
 
 def load_tool(name: str):
     """The tool ``tools/<name>.py`` or package ``tools/<name>/``: loaded as the tests load it
-    (tests/helpers.py, beside the shared trainers benchmarks also use)."""
-    tests = os.path.join(_ROOT, "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
+    (tests/support/helpers.py, beside the shared trainers benchmarks also use)."""
+    support = os.path.join(_ROOT, "tests", "support")
+    if support not in sys.path:
+        sys.path.insert(0, support)
     from helpers import load_tool as load
     return load(name)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 import _common as C
 
-sys.path.insert(0, os.path.join(C._ROOT, "tests"))
+sys.path.insert(0, os.path.join(C._ROOT, "tests", "support"))
 import trained_models as tm  # noqa: E402
 import zoo_trainers as zt  # noqa: E402
 from trained_zoo import QUICK, RECIPES  # noqa: E402

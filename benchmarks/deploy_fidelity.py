@@ -329,7 +329,7 @@ PATH_NOTES = [
     "`amp_cast` (a *fusion barrier*, counted and named in the report) between such a "
     "convolution and its fusable readers, so the converted model is right on every path "
     "even where the user's float32 model is not; `mxnet_amp/passes/fusion_barriers.py`, "
-    "tests/test_fusion_barriers.py.", "",
+    "tests/passes/test_fusion_barriers.py.", "",
     "`bert_encoder` is the 4-layer BERT-style encoder of `benchmarks/_common.py` (units 256, "
     "sequence 64; LayerNorm, no BatchNorm: folding changes nothing there). The gluoncv / "
     "Gluon zoo nets are built with `pretrained=False`, initialised with MXNet's seed 0 and "

@@ -1,7 +1,7 @@
 """Accuracy of trained models after float16 / bfloat16 conversion: ours vs ``mx.contrib.amp``,
 and what the automatic mode keeps.
 
-The models are those of ``tests/trained_models.py`` (trained here in seconds, fixed seeds):
+The models are those of ``tests/support/trained_models.py`` (trained here in seconds, fixed seeds):
 a conv+BatchNorm CNN on scikit-learn's digits, a 2-layer transformer encoder on a
 synthetic sequence task, a 2-layer LSTM on digits rows, and a raw-units model whose first
 layer overflows float16. For each model and dtype, both converters' models run on the test
@@ -28,7 +28,7 @@ import numpy as np
 
 import _common as C
 
-sys.path.insert(0, os.path.join(C._ROOT, "tests"))
+sys.path.insert(0, os.path.join(C._ROOT, "tests", "support"))
 import trained_models as tm  # noqa: E402 - the shared trainers live beside the tests
 
 DTYPES = ("float16", "bfloat16")
@@ -120,8 +120,8 @@ def markdown(payload: dict) -> str:
         "",
         f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores, bf16 runs natively: "
         f"{env['bf16_runs_natively']}), MXNet {env['mxnet']}. Command: `{payload['command']}`.",
-        "Models, data and training: `tests/trained_models.py` (the same models CI tests in "
-        "`tests/test_trained_models.py`). Each cell: test accuracy (%) / predictions that differ "
+        "Models, data and training: `tests/support/trained_models.py` (the same models CI tests in "
+        "`tests/stories/test_trained_models.py`). Each cell: test accuracy (%) / predictions that differ "
         "from float32 / `max|lp - fp32| / max|fp32|` over the test logits. float16 runs "
         "emulated (`mxnet_amp.emulation`); bfloat16 "
         + ("natively (oneDNN, unfused)." if env["bf16_runs_natively"] else "emulated.")

@@ -3,12 +3,12 @@ ours (``fold_batchnorm`` True and False) against ``mx.contrib.amp`` (default, an
 ``cast_optional_params=True``), on every path the model can be deployed through.
 
 Models: gluon / gluoncv zoo constructors (``pretrained=False``, 10 classes) trained on the
-harder digits task of ``tests/zoo_trainers.py`` (offline; 32x32 inputs) for a few minutes
+harder digits task of ``tests/support/zoo_trainers.py`` (offline; 32x32 inputs) for a few minutes
 each; trained checkpoints are cached outside git, keyed by a hash of the recipe
 (``--cache-dir``, default ``~/.cache/mxnet-amp/trained_zoo``), so reruns reuse them.
 
 A detector (``ssd_digits``: gluoncv's SSD on the synthetic box task of
-``tests/zoo_detection.py``) is judged on its detections (objects hit, objects that change hit /
+``tests/support/zoo_detection.py``) is judged on its detections (objects hit, objects that change hit /
 miss) and on its pre-NMS tensors (found as the zoo sweep finds them), by
 ``zoo_detection.BoxJudge``; the other rows by :class:`ClassJudge`.
 
@@ -36,7 +36,7 @@ import numpy as np
 
 import _common as C
 
-sys.path.insert(0, os.path.join(C._ROOT, "tests"))
+sys.path.insert(0, os.path.join(C._ROOT, "tests", "support"))
 import trained_models as tm  # noqa: E402 - the shared trainers live beside the tests
 import zoo_detection as zd  # noqa: E402
 import zoo_trainers as zt  # noqa: E402
@@ -45,7 +45,7 @@ from trained_accuracy import pct  # noqa: E402 - the same percentages as the tra
 R = zt.Recipe
 # in the order they run: a run stopped early has covered the most op families. 32x32 inputs;
 # one pass over `copies` freshly corrupted copies of the training set (SGD with momentum,
-# warmup, cosine decay: tests/zoo_trainers.py); more copies for the nets that learn slower
+# warmup, cosine decay: tests/support/zoo_trainers.py); more copies for the nets that learn slower
 RECIPES = (
     R("resnet18_v1", "resnet18_v1"),
     R("mobilenetv3_small", "mobilenetv3_small", copies=32),
@@ -248,7 +248,7 @@ def verdicts(row: dict) -> dict:
     """Per dtype and path, for each of ours: within the accuracy bound, finite, and no flip
     that contrib's default keeps beyond rounding (``no_unexplained_flip``: the target, judged
     image by image). ``flips_le_contrib``, the per-model count, is recorded beside it, not
-    judged: near ties flip by chance in either conversion (tests/test_trained_zoo.py)."""
+    judged: near ties flip by chance in either conversion (tests/stories/test_trained_zoo.py)."""
     if "error" in row:
         return {"run": {"ok": False, "why": row["error"]}}
     out = {}
@@ -341,7 +341,7 @@ _DETECTOR_TEXT = (
     "one appended layer, 2 square anchors a location: 168, 10 classes, NMS 0.45, 20 detections "
     "kept) trained with "
     "gluoncv's `SSDTargetGenerator` and `SSDMultiBoxLoss` on the synthetic box task of "
-    "`tests/zoo_detection.py`: 1-3 of the harder digits (pixels dropped, upsampled) pasted at "
+    "`tests/support/zoo_detection.py`: 1-3 of the harder digits (pixels dropped, upsampled) pasted at "
     f"random positions and scales ({zd.SCALES[0]}-{zd.SCALES[1]} px, no overlap) on a noisy 64x64 "
     "canvas (noise sigma 0.25), class = digit, "
     "box = where it was pasted (1000 training canvases per copy from the 1347 training digits; "
@@ -372,7 +372,7 @@ def markdown(payload: dict) -> str:
     lines += ["",
         f"Models: gluon / gluoncv zoo constructors, `pretrained=False`, 10 classes, {_sizes(results)} "
         "inputs (ImageNet stems; densenet121 and squeezenet1.1 with their final fixed 7/13-pixel average "
-        "pooling made global), trained here (`tests/zoo_trainers.py`: one pass over a number of "
+        "pooling made global), trained here (`tests/support/zoo_trainers.py`: one pass over a number of "
         "freshly corrupted copies of the training set, SGD with momentum 0.9, weight decay, linear "
         "warmup then cosine decay; Adam for squeezenet1.1) on "
         "scikit-learn's digits made harder: 20% of pixels dropped, upsampled bilinearly, shifted up to "
@@ -380,7 +380,7 @@ def markdown(payload: dict) -> str:
         "(copies per recipe below), 450 test images. bert_encoder: a BERT-style encoder (gluonnlp's "
         "`BERTEncoder`, 2 post-norm layers of 4-head self-attention through MXNet's interleaved "
         "matmul attention ops, GELU, LayerNorm, 64 units; a Dense token embedding, BERT's tanh pooler "
-        "over the mean token) on the synthetic majority task of `tests/trained_models.py` (16 noisy "
+        "over the mean token) on the synthetic majority task of `tests/support/trained_models.py` (16 noisy "
         "one-hot tokens over 10 symbols, the label's symbol 5 times; 3000 training, 1000 test "
         "sequences). fastscnn: gluoncv's Fast-SCNN (11 classes, no auxiliary head) segmenting the "
         "same harder digits at 64x64, each digit's pixels labelled 1 + its class, 0 background "
@@ -400,7 +400,7 @@ def markdown(payload: dict) -> str:
         "runner-up) is at most "
         f"{zt.MARGIN_FLOORS}x its rounding floor (the largest logit change of the fp32 model run on "
         "input and parameters merely rounded to the dtype), as the CI test judges "
-        "(`tests/zoo_trainers.py` `unexplained_flips`; where contrib fails to run, each of ours' "
+        "(`tests/support/zoo_trainers.py` `unexplained_flips`; where contrib fails to run, each of ours' "
         "flips beyond its floors counts). A flip count per model above contrib's whose flips are all "
         "such ties is marked *ties* in the targets column: on 450 images a trained net has a few "
         "margins under 0.01 logit, which either conversion flips by chance.", "",
@@ -507,7 +507,7 @@ FINDINGS: tuple = (
     "float16 regression and float32 anchors): the saved checkpoint no longer holds the "
     "`amp_multicast` gluoncv puts before `box_decode` (MXNet strips amp casts on save). On the "
     "block's own graph, which the run that trained it converted before the trainer returned the "
-    "saved graph on every run (tests/test_trained_zoo.py), contrib's float16 ran with 0 flips and "
+    "saved graph on every run (tests/stories/test_trained_zoo.py), contrib's float16 ran with 0 flips and "
     "its `cast_optional_params=True` bfloat16 failed in oneDNN (could not create a primitive "
     "descriptor) instead; ours' figures were the same on both graphs.",
     "**contrib fails where ours converts**: bfloat16 BERT-style encoder (interleaved_matmul_selfatt "

@@ -7,7 +7,7 @@ import pytest
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 # the AMX note (mxnet_amp.hardware.amx_off_note) would otherwise warn in every bf16 test on a
-# Xeon with AMX, where tests that turn warnings into errors run too; test_amx_note turns it on
+# Xeon with AMX, where tests that turn warnings into errors run too; tests/test_hardware.py turns it on
 os.environ.setdefault("MXNET_AMP_NO_AMX_NOTE", "1")
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 

@@ -491,7 +491,7 @@ def test_missing_weight_is_an_error_not_a_new_model_input():
 
 def test_every_error_lives_in_errors_and_is_an_amp_error():
     """DrawError, CLIError, InferenceFailed and GraphCheckError have one home, errors.py (no
-    other module lists them: tests/test_imports.py checks every ``__all__``), and every
+    other module lists them: tests/house/test_imports.py checks every ``__all__``), and every
     class there is an AMPError."""
     from mxnet_amp import errors, optypes, registry, verify
     from mxnet_amp.report import draw

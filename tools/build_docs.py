@@ -19,7 +19,7 @@ It exits with status 1, writing nothing, when a relative link in ``docs/*.md`` o
 (with ``--examples``) when a page's code example fails or prints something other than the
 output the page shows. Every problem is listed, one line each.
 
-Example convention (``--examples`` and ``tests/test_docs.py``): the fenced ``python`` blocks
+Example convention (``--examples`` and ``tests/house/test_docs.py``): the fenced ``python`` blocks
 of the pages in ``EXAMPLE_PAGES`` run in order in one namespace, in a scratch folder; a
 fenced ``text`` block right after a ``python`` block is what a reader's terminal shows of it:
 its stderr (MXNet's log lines, Python's warnings; install paths written ``.../``, the clock of

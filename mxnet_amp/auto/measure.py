@@ -18,7 +18,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 # The default check's bound on max|out - ref| / max|ref| per output. float16 keeps ~3.3
 # significant digits (rounding error 4.9e-4 of a value), bfloat16 ~2.4 (3.9e-3): the bounds
 # leave ~20x and ~13x that for the error to grow through the layers. Measured on the trained
-# models of tests/trained_models.py (predictions unchanged; docs/trained_accuracy.md):
+# models of tests/support/trained_models.py (predictions unchanged; docs/trained_accuracy.md):
 # float16 0.0004-0.0007, bfloat16 0.003-0.007.
 _SCALE_TOLERANCES = {"float16": 1e-2, "bfloat16": 5e-2}
 # allclose tolerances, used when the caller gives rtol or atol

@@ -8,7 +8,7 @@ connects *every* reader of the convolution's output to the fused op's output
 readers too (or is a graph output), they silently get the normalised / activated / summed
 tensor instead of the convolution's. ``FullyConnected`` + activation fusion does the same to
 a model output that is also the FullyConnected's (other readers measured right). Measured
-on MXNet 1.9.1, float32 as well as bfloat16 (``tests/test_fusion_barriers.py``):
+on MXNet 1.9.1, float32 as well as bfloat16 (``tests/passes/test_fusion_barriers.py``):
 ``relu(conv) + conv`` 0.48 max relative error against the unfused graph,
 ``[BatchNorm(conv), conv]`` 1.6 on the second output, ``[gelu(FC), FC]`` 1.0, gluoncv's
 ``cifar_resnet20_v2`` 0.42 to 3.5 (its stem convolution feeds the first block's BatchNorm

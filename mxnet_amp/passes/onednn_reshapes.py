@@ -5,7 +5,7 @@ MXNet 1.9.1 keeps the output of a oneDNN convolution or pooling with a 3-d kerne
 ``expand_dims``, ``reshape_like``, ...) of such a bfloat16 tensor gives a view that a
 later ``amp_cast`` to float32, directly or after an elementwise op, cannot reorder: binding
 fails with "could not create a primitive descriptor for a reorder primitive", on the fused
-and the unfused path alike. Measured (``tests/test_onednn_reshapes.py``): conv3d ->
+and the unfused path alike. Measured (``tests/passes/test_onednn_reshapes.py``): conv3d ->
 Reshape -> cast fails, conv3d -> cast -> Reshape runs; 3-d and 4-d tensors (1-d and 2-d
 kernels) and a bfloat16 reader of the reshape (FullyConnected) are fine. gluoncv's
 non-local I3D video nets (``i3d_nl*``) reshape their 3-d convolutions' outputs for a

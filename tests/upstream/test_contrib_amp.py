@@ -394,7 +394,7 @@ def test_amp_casting(target_dtype: str) -> None:
     amp_cast to low precision with ``AlreadyConvertedError`` (README, "Differences"): each
     such graph is asserted to be refused, unchanged. The graphs whose inputs are merely
     declared low precision and meet in an ``amp_multicast`` convert, each input read as
-    declared (their dtypes: tests/test_contrib_dropin.py, issue 21 item 3). The last upstream
+    declared (their dtypes: tests/stories/test_contrib_dropin.py, issue 21 item 3). The last upstream
     case (concat then split of two inputs typed ``__dtype__=-1``) holds no cast and converts:
     ``concat`` (widest) and ``split`` (follow) of float32 inputs need no cast, and it binds."""
     for what, sym, kwargs in _amp_cast_graphs(target_dtype):

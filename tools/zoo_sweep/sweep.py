@@ -210,7 +210,7 @@ def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool
         if conv.folded_batchnorms:
             # the cast pass is checked against the graph it converted, folded: folding is
             # exact only to float32 roundoff, which a deep random net amplifies (the fold
-            # itself is checked in tests/test_fold_batchnorm.py; its drift recorded here)
+            # itself is checked in tests/passes/test_fold_batchnorm.py; its drift recorded here)
             from mxnet_amp.io import graph_to_symbol
             folded = _bind_forward(model.probe(graph_to_symbol(conv.original)), cargs, cauxs, data)
             rec["fold_fp32_err"] = model.errors(folded)["max_rel_err"]

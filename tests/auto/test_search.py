@@ -1,0 +1,157 @@
+"""The automatic mode's search (mxnet_amp.auto.search): range culprits from the reference run,
+accuracy culprits by attribution or bisection, the execution budget, determinism, and outputs
+after NMS judged by the dense tensors before them."""
+import json
+import math
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxnet_amp.auto import auto_convert_model, check_outputs
+from mxnet_amp.convert import convert_model
+from mxnet_amp.emulation import emulate_model
+
+from auto_models import (cancellation_model, fc, nd, overflow_model, run, underflow_model,
+                         within_tolerance)
+from helpers import assert_dtype_tags
+
+pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
+
+
+def test_overflow_branch_gets_exactly_its_offending_nodes_excluded():
+    sym, args, x = overflow_model()
+    ref = run(sym, args, {}, x)
+    plain = run(*emulate_model(*convert_model(sym, args, {})), x)
+    assert not np.isfinite(plain).all()                  # the plain conversion overflows
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert_dtype_tags(new_sym, new_args, new_auxs)
+    kept = {k.name: k for k in report.kept_fp32}
+    # fc_a produces the overflow; fc_a2 would cast relu_a's overflowing output to fp16
+    assert set(kept) == {"fc_a", "fc_a2"}
+    assert all(k.reason == "overflow" and k.value > 65504 for k in kept.values())
+    assert kept["fc_a2"].tensor == "relu_a"
+    assert report.executions == 2
+    assert report.validated
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, ref)
+    # the report exposes the returned model's conversion: its exclusions and decisions
+    assert set(report.conversion.fp32_nodes) == set(report.excluded_sym_names) == {"fc_a", "fc_a2"}
+    # each with the reason automatic mode kept it for, as the report shows it
+    assert report.conversion.result.decisions["fc_a"].reason.startswith(f"auto: {kept['fc_a'].reason}: ")
+    assert report.conversion.symbol.tojson(remove_amp_cast=False) == new_sym.tojson(remove_amp_cast=False)
+    assert "conversion" not in report.to_dict()
+
+
+def test_underflow_branch_gets_exactly_its_offending_node_excluded():
+    sym, args, x = underflow_model()
+    ref = run(sym, args, {}, x)
+    # fc_u's weights (~1e-9) underflow float16 too: unguarded, so that auto's own search
+    # meets the underflow of its outputs
+    with pytest.warns(UserWarning, match="fc_u_weight underflows float16"):
+        plain = run(*emulate_model(*convert_model(sym, args, {}, guard_weight_range=False)), x)
+    assert not check_outputs([ref], [plain], "float16").passed
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True,
+                                                             guard_weight_range=False)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_u", "underflow")]
+    assert report.kept_fp32[0].value == 1.0                # every value flushed
+    assert report.executions == 2 and report.validated
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, ref)
+
+
+def test_accuracy_culprit_found_by_bounded_bisection():
+    sym, args, x = cancellation_model()
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True,
+                                                             search="bisection")
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_c", "accuracy")]
+    assert report.kept_fp32[0].value > 1          # its exclusion removed > 1x tolerance
+    n = report.op_nodes                            # candidates: every node ran in fp16
+    k = 1
+    assert report.executions <= 3 + k * (math.ceil(math.log2(n)) + 1)
+    assert report.validated
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, run(sym, args, {}, x))
+
+
+def test_accuracy_culprit_found_by_one_attribution_run_and_validated():
+    """Reference, check, attribution, validation: 4 executions; the reason says what was
+    compared, with units."""
+    sym, args, x = cancellation_model()
+    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_c", "accuracy")]
+    assert [s.kind for s in report.steps] == ["reference", "check", "attribution", "validate"]
+    assert report.validated and report.executions == 4
+    assert report.attribution[0].name == "fc_c"
+    assert report.attribution[0].contribution > 10 * report.attribution[1].contribution
+    assert "relative error" in report.kept_fp32[0].detail
+    assert "> tolerance 0.01" in report.kept_fp32[0].detail
+    assert within_tolerance(report, new_sym, new_args, new_auxs, x, run(sym, args, {}, x))
+
+
+@pytest.mark.parametrize("shape,n,k", [("chain", 150, 3), ("dag", 150, 4)])
+def test_planted_culprits_found_exactly_in_at_most_2_plus_k_plus_1(shape, n, k):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+    from planted_culprits import planted
+    p = planted(n, k, shape, seed=3)
+    assert p.op_nodes == n and len(p.culprits) == k
+    *_, report = auto_convert_model(p.sym, p.arg_params, {}, p.sample, quiet=True)
+    assert sorted(x.name for x in report.by_reason("accuracy")) == sorted(p.culprits)
+    assert report.validated and report.executions <= 2 + k + 1
+
+
+def test_overflow_culprits_need_no_attribution_run():
+    sym, args, x = overflow_model()
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert report.executions == 2 and not report.attribution
+    assert report.kept_fp32[0].detail.startswith("overflow: max |x| of ")
+    assert "> 65504" in report.kept_fp32[0].detail
+
+
+def test_execution_budget_keeps_a_configuration_seen_to_pass():
+    sym, args, x = cancellation_model()
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True, max_executions=4,
+                                    search="bisection")
+    assert report.executions <= 4
+    assert report.validated                        # the last passing superset is returned
+    budget = report.by_reason("budget")
+    assert len(budget) > 1                          # undecided candidates, named
+    assert [k.name for k in budget][:3] == ["fc_c", "shift", "scale"]   # candidate order
+    assert report.low_precision_nodes <= report.op_nodes - len(report.kept_fp32)
+    assert any("budget" in n for n in report.notes)
+
+
+def test_results_are_deterministic_for_a_fixed_seed():
+    reports = []
+    for _ in range(2):
+        sym, args, x = cancellation_model(seed=5)
+        *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+        reports.append(json.dumps(report.to_dict(), sort_keys=True))
+    assert reports[0] == reports[1]
+    sym, args, x = overflow_model(seed=5)
+    a = auto_convert_model(sym, args, {}, x, quiet=True)[3].to_dict()
+    b = auto_convert_model(sym, args, {}, x, quiet=True)[3].to_dict()
+    assert a == b
+
+
+def nms_model():
+    """A detector's tail: a FullyConnected gives 8 boxes ``[class, score, x1, y1, x2, y2]``
+    whose scores differ by 1e-5 (all 0.5 in float16: tied), then box_nms sorts them by
+    score. Rounding reorders the kept boxes; the dense boxes before NMS barely change."""
+    d = mx.sym.var("data")
+    boxes = mx.sym.reshape(fc(d, "head", 48), shape=(0, 8, 6), name="boxes")
+    out = mx.sym.contrib.box_nms(boxes, overlap_thresh=0.5, coord_start=2, score_index=1,
+                                 id_index=0, name="nms")
+    table = np.array([[0, 0.5 + 1e-5 * i, 10 * i, 0, 10 * i + 5, 5] for i in range(8)])
+    args = {"head_weight": np.zeros((48, 4)), "head_bias": table.ravel()}
+    return out, nd(args), np.ones((1, 4), np.float32)
+
+
+def test_outputs_after_nms_are_judged_by_the_dense_tensors_before_them():
+    sym, args, x = nms_model()
+    ref = run(sym, args, {}, x)
+    plain = run(*emulate_model(*convert_model(sym, args, {}, "float16")[:3]), x)
+    assert not check_outputs([ref], [plain], "float16").passed   # NMS output reordered
+    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
+    assert report.validated and report.executions == 2 and report.kept_fp32 == ()
+    note = next(n for n in report.notes if "box_nms" in n)
+    assert "dense tensors before them" in note and "boxes" in note
