@@ -41,11 +41,12 @@ def test_planted_cells_exact_validated_within_2_plus_k_plus_1(generator, shape, 
 
 
 def test_structured_generator_has_every_kind_and_lookalikes():
-    """Three culprit kinds in turn, and harmless look-alikes of each beside them: the
+    """Four culprit kinds in turn, and harmless look-alikes of each beside them: the
     culprits alone in float32 validate, and none of them is out of float16's range."""
-    p = planted_structured(120, 3, "chain", seed=7)
+    p = planted_structured(120, 4, "chain", seed=7)
     assert sorted(c.rstrip("0123456789_fc") for c in p.culprits) == sorted(
-        {"paired": "pair", "batchnorm": "bn", "dynamic": "dyn"}[k] for k in KINDS)
+        {"paired": "pair", "batchnorm": "bn", "dynamic": "dyn", "accumulation": "long"}[k]
+        for k in KINDS)
     names = p.sym.get_internals().list_outputs()
     assert sum(n.startswith("pair") and n.endswith("_diff_output") for n in names) > 3
     report = _auto(p, excluded_sym_names=list(p.culprits))
