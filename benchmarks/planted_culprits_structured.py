@@ -25,10 +25,10 @@ maps), each block one of
   a dot over an axis of ``16 m = 2048`` values with ``A_j = -A_{j + m/2}`` random signs of
   size 8: ``Q h`` in float32, carried in slivers ``Q/m`` (~2e-3) spread over the whole axis.
   The culprit's slivers ride on the pattern: float16's spacing at 8 is 2**-7, so each is
-  rounded away (or to a whole spacing) and only their sum over 2048 terms made the answer;
-  the look-alike has ``A = 0``: each sliver rounds to 2**-12 of itself and the sum keeps
-  ``Q h``. No single weight or product matters: the length does (with ``m = 2`` the same
-  slivers survive the rounding).
+  rounded away (or to a whole spacing), and their sum over 2048 terms, the answer, loses
+  ~0.4 of ``Q`` (max norm); the look-alike has ``A = 0``: each sliver rounds to 2**-12 of
+  itself and the sum keeps ``Q h``. No single weight or product matters: the length does
+  (with ``m = 2`` the same pattern loses 0.006 of ``Q``, with ``m = 16`` 0.05).
 * ``plain``: ``FC(h, Q)``.
 
 ``'chain'`` graphs are the blocks in sequence; ``'dag'`` graphs give every block a second

@@ -5,7 +5,9 @@ for every node computing in low precision, its *local* error (its low precision 
 computed from the exact float32 inputs, minus the reference) and, for every op, its error
 *gain* (a finite difference: the change of its float32 output when each input tensor moves
 by its own rounding error in the target dtype, over the size of that move; L2 norms:
-:func:`rounding_direction`). The contribution of a node at
+:func:`rounding_direction`; the moves scaled past float32's own rounding, and taken over
+``PROBES`` directions, the others of the rounding error's size with signs drawn from the
+values: :func:`value_signs`). The contribution of a node at
 the model outputs is its local error times its sensitivity (the gains after it, combined
 in quadrature over the paths to the judged outputs, over their scale), scaled so that all
 contributions add up in quadrature to the relative error the failed check measured: an
