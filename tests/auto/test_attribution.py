@@ -8,7 +8,6 @@ import sys
 import numpy as np
 import pytest
 
-from mxnet_amp.auto import auto_convert_model
 from mxnet_amp.auto.attribution import value_signs
 from mxnet_amp.emulation import round_numpy
 
@@ -17,17 +16,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 from planted_culprits_structured import PATTERN, TILES, WIDTH, planted_structured  # noqa: E402
 
+from helpers import PLANTED_TOLERANCE, accuracy_culprits, auto_planted  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
-TOLERANCE = 0.1   # benchmarks/auto_attribution.py's
-
-
-def _auto(p, **kwargs):
-    return auto_convert_model(p.sym, p.arg_params, p.aux_params, p.sample, "float16",
-                              tolerance=TOLERANCE, quiet=True, **kwargs)[3]
-
-
-def _found(report):
-    return sorted(k.name for k in report.by_reason("accuracy"))
 
 
 @pytest.mark.parametrize("shape", ["chain", "dag"])
@@ -38,8 +29,8 @@ def test_culprit_estimates_do_not_drift_with_depth(shape):
     depth (float32's own rounding in ``Q h + 2048`` read gains of 1.7 for 1): the chain's
     estimates spread ~10x, deepest smallest, and the picks needed a trim (5 executions)."""
     p = planted_structured(400, 8, shape, seed=408)
-    report = _auto(p)
-    assert _found(report) == sorted(p.culprits) and report.validated
+    report = auto_planted(p)
+    assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
     assert report.executions == 4
     estimates = {e.name: e.contribution for e in report.attribution}
     culprits = [estimates[c] for c in p.culprits]
@@ -94,10 +85,10 @@ def test_failed_validation_searches_the_rankings_shortest_prefix(monkeypatch):
     import mxnet_amp.auto.search as search
     p = planted_structured(50, 4, "chain", seed=54)
     monkeypatch.setattr(search, "_select", lambda errors, tolerance, scale=1.0: list(errors[:1]))
-    report = _auto(p)
+    report = auto_planted(p)
     kinds = [s.kind for s in report.steps]
     assert kinds.count("validate") == 1 and "prefix" in kinds and "bisect" not in kinds
-    assert _found(report) == sorted(p.culprits) and report.validated
+    assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
     assert report.executions <= 2 + 4 + 1
     assert any("past them" in n for n in report.notes)
     last = max((k for k in report.by_reason("accuracy")), key=lambda k: "measured" in k.detail)
@@ -131,9 +122,9 @@ def test_long_accumulation_culprit_found_beside_its_lookalikes():
     assert long
     names = p.sym.get_internals().list_outputs()
     assert sum(n.startswith("long") and n.endswith("_in_output") for n in names) > len(long)
-    alone = _auto(p, excluded_sym_names=[c for c in p.culprits if c not in long],
+    alone = auto_planted(p, excluded_sym_names=[c for c in p.culprits if c not in long],
                   search="bisection")
-    assert alone.steps[1].relative_error > TOLERANCE
-    report = _auto(p)
-    assert _found(report) == sorted(p.culprits) and report.validated
+    assert alone.steps[1].relative_error > PLANTED_TOLERANCE
+    report = auto_planted(p)
+    assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
     assert report.executions <= 2 + len(p.culprits) + 1
