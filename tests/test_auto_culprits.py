@@ -57,10 +57,12 @@ def test_gain_follows_rounding_structure_not_random_signs():
     assert np.all(exact != 0)
 
 
-def test_failed_validation_bisects_past_the_picks_without_retries(monkeypatch):
-    """A wrong ranking (a harmless node first): one validation fails, then the bisection runs
-    in the ranking's order, starting past the failed pick; no second round of picks, and no
-    more executions than the bisection alone plus the attribution's two."""
+def test_failed_validation_searches_past_the_picks_without_retries(monkeypatch):
+    """A wrong ranking (a harmless node first): one validation fails, keeping the pick
+    changed nothing, so the search goes on in the ranking's order past it (the shortest
+    passing prefix) and checks that prefix once more without the pick, which drops it; no
+    second round of picks, and no more executions than the bisection alone plus the
+    attribution's two."""
     import mxnet_amp.auto.attribution as attribution
     from mxnet_amp.auto.records import NodeError
     p = planted_structured(50, 2, "chain", seed=11)
@@ -77,7 +79,7 @@ def test_failed_validation_bisects_past_the_picks_without_retries(monkeypatch):
     monkeypatch.setattr(attribution, "attribute", misranked)
     report = auto_planted(p)
     kinds = [s.kind for s in report.steps]
-    assert kinds.count("validate") == 1 and "bisect" in kinds
+    assert kinds.count("validate") == 1 and "prefix" in kinds
     assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
     alone = auto_planted(p, search="bisection")
     assert report.executions <= alone.executions + 2
