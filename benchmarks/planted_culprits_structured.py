@@ -1,5 +1,5 @@
 """Planted accuracy culprits, second family: structured inputs, folded BatchNorms and weights
-of large dynamic range, with harmless look-alikes beside them.
+of large dynamic range, and long accumulations, with harmless look-alikes beside them.
 
 Built independently of ``benchmarks/planted_culprits.py`` (whose culprits all compute
 ``(Q h + 2048) - 2048`` right after one FullyConnected): here a graph of N op nodes is a
@@ -21,12 +21,20 @@ maps), each block one of
 * ``dynamic`` (weights of large dynamic range): ``FC([h; h], [Q + L S, -L S])`` with ``S``
   random signs: ``Q h`` in float32. The culprit has ``L = 2048`` (its weights span 2**-3 to
   2**11; rounded to float16 ``Q + L S`` loses ``Q``); the look-alike ``L = 0``, ``[Q/2, Q/2]``.
+* ``accumulation`` (a long accumulation): ``FC(tile(h, m), [Q/m + A_1, ..., Q/m + A_m])``,
+  a dot over an axis of ``16 m = 2048`` values with ``A_j = -A_{j + m/2}`` random signs of
+  size 8: ``Q h`` in float32, carried in slivers ``Q/m`` (~2e-3) spread over the whole axis.
+  The culprit's slivers ride on the pattern: float16's spacing at 8 is 2**-7, so each is
+  rounded away (or to a whole spacing), and their sum over 2048 terms, the answer, loses
+  ~0.4 of ``Q`` (max norm); the look-alike has ``A = 0``: each sliver rounds to 2**-12 of
+  itself and the sum keeps ``Q h``. No single weight or product matters: the length does
+  (with ``m = 2`` the same pattern loses 0.006 of ``Q``, with ``m = 16`` 0.05).
 * ``plain``: ``FC(h, Q)``.
 
 ``'chain'`` graphs are the blocks in sequence; ``'dag'`` graphs give every block a second
 path: the lower half of its output recomputed from its input by the block's float32 map
 (a FullyConnected beside it, joined by a Concat), the upper half sliced from the block. k blocks are
-culprits (the three kinds in turn), the others look-alikes and plain layers. Each culprit
+culprits (the four kinds in turn), the others look-alikes and plain layers. Each culprit
 is one node: the FullyConnected named in ``culprits``; keeping it in float32 makes what
 reads it float32 too (slices, subtraction, BatchNorm folded into it), and its output is
 right. Used by ``benchmarks/auto_attribution.py`` and the tests.
@@ -40,10 +48,14 @@ from planted_culprits import Planted
 WIDTH = 16
 BATCH = 4
 LARGE = 2048.0
-KINDS = ("paired", "batchnorm", "dynamic")
-_LOOKALIKES = ("paired", "plain", "paired", "batchnorm", "paired", "dynamic")
+KINDS = ("paired", "batchnorm", "dynamic", "accumulation")
+_LOOKALIKES = ("paired", "plain", "paired", "batchnorm", "paired", "dynamic", "accumulation")
 # op nodes per block, for sizing the graph
-_OPS = {"paired": 6, "batchnorm": 6, "dynamic": 2, "plain": 1}
+_OPS = {"paired": 6, "batchnorm": 6, "dynamic": 2, "accumulation": 2, "plain": 1}
+# the long accumulation: the signal tiled TILES times (an axis of 16 * TILES values), and
+# the size of the zero-sum pattern its slivers ride on in the culprit
+TILES = 128
+PATTERN = 8.0
 
 
 def _orthogonal(rng: np.random.RandomState, n: int) -> np.ndarray:
@@ -112,6 +124,17 @@ class _Builder:
             weight = np.concatenate([q / 2, q / 2], 1)
         x = self.op(self.sym.Concat, h, h, dim=1, name=f"dyn{i}_in")
         return self.fc(x, f"dyn{i}", weight), f"dyn{i}", q
+
+    def accumulation(self, h, i: int, culprit: bool):
+        q = _orthogonal(self.rng, WIDTH)
+        pattern = np.zeros((TILES, WIDTH, WIDTH), np.float32)
+        if culprit:
+            half = self.rng.choice([-PATTERN, PATTERN], size=(TILES // 2, WIDTH, WIDTH))
+            pattern = np.concatenate([half, -half]).astype(np.float32)
+        # column block j of the weight multiplies copy j of h: Q / TILES + A_j
+        weight = np.concatenate(list(q / TILES + pattern), 1)
+        x = self.op(self.sym.tile, h, reps=(1, TILES), name=f"long{i}_in")
+        return self.fc(x, f"long{i}", weight), f"long{i}", q
 
     def plain(self, h, i: int, culprit: bool):
         q = _orthogonal(self.rng, WIDTH)

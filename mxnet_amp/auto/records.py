@@ -98,7 +98,8 @@ class NodeError:
 class SearchStep:
     """One model execution of the auto mode."""
 
-    kind: str   # 'reference', 'check', 'attribution', 'validate', 'trim', 'all-fp32', 'bisect'
+    # 'reference', 'check', 'attribution', 'validate', 'trim', 'all-fp32', 'bisect', 'prefix'
+    kind: str
     excluded: int              # nodes kept in float32 in the executed configuration
     passed: bool | None        # None for the reference run
     tolerance_ratio: float | None

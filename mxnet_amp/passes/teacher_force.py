@@ -15,7 +15,9 @@ From a converted graph, one graph in which
   graph on *perturbed* reference inputs (fed by the caller: each tensor moved by its own
   rounding error in the target dtype, :func:`mxnet_amp.auto.attribution.rounding_direction`):
   the change of its output over the size of the perturbation is the node's error gain, a
-  finite difference of the whole graph's nodes taken at once.
+  finite difference of the whole graph's nodes taken at once. ``probes`` such copies of
+  every op, each fed its own perturbation (:attr:`ForcedGraph.perturbed_probes`), give the
+  gain as an average over several directions.
 
 Both parts run as one execution. The graph is plain data; feeding and measuring are the
 automatic mode's (:mod:`mxnet_amp.auto.attribution`).
@@ -48,10 +50,15 @@ class ForcedGraph:
         value it takes.
     perturbed_feeds : dict of str to (str, int)
         New variable -> the original tensor whose perturbed reference it takes.
+    perturbed_probes : dict of str to int
+        New variable of :attr:`perturbed_feeds` -> the probe (0 to ``probes - 1``) whose
+        copies read it.
     param_aliases : dict of str to str
         New variable -> the original (float32) param it takes, for the perturbed copies.
     outputs : list of (str, str, int)
         For each graph output: ``('forced' | 'perturbed', node name, output index)``.
+    output_probes : list of int
+        For each graph output, the probe of a perturbed copy (0 for a forced one).
     """
 
     graph: Graph
@@ -60,6 +67,8 @@ class ForcedGraph:
     perturbed_feeds: dict[str, tuple[str, int]] = field(default_factory=dict)
     param_aliases: dict[str, str] = field(default_factory=dict)
     outputs: list[tuple[str, str, int]] = field(default_factory=list)
+    perturbed_probes: dict[str, int] = field(default_factory=dict)
+    output_probes: list[int] = field(default_factory=list)
 
 
 class _Forcer(Rewriter):
@@ -94,10 +103,11 @@ class _Forcer(Rewriter):
     def heads(self) -> list[Entry]:
         return self.out_heads
 
-    def add_heads(self, kind: str, name: str, idx: int, used: int) -> None:
+    def add_heads(self, kind: str, name: str, idx: int, used: int, probe: int = 0) -> None:
         """Output ``k < used`` of new node ``idx`` (a copy of ``name``) as a graph output."""
         for k in range(used):
             self.out.outputs.append((kind, name, k))
+            self.out.output_probes.append(probe)
             self.out_heads.append(Entry(idx, k))
 
     def variable(self, name: str, node: Node | None = None) -> Entry:
@@ -105,15 +115,19 @@ class _Forcer(Rewriter):
             self.vars[name] = self.emit(node or Node("null", name))
         return Entry(self.vars[name])
 
-    def feed(self, tensor: tuple[str, int], kind: str, dtype: str | None) -> Entry:
+    def feed(self, tensor: tuple[str, int], kind: str, dtype: str | None,
+             probe: int = 0) -> Entry:
         """The variable fed with ``tensor``'s reference (``kind='reference'``) or its
-        perturbed reference (``'perturbed'``)."""
-        key = (tensor[0], tensor[1], kind)
+        perturbed reference (``'perturbed'``) of ``probe``."""
+        key = (tensor[0], tensor[1], f"{kind}{probe or ''}")
         if key not in self.fed:
-            name = self.builder.fresh_name(f"{tensor[0]}_out{tensor[1]}_{kind}")
+            name = self.builder.fresh_name(f"{tensor[0]}_out{tensor[1]}_{key[2]}")
             self.fed[key] = self.variable(name)
-            target = self.out.reference_feeds if kind == "reference" else self.out.perturbed_feeds
-            target[name] = tensor
+            if kind == "reference":
+                self.out.reference_feeds[name] = tensor
+            else:
+                self.out.perturbed_feeds[name] = tensor
+                self.out.perturbed_probes[name] = probe
             self.out.var_dtypes[name] = dtype or "float32"
         return self.fed[key]
 
@@ -136,9 +150,9 @@ class _Perturber(Rewriter):
 
     name = "teacher_force"
 
-    def __init__(self, forcer: _Forcer) -> None:
+    def __init__(self, forcer: _Forcer, probes: int) -> None:
         super().__init__(forcer.original)
-        self.forcer, self.builder = forcer, forcer.builder
+        self.forcer, self.builder, self.probes = forcer, forcer.builder, probes
         self.used = forcer.original.num_used_outputs()
         self.aliases: dict[str, str] = {}   # original variable -> its float32 alias
 
@@ -146,17 +160,20 @@ class _Perturber(Rewriter):
         nodes = self.graph.nodes
         if node.is_variable or node.subgraphs or all(nodes[e.node].is_variable for e in node.inputs):
             return ()   # nothing upstream of it to carry an error through it
-        ins = tuple(self.perturbed_input(e) for e in node.inputs)
-        idx = self.emit(node.replace(name=self.builder.fresh_name(node.name + "_perturbed"),
-                                     inputs=ins))
-        self.forcer.add_heads("perturbed", node.name, idx, self.used[i])
-        return idx
+        copies = []
+        for probe in range(self.probes):
+            ins = tuple(self.perturbed_input(e, probe) for e in node.inputs)
+            copies.append(self.emit(node.replace(
+                name=self.builder.fresh_name(node.name + "_perturbed"), inputs=ins)))
+            self.forcer.add_heads("perturbed", node.name, copies[-1], self.used[i], probe)
+        return copies[0]
 
     def heads(self) -> list[Entry]:
         return self.forcer.out_heads
 
-    def perturbed_input(self, e: Entry) -> Entry:
-        """The new graph's entry for original entry ``e`` read by a perturbed copy."""
+    def perturbed_input(self, e: Entry, probe: int) -> Entry:
+        """The new graph's entry for original entry ``e`` read by a perturbed copy of
+        ``probe``."""
         node, out = self.graph.nodes[e.node], self.forcer.out
         if node.is_variable:
             alias = self.aliases.get(node.name)
@@ -167,7 +184,7 @@ class _Perturber(Rewriter):
                 out.param_aliases[alias] = node.name
                 out.var_dtypes[alias] = "float32"
             return self.forcer.variable(alias, node.replace(name=alias))
-        return self.forcer.feed((node.name, e.output), "perturbed", "float32")
+        return self.forcer.feed((node.name, e.output), "perturbed", "float32", probe)
 
 
 class TeacherForce(GraphPass[ForcedGraph]):
@@ -176,7 +193,7 @@ class TeacherForce(GraphPass[ForcedGraph]):
 
     Parameters
     ----------
-    original, forced, tensor_dtypes
+    original, forced, tensor_dtypes, inserted_casts, probes
         As :func:`teacher_force`'s.
     """
 
@@ -184,25 +201,27 @@ class TeacherForce(GraphPass[ForcedGraph]):
 
     def __init__(self, original: Graph, forced: Collection[str],
                  tensor_dtypes: Mapping[Entry, str | None],
-                 inserted_casts: Collection[int], *, verify: bool = True) -> None:
+                 inserted_casts: Collection[int], probes: int = 1, *,
+                 verify: bool = True) -> None:
         super().__init__(verify=verify)
         self.original, self.forced, self.tensor_dtypes = original, forced, tensor_dtypes
-        self.inserted_casts = inserted_casts
+        self.inserted_casts, self.probes = inserted_casts, probes
 
     def call(self, graph: Graph) -> PassResult[ForcedGraph]:
         """Run the pass on the converted ``graph`` (see the module doc)."""
         forcer = _Forcer(graph, self.original, self.forced, self.tensor_dtypes, self.inserted_casts)
         forcer.run()
-        built = _Perturber(forcer).run()
+        built = _Perturber(forcer, self.probes).run()
         out = forcer.out
         fg = ForcedGraph(Graph(built.nodes, built.heads, graph.attrs), out.var_dtypes,
-                         out.reference_feeds, out.perturbed_feeds, out.param_aliases, out.outputs)
+                         out.reference_feeds, out.perturbed_feeds, out.param_aliases, out.outputs,
+                         out.perturbed_probes, out.output_probes)
         return PassResult(fg.graph, fg, True)
 
 
 def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
                   tensor_dtypes: Mapping[Entry, str | None],
-                  inserted_casts: Collection[int]) -> ForcedGraph:
+                  inserted_casts: Collection[int], probes: int = 1) -> ForcedGraph:
     """The attribution graph of ``converted`` (module doc).
 
     Parameters
@@ -219,5 +238,7 @@ def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
     inserted_casts : collection of int
         The indices of the cast nodes the conversion inserted (``CastResult.inserted_casts``),
         copied with the forced nodes that read them.
+    probes : int
+        How many perturbed copies of every op (each read through its own feeds).
     """
-    return TeacherForce(original, forced, tensor_dtypes, inserted_casts)(converted).decided
+    return TeacherForce(original, forced, tensor_dtypes, inserted_casts, probes)(converted).decided

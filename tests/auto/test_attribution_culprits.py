@@ -8,7 +8,6 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxnet_amp.auto import auto_convert_model
 from mxnet_amp.auto.attribution import rounding_direction
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
@@ -16,17 +15,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from planted_culprits import planted  # noqa: E402
 from planted_culprits_structured import KINDS, planted_structured  # noqa: E402
 
+from helpers import PLANTED_TOLERANCE, accuracy_culprits, auto_planted  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
-TOLERANCE = 0.1   # benchmarks/auto_attribution.py's
-
-
-def _auto(p, **kwargs):
-    return auto_convert_model(p.sym, p.arg_params, p.aux_params, p.sample, "float16",
-                              tolerance=TOLERANCE, quiet=True, **kwargs)[3]
-
-
-def _found(report):
-    return sorted(k.name for k in report.by_reason("accuracy"))
 
 
 @pytest.mark.parametrize("generator,shape,n,k", [
@@ -35,20 +26,21 @@ def _found(report):
 def test_planted_cells_exact_validated_within_2_plus_k_plus_1(generator, shape, n, k):
     p = (planted_structured if generator == "structured" else planted)(n, k, shape, seed=n + k)
     assert len(p.culprits) == k
-    report = _auto(p)
-    assert _found(report) == sorted(p.culprits)
+    report = auto_planted(p)
+    assert accuracy_culprits(report) == sorted(p.culprits)
     assert report.validated and report.executions <= 2 + k + 1
 
 
 def test_structured_generator_has_every_kind_and_lookalikes():
-    """Three culprit kinds in turn, and harmless look-alikes of each beside them: the
+    """Four culprit kinds in turn, and harmless look-alikes of each beside them: the
     culprits alone in float32 validate, and none of them is out of float16's range."""
-    p = planted_structured(120, 3, "chain", seed=7)
+    p = planted_structured(120, 4, "chain", seed=7)
     assert sorted(c.rstrip("0123456789_fc") for c in p.culprits) == sorted(
-        {"paired": "pair", "batchnorm": "bn", "dynamic": "dyn"}[k] for k in KINDS)
+        {"paired": "pair", "batchnorm": "bn", "dynamic": "dyn", "accumulation": "long"}[k]
+        for k in KINDS)
     names = p.sym.get_internals().list_outputs()
     assert sum(n.startswith("pair") and n.endswith("_diff_output") for n in names) > 3
-    report = _auto(p, excluded_sym_names=list(p.culprits))
+    report = auto_planted(p, excluded_sym_names=list(p.culprits))
     assert report.validated and not report.kept_fp32[len(p.culprits):]
 
 
@@ -65,10 +57,12 @@ def test_gain_follows_rounding_structure_not_random_signs():
     assert np.all(exact != 0)
 
 
-def test_failed_validation_bisects_past_the_picks_without_retries(monkeypatch):
-    """A wrong ranking (a harmless node first): one validation fails, then the bisection runs
-    in the ranking's order, starting past the failed pick; no second round of picks, and no
-    more executions than the bisection alone plus the attribution's two."""
+def test_failed_validation_searches_past_the_picks_without_retries(monkeypatch):
+    """A wrong ranking (a harmless node first): one validation fails, keeping the pick
+    changed nothing, so the search goes on in the ranking's order past it (the shortest
+    passing prefix) and checks that prefix once more without the pick, which drops it; no
+    second round of picks, and no more executions than the bisection alone plus the
+    attribution's two."""
     import mxnet_amp.auto.attribution as attribution
     from mxnet_amp.auto.records import NodeError
     p = planted_structured(50, 2, "chain", seed=11)
@@ -83,10 +77,10 @@ def test_failed_validation_bisects_past_the_picks_without_retries(monkeypatch):
                         for e in errors if e.name != harmless.name]
 
     monkeypatch.setattr(attribution, "attribute", misranked)
-    report = _auto(p)
+    report = auto_planted(p)
     kinds = [s.kind for s in report.steps]
-    assert kinds.count("validate") == 1 and "bisect" in kinds
-    assert _found(report) == sorted(p.culprits) and report.validated
-    alone = _auto(p, search="bisection")
+    assert kinds.count("validate") == 1 and "prefix" in kinds
+    assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
+    alone = auto_planted(p, search="bisection")
     assert report.executions <= alone.executions + 2
     assert any("past them" in n for n in report.notes)

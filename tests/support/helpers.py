@@ -190,3 +190,20 @@ def op_compute_dtypes(sym, data_names) -> dict:
         floats = floats or [d for d in outs[i] if d is not None and is_float(d)]
         found[node.name] = floats[0] if floats else None
     return found
+
+
+# the planted-culprit graphs of benchmarks/ are judged at benchmarks/auto_attribution.py's
+# tolerance (a 5000-layer chain's plain float16 rounding is ~0.03 with nothing wrong)
+PLANTED_TOLERANCE = 0.1
+
+
+def auto_planted(p, **kwargs):
+    """The report of ``auto_convert_model`` on a planted-culprit model ``p`` (float16)."""
+    from mxnet_amp.auto import auto_convert_model
+    return auto_convert_model(p.sym, p.arg_params, p.aux_params, p.sample, "float16",
+                              tolerance=PLANTED_TOLERANCE, quiet=True, **kwargs)[3]
+
+
+def accuracy_culprits(report) -> list[str]:
+    """The names auto kept in float32 for accuracy, sorted."""
+    return sorted(k.name for k in report.by_reason("accuracy"))
