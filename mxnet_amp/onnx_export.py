@@ -54,8 +54,9 @@ class OnnxExport:
         Graph input and output names.
     dynamic_batch : bool
     widened : tuple of (str, str)
-        bfloat16 only: ``(node, ONNX op)`` of each node whose ONNX op takes no bfloat16 at the
-        opset, computed in float32 between casts (its inputs and outputs stay bfloat16).
+        ``(node, ONNX op)`` of each node whose ONNX op takes no tensor of the model's low
+        precision dtype at the opset (for bfloat16: Conv, MaxPool...; for float16: Range),
+        computed in float32 between casts (its inputs and outputs keep that dtype).
     constants : tuple of (str, str)
         ``(node, constant)``: float32 constants MXNet's converters made beside a low
         precision input, written in that dtype (:mod:`mxnet_amp.onnx_constants`).
@@ -96,8 +97,8 @@ class OnnxExport:
             f"  casts: {self.amp_cast_nodes} amp_cast/amp_multicast node(s) -> {self.amp_casts} "
             f"ONNX Cast node(s); {self.cast_nodes} Cast node(s) in all",
             f"  inputs: {', '.join(self.inputs)}; outputs: {', '.join(self.outputs)}",
-            *([f"  {len(self.widened)} node(s) whose ONNX op takes no bfloat16 at opset "
-               f"{self.opset} compute in float32 between casts (tensors stay bfloat16): "
+            *([f"  {len(self.widened)} node(s) whose ONNX op takes no {self.dtype} at opset "
+               f"{self.opset} compute in float32 between casts (tensors stay {self.dtype}): "
                + ", ".join(f"{n} ({op})" for n, op in self.widened[:8])
                + (" ..." if len(self.widened) > 8 else "")] if self.widened else []),
             *([f"  {len(self.constants)} float32 constant(s) of MXNet's converters beside a "
@@ -377,17 +378,17 @@ def _mxnet_output_name(name: str) -> str:
 def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequence[str],
             data: Sequence[str], dtype: str | None, opset: int, dynamic_batch: bool,
             repaired: frozenset[str]) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
-    """The ``ModelProto`` and the nodes widened to float32 (bfloat16 only): weights as
+    """The ``ModelProto`` and the nodes widened to float32: weights as
     initializers (no longer graph inputs), the outputs in the symbol's order under
     ``names``, bfloat16 relabelled, the batch dimension named."""
     from onnx import helper
     from .onnx_constants import match_constant_dtypes
-    from .onnx_retype import retype_float16_as_bfloat16, widen_where_bfloat16_is_not_onnx
+    from .onnx_retype import retype_float16_as_bfloat16, widen_where_onnx_lacks_dtype
     model = helper.make_model(proto, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="mxnet-amp")
     graph = model.graph
     low_constants = match_constant_dtypes(model, opset)
-    widened = widen_where_bfloat16_is_not_onnx(model, opset) if dtype == "bfloat16" else []
+    widened = widen_where_onnx_lacks_dtype(model, opset, dtype) if dtype else []
     # graph inputs: the data only (MXNet's converters list some of their constants there
     # too, which onnxruntime then cannot fold); constants no node reads are dropped
     constants = {t.name for t in graph.initializer}
