@@ -92,6 +92,27 @@ def row(recipe, cache_dir: str | None, dtype: str, workers: int) -> dict:
             "seconds": round(time.perf_counter() - start, 1), "load": os.getloadavg()}
 
 
+_METRIC_TEXT = {"digits": "top-1", "majority": "top-1", "masks": "pixel accuracy", "boxes": "VOC07 mAP"}
+
+
+def render(rows: list) -> str:
+    """The markdown table of the JSON lines: the last row of each model and dtype, in the
+    order of the recipes."""
+    last = {(r["model"], r["dtype"]): r for r in rows if "dtype" in r}
+    order = [QUICK.name] + [r.name for r in RECIPES]
+    lines = ["| model | dtype | metric | float32 | plain conversion | plain meets 0.01? | auto kept | "
+             "auto runs | samples judged | validated | measured (load) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (model, dtype), r in sorted(last.items(), key=lambda kv: (order.index(kv[0][0])
+                                                                  if kv[0][0] in order else len(order), kv[0][1])):
+        metric = _METRIC_TEXT.get(r.get("task", "digits"), "?")
+        lines.append(f"| {model} | {dtype} ({r['execution']}) | {metric} | {100 * r['fp32_top1']:.2f}% | "
+                     f"{100 * r['plain_top1']:.2f}% | {'yes' if r['plain_meets_max_drop'] else '**no**'} | "
+                     f"{len(r['kept_fp32'])} | {r['executions']} | {r['samples']} | "
+                     f"{'yes' if r['validated'] else '**no**'} | {r['load'][0]:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["quick"] + [r.name for r in RECIPES])
@@ -100,7 +121,15 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--out", default=os.path.join(C._ROOT, "benchmarks", "results",
                                                   "auto_zoo_data.jsonl"))
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: docs/benchmarks.md's table from the JSON lines (--out)")
     a = ap.parse_args()
+    if a.render:
+        with open(a.out) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        C.write_between_markers(os.path.join(C._ROOT, "docs", "benchmarks.md"), "auto_zoo_data",
+                                render(rows))
+        return 0
     recipes = {r.name: r for r in RECIPES}
     recipes["quick"] = QUICK
     for name in a.models:
