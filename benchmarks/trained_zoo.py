@@ -184,9 +184,11 @@ class ClassJudge:
         return tm.accuracy(ref, self.model.y_test.reshape(-1))
 
 
-def convert_row(judge, ref, dtype: str, variant: str, folder: str) -> tuple[dict, dict]:
+def convert_row(judge, ref, dtype: str, variant: str, folder: str,
+                refs: dict | None = None) -> tuple[dict, dict]:
     """One converter variant in ``dtype``, run on every path: its row, and by path the rows
-    its flips are judged on (``judge.rows``: logits, or a detector's objects)."""
+    its flips are judged on (``judge.rows``: logits, or a detector's objects). ``refs``: a
+    path's own float32 reference where it is not ``ref`` (the detector's ONNX path)."""
     which, kw = VARIANTS[variant]
     model = judge.model
     t0 = time.perf_counter()
@@ -197,21 +199,24 @@ def convert_row(judge, ref, dtype: str, variant: str, folder: str) -> tuple[dict
     for path in paths(dtype):
         try:
             outs = run_on(judge, path, got["sym"], got["args"], got["auxs"], folder)
-            row[path] = judge.measure(outs, ref)
+            row[path] = judge.measure(outs, (refs or {}).get(path, ref))
             judged[path] = judge.rows(outs)
         except Exception as err:  # noqa: BLE001 - a model that fails to run is a result
             row[path] = {"error": C.error_text(err)}
     return row, judged
 
 
-def mark_unexplained(rows: dict, logits: dict, ref: np.ndarray, floor: np.ndarray) -> None:
+def mark_unexplained(rows: dict, logits: dict, ref: np.ndarray, floor: np.ndarray,
+                     path_refs: dict | None = None) -> None:
     """Adds to each of ours' paths the flips that contrib's default keeps on that path and that
     rounding does not explain (``zoo_trainers.unexplained_flips``); where contrib did not
-    run, every flip wider than the rounding floors counts."""
+    run, every flip wider than the rounding floors counts. ``path_refs``: a path's own float32
+    rows where they are not ``ref``'s."""
     for ours in OURS:
         for path, lg in logits.get(ours, {}).items():
-            contrib = logits.get("contrib", {}).get(path, ref)
-            rows[ours][path]["unexplained_flips"] = len(zt.unexplained_flips(lg, contrib, ref, floor))
+            base = (path_refs or {}).get(path, ref)
+            contrib = logits.get("contrib", {}).get(path, base)
+            rows[ours][path]["unexplained_flips"] = len(zt.unexplained_flips(lg, contrib, base, floor))
 
 
 def input_text(recipe) -> str:
@@ -243,20 +248,24 @@ def run_model(recipe, cache_dir: str | None, dtypes: tuple[str, ...] = DTYPES) -
     if "bfloat16" in dtypes and "module" in paths("bfloat16"):   # fusion's own share
         row["fp32_module"] = judge.measure(judge.run("module", model.sym, model.arg_params,
                                                      model.aux_params), ref)
+    refs: dict = {}
     with tempfile.TemporaryDirectory() as folder:
         if recipe.task == "boxes" and "onnx" in paths("float16"):
             # the float32 detector through the same exporter: MXNet's NMS converter suppresses
-            # across classes (its warning), which may change detections at any precision
+            # across classes (its warning), which changes detections at any precision, so the
+            # ONNX path is judged against it (its accuracy and flips against MXNet: fp32_onnx)
             try:
-                row["fp32_onnx"] = judge.measure(run_on(judge, "onnx", model.sym, model.arg_params,
-                                                        model.aux_params, folder), ref)
+                refs["onnx"] = run_on(judge, "onnx", model.sym, model.arg_params, model.aux_params, folder)
+                row["fp32_onnx"] = judge.measure(refs["onnx"], ref)
+                row["fp32_accuracy_on"] = {"onnx": judge.fp32_accuracy(refs["onnx"])}
             except Exception as err:  # noqa: BLE001 - an export that fails is a result
                 row["fp32_onnx"] = {"error": C.error_text(err)}
         for dtype in dtypes:
             floor = judge.floor(dtype)
-            got = {v: convert_row(judge, ref, dtype, v, folder) for v in VARIANTS}
+            got = {v: convert_row(judge, ref, dtype, v, folder, refs) for v in VARIANTS}
             row[dtype] = {v: r for v, (r, _) in got.items()}
-            mark_unexplained(row[dtype], {v: lg for v, (_, lg) in got.items()}, judge.rows(ref), floor)
+            mark_unexplained(row[dtype], {v: lg for v, (_, lg) in got.items()}, judge.rows(ref), floor,
+                             {p: judge.rows(r) for p, r in refs.items()})
             row["floor_max"][dtype] = float(floor.max())
     return row
 
@@ -281,7 +290,7 @@ def verdicts(row: dict) -> dict:
                 if "accuracy" not in r:
                     out[f"{dtype}/{path}/{ours}"] = {"ok": False, "why": r.get("error", row[dtype][ours].get("error"))}
                     continue
-                lost = row["fp32_accuracy"] - r["accuracy"]
+                lost = row.get("fp32_accuracy_on", {}).get(path, row["fp32_accuracy"]) - r["accuracy"]
                 checks = {"accuracy": lost <= BOUNDS[dtype] + 1e-9, "finite": r["nonfinite"] == 0,
                           "no_unexplained_flip": r.get("unexplained_flips", r["flips"]) == 0}
                 out[f"{dtype}/{path}/{ours}"] = {
