@@ -364,7 +364,8 @@ def render_trained(files) -> str:
         for env, models in [(data["environment"], None)] + [(a["environment"], a["models"])
                                                             for a in data.get("appended", [])]:
             text = f"{env['utc']}, load {env['loadavg'][0]:.0f}"
-            runs.update({m: text for m in models} if models else {r["model"]: text for r in data["results"]})
+            runs.update({m: text for m in (models if models is not None else
+                                            [r["model"] for r in data["results"]])})
         for row in data["results"]:
             for variant, paths in row.get("float16", {}).items():
                 if not isinstance(paths, dict) or "onnx" not in paths:
@@ -376,13 +377,14 @@ def render_trained(files) -> str:
             if "fp32_onnx" in row:   # a detector: what the exporter's NMS changes by itself
                 notes.append(f"{row['model']}: its float32 model exported the same way: "
                              f"{_trained_cell(row['fp32_onnx'])} (accuracy / flips / error against "
-                             "MXNet float32)")
+                             "MXNet float32: MXNet's NMS converter suppresses across classes); its "
+                             "onnx cells are judged against that export")
     return "\n".join(lines + (["", *notes] if notes else []))
 
 
 def _trained_cell(r: dict) -> str:
     return (f"{100 * r['accuracy']:.1f}% / {r['flips']} / {r['rel_error']:.2g}"
-            if "accuracy" in r else r.get("error", ""))
+            if "accuracy" in r else r.get("error", "").replace("|", "/")[:90])
 
 
 def _cell(row: dict, key: str, k: int) -> str:

@@ -644,7 +644,7 @@ def write(opts, results: list, not_run: list, base: dict | None = None) -> None:
                "not_run": not_run + list(NOT_IN_RECIPES)}
     if base:
         payload["appended"] = base.get("appended", []) + [
-            {"models": opts.models or [], **here}]
+            {"models": [QUICK.name] if opts.quick else opts.models or [], **here}]
     out = _out(opts)
     C.write_json(out, payload)
     md = opts.md or (None if opts.quick or opts.onnx_only else os.path.join(C._ROOT, "docs", "trained_zoo.md"))
