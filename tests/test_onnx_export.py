@@ -276,6 +276,37 @@ def test_bfloat16_constants_are_rounded_once_from_their_float32_values(tmp_path)
         assert word == bfloat16_bits(np.array([value], "float32"))[0], name
 
 
+def test_unfolded_batchnorm_keeps_float32_parameters_and_its_fixed_gamma(tmp_path):
+    """MXNet's BatchNorm reads float32 gamma, beta, mean and variance beside float16 data and
+    computes in float32; ONNX's (opset 13) wants one dtype for all: the node computes in
+    float32 between casts, its parameters written as stored, not rounded to float16. And
+    ``fix_gamma=True`` (the symbol API's default), which MXNet's converter ignores, exports a
+    gamma of ones: the float32 export then equals MXNet (it was 0.27 off)."""
+    sym, args, auxs = small_model()
+    s, a, x = amp.convert_model(sym, args, auxs, target_dtype="float16", fold_batchnorm=False)
+    rec = amp.export_onnx(s, a, x, {"data": X.shape}, tmp_path / "bn.onnx")
+    proto = onnx.load(str(rec.path))
+    (bn,) = [n for n in proto.graph.node if n.op_type == "BatchNormalization"]
+    stored = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    np.testing.assert_array_equal(stored[bn.input[1]], np.ones(4, "float32"))      # fix_gamma
+    for name in bn.input[2:]:
+        assert np.array_equal(stored[name], {**a, **x}[name].asnumpy()), name      # float32, exact
+    casts = {n.output[0]: n for n in proto.graph.node if n.op_type == "Cast"}
+    assert casts[bn.input[0]].attribute[0].i == FLOAT and casts["bn1"].input[0] == bn.output[0]
+    assert casts["bn1"].attribute[0].i == FLOAT16                     # handed on in float16
+    assert np.array_equal(args["bn1_gamma"].asnumpy(), a["bn1_gamma"].asnumpy())   # caller's kept
+    # onnx's ReferenceEvaluator computes this BatchNormalization 0.02 off MXNet even in
+    # float32 (onnxruntime: 1.6e-7), so the numbers are checked in onnxruntime
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime, installed --no-deps (docs/onnx.md)")
+    (ref,) = run(sym, args, auxs, {"data": X})
+    rec32 = amp.export_onnx(sym, args, auxs, {"data": X.shape}, tmp_path / "bn32.onnx")
+    (got32,) = ort.InferenceSession(str(rec32.path), providers=["CPUExecutionProvider"]).run(None, {"data": X})
+    assert rel_error(got32, ref) < 1e-5
+    (got,) = ort.InferenceSession(str(rec.path), providers=["CPUExecutionProvider"]).run(None, {"data": X})
+    (emulated,) = _emulated((s, a, x))
+    assert rel_error(got, emulated) < 4e-3 and rel_error(got, ref) < 4e-3
+
+
 def test_float16_range_computes_in_float32_between_casts(tmp_path):
     """MXNet's converter writes ``arange_like`` of a float16 tensor as an ONNX Range in float16,
     which ONNX's Range does not take (the trained zoo's BERT-style encoder failed the checks):
