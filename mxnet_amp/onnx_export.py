@@ -160,9 +160,8 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     graph = graph_from_symbol(sym)
     dtype = _low_dtype(graph, params)
     _refuse_unexportable(graph, opset)
-    params = _fixed_gammas(graph, params)
     exported = _ExportInputs(sym, graph, params, input_shapes, input_dtypes or {})
-    plan = plan_weights(params, exported.weights, f"{os.path.basename(path)}.data", external_data, external_threshold)
+    plan = plan_weights(exported.params, exported.weights, f"{os.path.basename(path)}.data", external_data, external_threshold)
     data_path = path + ".data" if plan.location else None
     _check_paths(path, data_path, protect)
     proto, repaired = _exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
@@ -201,7 +200,7 @@ def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes:
     return os.fspath(path), params
 
 
-def _fixed_gammas(graph: Graph, params: dict[str, Any]) -> dict[str, Any]:
+def _fixed_gammas(graph: Graph, params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` with the gamma of each ``BatchNorm(fix_gamma=True)`` (MXNet's default) as
     ones: MXNet's op reads 1 there whatever the array holds, while MXNet 1.9.1's converter
     writes the array as the ONNX scale (measured: 0.27 off on a symbol-API BatchNorm).
@@ -286,6 +285,7 @@ class _ExportInputs:
         self.shapes.update({n: tuple(params[n].shape) for n in self.weights})
         self.dtypes = {n: dtypes.get(n, "float32") for n in self.data}
         self.dtypes.update({n: array_dtype(params[n]) for n in self.weights})
+        self.params = _fixed_gammas(graph, params)   # the arrays the file holds
 
 
 def _mxnet_graph(inputs: _ExportInputs, graph: Graph, relabel: Mapping[str, str], opset: int,
