@@ -205,6 +205,7 @@ def _fixed_gammas(graph: Graph, params: Mapping[str, Any]) -> dict[str, Any]:
     ones: MXNet's op reads 1 there whatever the array holds, while MXNet 1.9.1's converter
     writes the array as the ONNX scale (measured: 0.27 off on a symbol-API BatchNorm).
     Only a gamma no other node reads is replaced (a new array; the caller's is untouched)."""
+    import mxnet as mx
     from .dtypes import array_dtype
     from .params import cast_array
     readers: dict[str, list[Node]] = {}
@@ -218,7 +219,6 @@ def _fixed_gammas(graph: Graph, params: Mapping[str, Any]) -> dict[str, Any]:
         if name in params and all(n.op == "BatchNorm" and graph.nodes[n.inputs[1].node].name == name
                                   and str(n.attrs.get("fix_gamma", "True")).lower() in ("true", "1")
                                   for n in nodes):
-            import mxnet as mx
             ones = mx.nd.ones(params[name].shape, dtype="float32")
             dtype = array_dtype(params[name])
             fixed[name] = ones if dtype == "float32" else cast_array(ones, dtype)
