@@ -6,23 +6,30 @@ benchmarks/cpu_inference.py and tools/zoo_sweep do; BERT: gluonnlp 0.10's
 ``bert_12_768_12``, random Normal(0.02) weights, as benchmarks/nlp_inference.py), converted
 to float16 by ``mxnet_amp.convert_model`` (defaults: BatchNorms folded, weights stored in
 float16), exported by ``mxnet_amp.export_onnx`` (opset 13) and run in onnxruntime's CPU
-execution provider, which has float16 kernels for what these graphs hold. MXNet cannot run
-float16 on a CPU, so the reference is the float32 model in MXNet and the judge of float16
-arithmetic is ``mxnet_amp.emulate_model`` (float32 runs with every low precision tensor
-rounded). Per output, with ``err(x) = max|x - fp32| / max|fp32|``:
+execution provider, which runs these graphs (computing in float32 where it has no float16
+kernel: :func:`_cpu_ep_model`). MXNet cannot run float16 on a CPU, so the reference is the
+float32 model in MXNet and the judge of float16 arithmetic is ``mxnet_amp.emulate_model``
+(float32 runs with every low precision tensor rounded). ``ssd_digits`` is the SSD
+benchmarks/trained_zoo.py trains on its digit box task (trained weights, where the
+random-weight SSD is ill-conditioned), judged on its pre-NMS tensors. Per output, with ``err(x) = max|x - fp32| / max|fp32|``:
 
   * ``onnx_err``: the exported model in onnxruntime;
   * ``emulate_err``: our emulation of the same conversion;
   * the criterion ``onnx_err <= 1.5 * emulate_err + 0.005``;
   * ``onnx_vs_emulate``: ``max|onnx - emulate| / max|fp32|``;
   * ``fp32_onnx_err``: the float32 model exported the same way, in onnxruntime: what the
-    export itself changes.
+    export itself changes;
+  * ``cpu_ep_model_err``: the model of what onnxruntime's CPU EP computes from a float16
+    file (:func:`_cpu_ep_model`: float16 weights, float32 arithmetic: it drops the float16
+    rounding between ops), and ``onnx_vs_cpu_ep_model``, the export's distance to it;
+    ``matches_cpu_ep_model``: that distance <= 0.005 on each judged output, the check that
+    the file computes what the conversion decided, on the arithmetic this runtime does.
 
 Also recorded: conversion and export wall time, ONNX file sizes, ``Cast`` nodes, and any op
 the exporter refuses (the typed error's node list). The environment (CPU, flags, load
 average at start and end) goes with the results (benchmarks/results/onnx_export.json).
 
-    python benchmarks/onnx_export.py            # the six models (~15 min on 2 loaded cores)
+    python benchmarks/onnx_export.py            # the seven models (~15 min on 2 loaded cores)
     python benchmarks/onnx_export.py --quick    # resnet18_v1 at 64 px and a 2-layer BERT
     python benchmarks/onnx_export.py --models resnet50_v1 bert_12_768_12
     python benchmarks/onnx_export.py --render   # docs/benchmarks.md's table from the JSON
@@ -44,7 +51,7 @@ import numpy as np
 import _common as C
 
 FULL = ["resnet50_v1", "mobilenetv2_1.0", "inceptionv3", "densenet121",
-        "ssd_512_mobilenet1.0_voc", "bert_12_768_12"]
+        "ssd_512_mobilenet1.0_voc", "ssd_digits", "bert_12_768_12"]
 QUICK = ["resnet18_v1@64", "bert_2x64"]
 BERT_QUICK = dict(num_layers=2, units=64, hidden_size=128, num_heads=4, max_length=32, embed_size=64)
 
@@ -62,9 +69,29 @@ def _detector(name: str):
             f"{len(model.checked)} dense tensors before NMS", list(model.checked))
 
 
+def _trained_detector(canvases: int = 32):
+    """``ssd_digits``, the detector benchmarks/trained_zoo.py trains (from its cache; trained
+    there first where it is missing), judged on its pre-NMS tensors over the first
+    ``canvases`` test canvases: trained weights, where the random-weight SSD above is
+    ill-conditioned (weight rounding alone moves its class probabilities by 0.19)."""
+    import trained_zoo as tz   # beside this script; it puts tests/ on sys.path
+    import zoo_detection as zd
+    import zoo_trainers as zt
+    model = zt.train(next(r for r in tz.RECIPES if r.name == "ssd_digits"))
+    entries = zd.pre_nms_entries(model.sym)
+    heads = len(model.sym.list_outputs())
+    x = np.ascontiguousarray(model.x_test[:canvases], dtype="float32")
+    return (zd.probe(model.sym, entries), model.arg_params, model.aux_params, {"data": x},
+            f"ssd_digits trained (benchmarks/trained_zoo.py, fp32 hit rate on its test set: see "
+            f"docs/trained_zoo.md), {'x'.join(map(str, x.shape))}, judged on its {len(entries)} "
+            "pre-NMS tensors", list(range(heads, heads + len(entries))))
+
+
 def _model(spec: str):
     """``(sym, args, auxs, inputs: dict name -> numpy, label, judged outputs or None)``."""
     import mxnet as mx
+    if spec == "ssd_digits":
+        return _trained_detector()
     if spec.startswith("ssd"):
         return _detector(spec)
     if spec.startswith("bert"):
@@ -131,8 +158,10 @@ def measure(spec: str, folder: str) -> dict:
     got = sess.run(None, inputs)
     row["ort_run_s"] = time.perf_counter() - t0
     row["onnx_err"], row["emulate_err"] = _errors(got, ref), _errors(emu, ref)
-    row["onnx_vs_emulate"] = [float(np.abs(g.astype("float32") - e).max() / max(float(np.abs(r).max()), 1e-30))
-                              for g, e, r in zip(got, emu, ref)]
+    row["onnx_vs_emulate"] = _distances(got, emu, ref)
+    # what onnxruntime's CPU EP computes from this file: float16 weights, float32 arithmetic
+    cpu = _mxnet_run(*_cpu_ep_model(s16, a16, x16), inputs)
+    row["cpu_ep_model_err"], row["onnx_vs_cpu_ep_model"] = _errors(cpu, ref), _distances(got, cpu, ref)
     row["output_dtypes"] = [str(g.dtype) for g in got]
     # the float32 model through the same exporter: what the export itself changes
     path32 = os.path.join(folder, spec.replace("@", "_") + "_fp32.onnx")
@@ -144,7 +173,34 @@ def measure(spec: str, folder: str) -> dict:
     judged = range(len(got)) if judged is None else judged
     row["judged_outputs"] = list(judged)
     row["within"] = all(row["onnx_err"][k] <= 1.5 * row["emulate_err"][k] + 0.005 for k in judged)
+    row["matches_cpu_ep_model"] = all(row["onnx_vs_cpu_ep_model"][k] <= 0.005 for k in judged)
     return row
+
+
+def _cpu_ep_model(sym16, args16, auxs16):
+    """The float32 model that computes what onnxruntime's CPU EP computes from a float16
+    export: the converted graph without its casts, its float16 weights read as float32.
+
+    The CPU EP has no float16 kernel for most ops (Conv, Relu, Gemm, ... on x86): it puts a
+    ``Cast`` to float32 before each such node and one back after, then its
+    ``RemoveDuplicateCastTransformer`` (onnxruntime/core/optimizer/insert_cast_transformer.cc)
+    deletes every float32 -> float16 -> float32 pair, the model's own casts included, since
+    it ranks both dtypes in one 'float' group and so sees no loss of precision
+    (microsoft/onnxruntime#8787; it happens with every graph optimisation disabled too).
+    Tensors between such nodes are then never rounded to float16: the arithmetic is float32
+    on float16 weights. Measured on a Cast -> Conv -> Relu -> Conv -> Cast chain: the CPU EP
+    equals this model to 1.8e-7, and is 4e-4 from rounding each tensor
+    (tests/onnx/test_export.py). Nodes it has float16 kernels for (Flatten, Reshape, Concat,
+    Transpose, ...) still read float16 inputs: one rounding each that this model leaves out,
+    which the 0.005 of ``matches_cpu_ep_model`` covers."""
+    checks = C.load_tool("zoo_sweep").checks
+    return checks.strip_casts(sym16), checks._widened(args16), checks._widened(auxs16)
+
+
+def _distances(outs, other, ref):
+    """Per output ``max|out - other| / max|ref|``."""
+    return [float(np.abs(o.astype("float32") - e).max() / max(float(np.abs(r).max()), 1e-30))
+            for o, e, r in zip(outs, other, ref)]
 
 
 def main(argv=None) -> int:
@@ -154,6 +210,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out")
     ap.add_argument("--render", action="store_true",
                     help="run nothing: the table of docs/benchmarks.md from the JSON (--out)")
+    ap.add_argument("--append", action="store_true",
+                    help="put the rows of --models into the JSON (--out) of an earlier run, replacing "
+                         "rows of the same model; this run's machine, load and command go beside it")
     ap.add_argument("--render-trained", nargs="+", metavar="JSON",
                     help="run nothing: docs/onnx.md's table from trained_zoo.py results")
     opts = ap.parse_args(argv)
@@ -174,6 +233,11 @@ def main(argv=None) -> int:
     env["onnxruntime"] = onnxruntime.__version__
     import onnx
     env["onnx"] = onnx.__version__
+    base = None
+    if opts.append:
+        import json
+        with open(out) as f:
+            base = json.load(f)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for spec in models:
@@ -185,17 +249,31 @@ def main(argv=None) -> int:
             row["wall_s"] = time.perf_counter() - t0
             rows.append(row)
             print(spec, {k: v for k, v in row.items() if k not in ("what",)}, flush=True)
-            C.write_json(out, {"environment": env, "rows": rows, "complete": False})
+            C.write_json(out, _payload(env, rows, False, base, models))
     env["loadavg_end"] = os.getloadavg()
-    C.write_json(out, {"environment": env, "rows": rows, "complete": True})
-    C.print_table(["model", "onnx_err", "emulate_err", "onnx-emu", "fp32 onnx", "within", "conv s",
-                   "export s", "MiB"],
+    C.write_json(out, _payload(env, rows, True, base, models))
+    C.print_table(["model", "onnx_err", "emulate_err", "onnx-emu", "onnx-cpu model", "fp32 onnx", "within",
+                   "matches", "conv s", "export s", "MiB"],
                   [[r["model"], _worst(r.get("onnx_err")), _worst(r.get("emulate_err")),
-                    _worst(r.get("onnx_vs_emulate")), _worst(r.get("fp32_onnx_err")), r.get("within"),
+                    _worst(r.get("onnx_vs_emulate")), _worst(r.get("onnx_vs_cpu_ep_model")),
+                    _worst(r.get("fp32_onnx_err")), r.get("within"), r.get("matches_cpu_ep_model"),
                     r.get("convert_s"),
                     r.get("export_s"), (r.get("onnx_bytes", 0) + r.get("data_bytes", 0)) / 2 ** 20]
                    for r in rows])
     return 0 if all(r.get("within") for r in rows) else 1
+
+
+def _payload(env: dict, rows: list, complete: bool, base: dict | None, models: list) -> dict:
+    """The JSON of a run; with ``base`` (``--append``), the earlier run's rows with this run's
+    in place of those of the same model, its machine first and this run's under 'appended'."""
+    import sys
+    command = "python " + " ".join(sys.argv)
+    if base is None:
+        return {"command": command, "environment": env, "rows": rows, "complete": complete}
+    mine = {r["model"]: r for r in rows}
+    merged = [mine.pop(r["model"], r) for r in base["rows"]] + list(mine.values())
+    return {**base, "rows": merged, "appended": base.get("appended", []) + [
+        {"models": models, "environment": env, "command": command, "complete": complete}]}
 
 
 def _bfloat16(sym, args, auxs, inputs, folder: str, spec: str) -> dict:
@@ -231,14 +309,22 @@ def render(data: dict) -> str:
              f"average {env['loadavg'][0]:.1f} at the start, {env['loadavg_end'][0]:.1f} at the end), "
              f"MXNet {env['mxnet']}, onnx {env['onnx']}, onnxruntime {env['onnxruntime']} (CPU EP). "
              f"Command: `{data['command']}`. Errors: max |x − fp32| / max |fp32| per output; "
-             "*within*: onnx ≤ 1.5 × emulate + 0.005 on each judged output.", "",
-             "| model | output | onnx | emulate | onnx − emulate | fp32 ONNX | within | convert s | "
-             "export s | ONNX MiB | Cast nodes (from amp casts) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "*within*: onnx ≤ 1.5 × emulate + 0.005 on each judged output. *CPU EP model*: "
+             "the converted model with float16 weights and float32 arithmetic, which is what "
+             "onnxruntime's CPU EP computes (it removes float32→float16→float32 cast pairs, "
+             "the model's own included; docs/onnx.md); *matches*: onnx − CPU EP model ≤ 0.005 "
+             "on each judged output."]
+    lines += [f"Rows {', '.join(a['models'])}: rerun {a['environment']['utc']} (load average "
+              f"{a['environment']['loadavg'][0]:.1f} at the start, "
+              f"{a['environment'].get('loadavg_end', [float('nan')])[0]:.1f} at the end): `{a['command']}`."
+              for a in data.get("appended", [])]
+    lines += ["", "| model | output | onnx | emulate | onnx − emulate | CPU EP model | onnx − CPU EP model | "
+             "fp32 ONNX | within | matches | convert s | export s | ONNX MiB | Cast nodes (from amp casts) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in data["rows"]:
         if "onnx_err" not in r:
             lines.append(f"| {r['model']} | {r.get('not_exported') or r.get('error', '')[-200:]} |"
-                         + " |" * 9)
+                         + " |" * 12)
             continue
         judged = set(r["judged_outputs"])
         for k, name in enumerate(r["outputs"]):
@@ -246,10 +332,12 @@ def render(data: dict) -> str:
             lines.append(
                 f"| {r['model'] if first else ''} | {name}{'' if k in judged else ' (not judged)'} | "
                 f"{r['onnx_err'][k]:.3g} | {r['emulate_err'][k]:.3g} | {r['onnx_vs_emulate'][k]:.3g} | "
+                f"{_cell(r, 'cpu_ep_model_err', k)} | {_cell(r, 'onnx_vs_cpu_ep_model', k)} | "
                 f"{r['fp32_onnx_err'][k]:.2g} | "
-                + (f"{'yes' if r['within'] else '**no**'} | {r['convert_s']:.2f} | {r['export_s']:.2f} | "
+                + (f"{'yes' if r['within'] else '**no**'} | {_yes(r.get('matches_cpu_ep_model'))} | "
+                   f"{r['convert_s']:.2f} | {r['export_s']:.2f} | "
                    f"{(r['onnx_bytes'] + r['data_bytes']) / 2 ** 20:.1f} | {r['cast_nodes']} ({r['amp_casts']}) |"
-                   if first else " | | | | |"))
+                   if first else " | | | | | |"))
     bf16 = [f"| {r['model']} | {'yes' if r['bfloat16'].get('exported') else 'no: ' + r['bfloat16'].get('why', '')} | "
             f"{r['bfloat16'].get('widened_nodes', '-')} | {r['bfloat16'].get('onnxruntime_cpu', '-')} |"
             for r in data["rows"] if "bfloat16" in r]
@@ -263,28 +351,49 @@ def render(data: dict) -> str:
 
 
 def render_trained(files) -> str:
-    """The float16 rows of trained_zoo.py runs: emulated and ONNX (onnxruntime) side by side."""
+    """The float16 rows of trained_zoo.py runs: emulated and ONNX (onnxruntime) side by side;
+    each row with the run that measured it (an ``--append`` run's own time and load)."""
     import json
     lines = ["| model | fp32 acc | variant | emulated: acc / flips / error | onnx: acc / flips / error | "
              "onnx: flips rounding does not explain | run |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    notes: list = []
     for path in files:
         with open(path) as f:
             data = json.load(f)
-        env = data["environment"]
-        run = f"{env['utc']}, load {env['loadavg'][0]:.0f}"
+        runs = {}
+        for env, models in [(data["environment"], None)] + [(a["environment"], a["models"])
+                                                            for a in data.get("appended", [])]:
+            text = f"{env['utc']}, load {env['loadavg'][0]:.0f}"
+            runs.update({m: text for m in (models if models is not None else
+                                            [r["model"] for r in data["results"]])})
         for row in data["results"]:
             for variant, paths in row.get("float16", {}).items():
                 if not isinstance(paths, dict) or "onnx" not in paths:
                     continue
-
-                def cell(r):
-                    return (f"{100 * r['accuracy']:.1f}% / {r['flips']} / {r['rel_error']:.2g}"
-                            if "accuracy" in r else r.get("error", ""))
                 onnx_row = paths["onnx"]
                 lines.append(f"| {row['model']} | {100 * row['fp32_accuracy']:.1f}% | {variant} | "
-                             f"{cell(paths.get('emulated', {}))} | {cell(onnx_row)} | "
-                             f"{onnx_row.get('unexplained_flips', '-')} | {run} |")
-    return "\n".join(lines)
+                             f"{_trained_cell(paths.get('emulated', {}))} | {_trained_cell(onnx_row)} | "
+                             f"{onnx_row.get('unexplained_flips', '-')} | {runs[row['model']]} |")
+            if "fp32_onnx" in row:   # a detector: what the exporter's NMS changes by itself
+                notes.append(f"{row['model']}: its float32 model exported the same way: "
+                             f"{_trained_cell(row['fp32_onnx'])} (accuracy / flips / error against "
+                             "MXNet float32: MXNet's NMS converter suppresses across classes); its "
+                             "onnx cells are judged against that export")
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def _trained_cell(r: dict) -> str:
+    return (f"{100 * r['accuracy']:.1f}% / {r['flips']} / {r['rel_error']:.2g}"
+            if "accuracy" in r else r.get("error", "").replace("|", "/")[:90])
+
+
+def _cell(row: dict, key: str, k: int) -> str:
+    """Output ``k``'s figure under ``key``, '-' for a row measured before it was recorded."""
+    return f"{row[key][k]:.3g}" if key in row else "-"
+
+
+def _yes(flag) -> str:
+    return "-" if flag is None else "yes" if flag else "**no**"
 
 
 def _nbytes(*dicts):

@@ -124,14 +124,28 @@ def logits_on(path: str, sym, args, auxs, x: np.ndarray, folder: str) -> np.ndar
     return zt.rows(zt.symbolblock_logits(sym, args, auxs, x, folder))
 
 
-def onnx_logits(sym, args, auxs, x: np.ndarray, folder: str) -> np.ndarray:
-    """Logits of the model exported to ONNX (dynamic batch) and run in onnxruntime (CPU EP)."""
+def onnx_logits(sym, args, auxs, x: np.ndarray, folder: str, every_output: bool = False):
+    """Logits of the model exported to ONNX (dynamic batch) and run in onnxruntime (CPU EP);
+    with ``every_output``, a list of all the outputs (a detector's)."""
     import onnxruntime as ort
     from mxnet_amp import export_onnx
     path = os.path.join(folder, "deploy.onnx")
     export_onnx(sym, args, auxs, {"data": (zt.BATCH,) + x.shape[1:]}, path, dynamic_batch=True)
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    return zt.batches(lambda xb: session.run(None, {"data": xb.astype("float32")})[0].astype("float32"), x)
+
+    def run(xb):
+        outs = [o.astype("float32") for o in session.run(None, {"data": xb.astype("float32")})]
+        return outs if every_output else outs[0]
+    return zt.batches(run, x)
+
+
+def run_on(judge, path: str, sym, args, auxs, folder: str | None) -> list | np.ndarray:
+    """``judge.run``, and the ONNX path of a detector: its graph with the pre-NMS tensors as
+    outputs (``zoo_detection.probe``), exported and run in onnxruntime."""
+    if path == "onnx" and not isinstance(judge, ClassJudge):
+        return onnx_logits(zd.probe(sym, judge.entries), args, auxs, judge.model.x_test, folder,
+                           every_output=True)
+    return judge.run(path, sym, args, auxs, folder)
 
 
 def measure(logits: np.ndarray, ref: np.ndarray, labels: np.ndarray) -> dict:
@@ -170,9 +184,11 @@ class ClassJudge:
         return tm.accuracy(ref, self.model.y_test.reshape(-1))
 
 
-def convert_row(judge, ref, dtype: str, variant: str, folder: str) -> tuple[dict, dict]:
+def convert_row(judge, ref, dtype: str, variant: str, folder: str,
+                refs: dict | None = None) -> tuple[dict, dict]:
     """One converter variant in ``dtype``, run on every path: its row, and by path the rows
-    its flips are judged on (``judge.rows``: logits, or a detector's objects)."""
+    its flips are judged on (``judge.rows``: logits, or a detector's objects). ``refs``: a
+    path's own float32 reference where it is not ``ref`` (the detector's ONNX path)."""
     which, kw = VARIANTS[variant]
     model = judge.model
     t0 = time.perf_counter()
@@ -181,26 +197,26 @@ def convert_row(judge, ref, dtype: str, variant: str, folder: str) -> tuple[dict
         return {"error": got["error"]}, {}
     row, judged = {"convert_s": time.perf_counter() - t0, **C.cast_counts(got["sym"])}, {}
     for path in paths(dtype):
-        if path == "onnx" and not isinstance(judge, ClassJudge):
-            row[path] = {"error": "not measured: the detector is judged on MXNet runs only"}
-            continue
         try:
-            outs = judge.run(path, got["sym"], got["args"], got["auxs"], folder)
-            row[path] = judge.measure(outs, ref)
+            outs = run_on(judge, path, got["sym"], got["args"], got["auxs"], folder)
+            row[path] = judge.measure(outs, (refs or {}).get(path, ref))
             judged[path] = judge.rows(outs)
         except Exception as err:  # noqa: BLE001 - a model that fails to run is a result
             row[path] = {"error": C.error_text(err)}
     return row, judged
 
 
-def mark_unexplained(rows: dict, logits: dict, ref: np.ndarray, floor: np.ndarray) -> None:
+def mark_unexplained(rows: dict, logits: dict, ref: np.ndarray, floor: np.ndarray,
+                     path_refs: dict | None = None) -> None:
     """Adds to each of ours' paths the flips that contrib's default keeps on that path and that
     rounding does not explain (``zoo_trainers.unexplained_flips``); where contrib did not
-    run, every flip wider than the rounding floors counts."""
+    run, every flip wider than the rounding floors counts. ``path_refs``: a path's own float32
+    rows where they are not ``ref``'s."""
     for ours in OURS:
         for path, lg in logits.get(ours, {}).items():
-            contrib = logits.get("contrib", {}).get(path, ref)
-            rows[ours][path]["unexplained_flips"] = len(zt.unexplained_flips(lg, contrib, ref, floor))
+            base = (path_refs or {}).get(path, ref)
+            contrib = logits.get("contrib", {}).get(path, base)
+            rows[ours][path]["unexplained_flips"] = len(zt.unexplained_flips(lg, contrib, base, floor))
 
 
 def input_text(recipe) -> str:
@@ -213,7 +229,9 @@ def input_text(recipe) -> str:
     return f"{recipe.size}x{recipe.size}"
 
 
-def run_model(recipe, cache_dir: str | None) -> dict:
+def run_model(recipe, cache_dir: str | None, dtypes: tuple[str, ...] = DTYPES) -> dict:
+    """One recipe's row: every converter variant in each of ``dtypes`` on each path (only
+    float16 with ``--onnx-only``: its emulated and ONNX paths)."""
     import tempfile
     model = zt.train(recipe, cache_dir)
     judge = zd.BoxJudge(model) if recipe.task == "boxes" else ClassJudge(model)
@@ -227,15 +245,27 @@ def run_model(recipe, cache_dir: str | None) -> dict:
     if recipe.task == "boxes":
         row["test_objects"] = len(judge.rows(ref))
         row["fp32_false_positives"] = zd.false_positives(*ref[:3], model.y_test)
-    if "module" in paths("bfloat16"):   # fp32 through the fused Module: fusion's own share
+    if "bfloat16" in dtypes and "module" in paths("bfloat16"):   # fusion's own share
         row["fp32_module"] = judge.measure(judge.run("module", model.sym, model.arg_params,
                                                      model.aux_params), ref)
+    refs: dict = {}
     with tempfile.TemporaryDirectory() as folder:
-        for dtype in DTYPES:
+        if recipe.task == "boxes" and "onnx" in paths("float16"):
+            # the float32 detector through the same exporter: MXNet's NMS converter suppresses
+            # across classes (its warning), which changes detections at any precision, so the
+            # ONNX path is judged against it (its accuracy and flips against MXNet: fp32_onnx)
+            try:
+                refs["onnx"] = run_on(judge, "onnx", model.sym, model.arg_params, model.aux_params, folder)
+                row["fp32_onnx"] = judge.measure(refs["onnx"], ref)
+                row["fp32_accuracy_on"] = {"onnx": judge.fp32_accuracy(refs["onnx"])}
+            except Exception as err:  # noqa: BLE001 - an export that fails is a result
+                row["fp32_onnx"] = {"error": C.error_text(err)}
+        for dtype in dtypes:
             floor = judge.floor(dtype)
-            got = {v: convert_row(judge, ref, dtype, v, folder) for v in VARIANTS}
+            got = {v: convert_row(judge, ref, dtype, v, folder, refs) for v in VARIANTS}
             row[dtype] = {v: r for v, (r, _) in got.items()}
-            mark_unexplained(row[dtype], {v: lg for v, (_, lg) in got.items()}, judge.rows(ref), floor)
+            mark_unexplained(row[dtype], {v: lg for v, (_, lg) in got.items()}, judge.rows(ref), floor,
+                             {p: judge.rows(r) for p, r in refs.items()})
             row["floor_max"][dtype] = float(floor.max())
     return row
 
@@ -252,7 +282,7 @@ def verdicts(row: dict) -> dict:
     if "error" in row:
         return {"run": {"ok": False, "why": row["error"]}}
     out = {}
-    for dtype in DTYPES:
+    for dtype in (d for d in DTYPES if d in row):
         for path in paths(dtype):
             contrib = row[dtype]["contrib"].get(path, {})
             for ours in OURS:
@@ -260,7 +290,7 @@ def verdicts(row: dict) -> dict:
                 if "accuracy" not in r:
                     out[f"{dtype}/{path}/{ours}"] = {"ok": False, "why": r.get("error", row[dtype][ours].get("error"))}
                     continue
-                lost = row["fp32_accuracy"] - r["accuracy"]
+                lost = row.get("fp32_accuracy_on", {}).get(path, row["fp32_accuracy"]) - r["accuracy"]
                 checks = {"accuracy": lost <= BOUNDS[dtype] + 1e-9, "finite": r["nonfinite"] == 0,
                           "no_unexplained_flip": r.get("unexplained_flips", r["flips"]) == 0}
                 out[f"{dtype}/{path}/{ours}"] = {
@@ -306,7 +336,7 @@ def table_lines(results: list) -> list:
             lines.append(f"| {row['model']} | error: {_cell_text(row['error'])} |" + " |" * 8)
             continue
         v = verdicts(row)
-        for dtype in DTYPES:
+        for dtype in (d for d in DTYPES if d in row):
             conv = row[dtype]
             casts = " / ".join(str(conv[k].get("amp_cast", "-")) for k in VARIANTS)
             for path in paths(dtype):
@@ -529,6 +559,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one tiny recipe; no docs page unless --md")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/trained_zoo.json)")
     ap.add_argument("--md", help="markdown page (default docs/trained_zoo.md; none with --quick)")
+    ap.add_argument("--onnx-only", action="store_true",
+                    help="float16 only, on its emulated and ONNX paths (onnxruntime): the rows "
+                         "docs/onnx.md renders (onnx_export.py --render-trained); no docs page unless --md")
     ap.add_argument("--append", action="store_true",
                     help="put the rows of --models into the JSON (--out) of an earlier run, replacing "
                          "rows of the same name; this run's machine and load are recorded beside it")
@@ -536,7 +569,7 @@ def main(argv=None) -> int:
     if opts.worker:
         import json
         recipe = next(r for r in RECIPES + (QUICK,) if r.name == opts.worker)
-        row = run_model(recipe, opts.cache_dir)
+        row = run_model(recipe, opts.cache_dir, ("float16",) if opts.onnx_only else DTYPES)
         with open(opts.out, "w") as f:
             json.dump(row, f, default=str)
         return 0
@@ -571,9 +604,15 @@ def main(argv=None) -> int:
     return 0
 
 
+def _out(opts) -> str:
+    """The JSON path: --out, or benchmarks/results/trained_zoo{_onnx}{_quick}.json."""
+    return opts.out or C.default_out("trained_zoo_onnx" if getattr(opts, "onnx_only", False)
+                                     else "trained_zoo", opts.quick)
+
+
 def _load(opts) -> dict:
     import json
-    with open(opts.out or C.default_out("trained_zoo", opts.quick)) as f:
+    with open(_out(opts)) as f:
         return json.load(f)
 
 
@@ -587,7 +626,8 @@ def isolated(recipe, opts) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "row.json")
         cmd = ([sys.executable, os.path.abspath(__file__), "--worker", recipe.name, "--out", out]
-               + (["--cache-dir", opts.cache_dir] if opts.cache_dir else []))
+               + (["--cache-dir", opts.cache_dir] if opts.cache_dir else [])
+               + (["--onnx-only"] if opts.onnx_only else []))
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not os.path.exists(out):
             return {"model": recipe.name, "error": proc.stderr.strip().splitlines()[-1:]}
@@ -604,10 +644,10 @@ def write(opts, results: list, not_run: list, base: dict | None = None) -> None:
                "not_run": not_run + list(NOT_IN_RECIPES)}
     if base:
         payload["appended"] = base.get("appended", []) + [
-            {"models": opts.models or [], **here}]
-    out = opts.out or C.default_out("trained_zoo", opts.quick)
+            {"models": [QUICK.name] if opts.quick else opts.models or [], **here}]
+    out = _out(opts)
     C.write_json(out, payload)
-    md = opts.md or (None if opts.quick else os.path.join(C._ROOT, "docs", "trained_zoo.md"))
+    md = opts.md or (None if opts.quick or opts.onnx_only else os.path.join(C._ROOT, "docs", "trained_zoo.md"))
     if md:
         with open(md, "w") as f:
             f.write(markdown(payload))

@@ -20,6 +20,11 @@ from .retype import bfloat16_bits
 __all__ = ["match_constant_dtypes", "repair_float16_constants"]
 
 _FLOAT, _FLOAT16 = 1, 10
+# ops whose low precision kernels in MXNet (cuDNN's and its own BatchNorm) read float32
+# parameters beside float16 data and compute in float32: ONNX's schema (opset <= 13) wants
+# one dtype for all, so the node computes in float32 between casts rather than its
+# parameters (a variance, a mean) being rounded to float16
+_FLOAT32_PARAMETER_OPS = frozenset({"BatchNormalization"})
 
 
 def match_constant_dtypes(model: Any, opset: int) -> list[tuple[str, str]]:
@@ -45,6 +50,9 @@ def match_constant_dtypes(model: Any, opset: int) -> list[tuple[str, str]]:
         nodes.append(node)
         if not defs.has(node.op_type):
             continue
+        if node.op_type in _FLOAT32_PARAMETER_OPS and {types.get(i) for i in node.input} >= {_FLOAT, _FLOAT16}:
+            _compute_in_float32(node, nodes, types)
+            continue
         schema = defs.get_schema(node.op_type, opset)
         for group in _same_type_inputs(schema, len(node.input)):
             found = {types.get(node.input[k]) for k in group}
@@ -68,6 +76,22 @@ def match_constant_dtypes(model: Any, opset: int) -> list[tuple[str, str]]:
     del graph.node[:]
     graph.node.extend(nodes)
     return changed
+
+
+def _compute_in_float32(node: Any, nodes: list, types: dict) -> None:
+    """``node`` (the last of ``nodes``) reading its FLOAT16 inputs through casts to float32,
+    its FLOAT16 outputs cast back under their names."""
+    from onnx import helper
+    for k, name in enumerate(node.input):
+        if types.get(name) == _FLOAT16:
+            wide = f"{name}_float32_for_{node.output[0]}"
+            nodes.insert(len(nodes) - 1, helper.make_node("Cast", [name], [wide], name=wide, to=_FLOAT))
+            node.input[k] = wide
+    for k, name in enumerate(node.output):
+        if types.get(name) == _FLOAT16:
+            node.output[k] = f"{name}_float32"
+            nodes.append(helper.make_node("Cast", [node.output[k]], [name], name=f"{name}_float16",
+                                          to=_FLOAT16))
 
 
 def _same_type_inputs(schema: Any, count: int) -> list[list[int]]:

@@ -28,7 +28,7 @@ from ..paths import check_outputs
 from .constants import match_constant_dtypes
 from .converters import OPSETS, converter_table
 from .exporter import ExportInputs, exporter_graphs, mxnet_output_name, onnx_output_names
-from .retype import retype_float16_as_bfloat16, widen_where_bfloat16_is_not_onnx
+from .retype import retype_float16_as_bfloat16, widen_where_onnx_lacks_dtype
 from .weights import EXTERNAL_DATA_THRESHOLD, WeightPlan, plan_weights
 
 __all__ = ["export_onnx", "OnnxExport", "DEFAULT_OPSET", "check_exportable"]
@@ -61,8 +61,9 @@ class OnnxExport:
         Graph input and output names.
     dynamic_batch : bool
     widened : tuple of (str, str)
-        bfloat16 only: ``(node, ONNX op)`` of each node whose ONNX op takes no bfloat16 at the
-        opset, computed in float32 between casts (its inputs and outputs stay bfloat16).
+        ``(node, ONNX op)`` of each node whose ONNX op takes no tensor of the model's low
+        precision dtype at the opset (for bfloat16: Conv, MaxPool...; for float16: Range),
+        computed in float32 between casts (its inputs and outputs keep that dtype).
     constants : tuple of (str, str)
         ``(node, constant)``: float32 constants MXNet's converters made beside a low
         precision input, written in that dtype (:mod:`mxnet_amp.onnx.constants`).
@@ -103,8 +104,8 @@ class OnnxExport:
             f"  casts: {self.amp_cast_nodes} amp_cast/amp_multicast node(s) -> {self.amp_casts} "
             f"ONNX Cast node(s); {self.cast_nodes} Cast node(s) in all",
             f"  inputs: {', '.join(self.inputs)}; outputs: {', '.join(self.outputs)}",
-            *([f"  {len(self.widened)} node(s) whose ONNX op takes no bfloat16 at opset "
-               f"{self.opset} compute in float32 between casts (tensors stay bfloat16): "
+            *([f"  {len(self.widened)} node(s) whose ONNX op takes no {self.dtype} at opset "
+               f"{self.opset} compute in float32 between casts (tensors stay {self.dtype}): "
                + ", ".join(f"{n} ({op})" for n, op in self.widened[:8])
                + (" ..." if len(self.widened) > 8 else "")] if self.widened else []),
             *([f"  {len(self.constants)} float32 constant(s) of MXNet's converters beside a "
@@ -167,7 +168,7 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     dtype = _low_dtype(graph, params)
     _refuse_unexportable(graph, opset)
     exported = ExportInputs(sym, graph, params, input_shapes, input_dtypes or {})
-    plan = plan_weights(params, exported.weights, f"{os.path.basename(path)}.data", external_data, external_threshold)
+    plan = plan_weights(exported.params, exported.weights, f"{os.path.basename(path)}.data", external_data, external_threshold)
     data_path = path + ".data" if plan.location else None
     _check_paths(path, data_path, protect)
     proto, repaired = exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
@@ -241,7 +242,7 @@ def _refuse_unexportable(graph: Graph, opset: int) -> None:
 def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequence[str],
             data: Sequence[str], dtype: str | None, opset: int, dynamic_batch: bool,
             repaired: frozenset[str]) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
-    """The ``ModelProto`` and the nodes widened to float32 (bfloat16 only): weights as
+    """The ``ModelProto`` and the nodes widened to float32: weights as
     initializers (no longer graph inputs), the outputs in the symbol's order under
     ``names``, bfloat16 relabelled, the batch dimension named."""
     from onnx import helper
@@ -249,7 +250,7 @@ def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequen
                               producer_name="mxnet-amp")
     graph = model.graph
     low_constants = match_constant_dtypes(model, opset)
-    widened = widen_where_bfloat16_is_not_onnx(model, opset) if dtype == "bfloat16" else []
+    widened = widen_where_onnx_lacks_dtype(model, opset, dtype) if dtype else []
     # graph inputs: the data only (MXNet's converters list some of their constants there
     # too, which onnxruntime then cannot fold); constants no node reads are dropped
     constants = {t.name for t in graph.initializer}

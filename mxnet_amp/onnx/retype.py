@@ -84,14 +84,17 @@ def retype_float16_as_bfloat16(graph: Any, words: frozenset[str] = frozenset()) 
     return count
 
 
-def widen_where_bfloat16_is_not_onnx(model: Any, opset: int) -> list[tuple[str, str]]:
-    """Compute in float32 each node whose ONNX op takes no bfloat16 at ``opset``, in place.
+def widen_where_onnx_lacks_dtype(model: Any, opset: int, dtype: str = "bfloat16") -> list[tuple[str, str]]:
+    """Compute in float32 each node whose ONNX op takes no ``dtype`` at ``opset``, in place.
 
-    ``model`` is the float16 stand-in of a bfloat16 export (before
-    :func:`retype_float16_as_bfloat16`). Where the op's schema takes no ``tensor(bfloat16)``
-    for a FLOAT16 input (ONNX's Conv at opsets 12 and 13, say), each such input is cast to
-    float32 and each FLOAT16 output cast back: the tensors between nodes stay bfloat16, as
-    the conversion decided, and the op accumulates in float32, as oneDNN's bf16 kernels do.
+    ``model`` is the exporter's graph, its low precision tensors labelled FLOAT16: a float16
+    export, or the float16 stand-in of a bfloat16 one (before
+    :func:`retype_float16_as_bfloat16`). Where the op's schema takes no ``tensor(dtype)``
+    for a FLOAT16 input (ONNX's Conv at opsets 12 and 13 for bfloat16; Range, which MXNet's
+    converter writes for ``arange_like`` of a float16 tensor, for float16), each such input
+    is cast to float32 and each FLOAT16 output cast back: the tensors between nodes keep the
+    dtype the conversion decided, and the op computes in float32 (as oneDNN's bf16 kernels
+    accumulate; for an index range, exactly).
 
     Returns
     -------
@@ -107,19 +110,22 @@ def widen_where_bfloat16_is_not_onnx(model: Any, opset: int) -> list[tuple[str, 
     for node in model.graph.node:
         low_in = [k for k, name in enumerate(node.input) if types.get(name) == _FLOAT16]
         schema = defs.get_schema(node.op_type, opset)
-        if node.op_type == "Cast" or not low_in or all(_takes_bfloat16(schema, k) for k in low_in):
+        if node.op_type == "Cast" or not low_in or all(_takes(schema, k, dtype) for k in low_in):
             nodes.append(node)
             continue
         widened.append((node.name or node.output[0], node.op_type))
+        # an output typed like a low input is low too (shape inference gives no type to the
+        # output of a node whose input type its schema refuses)
+        low_params = {_formal(schema.inputs, k).type_str for k in low_in}
         for k in low_in:
             wide = f"{node.input[k]}_float32_for_{node.output[0]}"
             nodes.append(helper.make_node("Cast", [node.input[k]], [wide], name=wide, to=1))
             node.input[k] = wide
         back = []
         for k, name in enumerate(node.output):
-            if types.get(name) == _FLOAT16:
+            if types.get(name, _FLOAT16 if _formal(schema.outputs, k).type_str in low_params else None) == _FLOAT16:
                 node.output[k] = f"{name}_float32"
-                back.append(helper.make_node("Cast", [node.output[k]], [name], name=f"{name}_bfloat16",
+                back.append(helper.make_node("Cast", [node.output[k]], [name], name=f"{name}_{dtype}",
                                              to=_FLOAT16))
         nodes.extend([node, *back])
     del model.graph.node[:]
@@ -127,7 +133,12 @@ def widen_where_bfloat16_is_not_onnx(model: Any, opset: int) -> list[tuple[str, 
     return widened
 
 
-def _takes_bfloat16(schema: Any, k: int) -> bool:
-    formal = schema.inputs[min(k, len(schema.inputs) - 1)]
+def _formal(formals: Any, k: int) -> Any:
+    """The formal parameter of position ``k`` (a variadic last one stands for the rest)."""
+    return formals[min(k, len(formals) - 1)]
+
+
+def _takes(schema: Any, k: int, dtype: str) -> bool:
+    formal = _formal(schema.inputs, k)
     allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
-    return "tensor(bfloat16)" in allowed.get(formal.type_str, [formal.type_str])
+    return f"tensor({dtype})" in allowed.get(formal.type_str, [formal.type_str])

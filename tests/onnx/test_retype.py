@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mxnet_amp.onnx.retype import bfloat16_bits, retype_float16_as_bfloat16, widen_where_bfloat16_is_not_onnx
+from mxnet_amp.onnx.retype import bfloat16_bits, retype_float16_as_bfloat16, widen_where_onnx_lacks_dtype
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -53,7 +53,7 @@ def test_an_op_without_bfloat16_computes_in_float32_between_casts():
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 1, 2, 2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 1, 2, 2])], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    assert widen_where_bfloat16_is_not_onnx(model, 13) == [("conv", "Conv")]
+    assert widen_where_onnx_lacks_dtype(model, 13) == [("conv", "Conv")]
     ops = [n.op_type for n in model.graph.node]
     assert ops == ["Cast", "Cast", "Conv", "Cast"]
     onnx.checker.check_model(model, full_check=True)
