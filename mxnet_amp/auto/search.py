@@ -1,5 +1,6 @@
-"""The search (steps 1-4 of :mod:`mxnet_amp.auto`): range culprits from the reference
-run, then a bisection for accuracy culprits."""
+"""The search (steps 1-4 of :mod:`mxnet_amp.auto`): the float32 reference run, the range
+culprits it shows (:mod:`mxnet_amp.auto.ranges`), then the attribution or the bisection for
+accuracy culprits (:mod:`mxnet_amp.auto.bisection`)."""
 from __future__ import annotations
 
 import math
@@ -7,20 +8,22 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..record import Conversion
 from ..dtypes import LOW_PRECISION
-from ..passes.insert_casts import MULTICAST
-from ..graph import Entry, Graph
+from ..errors import AMPError, DegenerateModelError
+from ..graph import Graph
 from ..io import graph_to_symbol
-from ..policy import Category
-from .bisection import Prefixes, along_ranking, bisect, known_failing
-from .measure import offending_tensors, reference_ranges
-from .records import DTYPE_LIMITS, AutoSettings, DtypeLimits, KeptNode, NodeError, TensorRange
+from ..passes.dense_outputs import dense_outputs
 from ..passes.expose_outputs import expose_outputs
+from ..policy import Category
+from ..record import Conversion
+from .attribution import attribute
+from .bisection import Prefixes, along_ranking, bisect, known_failing
+from .degenerate import batchnorms, degenerate_params, nonfinite_origins
+from .measure import reference_ranges
+from .ranges import Stats, range_exclusions, tensor_name
+from .records import DTYPE_LIMITS, AutoSettings, DtypeLimits, KeptNode, NodeError
 from .runner import Runs
 
-# each float tensor's range in the float32 reference run, by (node, output)
-Stats = Mapping[tuple[int, int], TensorRange]
 Tensors = Mapping[tuple[int, int], Any]
 
 # the picks aim the estimated error left in low precision at this share of the tolerance
@@ -28,139 +31,6 @@ Tensors = Mapping[tuple[int, int], Any]
 _AIM = 0.8
 # at most this many node errors are kept in the report
 _ATTRIBUTION_REPORTED = 200
-
-
-def _tensor_name(graph: Graph, key: tuple[int, int]) -> str:
-    node = graph.nodes[key[0]]
-    return node.name if key[1] == 0 else f"{node.name}[{key[1]}]"
-
-
-def _descendants(graph: Graph, starts: set[int]) -> set[int]:
-    users = graph.consumers()
-    seen, stack = set(starts), list(starts)
-    while stack:
-        for j, _ in users[stack.pop()]:
-            if j not in seen:
-                seen.add(j)
-                stack.append(j)
-    return seen
-
-
-def _low_holders(converted: Graph, dtypes: list[tuple[str | None, ...]],
-                 categories: Mapping[str, Category],
-                 inserted_casts: Mapping[int, str]) -> dict[tuple[str, int], set[str]]:
-    """For each original tensor ``(node name, output)``, the original op nodes that would hold
-    it in low precision even if its producer computed in float32: the producer itself when
-    it computes in low precision, and every consumer that casts it to low precision (a
-    target op, reading it through a cast or already in low precision). ``inserted_casts``:
-    the conversion's casts (``CastResult.inserted_casts``)."""
-    holders: dict[tuple[str, int], set[str]] = {}
-
-    def source(e: Entry) -> tuple[tuple[str, int], str | None, bool]:
-        node = converted.nodes[e.node]
-        if e.node in inserted_casts:
-            # a multicast's output k casts its input k
-            src = node.inputs[e.output] if inserted_casts[e.node] == MULTICAST else node.inputs[0]
-            return (converted.nodes[src.node].name, src.output), dtypes[e.node][e.output], True
-        return (node.name, e.output), dtypes[e.node][e.output], False
-
-    for j, node in enumerate(converted.nodes):
-        if node.is_variable or j in inserted_casts:
-            continue
-        for k, d in enumerate(dtypes[j]):
-            if d in LOW_PRECISION:
-                holders.setdefault((node.name, k), set()).add(node.name)
-        for e in node.inputs:
-            key, d, via_cast = source(e)
-            if d in LOW_PRECISION and (via_cast or categories.get(node.name) is Category.TARGET):
-                holders.setdefault(key, set()).add(node.name)
-    return holders
-
-
-def _costly(runs: Runs, original: Graph, offending: list, stats: Stats, limits: DtypeLimits,
-            notes: list[str]) -> list:
-    """``offending`` without the underflowing tensors whose lost values do not matter where
-    they are used (:mod:`mxnet_amp.auto.underflow`); those are named in ``notes``. An
-    underflow entry's value becomes ``(fraction flushed, cost)``."""
-    from .underflow import SHARE_OF_TOLERANCE, underflow_cost
-    params = {**runs.arg_params, **runs.aux_params}
-    bound = SHARE_OF_TOLERANCE * (runs.tolerance if runs.rtol is None else runs.rtol)
-    kept, ignored = [], []
-    for key, reason, value in offending:
-        if reason != "underflow":
-            kept.append((key, reason, value))
-            continue
-        cost = underflow_cost(original, key, stats, params, limits)
-        if cost >= bound:
-            kept.append((key, reason, (value, cost)))
-        else:
-            ignored.append((_tensor_name(original, key), cost))
-    if ignored:
-        worst = max(c for _, c in ignored)
-        names = ", ".join(n for n, _ in ignored[:8]) + (", ..." if len(ignored) > 8 else "")
-        notes.append(f"{len(ignored)} tensors have values that flush to zero but were left in "
-                     f"low precision: what they lose changes the outputs they feed by at most "
-                     f"{worst:.2g} of their scale (< {bound:.2g}, a tenth of the tolerance): "
-                     f"{names}")
-    return kept
-
-
-def _range_exclusions(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits,
-                      underflow_fraction: float,
-                      user_excluded: frozenset, notes: list[str]
-                      ) -> tuple[frozenset, dict[str, KeptNode]]:
-    """Grow the exclusion set until no out of range tensor is held in low precision."""
-    offending = _costly(runs, original, offending_tensors(stats, limits, underflow_fraction), stats,
-                        limits, notes)
-    excluded = set(user_excluded)
-    kept: dict[str, KeptNode] = {}
-    ops = {n.name: n.op for n in original.nodes}
-    index = {n.name: i for i, n in enumerate(original.nodes)}
-    while offending:
-        _, _, _, conversion = runs.convert(frozenset(excluded))
-        holders = _holders_of(conversion)
-        selected: dict[str, KeptNode] = {}
-        tainted: set[int] = set()
-        for key, reason, value in offending:
-            if key[0] in tainted:
-                # downstream of a node chosen this round: its dtype may change; next round
-                continue
-            name = original.nodes[key[0]].name
-            now = holders.get((name, key[1]), set()) - excluded
-            if not now:
-                continue
-            tensor = _tensor_name(original, key)
-            detail = _range_detail(reason, value, tensor, limits)
-            fraction = value[0] if reason == "underflow" else value
-            for holder in sorted(now):
-                selected.setdefault(holder, KeptNode(holder, ops[holder], reason, fraction,
-                                                     tensor, detail))
-            tainted |= _descendants(original, {index[h] for h in now})
-        if not selected:
-            break
-        excluded |= set(selected)
-        kept.update(selected)
-    return frozenset(excluded), kept
-
-
-def _range_detail(reason: str, value: Any, tensor: str, limits: DtypeLimits) -> str:
-    """A range reason in words, with the figures compared."""
-    if reason == "overflow":
-        return f"overflow: max |x| of {tensor} {value:.3g} > {limits.max:.6g}"
-    fraction, cost = value
-    return (f"underflow: {fraction:.0%} of the nonzero values of {tensor} are below "
-            f"{limits.zero_below:.3g} and flush to zero, changing what it feeds by up to "
-            f"{cost:.2g} of its scale")
-
-
-def _holders_of(conversion: Conversion) -> dict[tuple[str, int], set[str]]:
-    # the dtype of every tensor of the converted graph, as the pass gave it
-    tensor = conversion.result.tensor_dtypes
-    used = conversion.graph.num_used_outputs()
-    dtypes = [tuple(tensor.get(Entry(i, k)) for k in range(used[i]))
-              for i in range(len(conversion.graph.nodes))]
-    return _low_holders(conversion.graph, dtypes, conversion.result.categories,
-                        conversion.result.inserted_casts)
 
 
 def low_nodes(conversion: Conversion) -> list[str]:
@@ -274,8 +144,6 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
     second round of picks: each would add an execution to what that search then spends
     (with up to three re-picks, a 400-node DAG of benchmarks/planted_culprits_structured.py
     with 3 culprits failed four validations before its bisection: 31 executions)."""
-    from ..errors import AMPError
-    from .attribution import attribute
     try:
         errors = attribute(runs, original, base, tensors, runs.results[base].relative_error)
     except (AMPError, RuntimeError, ValueError) as err:   # MXNetError is a RuntimeError
@@ -371,7 +239,7 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     """Steps 2-4 of the module doc: the exclusion set to return, why each node is in it,
     and the attribution's node errors (empty when it did not run)."""
     # 2. nodes holding out of range tensors in low precision: float32 (no execution)
-    excluded, kept = _range_exclusions(runs, original, stats, limits, underflow_fraction,
+    excluded, kept = range_exclusions(runs, original, stats, limits, underflow_fraction,
                                        user_excluded, notes)
     # 3. one converted check
     ok, _, _ = runs.check(excluded, "check")
@@ -399,7 +267,6 @@ def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]
     """Outputs after NMS / top-k / sorting / comparisons: the checks judge the dense
     tensors feeding the first such op instead (:mod:`mxnet_amp.passes.dense_outputs`), and
     only ask the outputs to stay finite."""
-    from ..passes.dense_outputs import dense_outputs
     split = dense_outputs(original)
     if not split.after:
         return
@@ -409,7 +276,7 @@ def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]
     runs.judged = [(original.nodes[i].name, k) for i, k in keys]
     runs.reference = [tensors[k] for k in keys]
     runs.after_reference = [tensors[(e.node, e.output)] for e in original.heads]
-    shown = ", ".join(_tensor_name(original, k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
+    shown = ", ".join(tensor_name(original, k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
     notes.append(f"{len(split.after)} of the {len(original.heads)} outputs follow "
                  f"{', '.join(sorted({original.nodes[original.index_of(n)].op for n in split.ops}))}"
                  f" ({', '.join(split.ops[:4])}): selections and orderings that any rounding "
@@ -424,8 +291,6 @@ def _refuse_degenerate(runs: Runs, original: Graph) -> None:
     return finite garbage there, not nan (an SSD-512 with half its running variances
     negative: a finite float32 reference, and 94 executions, 138 s of a search judged
     against it)."""
-    from ..errors import DegenerateModelError
-    from .degenerate import batchnorms, degenerate_params
     bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params},
                             batchnorms(original))
     if bad:
@@ -441,8 +306,6 @@ def _degenerate_reference(runs: Runs, original: Graph, tensors: Tensors) -> list
     """The nodes where the float32 reference first turns non-finite; raises
     :class:`~mxnet_amp.errors.DegenerateModelError` (no search: each configuration would be
     judged against nan) when params of those nodes explain it."""
-    from ..errors import DegenerateModelError
-    from .degenerate import degenerate_params, nonfinite_origins
     origins = nonfinite_origins(original, tensors)
     bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params}, origins)
     if bad:

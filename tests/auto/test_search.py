@@ -1,5 +1,5 @@
-"""The automatic mode's search (mxnet_amp.auto.search): range culprits from the reference run,
-accuracy culprits by attribution or bisection, the execution budget, determinism, and outputs
+"""The automatic mode's search (mxnet_amp.auto.search): accuracy culprits by attribution or
+bisection (the range culprits: test_ranges.py), the execution budget, determinism, and outputs
 after NMS judged by the dense tensors before them."""
 import json
 import math
@@ -13,50 +13,9 @@ from mxnet_amp.auto import auto_convert_model, check_outputs
 from mxnet_amp.convert import convert_model
 from mxnet_amp.emulation import emulate_model
 
-from auto_models import (cancellation_model, fc, nd, overflow_model, run, underflow_model,
-                         within_tolerance)
-from helpers import assert_dtype_tags
+from auto_models import cancellation_model, fc, nd, overflow_model, run, within_tolerance
 
 pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
-
-
-def test_overflow_branch_gets_exactly_its_offending_nodes_excluded():
-    sym, args, x = overflow_model()
-    ref = run(sym, args, {}, x)
-    plain = run(*emulate_model(*convert_model(sym, args, {})), x)
-    assert not np.isfinite(plain).all()                  # the plain conversion overflows
-    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True)
-    assert_dtype_tags(new_sym, new_args, new_auxs)
-    kept = {k.name: k for k in report.kept_fp32}
-    # fc_a produces the overflow; fc_a2 would cast relu_a's overflowing output to fp16
-    assert set(kept) == {"fc_a", "fc_a2"}
-    assert all(k.reason == "overflow" and k.value > 65504 for k in kept.values())
-    assert kept["fc_a2"].tensor == "relu_a"
-    assert report.executions == 2
-    assert report.validated
-    assert within_tolerance(report, new_sym, new_args, new_auxs, x, ref)
-    # the report exposes the returned model's conversion: its exclusions and decisions
-    assert set(report.conversion.fp32_nodes) == set(report.excluded_sym_names) == {"fc_a", "fc_a2"}
-    # each with the reason automatic mode kept it for, as the report shows it
-    assert report.conversion.result.decisions["fc_a"].reason.startswith(f"auto: {kept['fc_a'].reason}: ")
-    assert report.conversion.symbol.tojson(remove_amp_cast=False) == new_sym.tojson(remove_amp_cast=False)
-    assert "conversion" not in report.to_dict()
-
-
-def test_underflow_branch_gets_exactly_its_offending_node_excluded():
-    sym, args, x = underflow_model()
-    ref = run(sym, args, {}, x)
-    # fc_u's weights (~1e-9) underflow float16 too: unguarded, so that auto's own search
-    # meets the underflow of its outputs
-    with pytest.warns(UserWarning, match="fc_u_weight underflows float16"):
-        plain = run(*emulate_model(*convert_model(sym, args, {}, guard_weight_range=False)), x)
-    assert not check_outputs([ref], [plain], "float16").passed
-    new_sym, new_args, new_auxs, report = auto_convert_model(sym, args, {}, x, quiet=True,
-                                                             guard_weight_range=False)
-    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc_u", "underflow")]
-    assert report.kept_fp32[0].value == 1.0                # every value flushed
-    assert report.executions == 2 and report.validated
-    assert within_tolerance(report, new_sym, new_args, new_auxs, x, ref)
 
 
 def test_accuracy_culprit_found_by_bounded_bisection():
@@ -97,14 +56,6 @@ def test_planted_culprits_found_exactly_in_at_most_2_plus_k_plus_1(shape, n, k):
     *_, report = auto_convert_model(p.sym, p.arg_params, {}, p.sample, quiet=True)
     assert sorted(x.name for x in report.by_reason("accuracy")) == sorted(p.culprits)
     assert report.validated and report.executions <= 2 + k + 1
-
-
-def test_overflow_culprits_need_no_attribution_run():
-    sym, args, x = overflow_model()
-    *_, report = auto_convert_model(sym, args, {}, x, quiet=True)
-    assert report.executions == 2 and not report.attribution
-    assert report.kept_fp32[0].detail.startswith("overflow: max |x| of ")
-    assert "> 65504" in report.kept_fp32[0].detail
 
 
 def test_execution_budget_keeps_a_configuration_seen_to_pass():
