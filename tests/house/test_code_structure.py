@@ -28,14 +28,25 @@ def _functions():
                     stack.append((node, inner))
 
 
-# functions over 60 lines (docstrings included): 12 at 7e61454, 6 after #36; the bound only goes down
-MAX_OVER_60 = 6
+# functions over 60 lines (docstrings included): 12 at 7e61454, 3 after #36; the bound only goes down
+MAX_OVER_60 = 3
 
 
 def test_few_functions_are_longer_than_60_lines():
     over = [f"{p.relative_to(PACKAGE)}:{f.lineno} {f.name} ({f.end_lineno - f.lineno + 1} lines)"
             for p, f, _, _ in _functions() if f.end_lineno - f.lineno + 1 > 60]
     assert len(over) <= MAX_OVER_60, over
+
+
+# a module holds one job: past this many lines it holds two (issue 36); no table is generated into
+# the package, so the bound has no exception
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_is_longer_than_450_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
 
 
 def test_no_function_is_longer_than_80_lines():
