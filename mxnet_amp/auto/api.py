@@ -272,7 +272,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
             excluded, kept, reference_finite, errors = reference_and_search(runs, original,
                                                                             settings, notes)
             model = runs.final(excluded, kept_reasons(kept))
-        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3], runs.bind_error)
+        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3],
+                                   runs.bind_error, over_data=runs.data is not None)
         notes.extend([deployed] if deployed else [])
     finally:
         progress.close()

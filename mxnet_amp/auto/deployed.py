@@ -8,7 +8,9 @@ convolution's dtype: a BatchNorm left unfolded is folded *in bfloat16* there. An
 run (a ``CachedOp``, as ``SymbolBlock`` without a backend runs) does not fuse: measured on
 resnet50_v1 converted to bfloat16 with ``fold_batchnorm=False``, 0.0045 op by op where the
 written model gives 0.062 through ``Module``. So where the hardware runs the dtype, the
-checks bind the converted model as ``Module`` does (:func:`forward_bound`); where they
+checks bind the converted model as ``Module`` does (:func:`forward_bound`; over
+``eval_data=``, each :class:`~mxnet_amp.auto.workers.ModelBlob` marked ``fused`` keeps one
+executor from :func:`bind_fused` per batch shape, wherever it runs); where they
 emulate it, the BatchNorms such a deployment would fuse into a low precision convolution
 are named (:func:`fusable_batchnorms`) and the report says that the check did not model
 that fusion.
@@ -16,7 +18,7 @@ that fusion.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -43,17 +45,28 @@ def binds_fused(target_dtype: str, ctx: Context, execution: str) -> bool:
             and backend not in ("NONE", ""))
 
 
-def forward_bound(sym: Symbol, values: Mapping, ctx: Context) -> list[np.ndarray]:
-    """One execution of ``sym`` bound through MXNet's graph executor (as ``Module`` and
-    ``simple_bind`` bind it: the subgraph backend's fusions applied), float32 outputs.
-    ``values``: every argument and auxiliary state by name."""
-    import mxnet as mx
+def bind_fused(sym: Symbol, values: Mapping, ctx: Context) -> Any:
+    """``sym`` bound through MXNet's graph executor as ``Module`` and ``simple_bind`` bind it
+    (the subgraph backend's fusions applied), for inference; ``values``: every argument and
+    auxiliary state by name. The executor reads its inputs from those arrays, so it runs
+    again on new data given to ``forward`` (the fused kernels fold their weights once)."""
     args = {n: values[n] for n in sym.list_arguments()}
     auxs = {n: values[n] for n in sym.list_auxiliary_states()}
-    executor = sym.bind(ctx, args, aux_states=auxs, grad_req="null")
-    outs = executor.forward(is_train=False)
-    result = [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy()
-              for o in outs]
+    return sym.bind(ctx, args, aux_states=auxs, grad_req="null")
+
+
+def float32_outputs(outs: Sequence) -> list[np.ndarray]:
+    """MXNet outputs as float32 numpy arrays."""
+    return [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy()
+            for o in outs]
+
+
+def forward_bound(sym: Symbol, values: Mapping, ctx: Context) -> list[np.ndarray]:
+    """One execution of ``sym`` bound as ``Module`` binds it (:func:`bind_fused`), float32
+    outputs. ``values``: every argument and auxiliary state by name."""
+    import mxnet as mx
+    executor = bind_fused(sym, values, ctx)
+    result = float32_outputs(executor.forward(is_train=False))
     del executor
     mx.nd.waitall()
     return result
@@ -86,13 +99,17 @@ def unmodelled_note(conversion: Conversion) -> str | None:
 
 
 def deployment_note(target_dtype: str, ctx: Context, bound: bool,
-                    conversion: Conversion, bind_error: str | None = None) -> str | None:
-    """What the report says about the path the checks ran: bound as ``Module`` binds it, or
-    (bfloat16 on a CPU, not bound) :func:`unmodelled_note`, with why binding failed where
-    it did (``bind_error``); None where nothing differs."""
+                    conversion: Conversion, bind_error: str | None = None,
+                    over_data: bool = False) -> str | None:
+    """What the report says about the path the checks ran: bound as ``Module`` binds it
+    (``over_data``: the checks over ``eval_data=`` too), or (bfloat16 on a CPU, not bound)
+    :func:`unmodelled_note`, with why binding failed where it did (``bind_error``); None
+    where nothing differs."""
     if bound:
         return ("the checks bound the converted model as Module does (MXNet's oneDNN subgraph "
-                "fusions applied: the path the written model runs)")
+                "fusions applied: the path the written model runs)"
+                + ("; so did every check over eval_data, each batch through the fused executor "
+                   "in this process, each worker process or Dask worker" if over_data else ""))
     if target_dtype == "bfloat16" and ctx.device_type == "cpu":
         note = unmodelled_note(conversion)
         if bind_error:

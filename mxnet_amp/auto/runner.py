@@ -20,7 +20,7 @@ from ..io import graph_from_symbol, graph_to_symbol
 from ..options import ConvertOptions
 from ..passes.fusion_barriers import insert_fusion_barriers
 from ..tune import TuneRecord, with_timings
-from .deployed import binds_fused, forward_bound
+from .deployed import binds_fused, float32_outputs, forward_bound
 from .measure import check_outputs
 from .metrics import MetricCheck
 from .records import AutoSettings, OutputCheck, SearchStep
@@ -130,10 +130,7 @@ class Runs:
         op = mx.nd.CachedOp(sym)
         with mx.autograd.pause(train_mode=False):
             outs = op(*[values[n] for n in names])
-        if isinstance(outs, mx.nd.NDArray):
-            outs = [outs]
-        result = [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy()
-                  for o in outs]
+        result = float32_outputs([outs] if isinstance(outs, mx.nd.NDArray) else outs)
         self._count()
         return result
 
@@ -226,8 +223,19 @@ class Runs:
                                      zeros), len(self.judged))
             self._count()
             self.steps.append(SearchStep("reference data", 0, None, None, None))
-        result, score = data.judge(ModelBlob(("check", excluded), sym, params, self.input_dtypes(),
-                                             zeros), len(self.judged))
+        try:
+            # bound fused where the one-batch checks bind (the written model's path), decided
+            # here once: the blob carries it to every worker
+            result, score = data.judge(ModelBlob(("check", excluded, self.bound), sym, params,
+                                                 self.input_dtypes(), zeros, fused=self.bound),
+                                       len(self.judged))
+        except RuntimeError as err:   # MXNetError, or a worker's WorkerError
+            if not self.bound:
+                raise
+            # a graph the executor cannot bind runs op by op from then on, said in the report
+            self.bound, self.bind_error = False, error_text(err, 300)
+            result, score = data.judge(ModelBlob(("check", excluded, False), sym, params,
+                                                 self.input_dtypes(), zeros), len(self.judged))
         self._count()
         if isinstance(self.validate, MetricCheck) and score is not None:
             self.validate.reference_score = data.reference_score

@@ -2,7 +2,8 @@
 or on a Dask cluster (:mod:`mxnet_amp.auto.dask_pool`).
 
 A model travels as a :class:`ModelBlob`: its symbol JSON (casts kept) and its params saved
-to bytes, loaded once per worker and configuration. Batches go round-robin to the workers
+to bytes, and the path it runs (fused as ``Module`` binds it, or op by op), loaded once per
+worker and configuration. Batches go round-robin to the workers
 (batch ``i`` to worker ``i % n``) with at most two per worker in flight, and the outputs come
 back in batch order, so whatever is computed from them (a metric, a closeness check) is the
 same for any number of workers.
@@ -21,6 +22,7 @@ import numpy as np
 from ..errors import AMPError
 from ..hardware import environ_set
 from ..io import symbol_json
+from .deployed import bind_fused, float32_outputs
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -41,13 +43,23 @@ class WorkerError(AMPError, RuntimeError):
 class ModelBlob:
     """A model to run: ``sym``, its params by name, the dtype of each data input, and the
     loss-label inputs (fed zeros). Pickled, it is its symbol JSON and params bytes; the
-    loaded model is kept on the object, so a worker loads it once."""
+    loaded model is kept on the object, so a worker loads it once.
+
+    ``fused``: run it bound as ``Module`` binds it (MXNet's oneDNN fusions, the path the
+    written model runs: :mod:`mxnet_amp.auto.deployed`), else op by op through a CachedOp.
+    The caller decides it once (:func:`~mxnet_amp.auto.deployed.binds_fused`) and it travels
+    in the pickle, so this process, worker processes and Dask workers run the same path."""
 
     def __init__(self, key: Any, sym: Any, params: Mapping, input_dtypes: Mapping[str, str],
-                 zero_inputs: Mapping[str, tuple] | None = None) -> None:
+                 zero_inputs: Mapping[str, tuple] | None = None, fused: bool = False) -> None:
         self.key, self.sym, self.params = key, sym, dict(params)
         self.input_dtypes, self.zero_inputs = dict(input_dtypes), dict(zero_inputs or {})
+        self.fused = bool(fused)
         self._op: Any = None
+        self._loaded = False   # params on the run's context (once)
+        # the fused executor and the input shapes it was bound for: one at a time (a last,
+        # smaller batch rebinds), so its memory is one batch's whatever the data
+        self._bound: tuple[dict, Any] | None = None
         self._state: dict | None = None
 
     def __getstate__(self) -> dict:
@@ -61,31 +73,49 @@ class ModelBlob:
                 with open(path, "rb") as f:
                     data = f.read()
             self._state = {"key": self.key, "json": symbol_json(self.sym), "params": data,
-                           "input_dtypes": self.input_dtypes, "zero_inputs": self.zero_inputs}
+                           "input_dtypes": self.input_dtypes, "zero_inputs": self.zero_inputs,
+                           "fused": self.fused}
         return self._state
 
     def __setstate__(self, state: dict) -> None:
         import mxnet as mx
         self.key, self.input_dtypes = state["key"], state["input_dtypes"]
-        self.zero_inputs = state["zero_inputs"]
+        self.zero_inputs, self.fused = state["zero_inputs"], state["fused"]
         self.sym = mx.sym.load_json(state["json"])
         self.params = mx.nd.load_frombuffer(state["params"])
-        self._op, self._state = None, None
+        self._op, self._bound, self._state, self._loaded = None, None, None, False
 
     def run(self, inputs: Mapping[str, np.ndarray], ctx: Context | None = None) -> list[np.ndarray]:
         """The model's outputs on one batch, as float32 numpy arrays."""
         import mxnet as mx
         ctx = ctx or mx.cpu()
+        if not self._loaded:
+            self.params = {k: v.as_in_context(ctx) for k, v in self.params.items()}
+            self._loaded = True
+        rows = next(iter(inputs.values())).shape[0]
+        fed = {k: mx.nd.array(v, ctx=ctx, dtype=self.input_dtypes.get(k, "float32"))
+               for k, v in inputs.items()}
+        fed.update({k: mx.nd.zeros((rows,) + tuple(shape), ctx=ctx)
+                    for k, shape in self.zero_inputs.items() if k not in fed})
+        if self.fused:
+            return self._run_fused(fed, ctx)
         if self._op is None:
             self._op = mx.nd.CachedOp(self.sym)
-            self.params = {k: v.as_in_context(ctx) for k, v in self.params.items()}
-        rows = next(iter(inputs.values())).shape[0]
-        values = dict(self.params)
-        values.update({k: mx.nd.array(v, ctx=ctx, dtype=self.input_dtypes.get(k, "float32"))
-                       for k, v in inputs.items()})
-        values.update({k: mx.nd.zeros((rows,) + tuple(shape), ctx=ctx)
-                       for k, shape in self.zero_inputs.items() if k not in values})
-        return run_model(self._op, self.sym.list_inputs(), values)
+        return run_model(self._op, self.sym.list_inputs(), {**self.params, **fed})
+
+    def _run_fused(self, fed: dict, ctx: Context) -> list[np.ndarray]:
+        """One batch through the executor bound fused (rebound when the shapes change)."""
+        shapes = {k: v.shape for k, v in fed.items()}
+        if self._bound is None or self._bound[0] != shapes:
+            self._bound = None   # the old executor goes before the new one binds
+            missing = [n for n in self.sym.list_inputs() if n not in self.params and n not in fed]
+            if missing:
+                raise WorkerError(f"no value for the model inputs {missing[:10]}")
+            self._bound = (shapes, bind_fused(self.sym, {**self.params, **fed}, ctx))
+            return float32_outputs(self._bound[1].forward(is_train=False))
+        executor = self._bound[1]
+        return float32_outputs(executor.forward(
+            is_train=False, **{k: v for k, v in fed.items() if k in executor.arg_dict}))
 
 
 def run_model(op: Any, names: Sequence[str], values: Mapping) -> list[np.ndarray]:
@@ -97,9 +127,7 @@ def run_model(op: Any, names: Sequence[str], values: Mapping) -> list[np.ndarray
         raise WorkerError(f"no value for the model inputs {missing[:10]}")
     with mx.autograd.pause(train_mode=False):
         outs = op(*[values[n] for n in names])
-    if isinstance(outs, mx.nd.NDArray):
-        outs = [outs]
-    return [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy() for o in outs]
+    return float32_outputs([outs] if isinstance(outs, mx.nd.NDArray) else outs)
 
 
 class InProcess:
@@ -171,14 +199,24 @@ class ProcessPool:
                 self.inboxes[w].put(("model", blob))
                 self.loaded[w] = blob.key
         pending: collections.deque = collections.deque()
-        for count, batch in enumerate(batches):
-            w = count % self.workers
-            self.inboxes[w].put(("run", batch.index, batch.inputs))
-            pending.append((w, batch))
-            if len(pending) >= IN_FLIGHT * self.workers:
+        try:
+            for count, batch in enumerate(batches):
+                w = count % self.workers
+                self.inboxes[w].put(("run", batch.index, batch.inputs))
+                pending.append((w, batch))
+                if len(pending) >= IN_FLIGHT * self.workers:
+                    yield self._take(*pending.popleft())
+            while pending:
                 yield self._take(*pending.popleft())
-        while pending:
-            yield self._take(*pending.popleft())
+        except WorkerError:
+            # the batches still in flight are taken off, so that the next pass (the caller
+            # may run the model again another way) reads only its own outputs
+            for w, batch in pending:
+                try:
+                    self._take(w, batch)
+                except WorkerError:
+                    pass
+            raise
 
     def _take(self, w: int, batch: Batch) -> tuple[Batch, list]:
         while True:

@@ -97,20 +97,27 @@ def test_nonfinite_reference_names_where_it_starts():
     assert any("first at e" in n for n in report.notes)
 
 
-def test_a_model_the_executor_cannot_bind_is_checked_op_by_op_and_said_so(monkeypatch):
+@pytest.mark.parametrize("module, name, over_data", [
+    ("mxnet_amp.auto.runner", "forward_bound", False),   # the one-batch runs look it up there
+    ("mxnet_amp.auto.workers", "bind_fused", True),      # the blobs over eval_data, there
+])
+def test_a_model_the_executor_cannot_bind_is_checked_op_by_op_and_said_so(
+        monkeypatch, module, name, over_data):
     if not bf16_runs_natively():
         pytest.skip("no native bfloat16 here: the checks never bind")
-    import mxnet_amp.auto.runner as runner   # the runs look forward_bound up there
+    import importlib
 
     def refuse(*args, **kwargs):
         raise RuntimeError("MXNetError: cannot bind this graph")
 
-    monkeypatch.setattr(runner, "forward_bound", refuse)
+    monkeypatch.setattr(importlib.import_module(module), name, refuse)
     sym, args, auxs, x = conv_bn_net(depth=2)
-    *_, report = auto_convert_model(sym, args, auxs, x, "bfloat16", fold_batchnorm=False,
-                                    quiet=True)
+    data = {"eval_data": [x, x[:1]], "workers": 1, "max_executions": 3} if over_data else {}
+    *_, report = auto_convert_model(sym, args, auxs, None if over_data else x, "bfloat16",
+                                    fold_batchnorm=False, quiet=True, **data)
     note = next(n for n in report.notes if "could not bind" in n)
     assert "cannot bind this graph" in note and "not validated as it will run fused" in note
+    assert not any("so did every check over eval_data" in n for n in report.notes)
 
 
 def test_degenerate_params_reads_batchnorm_as_the_kernel_does():
@@ -127,3 +134,76 @@ def test_degenerate_params_reads_batchnorm_as_the_kernel_does():
               "free_moving_mean": np.zeros(3), "free_moving_var": np.array([1, 1, -0.5])}
     bad = degenerate_params(graph, params, batchnorms(graph))
     assert list(bad) == ["free"] and "free_moving_var has 1 of 3" in bad["free"]
+
+
+def _bf16_unfolded(depth=4):
+    """conv_bn_net converted to bfloat16 with its BatchNorms left unfolded, and batches."""
+    from mxnet_amp.convert import convert_model
+    sym, args, auxs, x = conv_bn_net(depth=depth)
+    new_sym, new_args, new_auxs = convert_model(sym, args, auxs, "bfloat16",
+                                                fold_batchnorm=False)
+    rng = np.random.RandomState(1)
+    batches = [x] + [rng.uniform(-1, 1, x.shape).astype(np.float32) for _ in range(2)]
+    return new_sym, {**new_args, **new_auxs}, batches
+
+
+def test_a_fused_blob_runs_every_batch_as_module_binds_it_pickled_or_not():
+    """A blob marked fused gives, batch after batch (a smaller last batch rebinds), what
+    forward_bound gives, and so does its pickle (what workers and Dask receive); op by op
+    differs measurably on this model."""
+    import pickle
+
+    from mxnet_amp.auto.deployed import forward_bound
+    from mxnet_amp.auto.workers import ModelBlob
+    if not bf16_runs_natively():
+        pytest.skip("no native bfloat16 here: nothing binds fused")
+    sym, params, batches = _bf16_unfolded()
+    batches.append(batches[1][:1])
+    fused = ModelBlob("fused", sym, params, {"data": "float32"}, fused=True)
+    shipped = pickle.loads(pickle.dumps(fused))
+    plain = ModelBlob("plain", sym, params, {"data": "float32"})
+    assert shipped.fused
+    for x in batches:
+        bound = forward_bound(sym, {**params, "data": mx.nd.array(x)}, mx.cpu())[0]
+        np.testing.assert_array_equal(fused.run({"data": x})[0], bound)
+        np.testing.assert_array_equal(shipped.run({"data": x})[0], bound)
+        gap = np.abs(plain.run({"data": x})[0] - bound).max() / np.abs(bound).max()
+        assert gap > 1e-3
+
+
+def test_checks_over_eval_data_run_fused_and_say_so():
+    """Over eval_data, on one worker or two, the checks judge the error of the fused path
+    (the written model's through Module), not the op by op one, and the note says so."""
+    if not bf16_runs_natively():
+        pytest.skip("no native bfloat16 here: the checks never bind")
+    sym, args, auxs, x = conv_bn_net()
+    rng = np.random.RandomState(1)
+    data = [x] + [rng.uniform(-1, 1, x.shape).astype(np.float32) for _ in range(2)]
+    def auto(**pool):
+        return auto_convert_model(sym, args, auxs, eval_data=data, target_dtype="bfloat16",
+                                  fold_batchnorm=False, max_executions=3, quiet=True, **pool)
+
+    new_sym, new_args, new_auxs, report = auto(workers=1)
+    reports = [report, auto(workers=2)[3]]
+    try:
+        import distributed
+    except ImportError:   # the optional extra: its path is checked where installed
+        distributed = None
+    if distributed is not None:
+        with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                      dashboard_address=None) as cluster, \
+                distributed.Client(cluster) as client:
+            reports.append(auto(client=client)[3])
+    values = {**args, **auxs}
+    fused, op_by_op = 0.0, 0.0
+    for batch in data:
+        ref = mx.nd.CachedOp(sym)(mx.nd.array(batch), *[values[n] for n in sym.list_inputs()[1:]])
+        fused = max(fused, _error(new_sym, new_args, new_auxs, batch, ref.asnumpy(), bound=True))
+        op_by_op = max(op_by_op, _error(new_sym, new_args, new_auxs, batch, ref.asnumpy(),
+                                        bound=False))
+    assert fused > 3 * op_by_op
+    for report in reports:
+        assert report.relative_error == pytest.approx(fused, rel=1e-3)
+        assert any("so did every check over eval_data" in n for n in report.notes)
+    assert len({r.relative_error for r in reports}) == 1   # one path, wherever it runs
+

@@ -45,3 +45,21 @@ def test_run_model_names_missing_inputs():
     sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
     with pytest.raises(WorkerError, match="fc_weight"):
         run_model(mx.nd.CachedOp(sym), sym.list_inputs(), {"data": mx.nd.ones((1, 3))})
+
+
+def test_after_a_failed_pass_worker_processes_give_only_the_next_pass_outputs():
+    """A pass that fails in a worker (here: a param missing) leaves no outputs in flight
+    behind: the next pass, the model run another way, gets its own, in order."""
+    from mxnet_amp.auto.workers import ProcessPool
+    broken = _blob("broken")
+    del broken.params["fc_bias"]
+    batches = [Batch(k, {"data": np.full((1, 3), k, dtype=np.float32)}, []) for k in range(6)]
+    pool = ProcessPool(2, threads=1)
+    try:
+        with pytest.raises(WorkerError, match="fc_bias"):
+            list(pool.map(broken, batches))
+        got = list(pool.map(_blob(), batches))
+    finally:
+        pool.close()
+    assert [b.index for b, _ in got] == list(range(6))
+    assert [float(outs[0][0, 0]) for _, outs in got] == [0.5 + k for k in range(6)]
