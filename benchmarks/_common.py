@@ -302,6 +302,15 @@ def write_json(path: str, payload: dict) -> None:
     atomic_write(path, write)
 
 
+def append_row(path: str, row: dict) -> None:
+    """Print ``row`` as one JSON line and append it to the JSON-lines file ``path`` (a long
+    run keeps every finished row, whatever stops it later)."""
+    line = json.dumps(row)
+    print(line, flush=True)
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A plain text table on stdout."""
     cells = [[_fmt(c) for c in row] for row in rows]

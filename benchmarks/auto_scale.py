@@ -27,6 +27,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+import _common as C  # noqa: E402  (benchmarks/ is the script's folder)
+
 SIZE = 224
 BATCH = 32
 
@@ -160,9 +162,7 @@ def main() -> int:
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 row.update(machine=machine(),
                            utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-                print(json.dumps(row), flush=True)
-                with open(a.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                C.append_row(a.out, row)
     return 0
 
 

@@ -135,10 +135,7 @@ def main() -> int:
     for name in a.models:
         recipe = recipes[name]
         for dtype in a.dtype:
-            result = row(recipe, a.cache_dir, dtype, a.workers)
-            print(json.dumps(result), flush=True)
-            with open(a.out, "a") as f:
-                f.write(json.dumps(result) + "\n")
+            C.append_row(a.out, row(recipe, a.cache_dir, dtype, a.workers))
     return 0
 
 
