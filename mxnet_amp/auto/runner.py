@@ -20,11 +20,11 @@ from ..io import graph_from_symbol, graph_to_symbol
 from ..options import ConvertOptions
 from ..passes.fusion_barriers import insert_fusion_barriers
 from ..tune import TuneRecord, with_timings
-from .deployed import binds_fused, float32_outputs, forward_bound
+from .deployed import binds_fused, forward_bound
 from .measure import check_outputs
 from .metrics import MetricCheck
 from .records import AutoSettings, OutputCheck, SearchStep
-from .workers import ModelBlob
+from .workers import ModelBlob, run_model
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -121,18 +121,22 @@ class Runs:
         applies MXNet 1.9's MKLDNN subgraph fusion, which returns wrong values for a fused
         FullyConnected+relu when both outputs are graph outputs (the instrumented run)."""
         import mxnet as mx
+        names, values = self._values(sym, arg_params, aux_params)
+        result = run_model(mx.nd.CachedOp(sym), names, values)
+        self._count()
+        return result
+
+    def _values(self, sym: Symbol, arg_params: Mapping, aux_params: Mapping
+                ) -> tuple[list[str], dict]:
+        """``sym``'s input names and a value for each (params on :attr:`ctx`, the sample
+        inputs); :class:`ParamError` naming those with none."""
         values = {k: v.as_in_context(self.ctx) for k, v in {**arg_params, **aux_params}.items()}
         values.update(self.inputs)
         names = sym.list_inputs()
         missing = [n for n in names if n not in values]
         if missing:
             raise ParamError(f"no value for the model inputs {missing[:10]}")
-        op = mx.nd.CachedOp(sym)
-        with mx.autograd.pause(train_mode=False):
-            outs = op(*[values[n] for n in names])
-        result = float32_outputs([outs] if isinstance(outs, mx.nd.NDArray) else outs)
-        self._count()
-        return result
+        return names, values
 
     def _forward_check(self, sym: Symbol, args: Mapping, auxs: Mapping) -> list[np.ndarray]:
         """A check's execution: bound where :attr:`bound`; a model MXNet's executor cannot
@@ -149,11 +153,7 @@ class Runs:
                       ) -> list[np.ndarray]:
         """One model execution bound as ``Module`` binds it (oneDNN's fusions applied:
         :func:`mxnet_amp.auto.deployed.forward_bound`)."""
-        values = {k: v.as_in_context(self.ctx) for k, v in {**arg_params, **aux_params}.items()}
-        values.update(self.inputs)
-        missing = [n for n in sym.list_inputs() if n not in values]
-        if missing:
-            raise ParamError(f"no value for the model inputs {missing[:10]}")
+        _, values = self._values(sym, arg_params, aux_params)
         result = forward_bound(sym, values, self.ctx)
         self._count()
         return result

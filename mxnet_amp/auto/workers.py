@@ -108,11 +108,9 @@ class ModelBlob:
         shapes = {k: v.shape for k, v in fed.items()}
         if self._bound is None or self._bound[0] != shapes:
             self._bound = None   # the old executor goes before the new one binds
-            missing = [n for n in self.sym.list_inputs() if n not in self.params and n not in fed]
-            if missing:
-                raise WorkerError(f"no value for the model inputs {missing[:10]}")
-            self._bound = (shapes, bind_fused(self.sym, {**self.params, **fed}, ctx))
-            return float32_outputs(self._bound[1].forward(is_train=False))
+            values = {**self.params, **fed}
+            _check_inputs(self.sym.list_inputs(), values)
+            self._bound = (shapes, bind_fused(self.sym, values, ctx))
         executor = self._bound[1]
         return float32_outputs(executor.forward(
             is_train=False, **{k: v for k, v in fed.items() if k in executor.arg_dict}))
@@ -122,12 +120,17 @@ def run_model(op: Any, names: Sequence[str], values: Mapping) -> list[np.ndarray
     """Run a CachedOp on ``values`` (by input name, in ``names`` order) for inference;
     the outputs as float32 numpy arrays."""
     import mxnet as mx
-    missing = [n for n in names if n not in values]
-    if missing:
-        raise WorkerError(f"no value for the model inputs {missing[:10]}")
+    _check_inputs(names, values)
     with mx.autograd.pause(train_mode=False):
         outs = op(*[values[n] for n in names])
     return float32_outputs([outs] if isinstance(outs, mx.nd.NDArray) else outs)
+
+
+def _check_inputs(names: Sequence[str], values: Mapping) -> None:
+    """:class:`WorkerError` naming the model inputs ``values`` holds no array for."""
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise WorkerError(f"no value for the model inputs {missing[:10]}")
 
 
 class InProcess:
