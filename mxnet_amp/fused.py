@@ -44,15 +44,11 @@ def graph_low_dtypes(graph: Graph) -> set[str]:
     """The low precision dtypes ``graph`` computes in: its casts' targets and its variables'
     ``__dtype__`` tags (what a conversion writes)."""
     found: set[str] = set()
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        for node in g.nodes:
-            if node.op == "amp_cast":
-                found.add(str(node.attrs.get("dtype")))
-            elif node.is_variable:
-                found.add(str(dtype_of_code(node.attrs.get("__dtype__"))))
-            stack.extend(node.subgraphs)
+    for node in graph.walk():
+        if node.op == "amp_cast":
+            found.add(str(node.attrs.get("dtype")))
+        elif node.is_variable:
+            found.add(str(dtype_of_code(node.attrs.get("__dtype__"))))
     return found & {"float16", "bfloat16"}
 
 

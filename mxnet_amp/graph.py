@@ -6,6 +6,7 @@ No mxnet import here: a :class:`Graph` is plain data, built once from symbol JSO
 """
 from __future__ import annotations
 
+import collections
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -98,17 +99,18 @@ class Graph:
                 used[e.node] = e.output + 1
         return used
 
+    def walk(self) -> Iterator[Node]:
+        """Every node of the graph, then of each loop/cond body, breadth first (iterative:
+        deeply nested bodies need no recursion)."""
+        pending = collections.deque([self])
+        while pending:
+            for node in pending.popleft().nodes:
+                yield node
+                pending.extend(node.subgraphs)
+
     def ops(self) -> set[str]:
         """Every op name in the graph, subgraphs included (variables excluded)."""
-        found: set[str] = set()
-        stack = [self]
-        while stack:
-            g = stack.pop()
-            for n in g.nodes:
-                if not n.is_variable:
-                    found.add(n.op)
-                stack.extend(n.subgraphs)
-        return found
+        return {n.op for n in self.walk() if not n.is_variable}
 
     def index_of(self, name: str) -> int:
         """Index of the node called ``name`` (KeyError when there is none)."""

@@ -225,16 +225,12 @@ def slow_kernel_nodes(graph: Graph, policy: OpPolicy,
     found: dict[str, str] = {}
     if not policy.slow_kernels:
         return found
-    # iterative: a body is walked after the graph that holds it (no recursion on deep nests)
-    graphs = [graph]
-    while graphs:
-        for node in graphs.pop(0).nodes:
-            graphs.extend(node.subgraphs)
-            if node.is_variable or node.subgraphs or node.name in skip:
-                continue
-            rule = policy.slow_kernel(node.op, node.attrs)
-            if rule is not None and policy.category_of(node.op) is Category.TARGET:
-                found.setdefault(node.name, rule.why())
+    for node in graph.walk():
+        if node.is_variable or node.subgraphs or node.name in skip:
+            continue
+        rule = policy.slow_kernel(node.op, node.attrs)
+        if rule is not None and policy.category_of(node.op) is Category.TARGET:
+            found.setdefault(node.name, rule.why())
     return found
 
 

@@ -90,3 +90,18 @@ def test_node_alone_obj_feeds_the_node_from_fresh_variables():
     assert [n["name"] for n in obj["nodes"]] == ["in0", "in1", "probe"]
     assert obj["nodes"][2]["inputs"] == [[0, 0, 0], [1, 0, 0]]
     assert obj["heads"] == [[2, 0, 0]]
+
+
+def test_walk_visits_the_graph_then_each_body_breadth_first():
+    """walk() yields every node of the graph in order, then the nodes of its bodies (a body
+    nested in a body last), and ops() is read from it, variables left out."""
+    inner = Graph((Node("null", "x"), Node("exp", "inner_exp", (Entry(0),))), (Entry(1),))
+    body_a = Graph((Node("null", "a"), Node("_foreach", "nested", (Entry(0),), subgraphs=(inner,))),
+                   (Entry(1),))
+    body_b = Graph((Node("null", "b"), Node("sin", "b_sin", (Entry(0),))), (Entry(1),))
+    top = Graph((Node("null", "data"),
+                 Node("_foreach", "loop1", (Entry(0),), subgraphs=(body_a,)),
+                 Node("_cond", "cond1", (Entry(1),), subgraphs=(body_b,))), (Entry(2),))
+    assert [n.name for n in top.walk()] == ["data", "loop1", "cond1", "a", "nested", "b", "b_sin",
+                                            "x", "inner_exp"]
+    assert top.ops() == {"_foreach", "_cond", "sin", "exp"}
