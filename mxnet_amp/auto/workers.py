@@ -154,6 +154,10 @@ def _worker_main(inbox: Any, outbox: Any) -> None:
     """A worker process: load models, run batches, until told to stop (or its parent is
     gone: a parent killed never says stop, and an orphan would wait forever)."""
     import multiprocessing
+
+    # MXNet loads now (~1.5 s), while the parent converts and runs its reference; loaded
+    # by the first model's unpickling instead, it delayed the first pass's first batch
+    import mxnet  # noqa: F401
     parent = multiprocessing.parent_process()
     blob = None
     while True:
