@@ -247,14 +247,18 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     ctx = context_of(ctx)
     mode, mode_note = execution_mode(options.target_dtype, ctx, execution)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
-    original, data_names = _graph_and_inputs(sym, arg_params, data_names)
-    source, sample_inputs, rows = _eval_source(eval_data, sample_inputs, settings, data_names,
-                                               original, attribution_samples)
-    notes = [mode_note] if mode_note else []
-    progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", leave=False,
-                    disable=True if quiet else None)   # None: on a terminal only, never a pipe
-    judge = None
+    _check_eval_data(eval_data, sample_inputs, settings)
+    # the worker processes start first: each loads MXNet while this process reads the graph
+    # and the first batches, converts and runs its reference
+    pool = batch_pool(workers, ctx, client) if eval_data is not None else None
+    source = judge = progress = None
     try:
+        original, data_names = _graph_and_inputs(sym, arg_params, data_names)
+        source, sample_inputs, rows = _eval_source(eval_data, sample_inputs, data_names, original,
+                                                   attribution_samples)
+        notes = [mode_note] if mode_note else []
+        progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", leave=False,
+                        disable=True if quiet else None)   # None: on a terminal only, never a pipe
         inputs = sample_input_arrays(sample_inputs, data_names, ctx, sym, original)
         # the sample inputs' shapes reach every weight: a wrong one is named before any run
         check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
@@ -263,21 +267,24 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         runs = Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
                      ctx=ctx, options=options, data_names=data_names, settings=settings,
                      execution=mode, progress=progress)
-        if source is not None:
-            judge = runs.data = _data_judge(source, settings, options.target_dtype, workers,
-                                            ctx, client, quiet)
+        if source is not None and pool is not None:
+            judge = runs.data = _data_judge(source, settings, options.target_dtype, pool, quiet)
         with numpy_warnings_noted(runs.steps, notes):
             # the first conversion checks params against the symbol (typed errors) first
             runs.convert(options.excluded)
             excluded, kept, reference_finite, errors = reference_and_search(runs, original,
                                                                             settings, notes)
+            if judge is not None:   # no more batches: the workers wind down meanwhile
+                judge.pool.stop()
             model = runs.final(excluded, kept_reasons(kept))
         deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3],
                                    runs.bind_error, over_data=runs.data is not None)
         notes.extend([deployed] if deployed else [])
     finally:
-        progress.close()
-        for closing in ([judge] if judge is not None else [source] if source is not None else []):
+        if progress is not None:
+            progress.close()
+        # the judge closes its source and pool; without one, what was opened is closed here
+        for closing in ([judge] if judge is not None else [c for c in (source, pool) if c is not None]):
             closing.close()
     report = _with_data_figures(_auto_report(runs, excluded, kept, model[3], notes, reference_finite,
                                              tuple(errors)), judge, rows)
@@ -316,27 +323,14 @@ def _with_data_figures(report: AutoReport, judge: DataJudge | None, rows: int | 
                    pass_seconds=tuple(judge.pass_seconds))
 
 
-def _eval_source(eval_data: Any, sample_inputs: Any, settings: AutoSettings,
-                 data_names: Sequence[str], original: Any, attribution_samples: int
+def _eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], original: Any,
+                 attribution_samples: int
                  ) -> tuple[BatchSource | None, Any, int | None]:
     """The :class:`BatchSource` of ``eval_data`` (None without), the sample inputs (the
     caller's, else ``eval_data``'s first ``attribution_samples`` samples), and how many of
     its samples those are (None: the caller's)."""
-    task = settings.validate.task if isinstance(settings.validate, MetricCheck) else None
     if eval_data is None:
-        if task is not None:
-            raise ArgumentError(f"metric {task.name!r} (an EvalMetric) is updated with the labels "
-                             "of eval_data batches: give eval_data")
-        if sample_inputs is None:
-            raise GraphError("auto_convert_model needs sample_inputs or eval_data")
         return None, sample_inputs, None
-    if isinstance(settings.validate, MetricCheck) and task is None:
-        raise ArgumentError("with eval_data, metric must be an mx.metric.EvalMetric or a metric "
-                         "name (updated batch by batch); a callable metric scores one batch "
-                         "of sample_inputs")
-    if isinstance(eval_data, (str, bytes, os.PathLike)) or not hasattr(eval_data, "__iter__"):
-        raise ArgumentError(f"eval_data must be an mx.io.DataIter, a gluon DataLoader or an iterable of "
-                            f"batches, got {eval_data!r} (a .rec file: mxnet_amp.auto.batches.RecordBatches)")
     names = [n for n in data_names if n not in loss_labels(original)]
     source = BatchSource(one_batch_as_list(eval_data), names)
     if sample_inputs is not None:
@@ -351,11 +345,31 @@ def _eval_source(eval_data: Any, sample_inputs: Any, settings: AutoSettings,
     return source, joined, len(joined[names[0]])
 
 
-def _data_judge(source: BatchSource, settings: AutoSettings, target_dtype: str,
-                workers: int | None, ctx: Context, client: Any, quiet: bool) -> DataJudge:
-    """The :class:`DataJudge` of the checks over ``source``."""
+def _check_eval_data(eval_data: Any, sample_inputs: Any, settings: AutoSettings) -> None:
+    """``eval_data`` and ``sample_inputs`` checked against each other and the metric, before
+    any work (an :class:`ArgumentError` / :class:`GraphError` saying what to give)."""
+    task = settings.validate.task if isinstance(settings.validate, MetricCheck) else None
+    if eval_data is None:
+        if task is not None:
+            raise ArgumentError(f"metric {task.name!r} (an EvalMetric) is updated with the labels "
+                             "of eval_data batches: give eval_data")
+        if sample_inputs is None:
+            raise GraphError("auto_convert_model needs sample_inputs or eval_data")
+        return
+    if isinstance(settings.validate, MetricCheck) and task is None:
+        raise ArgumentError("with eval_data, metric must be an mx.metric.EvalMetric or a metric "
+                         "name (updated batch by batch); a callable metric scores one batch "
+                         "of sample_inputs")
+    if isinstance(eval_data, (str, bytes, os.PathLike)) or not hasattr(eval_data, "__iter__"):
+        raise ArgumentError(f"eval_data must be an mx.io.DataIter, a gluon DataLoader or an iterable of "
+                            f"batches, got {eval_data!r} (a .rec file: mxnet_amp.auto.batches.RecordBatches)")
+
+
+def _data_judge(source: BatchSource, settings: AutoSettings, target_dtype: str, pool: Any,
+                quiet: bool) -> DataJudge:
+    """The :class:`DataJudge` of the checks over ``source``, its batches run by ``pool``."""
     metric = settings.validate if isinstance(settings.validate, MetricCheck) else None
-    return DataJudge(source, batch_pool(workers, ctx, client), target_dtype=target_dtype,
+    return DataJudge(source, pool, target_dtype=target_dtype,
                      tolerance=settings.tolerance, rtol=settings.rtol, atol=settings.atol,
                      metric=metric.task if metric is not None else None,
                      validate=None if metric is not None else settings.validate, quiet=quiet)

@@ -32,10 +32,15 @@ class DaskPool:
         self.workers = max(1, len(client.scheduler_info().get("workers", {})))
         self._model: tuple[Any, Any] | None = None
 
-    def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
-        """``(batch, outputs)`` for each batch, in order, at most two per worker in flight."""
+    def preload(self, blob: ModelBlob) -> None:
+        """Scatter ``blob`` to every worker now (once per key)."""
         if self._model is None or self._model[0] != blob.key:
             self._model = (blob.key, self.client.scatter(blob, broadcast=True, hash=False))
+
+    def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
+        """``(batch, outputs)`` for each batch, in order, at most two per worker in flight."""
+        self.preload(blob)
+        assert self._model is not None
         model = self._model[1]
         pending: collections.deque = collections.deque()
         for batch in batches:
@@ -47,6 +52,9 @@ class DaskPool:
         while pending:
             done, future = pending.popleft()
             yield done, future.result()
+
+    def stop(self) -> None:
+        """Nothing to stop: the cluster is the caller's."""
 
     def close(self) -> None:
         """Release the scattered model (the client stays the caller's)."""

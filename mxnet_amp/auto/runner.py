@@ -71,6 +71,7 @@ class Runs:
         # evaluation data of any size (eval_data=...): checks run over all of it, the
         # reference and attribution on ``inputs`` (its first batches)
         self.data: DataJudge | None = None
+        self._reference_blob: ModelBlob | None = None
 
     @property
     def budget_left(self) -> bool:
@@ -216,11 +217,9 @@ class Runs:
         float32 model runs over it first, once."""
         data = self.data
         assert data is not None
-        zeros = {k: tuple(v.shape[1:]) for k, v in self.inputs.items() if k not in data.source.names}
+        zeros = self._zero_inputs()
         if not data.has_reference:
-            data.reference(ModelBlob("float32", self._reference_symbol(),
-                                     {**self.arg_params, **self.aux_params}, self.input_dtypes(),
-                                     zeros), len(self.judged))
+            data.reference(self.reference_blob(), len(self.judged))
             self._count()
             self.steps.append(SearchStep("reference data", 0, None, None, None))
         try:
@@ -244,6 +243,20 @@ class Runs:
         elif self.validate is not None:
             result = replace(result, criterion="validate")
         return result
+
+    def _zero_inputs(self) -> dict[str, tuple]:
+        """The inputs the evaluation data does not feed (loss labels): their shape past the batch."""
+        assert self.data is not None
+        return {k: tuple(v.shape[1:]) for k, v in self.inputs.items() if k not in self.data.source.names}
+
+    def reference_blob(self) -> ModelBlob:
+        """The float32 model the evaluation data's reference pass runs (made once: the
+        judged tensors must be known, :func:`~mxnet_amp.auto.search.reference_and_search`)."""
+        if self._reference_blob is None:
+            self._reference_blob = ModelBlob("float32", self._reference_symbol(),
+                                             {**self.arg_params, **self.aux_params},
+                                             self.input_dtypes(), self._zero_inputs())
+        return self._reference_blob
 
     def _reference_symbol(self) -> Symbol:
         """The float32 model, its judged tensors (if any) as outputs before its heads."""

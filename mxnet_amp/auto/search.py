@@ -263,13 +263,13 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     return excluded, tuple(kept_nodes), errors[:_ATTRIBUTION_REPORTED]
 
 
-def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]) -> None:
+def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]) -> bool:
     """Outputs after NMS / top-k / sorting / comparisons: the checks judge the dense
     tensors feeding the first such op instead (:mod:`mxnet_amp.passes.dense_outputs`), and
-    only ask the outputs to stay finite."""
+    only ask the outputs to stay finite. Whether it set the reference (else the heads are)."""
     split = dense_outputs(original)
     if not split.after:
-        return
+        return False
     keys = [(original.heads[k].node, original.heads[k].output) for k in split.dense]
     keys += [(e.node, e.output) for e in split.feeds if (e.node, e.output) not in keys]
     keys = [k for k in keys if k in tensors and tensors[k].dtype.kind == "f"]
@@ -283,6 +283,7 @@ def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]
                  f"changes where scores tie, so the checks judged the {len(keys)} dense tensors "
                  f"before them instead ({shown}) and only asked the outputs to stay finite; "
                  "pass validate= to judge the final outputs your own way")
+    return True
 
 
 def _refuse_degenerate(runs: Runs, original: Graph) -> None:
@@ -326,13 +327,17 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
     # 1. one float32 run with every op output: reference and per-tensor ranges
     probe, keys = expose_outputs(original)
     outs = runs.run_reference(graph_to_symbol(probe))
-    runs.reference, stats = reference_ranges(original, keys, outs, runs.inputs,
-                                              {**runs.arg_params, **runs.aux_params}, limits)
     # every tensor is kept for the attribution run (it feeds them back as inputs)
     tensors = dict(zip(keys, outs))
+    dense = runs.validate is None and _judge_dense(runs, original, tensors, notes)
+    if runs.data is not None:
+        # the workers load the float32 model while this process reads the ranges
+        runs.data.pool.preload(runs.reference_blob())
+    heads, stats = reference_ranges(original, keys, outs, runs.inputs,
+                                    {**runs.arg_params, **runs.aux_params}, limits)
     del outs
-    if runs.validate is None:
-        _judge_dense(runs, original, tensors, notes)
+    if not dense:   # else the dense tensors before NMS / top-k are the reference
+        runs.reference = heads
     reference_finite = all(np.isfinite(r).all() for r in runs.reference)
     if not reference_finite:
         origins = _degenerate_reference(runs, original, tensors)

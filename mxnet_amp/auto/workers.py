@@ -146,6 +146,12 @@ class InProcess:
         for batch in batches:
             yield batch, blob.run(batch.inputs, self.ctx)
 
+    def preload(self, blob: ModelBlob) -> None:
+        """Nothing to send: the model loads at its first batch, here."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -198,13 +204,21 @@ class ProcessPool:
             for p in self.processes:
                 p.start()
         self.loaded: list[Any] = [None] * self.workers
+        self.stopped = False
 
-    def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
-        """``(batch, outputs)`` for each batch, in order (see the module doc)."""
+    def preload(self, blob: ModelBlob) -> None:
+        """Send ``blob`` to every worker now (once per key): each loads it while the caller
+        goes on, instead of at its first batch."""
         for w in range(self.workers):
             if self.loaded[w] != blob.key:
                 self.inboxes[w].put(("model", blob))
                 self.loaded[w] = blob.key
+
+    def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
+        """``(batch, outputs)`` for each batch, in order (see the module doc)."""
+        if self.stopped:
+            raise WorkerError("the worker processes were stopped: no more batches run on them")
+        self.preload(blob)
         pending: collections.deque = collections.deque()
         try:
             for count, batch in enumerate(batches):
@@ -241,10 +255,17 @@ class ProcessPool:
             raise WorkerError(f"worker process {w} failed on batch {index}:\n{value}")
         return batch, value
 
+    def stop(self) -> None:
+        """Tell the workers to exit, without waiting: they wind down (~0.5 s each, MXNet's
+        teardown) while the caller finishes; :meth:`close` then waits for them."""
+        if not self.stopped:
+            for box in self.inboxes:
+                box.put(("stop",))
+            self.stopped = True
+
     def close(self) -> None:
-        """Stop the workers."""
-        for box in self.inboxes:
-            box.put(("stop",))
+        """Stop the workers and wait for them."""
+        self.stop()
         for p in self.processes:
             p.join(timeout=10)
             if p.is_alive():
