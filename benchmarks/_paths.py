@@ -22,7 +22,9 @@ encoder as a ``SymbolBlock``):
 With ``--tune [CACHE.json]`` each batch size also gets ``ours_block``, ``ours_module`` and
 ``ours_imports_fused`` converted with ``tune=`` at that batch's shape (``tuned_block``,
 ``tuned_module``, ``tuned_imports_fused``), and the tuning record (each kernel's fp32 / bf16
-time, the nodes kept fp32, the whole model untuned and tuned) is kept with the results.
+time, the nodes kept fp32, the whole model untuned and tuned) is kept with the results. Where
+the tuned model is the untuned one (``tuned_same_graph``), the tuned paths are the ``ours_*``
+rows and are not timed twice.
 
 Each batch size is one timing phase: every runner called in interleaved rounds (order
 rotating), one process; figures are medians, ratios medians of per-round ratios. The error of
@@ -214,6 +216,13 @@ def tuned_runners(net, folder: str, shape: tuple, cache: str, fp32_ops=None) -> 
                                           make_options("bfloat16", fp32_ops=fp32_ops, tune=cache),
                                           data_shapes={"data": shape})
     seconds = time.perf_counter() - t0
+    info = {"tuned_convert_s": seconds,
+            "tuning": conv.tuning.to_dict() if conv.tuning is not None else None}
+    untuned = convert_model_full(sym, args, auxs, make_options("bfloat16", fp32_ops=fp32_ops))[0]
+    if untuned.tojson(remove_amp_cast=False) == s2.tojson(remove_amp_cast=False):
+        # the tuned model is the untuned one (every kernel kept bf16, or the whole-model
+        # check dropped the choices): its paths are the ours_* rows, not timed twice
+        return {}, {**info, "tuned_same_graph": True}
     tuned = converted_symbol_block(net, ["data"], s2, a2, x2)
     tuned.default_backend = "MKLDNN"
     tuned.hybridize(backend="MKLDNN", static_alloc=True, static_shape=True)
@@ -225,8 +234,7 @@ def tuned_runners(net, folder: str, shape: tuple, cache: str, fp32_ops=None) -> 
     run = {"tuned_block": _block_run(tuned),
            "tuned_module": _module_run(*mx.model.load_checkpoint(prefix, 0)),
            "tuned_imports_fused": _block_run(fused)}
-    return run, {"tuned_convert_s": seconds,
-                 "tuning": conv.tuning.to_dict() if conv.tuning is not None else None}
+    return run, {**info, "tuned_same_graph": False}
 
 
 def run_case(label: str, spec, batches: dict, fp32_ops=None, tune: str | None = None) -> dict:
@@ -261,7 +269,7 @@ def targets(cases: list) -> dict:
             slower = [n for n in BLOCK_PATHS + TUNED_BLOCK_PATHS if p.get(n, {}).get("x_fp32_block", 1) < 1]
             slower += [n for n in MODULE_PATHS + ("tuned_module",) if p.get(n, {}).get("x_fp32_module", 1) < 1]
             out[f"{key}: paths slower than fp32"] = ", ".join(slower) or "none"
-            if "tuned_block" in p:
+            if "tuned_block" in p or b.get("tuned_same_graph"):
                 out.update(_tune_targets(key, b))
     return out
 
@@ -277,14 +285,19 @@ def _tune_targets(key: str, b: dict) -> dict:
     kernel kept bf16 slower than fp32 as timed, each tuned path >= its untuned one."""
     p, out = b["paths"], {}
     base = {"tuned_block": "fp32_block", "tuned_imports_fused": "fp32_block", "tuned_module": "fp32_module"}
+    # the same graph: the tuned paths are the untuned rows
+    timed = {n: TUNED_VS[n] if b.get("tuned_same_graph") else n for n in base}
     out[f"{key}: tuned paths slower than fp32"] = ", ".join(
-        n for n, ref in base.items() if p.get(n, {}).get(f"x_{ref}", 1) < 1) or "none"
+        timed[n] for n, ref in base.items() if p.get(timed[n], {}).get(f"x_{ref}", 1) < 1) or "none"
     tuning = b.get("tuning") or {}
     slow_kept = [k["kernel"] for k in tuning.get("kernels", [])
                  if k["kept"] != "float32" and k["low_ms"] > k["fp32_ms"]]
     if not tuning.get("applied", True):
         slow_kept = [k["kernel"] for k in tuning.get("kernels", []) if k["low_ms"] > k["fp32_ms"]]
     out[f"{key}: kernels kept bf16 slower than fp32 (as timed)"] = ", ".join(slow_kept) or "none"
+    if b.get("tuned_same_graph"):
+        out[f"{key}: tuned paths slower than untuned"] = "none (the tuned model is the untuned one)"
+        return out
     worse = []
     for tuned, untuned in TUNED_VS.items():
         if tuned in p and untuned in p and "ms_per_batch" in p[tuned] and "ms_per_batch" in p[untuned]:

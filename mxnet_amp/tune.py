@@ -4,11 +4,14 @@ timed on the machine that converts.
 A static rule (``[[slow_kernel]]``) is a snapshot of one CPU: bf16 Deconvolution was 0.34-0.85x
 of the fp32 time on a Xeon with AMX and slower than fp32 on an AMD EPYC. With ``tune`` every
 distinct kernel the policy would run in the target dtype (op, attributes, input shapes) is
-timed here in float32 and in bfloat16 through MXNet's default bind (oneDNN's fused path), each
-kernel alone (inputs and output in its dtype, as inside a chain of bf16 nodes). The casts a
-choice adds or removes are judged by the whole-model time below: timing every kernel with a
-cast on each side (tried first) made the casts dominate small and depthwise convolutions, kept
-most of mobilenetv2 in float32 and the model 1.4-2.3x slower. A node whose bf16 kernel is slower stays float32,
+timed here in float32 and in bfloat16 through MXNet's default bind (oneDNN's fused path), as
+a node inside a chain of bf16 nodes runs it: the bf16 kernel alone (bf16 in, bf16 out), the
+float32 kernel with the cast from bf16 before it and the cast back after it, which keeping it
+float32 there adds. (Version 1 put the casts on the bf16 side, as if its neighbours were
+float32: they dominated small and depthwise convolutions, kept most of mobilenetv2 in float32
+and the model 1.4-2.3x slower. Version 2 timed both kernels alone: the casts a float32 choice
+adds went unseen, and on a loaded machine the whole-model check below dropped the choices on
+6 of 10 models.) A node whose bf16 kernel is slower than that stays float32,
 its report reason the two times (``tuned: bfloat16 1.80 ms vs float32 1.10 ms``): it joins
 :attr:`~mxnet_amp.options.ConvertOptions.fp32_nodes` (:func:`with_timings`). The others run
 in bf16, a ``[[slow_kernel]]`` rule notwithstanding: the timed nodes are the options'
@@ -42,7 +45,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from .options import ConvertOptions
 
 __all__ = ["KernelTiming", "TuneRecord", "MXNetTimer", "target_nodes", "kernel_cases",
-           "node_input_shapes", "tuned_decisions", "tune_policy", "with_timings", "TUNED_PREFIX"]
+           "node_input_shapes", "case_graph", "case_input_dtypes", "tuned_decisions", "tune_policy", "with_timings", "TUNED_PREFIX"]
 
 TUNED_PREFIX = "tuned: "
 
@@ -63,7 +66,7 @@ class KernelTiming:
     def reason(self, target_dtype: str) -> str:
         """The report's reason for the nodes running this kernel (both times)."""
         return (f"{TUNED_PREFIX}{target_dtype} {1e3 * self.low_s:.3g} ms vs float32 "
-                f"{1e3 * self.fp32_s:.3g} ms ({self.case.describe()}"
+                f"{1e3 * self.fp32_s:.3g} ms with its casts ({self.case.describe()}"
                 + (", cached)" if self.cached else ")"))
 
 
@@ -150,17 +153,33 @@ def kernel_cases(graph: Graph, nodes: Sequence[int], shapes: Mapping[int, tuple]
     return cases
 
 
-def case_graph(case: KernelCase, dtype: str) -> Graph:
-    """A one-op graph of ``case`` computing in ``dtype``, every input of ``dtype``: the kernel
-    alone (inside a bf16 chain a node reads and writes bf16, no casts; the casts a choice
-    adds or removes at a chain's ends are judged by the whole-model time)."""
+def case_graph(case: KernelCase, dtype: str, chain_dtype: str | None = None) -> Graph:
+    """A one-op graph of ``case`` computing in ``dtype`` as a node inside a chain of
+    ``chain_dtype`` nodes runs it (default ``dtype``): its params in ``dtype``, its data
+    inputs in ``chain_dtype``, cast to ``dtype`` before it and its output cast back after
+    it where the two differ. So the low precision kernel is timed alone (a bf16 node between
+    bf16 nodes has no cast) and the float32 one with the two casts that keeping it float32
+    there adds."""
+    chain = chain_dtype or dtype
     b = GraphBuilder()
     args = []
     for k, (kind, _) in enumerate(case.inputs):
-        attrs = {"__dtype__": _code(dtype)} if dtype != "float32" else {}
-        args.append(Entry(b.add(Node("null", f"{kind}{k}", attrs=MappingProxyType(attrs)))))
-    out = b.add(Node(case.op, "op", tuple(args), MappingProxyType(dict(case.attrs))))
-    return b.build([Entry(out)])
+        held = dtype if kind == "param" else chain
+        attrs = {"__dtype__": _code(held)} if held != "float32" else {}
+        arg = Entry(b.add(Node("null", f"{kind}{k}", attrs=MappingProxyType(attrs))))
+        if held != dtype:
+            arg = Entry(b.add(Node("amp_cast", f"cast{k}", (arg,), MappingProxyType({"dtype": dtype}))))
+        args.append(arg)
+    out = Entry(b.add(Node(case.op, "op", tuple(args), MappingProxyType(dict(case.attrs)))))
+    if chain != dtype:
+        out = Entry(b.add(Node("amp_cast", "cast_out", (out,), MappingProxyType({"dtype": chain}))))
+    return b.build([out])
+
+
+def case_input_dtypes(case: KernelCase, dtype: str, chain_dtype: str | None = None) -> dict[str, str]:
+    """The dtype of each input variable of :func:`case_graph` (by name)."""
+    chain = chain_dtype or dtype
+    return {f"{kind}{k}": dtype if kind == "param" else chain for k, (kind, _) in enumerate(case.inputs)}
 
 
 def _code(dtype: str) -> str:
@@ -175,16 +194,19 @@ class MXNetTimer:
         self.rounds, self.min_round_s = rounds, min_round_s
 
     def kernel(self, case: KernelCase, target_dtype: str) -> tuple[float, float]:
-        """``(float32 s, target dtype s)`` per call of ``case`` (:class:`KernelTimer`)."""
+        """``(float32 s, target dtype s)`` per call of ``case`` (:class:`KernelTimer`): the
+        float32 kernel with the casts from and to the target dtype around it, the target
+        dtype kernel alone (:func:`case_graph`)."""
         import mxnet as mx
         import numpy as np
 
         rng = np.random.default_rng(0)
         runs = []
         for dtype in ("float32", target_dtype):
-            sym = graph_to_symbol(case_graph(case, dtype))
+            # float32 as it would run between low precision nodes: with its two casts
+            sym = graph_to_symbol(case_graph(case, dtype, target_dtype))
             shapes = {f"{kind}{k}": s for k, (kind, s) in enumerate(case.inputs)}
-            types = dict.fromkeys(shapes, np_dtype(dtype))
+            types = {k: np_dtype(d) for k, d in case_input_dtypes(case, dtype, target_dtype).items()}
             exe = sym.simple_bind(mx.cpu(), grad_req="null", type_dict=types, **shapes)
             for name, arr in exe.arg_dict.items():
                 scale = 0.05 if name.startswith("param") else 1.0

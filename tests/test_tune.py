@@ -14,12 +14,15 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.cli.main import main as cli_main
 from mxnet_amp.convert import convert_model_full
+from mxnet_amp.dtypes import np_dtype
 from mxnet_amp.errors import TuneError
 from mxnet_amp.hardware import bf16_runs_natively
+from mxnet_amp.io import graph_to_symbol
 from mxnet_amp.options import EXCLUDED_REASON, make_options
 from mxnet_amp.policy import Category
 from mxnet_amp.report.model import build_report
 from mxnet_amp.report.pages import format_table
+from mxnet_amp.tune import case_graph, case_input_dtypes
 from mxnet_amp.tune_cache import machine_key
 from mxnet_amp.tuning import KernelCase, Tuning
 
@@ -249,3 +252,22 @@ def test_auto_mode_tunes_once_at_the_sample_inputs_shapes():
     assert report.conversion.tuning.kept_fp32 == ["conv1x1", "dw24"]
     assert report.conversion.result.node_dtypes["conv1x1"] == "float32"
     assert report.conversion.result.decisions["conv1x1"].reason.startswith("tuned:")
+
+
+def test_the_float32_kernel_is_timed_with_the_casts_it_adds_between_bf16_nodes():
+    """Inside a chain of bf16 nodes a float32 node reads bf16 data through a cast and casts its
+    output back; its params are float32. The bf16 kernel is timed alone: no cast at all."""
+    case = KernelCase("Convolution", (("kernel", "(3, 3)"), ("num_filter", "4"), ("pad", "(1, 1)")),
+                      (("data", (1, 2, 5, 5)), ("param", (4, 2, 3, 3)), ("param", (4,))))
+    fp32 = case_graph(case, "float32", "bfloat16")
+    assert [n.op for n in fp32.nodes if not n.is_variable] == ["amp_cast", "Convolution", "amp_cast"]
+    assert case_input_dtypes(case, "float32", "bfloat16") == {
+        "data0": "bfloat16", "param1": "float32", "param2": "float32"}
+    low = case_graph(case, "bfloat16", "bfloat16")
+    assert [n.op for n in low.nodes if not n.is_variable] == ["Convolution"]
+    assert set(case_input_dtypes(case, "bfloat16", "bfloat16").values()) == {"bfloat16"}
+    # MXNet's own inference agrees: the float32 version reads and writes bfloat16
+    for graph, dtype in ((fp32, "float32"), (low, "bfloat16")):
+        types = {k: np_dtype(v) for k, v in case_input_dtypes(case, dtype, "bfloat16").items()}
+        _, out_types, _ = graph_to_symbol(graph).infer_type(**types)
+        assert out_types[0] == np_dtype("bfloat16")

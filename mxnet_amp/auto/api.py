@@ -248,8 +248,9 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     mode, mode_note = execution_mode(options.target_dtype, ctx, execution)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     _check_eval_data(eval_data, sample_inputs, settings)
-    # the worker processes start first: each loads MXNet while this process reads the graph
-    # and the first batches, converts and runs its reference
+    # the worker processes start first (their interpreters start while this process reads
+    # the graph and the first batches); they load MXNet with the first model, preloaded
+    # after the reference run
     pool = batch_pool(workers, ctx, client) if eval_data is not None else None
     source = judge = progress = None
     try:

@@ -331,7 +331,8 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
     tensors = dict(zip(keys, outs))
     dense = runs.validate is None and _judge_dense(runs, original, tensors, notes)
     if runs.data is not None:
-        # the workers load the float32 model while this process reads the ranges
+        # the workers load MXNet and the float32 model while this process reads the ranges
+        # (not during the reference run, which uses every core)
         runs.data.pool.preload(runs.reference_blob())
     heads, stats = reference_ranges(original, keys, outs, runs.inputs,
                                     {**runs.arg_params, **runs.aux_params}, limits)

@@ -161,9 +161,9 @@ def _worker_main(inbox: Any, outbox: Any) -> None:
     gone: a parent killed never says stop, and an orphan would wait forever)."""
     import multiprocessing
 
-    # MXNet loads now (~1.5 s), while the parent converts and runs its reference; loaded
-    # by the first model's unpickling instead, it delayed the first pass's first batch
-    import mxnet  # noqa: F401
+    # MXNet (~1.8 s of CPU) loads with the first model, which the parent preloads after its
+    # own reference run: imported at once, two workers' imports slowed that run on 2 cores
+    # as much as they saved
     parent = multiprocessing.parent_process()
     blob = None
     while True:

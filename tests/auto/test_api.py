@@ -187,3 +187,18 @@ def test_rtol_or_atol_switch_auto_to_allclose_and_the_report_says_so():
     assert f"max|out-ref|/max|ref| {report.relative_error:.3g} (tolerance 0.01)" in report.summary()
     with pytest.raises(ValueError, match="tolerance"):
         auto_convert_model(sym, args, {}, x, tolerance=0, quiet=True)
+
+
+@pytest.mark.parametrize("eval_data", [3, "/data/val.rec"])
+def test_bad_eval_data_is_refused_before_any_worker_process_starts(eval_data):
+    """The worker processes start early (before the graph is read): eval_data that cannot be
+    read is refused first, so no process is started for it."""
+    import multiprocessing
+
+    from mxnet_amp.errors import ArgumentError
+    sym, args, _ = clean_model()
+    before = set(multiprocessing.active_children())
+    with pytest.raises(ArgumentError, match="eval_data"):
+        auto_convert_model(sym, args, {}, eval_data=eval_data, workers=2, metric="acc",
+                           max_drop=0.01, quiet=True)
+    assert set(multiprocessing.active_children()) == before

@@ -63,3 +63,28 @@ def test_after_a_failed_pass_worker_processes_give_only_the_next_pass_outputs():
         pool.close()
     assert [b.index for b, _ in got] == list(range(6))
     assert [float(outs[0][0, 0]) for _, outs in got] == [0.5 + k for k in range(6)]
+
+
+def test_a_preloaded_model_is_sent_once_and_a_stopped_pool_runs_nothing_more():
+    """preload sends the model to every worker ahead of its batches (map then sends nothing
+    again, and the outputs are the model's); after stop, map refuses with a WorkerError and
+    close still waits for the workers."""
+    from mxnet_amp.auto.workers import ProcessPool
+    blob = _blob("preloaded")
+    batches = [Batch(k, {"data": np.full((1, 3), k, dtype=np.float32)}, []) for k in range(4)]
+    pool = ProcessPool(2, threads=1)
+    sent: list[str] = []
+    for box in pool.inboxes:   # what each inbox is given, in order
+        box.put = (lambda message, put=box.put: (sent.append(message[0]), put(message))[1])
+    try:
+        pool.preload(blob)
+        assert sent == ["model", "model"] and pool.loaded == ["preloaded", "preloaded"]
+        got = list(pool.map(blob, batches))
+        assert [float(outs[0][0, 0]) for _, outs in got] == [0.5, 1.5, 2.5, 3.5]
+        assert sent[2:] == ["run"] * 4
+        pool.stop()
+        with pytest.raises(WorkerError, match="stopped"):
+            list(pool.map(blob, batches))
+    finally:
+        pool.close()
+    assert not any(p.is_alive() for p in pool.processes)
