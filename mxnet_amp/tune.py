@@ -45,7 +45,8 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from .options import ConvertOptions
 
 __all__ = ["KernelTiming", "TuneRecord", "MXNetTimer", "target_nodes", "kernel_cases",
-           "node_input_shapes", "case_graph", "case_input_dtypes", "tuned_decisions", "tune_policy", "with_timings", "TUNED_PREFIX"]
+           "node_input_shapes", "case_graph", "case_input_dtypes", "tuned_decisions", "tune_policy",
+           "with_timings", "TUNED_PREFIX"]
 
 TUNED_PREFIX = "tuned: "
 
