@@ -345,3 +345,16 @@ def test_progress_bars_per_pass_on_a_terminal_only(monkeypatch, capsys):
     auto_convert_model(sym, args, {}, eval_data=it, metric="acc", max_drop=0.01, workers=1,
                        quiet=True)
     assert "sample" not in terminal.getvalue()
+
+
+def test_streamed_data_keeps_what_the_in_memory_api_keeps():
+    """The same samples streamed (an NDArrayIter, batch by batch) and given whole to the
+    in-memory API (one batch of sample_inputs): the same culprit kept, validated both ways."""
+    sym, args, _ = cancellation_model()
+    x = np.random.RandomState(3).uniform(0, 1, (48, 16)).astype(np.float32)
+    whole = auto_convert_model(sym, args, {}, sample_inputs=x, quiet=True)[3]
+    streamed = auto_convert_model(sym, args, {}, eval_data=mx.io.NDArrayIter(x, batch_size=8),
+                                  attribution_samples=48, workers=1, quiet=True)[3]
+    assert streamed.samples == 48 and streamed.batches == 6
+    assert whole.excluded_sym_names == streamed.excluded_sym_names == ["fc_c"]
+    assert whole.validated and streamed.validated
