@@ -241,7 +241,7 @@ def _tuning_lines(data) -> list[str]:
             slower = [k for k in kernels if k["low_ms"] > k["fp32_ms"]]
             rows.append([c["case"], b["batch"], len(kernels), len(slower), len(t.get("kept_fp32", [])),
                          _f(t.get("untuned_model_ms")), _f(t.get("tuned_model_ms")),
-                         "yes" if t.get("applied", True) else "no (not faster)",
+                         "yes" if t.get("applied", True) else "no (slower beyond the noise)",
                          _f(b.get("tuned_convert_s"))])
     if not rows:
         return []

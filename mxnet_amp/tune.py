@@ -16,8 +16,9 @@ its report reason the two times (``tuned: bfloat16 1.80 ms vs float32 1.10 ms``)
 :attr:`~mxnet_amp.options.ConvertOptions.fp32_nodes` (:func:`with_timings`). The others run
 in bf16, a ``[[slow_kernel]]`` rule notwithstanding: the timed nodes are the options'
 ``timed_nodes``, which the rule skips (the timings replace it). The whole
-model is then timed converted without and with these choices; if the tuned one is not faster
-the untuned choices stand (both times are in the record).
+model is then timed converted without and with these choices; if the tuned one is slower by
+more than the timing noise (:data:`MODEL_NOISE`, 2%), the untuned choices stand (both times
+are in the record).
 
 Timings are cached in a JSON file per machine (CPU model, ISA flags, ``DNNL_MAX_CPU_ISA``,
 MXNet version, thread count), which a user may ship with a model. bfloat16 only: MXNet has
@@ -46,9 +47,15 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 
 __all__ = ["KernelTiming", "TuneRecord", "MXNetTimer", "target_nodes", "kernel_cases",
            "node_input_shapes", "case_graph", "case_input_dtypes", "tuned_decisions", "tune_policy",
-           "with_timings", "TUNED_PREFIX"]
+           "with_timings", "TUNED_PREFIX", "MODEL_NOISE"]
 
 TUNED_PREFIX = "tuned: "
+# the whole-model check drops the timed choices only when the tuned model is slower by more
+# than this share: two timings of the same bf16 work on two quiet cores differ by up to 2-3%
+# (the per-path table's same graph through two static paths), and a choice such as one FC
+# in fp32 (0.52 against 0.58 ms, timed) moves a 155 ms model by less than that: dropped on
+# noise, it kept a kernel timed slower in bf16 (benchmarks.md, issue 34)
+MODEL_NOISE = 0.02
 
 
 @dataclass(frozen=True)
@@ -326,7 +333,7 @@ def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions
         return tuned_options, record    # the same graph: nothing to compare
     shaped = {k: tuple(v) for k, v in data_shapes.items()}
     before, after = _timer(tuning).model(untuned_model, tuned_model, shaped)
-    applied = after <= before
+    applied = after <= before * (1 + MODEL_NOISE)
     record = replace(record, untuned_model_s=before, tuned_model_s=after, applied=applied)
     return (tuned_options if applied else untuned_options), record
 

@@ -179,7 +179,7 @@ def tuning_summary(tuning: Mapping[str, Any]) -> str:
     before, after = tuning.get("untuned_model_ms"), tuning.get("tuned_model_ms")
     if before is not None and after is not None:
         text += (f"; whole model {before:.3g} ms untuned, {after:.3g} ms tuned"
-                 + ("" if tuning.get("applied", True) else ": not faster, the untuned choices stand"))
+                 + ("" if tuning.get("applied", True) else ": slower, the untuned choices stand"))
     else:
         text += "; the tuned graph is the untuned one"
     return text
