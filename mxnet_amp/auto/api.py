@@ -248,9 +248,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     mode, mode_note = execution_mode(options.target_dtype, ctx, execution)
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     _check_eval_data(eval_data, sample_inputs, settings)
-    # the worker processes start first (their interpreters start while this process reads
-    # the graph and the first batches); they load MXNet with the first model, preloaded
-    # after the reference run
+    # worker processes start first, while the graph and first batches are read; they load
+    # MXNet with the first model, preloaded after the reference run
     pool = batch_pool(workers, ctx, client) if eval_data is not None else None
     source = judge = progress = None
     try:
@@ -260,14 +259,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         notes = [mode_note] if mode_note else []
         progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", leave=False,
                         disable=True if quiet else None)   # None: on a terminal only, never a pipe
-        inputs = sample_input_arrays(sample_inputs, data_names, ctx, sym, original)
-        # the sample inputs' shapes reach every weight: a wrong one is named before any run
-        check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
-                           shapes_from="sample_inputs")
-        options.check_excluded(original)
-        runs = Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
-                     ctx=ctx, options=options, data_names=data_names, settings=settings,
-                     execution=mode, progress=progress)
+        runs = _checked_runs(sym, arg_params, aux_params, sample_inputs, original, options, settings,
+                             ctx=ctx, data_names=data_names, execution=mode, progress=progress)
         if source is not None and pool is not None:
             judge = runs.data = _data_judge(source, settings, options.target_dtype, pool, quiet)
         with numpy_warnings_noted(runs.steps, notes):
@@ -282,17 +275,30 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
                                    runs.bind_error, over_data=runs.data is not None)
         notes.extend([deployed] if deployed else [])
     finally:
-        if progress is not None:
-            progress.close()
         # the judge closes its source and pool; without one, what was opened is closed here
-        for closing in ([judge] if judge is not None else [c for c in (source, pool) if c is not None]):
-            closing.close()
+        for closing in [progress] + ([judge] if judge is not None else [source, pool]):
+            if closing is not None:
+                closing.close()
     report = _with_data_figures(_auto_report(runs, excluded, kept, model[3], notes, reference_finite,
                                              tuple(errors)), judge, rows)
     if not report.validated:
         warn_user("auto_convert_model: the returned model did not validate "
                   f"({report.criterion_text()}); see report.notes")
     return model[0], model[1], model[2], report
+
+
+def _checked_runs(sym: Symbol, arg_params: dict, aux_params: dict, sample_inputs: Any,
+                  original: Graph, options: ConvertOptions, settings: AutoSettings, *,
+                  ctx: Context, data_names: list[str], execution: str, progress: Any) -> Runs:
+    """The :class:`Runs` of a search, the sample inputs and exclusions checked first (the
+    sample inputs' shapes reach every weight: a wrong one is named before any run)."""
+    inputs = sample_input_arrays(sample_inputs, data_names, ctx, sym, original)
+    check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
+                       shapes_from="sample_inputs")
+    options.check_excluded(original)
+    return Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs, ctx=ctx,
+                options=options, data_names=data_names, settings=settings, execution=execution,
+                progress=progress)
 
 
 def _checked_pool(workers: Any, attribution_samples: Any, client: Any) -> tuple[int | None, int]:

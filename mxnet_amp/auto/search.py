@@ -337,9 +337,10 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
     heads, stats = reference_ranges(original, keys, outs, runs.inputs,
                                     {**runs.arg_params, **runs.aux_params}, limits)
     del outs
-    if not dense:   # else the dense tensors before NMS / top-k are the reference
-        runs.reference = heads
-    reference_finite = all(np.isfinite(r).all() for r in runs.reference)
+    # the heads, unless the dense tensors before NMS / top-k are the reference
+    reference = runs.reference if dense and runs.reference is not None else heads
+    runs.reference = reference
+    reference_finite = all(np.isfinite(r).all() for r in reference)
     if not reference_finite:
         origins = _degenerate_reference(runs, original, tensors)
         notes.append("the float32 reference outputs hold inf/nan on these sample inputs: "
