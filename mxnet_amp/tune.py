@@ -169,10 +169,11 @@ def case_graph(case: KernelCase, dtype: str, chain_dtype: str | None = None) -> 
     bf16 nodes has no cast) and the float32 one with the two casts that keeping it float32
     there adds."""
     chain = chain_dtype or dtype
+    held_by_name = case_input_dtypes(case, dtype, chain_dtype)
     b = GraphBuilder()
     args = []
     for k, (kind, _) in enumerate(case.inputs):
-        held = dtype if kind == "param" else chain
+        held = held_by_name[f"{kind}{k}"]
         attrs = {"__dtype__": _code(held)} if held != "float32" else {}
         arg = Entry(b.add(Node("null", f"{kind}{k}", attrs=MappingProxyType(attrs))))
         if held != dtype:
