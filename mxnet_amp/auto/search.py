@@ -263,18 +263,19 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     return excluded, tuple(kept_nodes), errors[:_ATTRIBUTION_REPORTED]
 
 
-def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]) -> bool:
+def _judge_dense(runs: Runs, original: Graph, tensors: Tensors,
+                 notes: list[str]) -> list[np.ndarray] | None:
     """Outputs after NMS / top-k / sorting / comparisons: the checks judge the dense
     tensors feeding the first such op instead (:mod:`mxnet_amp.passes.dense_outputs`), and
-    only ask the outputs to stay finite. Whether it set the reference (else the heads are)."""
+    only ask the outputs to stay finite. Returns the reference those checks judge (None:
+    the model has no such outputs, its heads are the reference)."""
     split = dense_outputs(original)
     if not split.after:
-        return False
+        return None
     keys = [(original.heads[k].node, original.heads[k].output) for k in split.dense]
     keys += [(e.node, e.output) for e in split.feeds if (e.node, e.output) not in keys]
     keys = [k for k in keys if k in tensors and tensors[k].dtype.kind == "f"]
     runs.judged = [(original.nodes[i].name, k) for i, k in keys]
-    runs.reference = [tensors[k] for k in keys]
     runs.after_reference = [tensors[(e.node, e.output)] for e in original.heads]
     shown = ", ".join(tensor_name(original, k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
     notes.append(f"{len(split.after)} of the {len(original.heads)} outputs follow "
@@ -283,7 +284,7 @@ def _judge_dense(runs: Runs, original: Graph, tensors: Tensors, notes: list[str]
                  f"changes where scores tie, so the checks judged the {len(keys)} dense tensors "
                  f"before them instead ({shown}) and only asked the outputs to stay finite; "
                  "pass validate= to judge the final outputs your own way")
-    return True
+    return [tensors[k] for k in keys]
 
 
 def _refuse_degenerate(runs: Runs, original: Graph) -> None:
@@ -329,7 +330,7 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
     outs = runs.run_reference(graph_to_symbol(probe))
     # every tensor is kept for the attribution run (it feeds them back as inputs)
     tensors = dict(zip(keys, outs))
-    dense = runs.validate is None and _judge_dense(runs, original, tensors, notes)
+    dense = _judge_dense(runs, original, tensors, notes) if runs.validate is None else None
     if runs.data is not None:
         # the workers load MXNet and the float32 model while this process reads the ranges
         # (not during the reference run, which uses every core)
@@ -338,8 +339,7 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
                                     {**runs.arg_params, **runs.aux_params}, limits)
     del outs
     # the heads, unless the dense tensors before NMS / top-k are the reference
-    reference = runs.reference if dense and runs.reference is not None else heads
-    runs.reference = reference
+    reference = runs.reference = dense if dense is not None else heads
     reference_finite = all(np.isfinite(r).all() for r in reference)
     if not reference_finite:
         origins = _degenerate_reference(runs, original, tensors)
