@@ -400,7 +400,8 @@ def _auto_report(runs: Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
         relative_error=result.relative_error, top1_flips=result.top1_flips,
         top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
         reference_finite=reference_finite, attribution=attribution,
-        metric=runs.metric_values.get(excluded), conversion=conversion)
+        metric=runs.metric_values.get(excluded), minimality=runs.minimality,
+        conversion=conversion)
 
 
 def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str = "float16",

@@ -178,6 +178,9 @@ class AutoReport:
         The worker processes (or Dask workers) the passes over ``eval_data`` ran on.
     pass_seconds : tuple of float
         With ``eval_data``: the wall time of each pass over it, the float32 reference first.
+    minimality : str or None
+        How the accuracy search's kept set was shown 1-minimal: each kept node returned
+        alone to low precision, measured to fail (:mod:`mxnet_amp.auto.culprits.shrink`).
     """
 
     target_dtype: str
@@ -212,6 +215,9 @@ class AutoReport:
     workers: int = 1
     # with eval_data: the wall seconds of each pass over it (the float32 reference first)
     pass_seconds: tuple[float, ...] = ()
+    # how the accuracy nodes kept were shown 1-minimal ("1-minimal: each of the 3 kept nodes
+    # fails alone (9 executions)"); None where no accuracy search ran
+    minimality: str | None = None
     # the Conversion record of the returned model (what the pass decided, node by node)
     conversion: Conversion | None = field(default=None, repr=False, compare=False)
 

@@ -59,6 +59,8 @@ class Runs:
         self.executions = 0
         self.steps: list[SearchStep] = []
         self.results: dict[frozenset, OutputCheck] = {}
+        # how the kept set was shown 1-minimal (mxnet_amp.auto.culprits.shrink), when shrunk
+        self.minimality: str | None = None
         self.conversions: dict[frozenset, tuple] = {}
         self.tuned: TuneRecord | None = None    # what tune= timed (the first conversion's record)
         self.reference: list[np.ndarray] | None = None
@@ -169,11 +171,11 @@ class Runs:
         self.steps.append(SearchStep("reference", 0, None, None, None))
         return outs
 
-    def check(self, excluded: frozenset, kind: str) -> tuple[bool, float, float]:
+    def check(self, excluded: frozenset, kind: str) -> OutputCheck:
         """Run the converted model without ``excluded`` in low precision; cached."""
         hit = self.results.get(excluded)
         if hit is not None:
-            return hit.passed, hit.tolerance_ratio, hit.max_abs_error
+            return hit
         sym, args, auxs, conversion = self.convert(excluded)
         if self.judged:
             conversion = _judged_conversion(conversion, self.judged, self.bound)
@@ -203,14 +205,14 @@ class Runs:
                 self.metric_values[excluded] = dict(metric.last or {})
         return self._record(excluded, kind, result)
 
-    def _record(self, excluded: frozenset, kind: str, result: OutputCheck) -> tuple[bool, float, float]:
+    def _record(self, excluded: frozenset, kind: str, result: OutputCheck) -> OutputCheck:
         """Cache and log the check of ``excluded``."""
         self.results[excluded] = result
         self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
                                      result.max_abs_error, result.relative_error,
                                      result.top1_flips))
         self.progress.set_postfix(kept_fp32=len(excluded), ok=result.passed, refresh=False)
-        return result.passed, result.tolerance_ratio, result.max_abs_error
+        return result
 
     def _check_data(self, excluded: frozenset, sym: Symbol, params: dict) -> OutputCheck:
         """The check of one configuration over the evaluation data (``self.data``); the
