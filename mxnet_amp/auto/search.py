@@ -134,7 +134,7 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
         notes.append(f"the attribution run failed ({str(err).splitlines()[0][:200]}); "
                      "the accuracy search bisected")
         return None, {}, [], frozenset()
-    tolerance = runs.tolerance if runs.rtol is None else runs.rtol
+    tolerance = runs.config.tolerance if runs.config.rtol is None else runs.config.rtol
     # the ops' own categories (nothing but ``base`` excluded), read once: every pick below
     # is judged against them
     categories = runs.convert(base)[3].result.categories
@@ -172,7 +172,7 @@ def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
                 runs: Runs) -> dict[str, KeptNode]:
     """The :class:`KeptNode` of each culprit the attribution found (``rounds``: its name ->
     None for a first pick, else the error measured with the picks before it)."""
-    tolerance = runs.tolerance if runs.rtol is None else runs.rtol
+    tolerance = runs.config.tolerance if runs.config.rtol is None else runs.config.rtol
     first = [e for e in errors if e.name in rounds and rounds[e.name] is None]
     together = math.sqrt(sum(e.contribution ** 2 for e in first))
     kept = {}
@@ -200,7 +200,7 @@ def _minimal(runs: Runs, original: Graph, base: frozenset, config: frozenset,
     """``config`` (measured to pass; ``base`` measured to fail) shrunk to a 1-minimal set
     (:func:`~mxnet_amp.auto.culprits.shrink.shrink`, in the attribution's order ``ranked``,
     then graph order): ``(exclusions, kept nodes)``, how minimality was shown in ``notes``
-    and ``runs.minimality``. Left as it is where nothing passed or the budget ran out."""
+    and ``runs.log``. Left as it is where nothing passed or the budget ran out."""
     proposed = config - base
     result = runs.results.get(config)
     if (not proposed or result is None or not result.passed
@@ -210,8 +210,8 @@ def _minimal(runs: Runs, original: Graph, base: frozenset, config: frozenset,
     rank = {n: i for i, n in enumerate(ranked)}
     shrunk = shrink(runs, base, sorted(proposed, key=lambda n: (rank.get(n, len(rank)),
                                                                 position.get(n, -1))))
-    runs.minimality = shrunk.text()
-    notes.append(runs.minimality)
+    runs.log.minimality = shrunk.text()
+    notes.append(shrunk.text())
     return base | frozenset(shrunk.kept), {n: _alone(k, shrunk) for n, k in kept.items()
                                            if n in shrunk.kept}
 
@@ -239,7 +239,7 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     if not ok:
         found_set = None
         failed: frozenset = frozenset()
-        if tensors is not None and runs.budget_left and runs.search == "attribution":
+        if tensors is not None and runs.budget_left and runs.config.search == "attribution":
             found_set, found, errors, failed = _attributed_search(runs, original, excluded,
                                                                   tensors, notes)
         if found_set is None:
@@ -272,8 +272,8 @@ def _judge_dense(runs: Runs, original: Graph, tensors: Tensors,
     keys = [(original.heads[k].node, original.heads[k].output) for k in split.dense]
     keys += [(e.node, e.output) for e in split.feeds if (e.node, e.output) not in keys]
     keys = [k for k in keys if k in tensors and tensors[k].dtype.kind == "f"]
-    runs.judged = [(original.nodes[i].name, k) for i, k in keys]
-    runs.after_reference = [tensors[(e.node, e.output)] for e in original.heads]
+    runs.judge_dense([(original.nodes[i].name, k) for i, k in keys],
+                     [tensors[(e.node, e.output)] for e in original.heads])
     shown = ", ".join(tensor_name(original, k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
     notes.append(f"{len(split.after)} of the {len(original.heads)} outputs follow "
                  f"{', '.join(sorted({original.nodes[original.index_of(n)].op for n in split.ops}))}"
@@ -327,7 +327,7 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
     outs = runs.run_reference(graph_to_symbol(probe))
     # every tensor is kept for the attribution run (it feeds them back as inputs)
     tensors = dict(zip(keys, outs))
-    dense = _judge_dense(runs, original, tensors, notes) if runs.validate is None else None
+    dense = _judge_dense(runs, original, tensors, notes) if runs.config.validate is None else None
     if runs.data is not None:
         # the workers load MXNet and the float32 model while this process reads the ranges
         # (not during the reference run, which uses every core)
@@ -336,7 +336,8 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
                                     {**runs.arg_params, **runs.aux_params}, limits)
     del outs
     # the heads, unless the dense tensors before NMS / top-k are the reference
-    reference = runs.reference = dense if dense is not None else heads
+    reference = dense if dense is not None else heads
+    runs.set_reference(reference)
     reference_finite = all(np.isfinite(r).all() for r in reference)
     if not reference_finite:
         origins = _degenerate_reference(runs, original, tensors)
@@ -344,7 +345,7 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
                      "those elements were not judged (float32 itself lost them; first at "
                      f"{', '.join(origins[:5]) + (', ...' if len(origins) > 5 else '')})")
     excluded, kept, errors = _search(runs, original, stats, limits, settings.underflow_fraction,
-                                     runs.options.excluded, notes, tensors)
+                                     runs.config.options.excluded, notes, tensors)
     return excluded, kept, reference_finite, errors
 
 

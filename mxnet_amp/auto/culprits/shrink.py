@@ -39,8 +39,13 @@ class Checks(Protocol):
     """What the shrinking needs of :class:`~mxnet_amp.auto.runner.Runs`: a cached check of a
     configuration (an object with ``passed``), the executions so far and the budget."""
 
-    executions: int
-    results: Mapping[frozenset, Any]
+    @property
+    def executions(self) -> int:
+        """Executions so far."""
+
+    @property
+    def results(self) -> Mapping[frozenset, Any]:
+        """Each configuration's check so far."""
 
     @property
     def budget_left(self) -> bool:
