@@ -258,8 +258,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         notes = [mode_note] if mode_note else []
         progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", leave=False,
                         disable=True if quiet else None)   # None: on a terminal only, never a pipe
-        if source is not None and pool is not None:
-            judge = _data_judge(source, settings, options.target_dtype, pool, quiet)
+        judge = _data_judge(source, settings, options.target_dtype, pool, quiet)
         runs = _checked_runs(sym, arg_params, aux_params, sample_inputs, original, options, settings,
                              ctx=ctx, data_names=data_names, execution=mode, progress=progress,
                              data=judge)
@@ -373,9 +372,12 @@ def _check_eval_data(eval_data: Any, sample_inputs: Any, settings: AutoSettings)
                             f"batches, got {eval_data!r} (a .rec file: mxnet_amp.auto.batches.RecordBatches)")
 
 
-def _data_judge(source: BatchSource, settings: AutoSettings, target_dtype: str, pool: Any,
-                quiet: bool) -> DataJudge:
-    """The :class:`DataJudge` of the checks over ``source``, its batches run by ``pool``."""
+def _data_judge(source: BatchSource | None, settings: AutoSettings, target_dtype: str, pool: Any,
+                quiet: bool) -> DataJudge | None:
+    """The :class:`DataJudge` of the checks over ``source``, its batches run by ``pool``
+    (None without evaluation data)."""
+    if source is None or pool is None:
+        return None
     metric = settings.validate if isinstance(settings.validate, MetricCheck) else None
     return DataJudge(source, pool, target_dtype=target_dtype,
                      tolerance=settings.tolerance, rtol=settings.rtol, atol=settings.atol,

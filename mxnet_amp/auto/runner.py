@@ -109,9 +109,11 @@ class Runs:
         return self.config.accuracy_reason
 
     def criterion_words(self) -> str:
+        """The check's bound in words (:meth:`RunConfig.criterion_words`)."""
         return self.config.criterion_words()
 
     def input_dtypes(self) -> dict[str, str]:
+        """The sample inputs' dtype names."""
         return self.config.input_dtypes()
 
     @property
