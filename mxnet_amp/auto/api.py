@@ -327,7 +327,8 @@ def _with_data_figures(report: AutoReport, judge: DataJudge | None, rows: int | 
         return report
     return replace(report, samples=judge.source.samples, batches=judge.source.batches,
                    attribution_samples=rows, workers=judge.pool.workers,
-                   pass_seconds=tuple(judge.pass_seconds))
+                   pass_seconds=tuple(judge.pass_seconds),
+                   sample_evaluations=judge.sample_evaluations)
 
 
 def _eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], original: Any,
