@@ -98,7 +98,8 @@ class NodeError:
 class SearchStep:
     """One model execution of the auto mode."""
 
-    # 'reference', 'check', 'attribution', 'validate', 'trim', 'all-fp32', 'bisect', 'prefix'
+    # 'reference', 'reference data', 'check', 'attribution', 'validate', 'all-fp32', 'bisect',
+    # 'shrink'
     kind: str
     excluded: int              # nodes kept in float32 in the executed configuration
     passed: bool | None        # None for the reference run
