@@ -17,7 +17,7 @@ from ..io import atomic_write
 from ..paths import STREAM_NAMES
 from ..report.draw import graph_svg, write_graph
 from ..report.pages import format_table, report_html
-from ..report.precision_map import precision_map_svg
+from ..report.precision_svg import precision_map_svg
 
 if TYPE_CHECKING:
     from ..record import Conversion

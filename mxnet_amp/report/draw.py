@@ -19,7 +19,7 @@ from ..errors import DrawError
 from ..io import atomic_write
 from .layout import CHAR_WIDTH, DTYPE_COLOURS, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, layout
 from .picture import Box, Picture, collapse
-from .precision_map import precision_map_svg, stacked_svg
+from .precision_svg import precision_map_svg, stacked_svg
 
 if TYPE_CHECKING:   # only annotations name it
     from ..record import Conversion

@@ -49,8 +49,8 @@ class Costs:
     basis: str
 
 
-def _prod(shape: Sequence[int]) -> int:
-    return math.prod(int(d) for d in shape)
+def _prod(shape: Sequence[int] | None) -> int:
+    return math.prod(int(d) for d in shape or ())
 
 
 def _known(shape: Sequence[int] | None) -> bool:
@@ -63,7 +63,7 @@ def node_flops(node: Node, out: Sequence[int] | None, ins: Sequence[Sequence[int
     needed are unknown."""
     if not _known(out):
         return None
-    n_out = _prod(out or ())
+    n_out = _prod(out)
     op = node.op
     if op in ("Convolution", "Deconvolution", "FullyConnected") and len(ins) > 1 and _known(ins[1]):
         weight = tuple(ins[1] or ())
@@ -124,12 +124,13 @@ def _image_guess(graph: Graph, consumers: Sequence[Sequence[tuple[int, int]]], n
     return ()
 
 
-def _inferred(graph: Graph, shapes: Mapping[str, tuple]) -> dict[str, tuple[int, ...]]:
+def _inferred(conversion: Conversion, shapes: Mapping[str, tuple]) -> dict[str, tuple[int, ...]]:
     """Output name (``node_output``, ``node_output1``, a variable's name) -> shape, by MXNet's
     partial inference over the whole graph; empty when MXNet refuses."""
     import mxnet as mx
     try:
-        internals = graph_to_symbol(graph).get_internals()
+        symbol = conversion.symbol if conversion.symbol is not None else graph_to_symbol(conversion.graph)
+        internals = symbol.get_internals()
         args = set(internals.list_arguments())
         _, outs, _ = internals.infer_shape_partial(**{k: v for k, v in shapes.items() if k in args})
     except (mx.base.MXNetError, ValueError, TypeError):
@@ -161,7 +162,7 @@ def op_costs(conversion: Conversion, input_shapes: Mapping[str, tuple] | None = 
     """
     graph = conversion.graph
     shapes, assumed = _input_shapes(graph, conversion.data_names, input_shapes or {})
-    inferred = _inferred(graph, shapes) if shapes else {}
+    inferred = _inferred(conversion, shapes) if shapes else {}
     values: list[float | None] = []
     for node in graph.nodes:
         if node.is_variable or node.op in CAST_OPS:
