@@ -2,8 +2,9 @@
 
 :func:`op_costs` runs MXNet's partial shape inference once on the converted graph and
 estimates each op node's floating point operations from the shapes: a ``Convolution`` or
-``FullyConnected`` two per multiply-accumulate, a ``dot`` / ``batch_dot`` likewise, every other
-op one per element it reads or writes (whichever is more). The model inputs' shapes are the
+``FullyConnected`` two per multiply-accumulate, a ``dot`` / ``batch_dot`` and the interleaved
+attention products likewise, every other op one per element it reads or writes (whichever
+is more). The model inputs' shapes are the
 caller's; where none are given each input gets what its readers prove about it (channels
 from a convolution weight, :func:`mxnet_amp.shape_check.guess.guess_input_shapes`), with a
 batch of 1 and 224 for every other unknown dimension, and the result says so. When no shape
@@ -26,6 +27,10 @@ __all__ = ["Costs", "op_costs", "node_flops", "ASSUMED_DIM"]
 
 ASSUMED_DIM = 224     # an input dimension nobody gave nor proved (an image side, a sequence length)
 _MATMUL = frozenset({"dot", "batch_dot", "linalg_gemm2", "_npi_matmul"})
+# MXNet's fused multi-head attention products (GluonNLP's BERT): queries, keys and values
+# interleaved in one input
+_ATTENTION = frozenset({"_contrib_interleaved_matmul_selfatt_qk", "_contrib_interleaved_matmul_selfatt_valatt",
+                        "_contrib_interleaved_matmul_encdec_qk", "_contrib_interleaved_matmul_encdec_valatt"})
 _TRUE = ("true", "1")
 
 
@@ -77,8 +82,20 @@ def node_flops(node: Node, out: Sequence[int] | None, ins: Sequence[Sequence[int
         transposed = node.attrs.get("transpose_a", "False").lower() in _TRUE
         inner = a[-2] if transposed and len(a) > 1 else a[-1]
         return 2.0 * n_out * inner
+    if op in _ATTENTION and ins and all(_known(s) for s in ins):
+        return 2.0 * n_out * _attention_inner(op, node, ins)
     read = max((_prod(s) for s in ins if _known(s)), default=0)
     return float(max(n_out, read))
+
+
+def _attention_inner(op: str, node: Node, ins: Sequence[Sequence[int] | None]) -> int:
+    """The length of the products an interleaved attention op sums: a head's width for the
+    scores (``qk``), the attended length for the weighted values (``valatt``)."""
+    if op.endswith("valatt"):
+        return int(tuple(ins[1] or ())[-1]) if len(ins) > 1 else 0
+    heads = max(1, (attr_ints(node.attrs.get("heads")) or (1,))[0])
+    width = int(tuple(ins[0] or ())[-1])
+    return width // (3 * heads) if op.endswith("selfatt_qk") else width // heads
 
 
 def _variable_shapes(graph: Graph) -> dict[str, tuple[int, ...]]:

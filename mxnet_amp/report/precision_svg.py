@@ -39,7 +39,8 @@ def _head(pmap: PrecisionMap) -> list[str]:
     along = "depth" if pmap.depths_per_column == 1 else f"depth, {pmap.depths_per_column} depths a column"
     head = (f"Precision map{': ' + pmap.title if pmap.title else ''}: {n_ops} ops left to right by "
             f"{along}; height: {pmap.costs.basis}")
-    out = [f'<text x="12" y="20" font-size="14" font-weight="bold">{html.escape(fit_text(head, MAP_WIDTH / 1.1))}</text>']
+    out = [f'<text x="12" y="20" font-size="14" font-weight="bold">'
+           f'{html.escape(fit_text(head, MAP_WIDTH / 1.1))}</text>']
     x = 12.0
     order = sorted(pmap.share, key=lambda d: (d != pmap.target, d != "float32", d))
     for d in order:
@@ -85,17 +86,18 @@ def _rows(pmap: PrecisionMap, graph: Graph) -> list[str]:
     width = pmap.column_width()
     groups = _groups(graph, pmap)
     free, last = 0.0, ""
-    for column in sorted(groups):   # a label where the name group changes and there is room
+    for column in sorted(groups):   # a label where the name group changes (or soon after, for room)
         x, base, _ = pmap.where(column)
         if column % per_row == 0:
             free = 0.0
-        fits = x + 6 * len(groups[column]) < MAP_WIDTH
-        if groups[column] != last and x >= free and groups[column] and fits:
-            out.append(f'<line x1="{x + 0.5:.1f}" y1="{base + 1:.1f}" x2="{x + 0.5:.1f}" y2="{base + _LABEL_Y - 8:.1f}" '
+        fits = x >= free and x + 6 * len(groups[column]) < MAP_WIDTH
+        if groups[column] != last and groups[column] and fits:
+            out.append(f'<line x1="{x + 0.5:.1f}" y1="{base + 1:.1f}" x2="{x + 0.5:.1f}" '
+                       f'y2="{base + _LABEL_Y - 8:.1f}" '
                        f'stroke="#bbb"/><text x="{x + 2:.1f}" y="{base + _LABEL_Y:.1f}" fill="#666" '
                        f'font-size="10">{html.escape(groups[column])}</text>')
             free = x + 6 * len(groups[column]) + 10
-        last = groups[column]
+            last = groups[column]
     for row in range(pmap.rows):
         first = row * per_row
         end = min(pmap.columns, first + per_row)
@@ -103,8 +105,9 @@ def _rows(pmap: PrecisionMap, graph: Graph) -> list[str]:
         d1 = min(pmap.depths, end * pmap.depths_per_column) - 1
         out.append(f'<line x1="{x:.1f}" y1="{base + 0.5:.1f}" x2="{x + (end - first) * width:.1f}" '
                    f'y2="{base + 0.5:.1f}" stroke="#999"/>')
+        start = f'{"depth " if row == 0 else ""}{first * pmap.depths_per_column}'
         out.append(f'<text x="{x - 4:.0f}" y="{base + 4:.0f}" text-anchor="end" fill="#666" font-size="10">'
-                   f'{"depth " if row == 0 else ""}{first * pmap.depths_per_column}</text><text x="{x + (end - first) * width + 4:.0f}" '
+                   f'{start}</text><text x="{x + (end - first) * width + 4:.0f}" '
                    f'y="{base + 4:.0f}" fill="#666" font-size="10">{d1}</text>')
     return out
 

@@ -24,6 +24,10 @@ def test_node_flops_per_kind_of_op():
     assert node_flops(fc, (2, 10), [(2, 30), (10, 30)]) == 2 * 20 * 30
     bdot = Node("batch_dot", "b", attrs=MappingProxyType({"transpose_a": "True"}))
     assert node_flops(bdot, (4, 5, 6), [(4, 7, 5), (4, 7, 6)]) == 2 * 120 * 7
+    qk = Node("_contrib_interleaved_matmul_selfatt_qk", "qk", attrs=MappingProxyType({"heads": "2"}))
+    assert node_flops(qk, (6, 5, 5), [(5, 3, 2 * 3 * 4)]) == 2 * 150 * 4   # seq 5, batch 3, 2 heads of 4
+    valatt = Node("_contrib_interleaved_matmul_selfatt_valatt", "va", attrs=MappingProxyType({"heads": "2"}))
+    assert node_flops(valatt, (5, 3, 8), [(5, 3, 24), (6, 5, 5)]) == 2 * 120 * 5
     add = Node("broadcast_add", "a")
     assert node_flops(add, (2, 3), [(2, 3), (1, 3)]) == 6
     pool = Node("Pooling", "p")

@@ -33,7 +33,8 @@ def _islands_model(target: str = "float16"):
 
 
 def _ops(conv):
-    return [i for i, n in enumerate(conv.graph.nodes) if not n.is_variable and n.op not in ("amp_cast", "amp_multicast")]
+    return [i for i, n in enumerate(conv.graph.nodes)
+            if not n.is_variable and n.op not in ("amp_cast", "amp_multicast")]
 
 
 def test_depths_are_the_longest_path_of_ops_casts_adding_none():

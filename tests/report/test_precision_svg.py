@@ -84,7 +84,8 @@ def test_the_map_fits_its_box_and_says_each_dtypes_share():
 
 def test_stacked_svg_keeps_both_documents_one_above_the_other():
     top = '<svg xmlns="http://www.w3.org/2000/svg" width="100" height="50"><rect id="a"/></svg>'
-    bottom = '<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="300" height="70"><rect id="b"/></svg>'
+    bottom = ('<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="300" height="70">'
+              '<rect id="b"/></svg>')
     root = ET.fromstring(stacked_svg(top, bottom, gap=10))
     assert (root.get("width"), root.get("height")) == ("300", "130")
     inner = root.findall(f"{SVG}svg")
