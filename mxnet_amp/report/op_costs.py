@@ -163,6 +163,12 @@ def _entry_shape(inferred: Mapping[str, tuple], node: Node, output: int) -> tupl
         inferred.get(f"{node.name}_output") if output == 0 else None)
 
 
+def _words(shapes: Mapping[str, tuple], data: Sequence[str], assumed: Sequence[str]) -> str:
+    """``data 1x3x224x224 (assumed), mask 1x8``: the model inputs' shapes used."""
+    return ", ".join(f"{k} {'x'.join(map(str, v))}{' (assumed)' if k in assumed else ''}"
+                     for k, v in shapes.items() if k in data)
+
+
 def op_costs(conversion: Conversion, input_shapes: Mapping[str, tuple] | None = None) -> Costs:
     """The estimated cost of each node of ``conversion.graph`` (see the module doc).
 
@@ -187,9 +193,9 @@ def op_costs(conversion: Conversion, input_shapes: Mapping[str, tuple] | None = 
             continue
         ins = [_entry_shape(inferred, graph.nodes[e.node], e.output) for e in node.inputs]
         values.append(node_flops(node, _entry_shape(inferred, node, 0), ins))
+    words = _words(shapes, conversion.data_names, assumed)
     if not any(v is not None for v in values):
         equal = tuple(None if n.is_variable or n.op in CAST_OPS else 1.0 for n in graph.nodes)
-        return Costs(equal, "op", "no shapes known: every op drawn the same size")
-    words = ", ".join(f"{k} {'x'.join(map(str, v))}{' (assumed)' if k in assumed else ''}"
-                      for k, v in shapes.items() if k in conversion.data_names)
+        why = f"MXNet's shape inference failed at input {words}" if shapes and not inferred else "no shapes known"
+        return Costs(equal, "op", why + ": every op drawn the same size")
     return Costs(tuple(values), "FLOPs", f"estimated FLOPs at input {words}" if words else "estimated FLOPs")

@@ -74,3 +74,13 @@ def test_unknown_shapes_give_equal_costs():
     assert [c for c in costs.values if c is not None] == [1.0, 1.0]
     given = op_costs(conv, {"data": (2, 7)})
     assert given.unit == "FLOPs" and _costs_by_name(conv, given)["fc"] == 2 * (2 * 3) * 28
+
+
+def test_shapes_mxnet_refuses_give_equal_costs_and_say_so():
+    """An input shape contradicting a weight's: MXNet's inference fails, every op costs one."""
+    w = mx.sym.var("w", shape=(3, 4))
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), w, num_hidden=3, no_bias=True, name="fc")
+    conv = convert_graph(graph_from_symbol(sym), make_options("float16"), data_names=["data"])
+    costs = op_costs(conv, {"data": (2, 7)})
+    assert costs.unit == "op" and "shape inference failed at input data 2x7" in costs.basis
+    assert op_costs(conv, {"data": (2, 4)}).unit == "FLOPs"
