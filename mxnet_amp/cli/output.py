@@ -61,12 +61,18 @@ def write_outputs(args: argparse.Namespace, conversion: Conversion, report: Conv
 
 
 def _given_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
-    """The ``--input-shape`` values (``NAME:1x3x224x224``, checked by the command before it
-    converted), which the precision map's costs are estimated at."""
+    """The model inputs' shapes the command was given, which the precision map's costs are
+    estimated at: ``--input-shape`` and ``auto``'s ``--input`` shapes (``NAME:1x3x224x224``,
+    checked by the command before it converted; a ``.npy`` input is left to be assumed),
+    ``demo``'s ``--batch`` and ``--size``."""
     shapes = {}
-    for spec in getattr(args, "input_shapes", None) or ():
+    for spec in [*(getattr(args, "input_shapes", None) or ()), *(getattr(args, "inputs", None) or ())]:
         name, _, value = spec.partition(":")
-        shapes[name] = tuple(int(d) for d in value.lower().split("x"))
+        if not value.endswith(".npy"):
+            shapes[name] = tuple(int(d) for d in value.lower().split("x"))
+    size, batch = getattr(args, "size", None), getattr(args, "batch", None)
+    if not shapes and isinstance(size, int) and isinstance(batch, int):
+        shapes["data"] = (batch, 3, size, size)   # the demo's zoo model reads an RGB image batch
     return shapes
 
 

@@ -61,6 +61,10 @@ def test_the_html_page_opens_with_a_precision_map_at_the_given_input_shape(tmp_p
     assert text.index("precision-map") < text.index("<h2>Graph")
     assert "estimated FLOPs at input data 4x10</text>" in text
     assert "bfloat16: 1 ops, 100.0% of FLOPs" in text
+    write_outputs(_args(html=str(page), inputs=["data:3x5"]), conv, report)   # auto's --input
+    assert "estimated FLOPs at input data 3x5</text>" in page.read_text()
+    write_outputs(_args(html=str(page), inputs=["data:x.npy"]), conv, report)
+    assert "no shapes known" in page.read_text()
 
 
 def test_finish_prints_the_table_to_stderr_when_the_report_goes_to_stdout(capsys):
