@@ -2,10 +2,9 @@
 contributions do not drift with depth, the gains follow structure-keeping moves, a failed
 validation searches the ranking's shortest passing prefix, and the long-accumulation
 culprits of benchmarks/planted_culprits_structured.py are found."""
+import math
 import os
 import sys
-
-import math
 
 import numpy as np
 import pytest
