@@ -94,7 +94,7 @@ def _held(conversion: Conversion) -> dict[tuple[str, int], str]:
 def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, positions: dict,
            params: Mapping, conversion: Conversion) -> dict:
     """The arrays of the teacher-forced graph's variables: the reference tensors its forced
-    copies read; the params, the low precision ones rounded as the conversion's cast rounds
+    copies read (rounded where the producer holds them in low precision); the params, the low precision ones rounded as the conversion's cast rounds
     them; and for the float32 twins, each tensor *as it arrives* (rounded where its
     producer holds it in low precision) and the float32 params (the model inputs come from
     ``runs``)."""
@@ -107,7 +107,11 @@ def _feeds(runs: Runs, fg: ForcedGraph, tensors: Mapping, index: dict, positions
         name = variable.name
         if name in fg.reference_feeds:
             i, k0 = index[fg.reference_feeds[name][0]]
-            feeds[name] = mx.nd.array(tensors[(i, k0 + fg.reference_feeds[name][1])], ctx=runs.ctx)
+            ref = np.asarray(tensors[(i, k0 + fg.reference_feeds[name][1])])
+            if fg.var_dtypes.get(name) in DTYPE_LIMITS:   # as its producer holds it
+                with np.errstate(invalid="ignore", over="ignore"):
+                    ref = round_numpy(ref, fg.var_dtypes[name])
+            feeds[name] = mx.nd.array(ref, ctx=runs.ctx)
         elif name in fg.perturbed_feeds:
             tensor = fg.perturbed_feeds[name]
             ref = np.asarray(tensors[(positions[tensor[0]], tensor[1])])
