@@ -127,6 +127,7 @@ def compose(blocks: Sequence[tuple[str, bool]], shape: str = "chain", seed: int 
     h = net.sym.var("data")
     culprits = []
     for i, (kind, culprit) in enumerate(blocks):
+        culprit = culprit and kind != "plain"   # a plain layer has no culprit form
         out, name = getattr(net, kind)(h, i, culprit)
         if culprit:
             culprits.append(name)
