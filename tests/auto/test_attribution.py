@@ -108,3 +108,21 @@ def test_long_accumulation_culprit_found_beside_its_lookalikes():
     report = auto_planted(p)
     assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
     assert report.executions <= 2 + len(p.culprits) + 1
+
+
+def test_local_errors_are_each_nodes_own_on_its_inputs_as_they_arrive():
+    """A node that only passes on what its low precision producer rounded (``a - 1`` of a
+    float16 ``a``, ``s - L`` of a float16 sum) shows no local error of its own: both its
+    low precision and its float32 twin read the rounded input. Fed the unrounded reference,
+    each showed its producer's rounding again, was measured to matter as much, and took a
+    place beside it in the ranking."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    from planted_culprits_attrib import compose
+    p = compose([("near_one", True), ("plain", False), ("residual", True)], "chain", seed=5)
+    report = auto_planted(p)
+    by_name = {e.name: e for e in report.attribution}
+    assert by_name["near0"].relative_local_error > 1e-4
+    assert by_name["res2_add"].relative_local_error > 1e-4
+    for follower in ("near0_diff", "near0_scaled", "res2_sub"):
+        assert by_name[follower].local_error == 0.0 and by_name[follower].contribution == 0.0
+    assert {e.name for e in report.attribution[:2]} == {"near0", "res2_add"}
