@@ -42,14 +42,13 @@ _SEED = 0
 _FLOOR = 6.1e-5   # float16's smallest normal: the scale of an all-zero output
 
 
-def injected(original: Graph, points: Sequence[tuple[int, int]],
+def injected(original: Graph, shapes: Mapping[tuple[int, int], tuple[int, ...]],
              heads: Sequence[tuple[int, int]]) -> tuple[Graph, dict[tuple[int, int], str]]:
-    """``original`` with ``y + z`` in place of each tensor ``y`` of ``points`` (``(node,
-    output)`` keys), ``z`` a new variable, and ``heads`` (keys) as its outputs. Returns the
-    graph and each point's variable name."""
+    """``original`` with ``y + reshape(z, y.shape)`` in place of each tensor ``y`` of
+    ``shapes`` (``(node, output)`` key -> its shape), ``z`` a new flat variable, and ``heads``
+    (keys) as its outputs. Returns the graph and each point's variable name."""
     builder = GraphBuilder()
     builder.names.update(n.name for n in original.nodes)
-    wanted = set(points)
     new: dict[tuple[int, int], Entry] = {}
     variables: dict[tuple[int, int], str] = {}
     used = original.num_used_outputs()
@@ -58,12 +57,15 @@ def injected(original: Graph, points: Sequence[tuple[int, int]],
         idx = builder.add(node.replace(inputs=ins))
         for k in range(max(used[i], 1)):
             new[(i, k)] = Entry(idx, k)
-            if (i, k) in wanted and not node.is_variable:
+            if (i, k) in shapes and not node.is_variable:
+                # z is flat (its gradient is read without a reshape per backward pass)
                 name = variables[(i, k)] = builder.fresh_name(f"{node.name}_out{k}_injected")
                 z = builder.add(Node("null", name))
+                shaped = builder.add(Node("reshape", builder.fresh_name(f"{name}_shaped"),
+                                          (Entry(z),), {"shape": str(tuple(shapes[(i, k)]))}))
                 new[(i, k)] = Entry(builder.add(Node(
                     "elemwise_add", builder.fresh_name(f"{node.name}_out{k}_plus"),
-                    (Entry(idx, k), Entry(z)))))
+                    (Entry(idx, k), Entry(shaped)))))
     return builder.build([new[h] for h in heads], original.attrs), variables
 
 
@@ -108,26 +110,31 @@ def propagated(runs: Runs, original: Graph, errors: Mapping[str, tuple[tuple[int
     and one backward pass per output direction."""
     import mxnet as mx
 
-    points = sorted({key for key, _ in errors.values()})
-    graph, variables = injected(original, points, heads)
+    shapes = {key: tuple(err.shape) for key, err in errors.values()}
+    graph, variables = injected(original, shapes, heads)
     sym = graph_to_symbol(graph)
     values = {k: v.as_in_context(runs.ctx) for k, v in {**runs.arg_params, **runs.aux_params}.items()}
     values.update(runs.inputs)
-    shapes = {key: err.shape for key, err in errors.values()}
     zs = {}
     for key, name in variables.items():
-        zs[key] = values[name] = mx.nd.zeros(shapes[key], ctx=runs.ctx)
+        zs[key] = values[name] = mx.nd.zeros((int(np.prod(shapes[key], dtype=np.int64)),),
+                                             ctx=runs.ctx)
         zs[key].attach_grad()
     names = sym.list_inputs()
     op = mx.nd.CachedOp(sym)
     with mx.autograd.record(train_mode=False):
         outs = op(*[values[n] for n in names])
     outs = [outs] if isinstance(outs, mx.nd.NDArray) else list(outs)
-    flat = {name: (key, err.astype(np.float64).ravel()) for name, (key, err) in errors.items()}
+    # every gradient read at once, one after another (one copy out per backward pass, not
+    # one per point: ~2500 small copies per pass took longer than the pass)
+    keys = sorted(zs)
+    starts = np.cumsum([0] + [int(np.prod(shapes[key], dtype=np.int64)) for key in keys])
+    at = {key: (int(starts[j]), int(starts[j + 1])) for j, key in enumerate(keys)}
+    flat = {name: (at[key], err.astype(np.float64).ravel()) for name, (key, err) in errors.items()}
     sq = dict.fromkeys(errors, 0.0)
     for parts in _directions(_weights(references)):
         mx.autograd.backward(outs, [mx.nd.array(p, ctx=runs.ctx) for p in parts], retain_graph=True)
-        grads = {key: z.grad.asnumpy().astype(np.float64).ravel() for key, z in zs.items()}
-        for name, (key, err) in flat.items():
-            sq[name] += float(np.dot(grads[key], err)) ** 2
+        grad = mx.nd.concat(*[zs[key].grad for key in keys], dim=0).asnumpy().astype(np.float64)
+        for name, ((start, end), err) in flat.items():
+            sq[name] += float(np.dot(grad[start:end], err)) ** 2
     return {name: math.sqrt(v) for name, v in sq.items()}

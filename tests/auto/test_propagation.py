@@ -32,10 +32,12 @@ def _net(out_width: int, batch: int = 2):
 def test_injected_adds_one_variable_per_point_and_reads_it_downstream():
     graph, _, _, _ = _net(4)
     i = graph.index_of("fc1")
-    new, variables = injected(graph, [(i, 0)], [(e.node, e.output) for e in graph.heads])
-    assert len(new.nodes) == len(graph.nodes) + 2 and list(variables) == [(i, 0)]
+    new, variables = injected(graph, {(i, 0): (2, 6)}, [(e.node, e.output) for e in graph.heads])
+    assert len(new.nodes) == len(graph.nodes) + 3 and list(variables) == [(i, 0)]
     plus = [n for n in new.nodes if n.op == "elemwise_add"]
-    assert len(plus) == 1 and new.nodes[plus[0].inputs[1].node].name == variables[(i, 0)]
+    shaped = new.nodes[plus[0].inputs[1].node]
+    assert len(plus) == 1 and shaped.op == "reshape" and shaped.attrs["shape"] == "(2, 6)"
+    assert new.nodes[shaped.inputs[0].node].name == variables[(i, 0)]
     plus_index = new.index_of(plus[0].name)
     # both slices read the sum, not fc1 itself
     for name in ("a", "b"):
