@@ -15,6 +15,7 @@ from .record import Conversion
 from .dtypes import LOW_PRECISION, array_dtype, array_nbytes
 from .errors import FusionError, ParamError, StrippedCastsError
 from .fused import check_fused_for
+from .hardware import warn_not_native
 from .io import (existing_checkpoint_files, graph_from_symbol, load_checkpoint as read_checkpoint,
                  save_checkpoint)
 from .options import ConvertOptions, make_options, name_list
@@ -89,6 +90,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                            conditional_fp32_ops, follow_ops, excluded_sym_names,
                            cast_optional_params, fold_batchnorm, overrides=overrides,
                            strict_params=strict_params, guard_weight_range=guard_weight_range)
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
                                  data_names=data_names, data_shapes=data_shapes, write=write,
                                  shapes_from=shapes_from, progress=progress, fused_for=fused_for)
