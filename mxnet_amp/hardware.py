@@ -19,7 +19,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 __all__ = ["bf16_runs_natively", "fp16_runs_natively", "runs_natively", "native_note",
            "enable_amx", "cpu_flags", "amx_off_note", "warn_amx_off", "AMXOffWarning",
            "environ_set", "quiet_stderr", "HardwareWarning", "warn_not_native", "runs_where",
-           "cpu_summary", "ISA_FLAGS", "refuse_not_native"]
+           "cpu_summary", "ISA_FLAGS", "refuse_not_native", "not_native_reason"]
 
 # the flags that change which oneDNN kernel runs (reports and the timing cache's key list them)
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
@@ -145,6 +145,27 @@ def runs_natively(target_dtype: str) -> bool:
     return any(fp16_runs_natively(mx.gpu(k)) for k in range(mx.context.num_gpus()))
 
 
+def not_native_reason(target_dtype: str) -> str:
+    """Why this machine cannot execute ``target_dtype`` models, in a few words (what
+    :func:`native_note` and the demo say): the CPU flags where they explain it,
+    ``DNNL_MAX_CPU_ISA`` where it is what keeps oneDNN off the CPU's avx512 kernels.
+
+    Parameters
+    ----------
+    target_dtype : str
+
+    Returns
+    -------
+    str
+    """
+    if check_target_dtype(target_dtype) == "float16":
+        return "MXNet has no float16 kernels for CPU"
+    isa = os.environ.get("DNNL_MAX_CPU_ISA")
+    why = (f"DNNL_MAX_CPU_ISA={isa} keeps oneDNN off this CPU's avx512 kernels"
+           if isa and "avx512f" in cpu_flags() else "no avx512")
+    return f"{why}: oneDNN has no bfloat16 matrix kernels here"
+
+
 def native_note(target_dtype: str) -> str | None:
     """None when :func:`runs_natively`; else one sentence saying that this machine cannot run
     ``target_dtype`` models, where they do run, and how to check one here.
@@ -165,11 +186,8 @@ def native_note(target_dtype: str) -> str | None:
                 "kernels and no GPU is visible. Run it on an NVIDIA GPU (the 'gpu' extra, "
                 "mxnet-cu112); here, check its numerics with mxnet_amp.emulate_model "
                 "(mxnet-amp auto --execution emulated).")
-    isa = os.environ.get("DNNL_MAX_CPU_ISA")
-    why = (f"DNNL_MAX_CPU_ISA={isa} keeps oneDNN off its avx512 kernels"
-           if isa and "avx512f" in cpu_flags() else "no avx512")
-    return (f"this CPU cannot execute the bfloat16 model ({why}: oneDNN has no bfloat16 "
-            "matrix kernels here; MXNet fails with \"could not create a primitive descriptor "
+    return (f"this CPU cannot execute the bfloat16 model ({not_native_reason(target_dtype)}; "
+            "MXNet fails with \"could not create a primitive descriptor "
             "iterator\"). Run it on a CPU with avx512_bf16 or AMX (Intel Cooper Lake, Sapphire "
             "Rapids or later; AMD Zen 4 or later); here, check its numerics with "
             "mxnet_amp.emulate_model (mxnet-amp auto --execution emulated).")

@@ -232,4 +232,4 @@ def test_demo(tmp_path, capsys):
     else:
         assert "speedup" not in extra
         assert "Native bfloat16 is unavailable on this CPU" in stdout
-        assert "no speed ratio was measured" in stdout
+        assert "its speed was not measured" in stdout
