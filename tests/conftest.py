@@ -14,7 +14,26 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long zoo sweeps, not run in CI (pytest -m slow)")
-    config.addinivalue_line("markers", "native_bf16: needs a CPU whose oneDNN runs bf16 matrix ops")
+
+
+def _bf16_mode() -> str:
+    from mxnet_amp.hardware import bf16_runs_natively
+    return "native" if bf16_runs_natively() else "emulated"
+
+
+def pytest_generate_tests(metafunc):
+    # the test id says how bfloat16 was checked here: test_x[bf16-native] or [bf16-emulated]
+    if "bf16_mode" in metafunc.fixturenames:
+        mode = _bf16_mode()
+        metafunc.parametrize("bf16_mode", [mode], ids=[f"bf16-{mode}"])
+
+
+def pytest_collection_modifyitems(config, items):
+    # a test that asks the hardware gate is hardware-gated: .ci/run reruns these under
+    # DNNL_MAX_CPU_ISA=AVX2 (pytest -m native_bf16)
+    for item in items:
+        if {"native_bf16", "bf16_mode"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.native_bf16)
 
 
 @pytest.fixture(scope="session")
