@@ -7,6 +7,7 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .arguments import check_bool, check_names, check_optional_bool, check_path
@@ -15,7 +16,7 @@ from .record import Conversion
 from .dtypes import LOW_PRECISION, array_dtype, array_nbytes
 from .errors import FusionError, ParamError, StrippedCastsError
 from .fused import check_fused_for
-from .hardware import warn_not_native
+from .hardware import HardwareWarning, warn_not_native
 from .io import (existing_checkpoint_files, graph_from_symbol, load_checkpoint as read_checkpoint,
                  save_checkpoint)
 from .options import ConvertOptions, make_options, name_list
@@ -136,8 +137,10 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     del sym, graph
     sizes = _recast_in_place(arg_params, aux_params, conversion, progress)
     if write:
-        save_checkpoint(out_prefix, out_epoch, conversion.symbol,
-                        arg_params, aux_params, progress=progress, fused_for=fused_for)
+        with warnings.catch_warnings():   # the conversion said where it runs (warn_not_native)
+            warnings.simplefilter("ignore", HardwareWarning)
+            save_checkpoint(out_prefix, out_epoch, conversion.symbol,
+                            arg_params, aux_params, progress=progress, fused_for=fused_for)
     return conversion, arg_params, aux_params, sizes
 
 

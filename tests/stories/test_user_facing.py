@@ -95,6 +95,7 @@ def test_auto_html_says_the_reference_holds_inf(capsys):
     assert "the float32 reference outputs hold inf/nan" in _text(report_html(report))
 
 
+@pytest.mark.native_bf16   # native: the speed-up; elsewhere the emulation sentence
 def test_demo_html_shows_its_result(tmp_path, capsys):
     page, rep = tmp_path / "d.html", tmp_path / "d.json"
     assert main(["demo", "--size", "32", "--runs", "1", "--html", str(page), "--report", str(rep)]) == 0
