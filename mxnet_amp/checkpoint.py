@@ -87,9 +87,8 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     CheckpointError, GraphError, ParamError
         As :func:`mxnet_amp.load_checkpoint` and :func:`mxnet_amp.convert_model`.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides,
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                           follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm, overrides=overrides,
                            strict_params=strict_params, guard_weight_range=guard_weight_range)
     warn_not_native(options.target_dtype)   # said once, at the caller's line
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,

@@ -17,7 +17,7 @@ The fused nodes have no GPU kernel, so a float16 model (GPU only) is refused.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .dtypes import dtype_of_code
 from .errors import FusionError, error_text
@@ -163,19 +163,20 @@ class SlowLoadWarning(UserWarning):
     ``hybridize()`` runs it slower than float32."""
 
 
-def generic_kernel_ops(sym: Symbol, graph: Graph) -> dict[str, int]:
+def generic_kernel_ops(graph: Graph, partitioned: Callable[[], Graph]) -> dict[str, int]:
     """The ops of a bfloat16 model that run a generic kernel unless fused, with how many of
     their nodes oneDNN's partitioning would fuse: what :func:`keep_fused_where_generic`
     keeps fused (``clip`` after a convolution: relu6), counted from MXNet's own partitioning
-    (``Symbol.optimize_for('MKLDNN')``) of ``sym``. Empty for a float32/float16 model, a
-    graph fused already, or an MXNet without oneDNN.
+    (``Symbol.optimize_for('MKLDNN')``). Empty for a float32/float16 model, a graph fused
+    already, or an MXNet without oneDNN.
 
     Parameters
     ----------
-    sym : Symbol
-        The model as it will be saved.
     graph : Graph
-        Its graph (:func:`mxnet_amp.io.graph_from_symbol`).
+        The model as it will be saved.
+    partitioned : callable
+        Gives the graph MXNet's oneDNN backend partitions it into (``graph_from_symbol``
+        of :func:`fuse_for_cpu`'s symbol; called only for a bfloat16 graph not fused yet).
 
     Returns
     -------
@@ -185,7 +186,7 @@ def generic_kernel_ops(sym: Symbol, graph: Graph) -> dict[str, int]:
     if "bfloat16" not in graph_low_dtypes(graph) or is_fused(graph):
         return {}
     try:
-        fused = keep_fused_where_generic(_graph_of(fuse_for_cpu(sym, graph)))
+        fused = keep_fused_where_generic(partitioned())
     except FusionError:   # no oneDNN, or MXNet cannot partition it: nothing to say
         return {}
     counts: dict[str, int] = {}
@@ -196,12 +197,8 @@ def generic_kernel_ops(sym: Symbol, graph: Graph) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _graph_of(sym: Symbol) -> Graph:
-    from .io import graph_from_symbol   # why: io imports this module (save_checkpoint)
-    return graph_from_symbol(sym)
-
-
-def warn_saved(sym: Symbol, graph: Graph, prefix: str, fused_for: str | None) -> None:
+def warn_saved(graph: Graph, partitioned: Callable[[], Graph], prefix: str,
+               fused_for: str | None) -> None:
     """What a user saving ``sym`` as ``prefix`` should know, as warnings at the caller's line:
     where a low precision model runs when this machine cannot run it
     (:class:`~mxnet_amp.hardware.HardwareWarning`), and how to load a bfloat16 model fast
@@ -210,10 +207,10 @@ def warn_saved(sym: Symbol, graph: Graph, prefix: str, fused_for: str | None) ->
 
     Parameters
     ----------
-    sym : Symbol
-        The model as given to the save (before any fusing).
     graph : Graph
-        Its graph.
+        The model as given to the save (before any fusing).
+    partitioned : callable
+        As for :func:`generic_kernel_ops`.
     prefix : str
         The checkpoint prefix, to name it.
     fused_for : {None, 'cpu'}
@@ -227,7 +224,7 @@ def warn_saved(sym: Symbol, graph: Graph, prefix: str, fused_for: str | None) ->
                       "here)", HardwareWarning)
     if fused_for is not None:
         return
-    ops = generic_kernel_ops(sym, graph)
+    ops = generic_kernel_ops(graph, partitioned)
     if ops:
         listed = ", ".join(f"{op} ({n} node{'s' if n > 1 else ''})" for op, n in ops.items())
         warn_user(f"the bfloat16 model saved as {prefix} runs MXNet's generic bfloat16 kernel "

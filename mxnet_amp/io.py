@@ -364,7 +364,8 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
             mx.nd.save(tmp, save)
     atomic_writes([(params_file, write_params), (sym_file, _text_writer(symbol_json(sym)))])
     # where it runs, how to load it fast: said once the files are there
-    warn_saved(check_symbol(given), graph_from_symbol(check_symbol(given)), prefix, fused_for)
+    graph = graph_from_symbol(given)
+    warn_saved(graph, lambda: graph_from_symbol(fuse_for_cpu(given, graph)), prefix, fused_for)
 
 
 def existing_checkpoint_files(prefix: str | os.PathLike, epoch: int) -> tuple[str, str]:

@@ -16,7 +16,7 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.cli.main import main as cli_main
 from mxnet_amp.errors import FusionError
-from mxnet_amp.fused import SlowLoadWarning, generic_kernel_ops
+from mxnet_amp.fused import SlowLoadWarning, fuse_for_cpu, generic_kernel_ops
 from mxnet_amp.io import graph_from_symbol
 from mxnet_amp.hardware import bf16_runs_natively
 
@@ -190,6 +190,11 @@ def _bf16_model(folder: str):
         return amp.convert_model(sym, args, auxs, target_dtype="bfloat16")
 
 
+def _generic(sym) -> dict:
+    graph = graph_from_symbol(sym)
+    return generic_kernel_ops(graph, lambda: graph_from_symbol(fuse_for_cpu(sym, graph)))
+
+
 def _slow_load_notes(caught) -> list:
     return [w for w in caught if issubclass(w.category, SlowLoadWarning)]
 
@@ -199,7 +204,7 @@ def test_an_unfused_bf16_save_with_relu6_says_how_to_load_it_fast(tmp_path):
     save_checkpoint and export name it and both fast loads, at the caller's line, after
     the files are written."""
     sym, args, auxs = _bf16_model(str(tmp_path))
-    assert generic_kernel_ops(sym, graph_from_symbol(sym)) == {"clip": 1}
+    assert _generic(sym) == {"clip": 1}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         amp.save_checkpoint(str(tmp_path / "bf16"), 0, sym, args, auxs)
@@ -216,13 +221,13 @@ def test_a_fused_save_a_float32_model_and_one_without_generic_ops_say_nothing(tm
     plain = mx.sym.Convolution(mx.sym.var("data"), num_filter=4, kernel=(3, 3), name="c")
     plain = mx.sym.Activation(plain, act_type="relu", name="r")   # oneDNN's own bf16 kernels
     plain16 = amp.convert_symbol(plain, target_dtype="bfloat16")
-    assert generic_kernel_ops(plain16, graph_from_symbol(plain16)) == {}
+    assert _generic(plain16) == {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         amp.save_checkpoint(str(tmp_path / "fused"), 0, sym, args, auxs, fused_for="cpu")
         amp.save_checkpoint(str(tmp_path / "fp32b"), 0, *fp32)
     assert _slow_load_notes(caught) == []
-    assert generic_kernel_ops(fp32[0], graph_from_symbol(fp32[0])) == {}   # float32: no note
+    assert _generic(fp32[0]) == {}   # float32: no note
 
 
 def test_export_of_a_converted_block_with_relu6_says_it_too(tmp_path):
