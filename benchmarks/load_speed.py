@@ -8,6 +8,8 @@ and names the two fast loads measured here, side by side in one process (interle
 ratios per round against the float32 block loaded the same way):
 
 * ``fp32``: the float32 checkpoint, ``imports`` + ``hybridize()``;
+* ``fp32 backend=MKLDNN``: the same, ``hybridize(backend='MKLDNN', static_alloc=True,
+  static_shape=True)`` (what the bf16 fast load is compared with too);
 * ``bf16 default``: the default bf16 checkpoint, ``imports`` + ``hybridize()`` (the trap);
 * ``bf16 backend=MKLDNN``: the same files, ``hybridize(backend='MKLDNN', static_alloc=True,
   static_shape=True)``;
@@ -32,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common as C  # noqa: E402
 
-LOADS = ("fp32", "bf16 default", "bf16 backend=MKLDNN", "bf16 fused_for=cpu")
+LOADS = ("fp32", "fp32 backend=MKLDNN", "bf16 default", "bf16 backend=MKLDNN", "bf16 fused_for=cpu")
 
 
 def _files(net, folder: str) -> dict:
@@ -48,7 +50,7 @@ def _files(net, folder: str) -> dict:
         bf16.export(os.path.join(folder, "bf16"))
     bf16.export(os.path.join(folder, "bf16_fused"), fused_for="cpu")
     said = [str(w.message) for w in caught if w.category.__name__ == "SlowLoadWarning"]
-    return {"fp32": "fp32", "bf16 default": "bf16", "bf16 backend=MKLDNN": "bf16",
+    return {"fp32": "fp32", "fp32 backend=MKLDNN": "fp32", "bf16 default": "bf16", "bf16 backend=MKLDNN": "bf16",
             "bf16 fused_for=cpu": "bf16_fused", "said": said}
 
 
@@ -56,7 +58,7 @@ def _loaded(folder: str, name: str, load: str):
     import mxnet as mx
     block = mx.gluon.SymbolBlock.imports(os.path.join(folder, f"{name}-symbol.json"), ["data"],
                                          os.path.join(folder, f"{name}-0000.params"), ctx=mx.cpu())
-    if load == "bf16 backend=MKLDNN":
+    if load.endswith("backend=MKLDNN"):
         block.hybridize(backend="MKLDNN", static_alloc=True, static_shape=True)
     else:
         block.hybridize()
@@ -82,6 +84,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="32 px, batch 1, 3 rounds")
     ap.add_argument("--model", default="mobilenetv2_1.0")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds per batch size")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/...)")
     opts = ap.parse_args(argv)
     from mxnet_amp.hardware import bf16_runs_natively, cpu_summary
@@ -95,7 +98,7 @@ def main(argv=None) -> int:
                            f"({cpu_summary()})"})
         print("bfloat16 does not run natively here: nothing timed; wrote", out)
         return 0
-    size, batches, rounds = (32, (1,), 3) if opts.quick else (224, (1, 8), 15)
+    size, batches, rounds = (32, (1,), 3) if opts.quick else (224, (1, 8), opts.rounds)
     results = []
     with tempfile.TemporaryDirectory() as folder:
         net = C.zoo_net(opts.model, size)

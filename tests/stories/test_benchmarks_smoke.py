@@ -382,3 +382,22 @@ def test_memory_quick_onnx(tmp_path):
         assert r["exit_code"] == 0 and r["onnx_bytes"] > 0 and not r["onnx_external_data"], r
     # float32 weights: the file holds twice the float16 one's bytes
     assert 1.9 < rows[0]["onnx_bytes"] / rows[1]["onnx_bytes"] < 2.1
+
+
+def test_load_speed_quick(tmp_path, bf16_mode):
+    """The default bf16 checkpoint against the two fast loads, one process: where bf16 runs
+    natively every load is timed and the default save said how to load fast; elsewhere
+    nothing is timed and the file says why."""
+    proc, out = run_script("load_speed", tmp_path)
+    data = load(out)
+    assert data["environment"]["cpu_summary"].endswith(
+        "native bfloat16: " + ("yes" if bf16_mode == "native" else "no"))
+    if bf16_mode == "emulated":
+        assert data["results"] == [] and data["note"].startswith("not measurable")
+        return
+    [row] = data["results"]
+    assert set(row["median_ms"]) == {"fp32", "fp32 backend=MKLDNN", "bf16 default",
+                                     "bf16 backend=MKLDNN", "bf16 fused_for=cpu"}
+    assert all(v > 0 for v in row["speed_vs_fp32"].values()) and row["speed_vs_fp32"]["fp32"] == 1
+    [said] = row["save_said"]
+    assert "clip (35 nodes)" in said and "fused_for='cpu'" in said
