@@ -33,13 +33,16 @@ sys.path.insert(0, HERE)
 from _common import default_out, environment, write_between_markers, write_json  # noqa: E402
 from planted_culprits import planted  # noqa: E402
 from planted_culprits_structured import planted_structured  # noqa: E402
+from planted_culprits_attrib import planted_attrib  # noqa: E402
 from planted_paired import planted_paired  # noqa: E402
 
 # the independent generators: the first (FC + 2048 cancelled by the next op), the structured
 # one (paired channels with look-alikes, folded BatchNorms, wide-range weights, long
-# accumulations) and issue 41's shape (paired channels, large weights rounding a small
-# signal away, look-alikes with the same weights)
-GENERATORS = {"shifted": planted, "structured": planted_structured, "paired": planted_paired}
+# accumulations), issue 41's shape (paired channels, large weights rounding a small
+# signal away, look-alikes with the same weights) and the attribution's third (residuals,
+# near-one differences, softmax, convolutions with normalisation)
+GENERATORS = {"shifted": planted, "structured": planted_structured, "paired": planted_paired,
+              "attrib": planted_attrib}
 
 TOLERANCE = 0.1
 
