@@ -216,9 +216,9 @@ def render(paths: list[str], doc: str) -> None:
         f"{env.get('cpu_count')} cores shared with other jobs, 1-minute load average "
         f"{loads[0]:.1f} to {loads[-1]:.1f}), tolerance "
         f"{data.get('tolerance', TOLERANCE)}: " + "; ".join(f"`{c}`" for c in commands) + ". "
-        + (f"The bisection alone ran on the N ~ 50 graphs only ({len(unrun)} cells without it: "
-           "about 3 + k (log2 N + 1) executions of each graph, too slow on this shared "
-           "machine)." if unrun else ""))
+        + (f"The bisection alone did not run on {len(unrun)} of the {len(rows)} cells (about "
+           "3 + k (log2 N + 1) executions of each graph, too slow on this shared machine)."
+           if unrun else ""))
     write_between_markers(doc, "auto_attribution", table)
 
 
