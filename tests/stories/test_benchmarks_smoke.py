@@ -308,7 +308,7 @@ def test_auto_attribution_quick(tmp_path):
     """Planted culprits, every generator: exactly them, 1-minimal, validated, within the
     bounds of docs/emulation_and_auto.md ("Execution bounds": 2 + k + 1 checks beside the
     attribution's run where its picks are the culprits, the bisection's + 2 + k where not),
-    and the bisection beside it exact too."""
+    and the bisection beside it 1-minimal too."""
     _, out = run_script("auto_attribution", tmp_path)
     data = load(out)
     assert data["rows"]
@@ -318,7 +318,11 @@ def test_auto_attribution_quick(tmp_path):
         a, b = row["attribution"], row["bisection"]
         assert a["exact"] and a["validated"] and a["one_minimal"]
         assert a["executions"] <= (row["bound"] if a["picks_exact"] else row["bound_wrong"])
-        assert b["exact"] and b["validated"]
+        assert b["validated"] and b["one_minimal"] and b["kept"] == row["k"]
+        # the bisection, in graph order, may find another 1-minimal set of the same size: on
+        # the residual mechanism the small branch's FullyConnected kept float32 makes the
+        # add float32 too (attrib chain N 50 k 1: res3_small for res3_add)
+        assert b["exact"] or row["generator"] == "attrib"
         # fair: exactly the planted culprits in float32 validate
         assert row["oracle_error"] <= data["tolerance"]
 
