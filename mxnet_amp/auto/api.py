@@ -343,7 +343,9 @@ def _eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], 
     if sample_inputs is not None:
         return source, sample_inputs, None
     first: list = []
-    for batch in source:
+    for batch in source:   # a batch shaped unlike the first cannot join it
+        if first and any(batch.inputs[n].shape[1:] != first[0].inputs[n].shape[1:] for n in names):
+            break
         first.append(batch)
         if sum(b.size for b in first) >= attribution_samples:
             break

@@ -23,6 +23,7 @@ from ..errors import ArgumentError
 from ..progress import stage_bar
 from .dask_pool import DaskPool
 from .measure import check_outputs
+from .metrics import validate_passed
 from .records import OutputCheck
 from .workers import InProcess, ModelBlob, ProcessPool
 
@@ -154,7 +155,7 @@ class DataJudge:
                 o.shape == r.shape and np.isfinite(o[np.isfinite(r)]).all()
                 for r, o in zip(reference[judged:], outs[judged:]))
         if self.validate is not None:
-            passed = bool(self.validate([r.copy() for r in ref], outs[:count]))
+            passed = validate_passed(self.validate([r.copy() for r in ref], outs[:count]))
         return OutputCheck(result.criterion, passed, result.tolerance_ratio,
                            result.max_abs_error, result.relative_error, result.top1_flips,
                            result.top1_rows)

@@ -22,7 +22,7 @@ from ..passes.fusion_barriers import insert_fusion_barriers
 from ..tune import TuneRecord, with_timings
 from .deployed import binds_fused, forward_bound
 from .measure import check_outputs
-from .metrics import MetricCheck
+from .metrics import MetricCheck, validate_passed
 from .records import AutoSettings, OutputCheck, SearchStep
 from .workers import ModelBlob, run_model
 
@@ -195,7 +195,7 @@ class Runs:
         if not _finite_where(self.after_reference, after):
             result = replace(result, passed=False)
         if self.validate is not None:
-            passed = bool(self.validate([r.copy() for r in reference], outs))
+            passed = validate_passed(self.validate([r.copy() for r in reference], outs))
             metric = self.validate if isinstance(self.validate, MetricCheck) else None
             result = replace(result, criterion="validate" if metric is None else "metric",
                              passed=passed)

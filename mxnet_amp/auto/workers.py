@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import AMPError
+from ..errors import AMPError, error_text
 from ..hardware import environ_set
 from ..io import symbol_json
 from .deployed import bind_fused, float32_outputs
@@ -143,8 +143,15 @@ class InProcess:
 
     def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
         """``(batch, outputs)`` for each batch, in order."""
+        import mxnet as mx
         for batch in batches:
-            yield batch, blob.run(batch.inputs, self.ctx)
+            try:
+                outs = blob.run(batch.inputs, self.ctx)
+            except mx.base.MXNetError as err:   # which batch, as a worker process says
+                shapes = ", ".join(f"{n} {v.shape}" for n, v in batch.inputs.items())
+                raise WorkerError(f"the model cannot run batch {batch.index} ({shapes}): "
+                                  f"{error_text(err)}") from None
+            yield batch, outs
 
     def preload(self, blob: ModelBlob) -> None:
         """Nothing to send: the model loads at its first batch, here."""

@@ -88,3 +88,14 @@ def test_a_preloaded_model_is_sent_once_and_a_stopped_pool_runs_nothing_more():
     finally:
         pool.close()
     assert not any(p.is_alive() for p in pool.processes)
+
+
+def test_in_process_names_the_batch_the_model_cannot_run():
+    """A batch shaped unlike the model's input is a WorkerError naming the batch and its
+    shapes, as a worker process says, not MXNet's bare error (newcomer audit, #42)."""
+    batches = [Batch(0, {"data": np.ones((1, 3), np.float32)}, []),
+               Batch(1, {"data": np.ones((1, 5), np.float32)}, [])]
+    got = InProcess().map(_blob(), batches)
+    assert next(got)[0].index == 0
+    with pytest.raises(WorkerError, match=r"cannot run batch 1 \(data \(1, 5\)\): .*[Ss]hape"):
+        next(got)
