@@ -22,7 +22,7 @@ from ..policy import check_target_dtype
 from ..record import Conversion
 from ..shape_check.check import check_param_shapes
 from ..warn import warn_user
-from .batches import BatchSource, one_batch_as_list
+from .batches import BatchSource, known_batches, one_batch_as_list
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
 from .inputs import loss_labels, sample_inputs as sample_input_arrays
@@ -250,7 +250,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     _check_eval_data(eval_data, sample_inputs, settings)
     # worker processes start first, while the graph and first batches are read; they load
     # MXNet with the first model, preloaded after the reference run
-    pool = batch_pool(workers, ctx, client) if eval_data is not None else None
+    pool = batch_pool(workers, ctx, client, known_batches(eval_data)) if eval_data is not None else None
     source = judge = progress = None
     try:
         original, data_names = _graph_and_inputs(sym, arg_params, data_names)

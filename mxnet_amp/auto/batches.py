@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import InputValueError
 
-__all__ = ["Batch", "BatchSource", "NpzFolder", "RecordBatches", "LABEL_KEYS", "one_batch_as_list"]
+__all__ = ["Batch", "BatchSource", "NpzFolder", "RecordBatches", "LABEL_KEYS", "one_batch_as_list",
+           "known_batches"]
 
 # the keys of an .npz batch (or a dict batch) that hold labels, not model inputs
 LABEL_KEYS = ("label", "labels", "softmax_label")
@@ -50,6 +51,9 @@ class NpzFolder:
         self.files = sorted(f for f in os.listdir(self.path) if f.endswith((".npz", ".npy")))
         if not self.files:
             raise InputValueError(f"{self.path} holds no .npz or .npy batch files")
+
+    def __len__(self) -> int:
+        return len(self.files)
 
     def __iter__(self) -> Iterator[Any]:
         for name in self.files:
@@ -110,6 +114,20 @@ class RecordBatches:
             left -= keep
             if left <= 0:
                 return
+
+
+def known_batches(data: Any) -> int | None:
+    """How many batches ``data`` holds, where it says without being read (a list, a
+    DataLoader, an :class:`NpzFolder`, a :class:`RecordBatches`); None elsewhere (a
+    generator, a DataIter)."""
+    if isinstance(data, RecordBatches):
+        return -(-data.count // data.batch_size)
+    if isinstance(data, (np.ndarray, tuple, Mapping)) or hasattr(data, "asnumpy"):
+        return 1   # one batch (one_batch_as_list)
+    try:
+        return len(data) if hasattr(data, "__len__") else None
+    except TypeError:
+        return None
 
 
 def _known_samples(data: Any) -> int | None:

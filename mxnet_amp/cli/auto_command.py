@@ -13,6 +13,7 @@ import numpy as np
 
 from ..auto.api import auto_convert, auto_settings
 from ..auto.batches import NpzFolder, RecordBatches
+from ..auto.evaluation import usable_cores
 from ..auto.metrics import builtin_metric
 from ..errors import AMPError, CLIError
 from ..io import load_checkpoint, save_checkpoint
@@ -69,6 +70,10 @@ def _eval_stream(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.batch_size < 1 or args.workers is not None and args.workers < 1 \
             or args.attribution_samples < 1:
         raise CLIError("--batch-size, --workers and --attribution-samples must be at least 1")
+    if args.workers is not None and args.workers > 4 * usable_cores():
+        raise CLIError(f"--workers {args.workers}: this machine has {usable_cores()} cores and each "
+                       f"worker process runs batches on cores of its own; give at most "
+                       f"{usable_cores()} (or leave --workers out: one per core)")
     try:
         if os.path.isdir(args.eval_data):
             data: Any = NpzFolder(args.eval_data)
