@@ -160,6 +160,9 @@ def check_writable(outputs: Iterable[Labelled]) -> None:
         path = target.path
         if target.kind == "stream" and not os.access(target.real, os.W_OK):
             raise OutputPathError(f"cannot write the {label} {path}: it is not writable")
+        if target.kind in ("stdout", "stderr") and not _stream_open(target.kind):
+            raise OutputPathError(f"cannot write the {label} {path}: standard "
+                                  f"{'output' if target.kind == 'stdout' else 'error'} is closed")
         if target.kind != "file":
             continue
         folder = os.path.dirname(target.real)
@@ -174,6 +177,20 @@ def check_writable(outputs: Iterable[Labelled]) -> None:
             if why:
                 raise OutputPathError(f"cannot write the {label} {path}: folder {folder} "
                                       f"refuses new files ({why})")
+
+
+def _stream_open(kind: str) -> bool:
+    """Whether this process's standard output (``kind`` 'stdout') or error is open: Python
+    sets ``sys.stdout`` to None when its descriptor was closed at start (``>&-``)."""
+    import sys
+    stream = sys.stdout if kind == "stdout" else sys.stderr
+    if stream is None:
+        return False
+    try:
+        os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):   # closed, or a capture without a descriptor
+        return not getattr(stream, "closed", False)
+    return True
 
 
 def _refusal(folder: str) -> str | None:

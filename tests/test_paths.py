@@ -53,3 +53,19 @@ def test_check_outputs_refuses_a_missing_folder_and_a_stream_prefix(tmp_path):
     with pytest.raises(OutputPathError, match="standard stream"):
         refuse_stream_prefix("-")
     check_outputs([], [("--report", tmp_path / "r.html")])
+
+
+def test_standard_output_closed_is_refused_before_any_work(monkeypatch):
+    """``--report -`` with stdout closed (``>&-``: Python's sys.stdout is None) is an
+    OutputPathError before anything is written, not an AttributeError after the checkpoint
+    (newcomer audit, #42)."""
+    import sys
+
+    import pytest
+
+    from mxnet_amp.errors import OutputPathError
+    from mxnet_amp.paths import check_writable
+    monkeypatch.setattr(sys, "stdout", None)
+    with pytest.raises(OutputPathError, match="the report file -: standard output is closed"):
+        check_writable([("report file", "-")])
+    check_writable([("report file", "/dev/stderr")])   # the other stream is open

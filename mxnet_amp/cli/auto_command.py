@@ -264,6 +264,7 @@ def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
                           model=os.path.basename(args.prefix))
     report = with_extra(report, {"auto": auto.to_dict()})
-    finish(args, conversion, report, ["", auto.summary()])
-    say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")
+    files = [f"{out}-symbol.json", f"{out}-{args.epoch:04d}.params"]
+    finish(args, conversion, report, ["", auto.summary()], on_disk=files)
+    say(f"{PROG}: wrote {' and '.join(files)}")
     return 0

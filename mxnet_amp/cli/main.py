@@ -67,9 +67,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         record = _export_onnx(args, out, epoch, args.onnx)
         report = with_extra(report, {"onnx": record.to_dict(), "notes": [
             *report.extra.get("notes", ()), *record.describe().splitlines()]})
-    finish(args, conversion, report)
-    say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params"
-        + (f" and {args.onnx}" if args.onnx else ""))
+    files = [f"{out}-symbol.json", f"{out}-{epoch:04d}.params"] + ([args.onnx] if args.onnx else [])
+    finish(args, conversion, report, on_disk=files)
+    say(f"{PROG}: wrote {' and '.join(files)}")
     return 0
 
 

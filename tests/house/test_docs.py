@@ -167,6 +167,20 @@ def test_cli_reference_matches_the_parser():
     assert cli_doc_problems(text, parser) == []
 
 
+def test_cli_reference_counts_and_tables_every_command():
+    """docs/cli.md's "N commands:" and its table hold every command of the parser (it said
+    "four commands" without export-onnx; newcomer audit, #42)."""
+    from mxnet_amp.cli.main import build_parser
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    subs = sorted(_subparsers(build_parser()))
+    count = re.search(r"\b(\w+) commands:", text)
+    assert count and count.group(1).lower() == words[len(subs) - 1], (count and count.group(0), subs)
+    after = text[count.end():].lstrip("\n")
+    table = re.findall(r"^\| `([\w-]+)[^`]*` \|", after[:after.find("\n\n")], re.M)
+    assert sorted(table) == subs
+
+
 def test_cli_check_finds_unknown_commands_and_options():
     from mxnet_amp.cli.main import build_parser
     bad = ("```\nmxnet-amp frobnicate model\nmxnet-amp convert m --target-dtype float16 --fast\n```\n"
