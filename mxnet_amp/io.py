@@ -20,9 +20,11 @@ from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node, graph_obj
 from .interrupts import signals_unwind
-from .paths import check_writable, checkpoint_files, output_target, refuse_stream_prefix
+from .paths import (check_writable, checkpoint_files, clear_stale_temps, output_target,
+                    refuse_stream_prefix, temp_prefix)
 from .progress import byte_bar, preread, watch_growth
 from .registry import registry_op_names
+from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -295,14 +297,21 @@ def _temp_beside(path: str, shown: str | None = None) -> str:
     """A new empty hidden file beside ``path`` (same folder: the rename stays atomic);
     :class:`OutputPathError` naming ``shown`` (default ``path``) when the folder refuses it."""
     folder = os.path.dirname(os.path.abspath(path))
+    _say_cleared(clear_stale_temps(path), shown or path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=folder)
     except OSError as err:
         raise OutputPathError(f"cannot write {shown or path}: {err.strerror or err} (creating a "
                               f"file in {folder})") from None
     os.close(fd)
     return tmp
+
+
+def _say_cleared(removed: Sequence[tuple[str, int]], shown: str) -> None:
+    if removed:
+        size = sum(n for _, n in removed)
+        warn_user(f"removed {len(removed)} temporary file(s) an interrupted write of {shown} left "
+                  f"({size / 2 ** 20:.1f} MiB): {', '.join(os.path.basename(f) for f, _ in removed)}")
 
 
 def _text_writer(text: str) -> Callable[[str], None]:

@@ -16,7 +16,8 @@ from typing import Iterable, NamedTuple, Sequence, Tuple
 from .errors import CheckpointError, OutputPathError, OverwriteError
 
 __all__ = ["checkpoint_files", "check_epoch", "refuse_overwrite", "check_writable",
-           "check_outputs", "OutputTarget", "output_target", "refuse_stream_prefix", "STREAM_NAMES"]
+           "check_outputs", "OutputTarget", "output_target", "refuse_stream_prefix", "STREAM_NAMES",
+           "temp_prefix", "clear_stale_temps"]
 
 # (what the file is, its path): e.g. ("output symbol", "m-amp-symbol.json")
 Labelled = Tuple[str, "str | os.PathLike | None"]   # None: the file is not written
@@ -211,3 +212,61 @@ def check_outputs(inputs: Sequence[Labelled], outputs: Sequence[Labelled]) -> No
     about its files before it writes the first one."""
     refuse_overwrite(inputs, outputs)
     check_writable(outputs)
+
+
+def temp_prefix(path: str) -> str:
+    """The name start of the hidden temporary file a write of ``path`` fills before its
+    rename: ``.NAME.PID-`` (the writer's process id: a later run can tell a leftover of a
+    killed writer from the file of a live one)."""
+    return f".{os.path.basename(path)}.{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):   # another user's process: alive
+        return True
+    return True
+
+
+def _process_start() -> float | None:
+    """When this process started (Linux: its /proc entry), None where unknown."""
+    try:
+        return os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return None
+
+
+def clear_stale_temps(path: str) -> list[tuple[str, int]]:
+    """Remove the hidden temporary files an earlier write of ``path`` left when it was killed
+    (SIGKILL, or a signal without a handler, give it no chance to clean up; each is as large
+    as the file): ``.NAME.PID-XXXXXXXX.tmp`` whose writer ``PID`` is no longer running, and
+    ``.NAME.XXXXXXXX.tmp`` (written before the pid was in the name) not touched since this
+    process started. A live writer's file is left alone. Returns ``(file, bytes)`` of each
+    removed (a file that cannot be removed is left, and not returned)."""
+    import re
+    folder, name = os.path.split(os.path.abspath(path))
+    pattern = re.compile(r"\." + re.escape(name) + r"\.(?:(\d+)-)?[A-Za-z0-9_]{8}\.tmp")
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return []
+    started, removed = _process_start(), []
+    for entry in entries:
+        match = pattern.fullmatch(entry)
+        if match is None:
+            continue
+        full = os.path.join(folder, entry)
+        try:
+            info = os.stat(full)
+            pid = match.group(1)
+            stale = (not _alive(int(pid)) if pid is not None
+                     else started is not None and info.st_mtime < started)
+            if stale and stat.S_ISREG(info.st_mode):
+                os.unlink(full)
+                removed.append((full, info.st_size))
+        except OSError:   # gone meanwhile, or not ours to remove
+            continue
+    return removed
