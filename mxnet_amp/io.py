@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from .arguments import check_optional_bool, check_symbol, param_dict
 from .dtypes import array_nbytes
 from .entries import check_entries
-from .errors import CheckpointError, GraphError, OutputPathError, UnknownOpError, error_text
+from .errors import ArgumentError, CheckpointError, GraphError, OutputPathError, UnknownOpError, error_text
 from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node, graph_obj
@@ -24,7 +24,6 @@ from .paths import (check_writable, checkpoint_files, clear_stale_temps, output_
                     refuse_stream_prefix, temp_prefix)
 from .progress import byte_bar, preread, watch_growth
 from .registry import registry_op_names
-from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -297,7 +296,7 @@ def _temp_beside(path: str, shown: str | None = None) -> str:
     """A new empty hidden file beside ``path`` (same folder: the rename stays atomic);
     :class:`OutputPathError` naming ``shown`` (default ``path``) when the folder refuses it."""
     folder = os.path.dirname(os.path.abspath(path))
-    _say_cleared(clear_stale_temps(path), shown or path)
+    clear_stale_temps(path, shown or path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=folder)
     except OSError as err:
@@ -305,13 +304,6 @@ def _temp_beside(path: str, shown: str | None = None) -> str:
                               f"file in {folder})") from None
     os.close(fd)
     return tmp
-
-
-def _say_cleared(removed: Sequence[tuple[str, int]], shown: str) -> None:
-    if removed:
-        size = sum(n for _, n in removed)
-        warn_user(f"removed {len(removed)} temporary file(s) an interrupted write of {shown} left "
-                  f"({size / 2 ** 20:.1f} MiB): {', '.join(os.path.basename(f) for f, _ in removed)}")
 
 
 def _text_writer(text: str) -> Callable[[str], None]:
@@ -360,6 +352,10 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
         sym = graph_to_symbol(keep_fused_where_generic(graph_from_symbol(fused)))
     refuse_stream_prefix(prefix, "checkpoint prefix")
     sym, progress = check_symbol(sym), check_optional_bool(progress, "progress")
+    if arg_params is None or aux_params is None and sym.list_auxiliary_states():
+        # mx.nd.save would write a params file without them, which no loader can bind
+        raise ArgumentError(f"{'arg' if arg_params is None else 'aux'}_params is None: the model's "
+                            "params are needed (pass {} for a model without any)")
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     params_file, sym_file = checkpoint_files(prefix, epoch)[::-1]
     save = {f"arg:{k}": v.as_in_context(mx.cpu()) for k, v in arg_params.items()}

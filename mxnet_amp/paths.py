@@ -14,6 +14,7 @@ import stat
 from typing import Iterable, NamedTuple, Sequence, Tuple
 
 from .errors import CheckpointError, OutputPathError, OverwriteError
+from .warn import warn_user
 
 __all__ = ["checkpoint_files", "check_epoch", "refuse_overwrite", "check_writable",
            "check_outputs", "OutputTarget", "output_target", "refuse_stream_prefix", "STREAM_NAMES",
@@ -239,13 +240,14 @@ def _process_start() -> float | None:
         return None
 
 
-def clear_stale_temps(path: str) -> list[tuple[str, int]]:
+def clear_stale_temps(path: str, shown: str | None = None) -> list[tuple[str, int]]:
     """Remove the hidden temporary files an earlier write of ``path`` left when it was killed
     (SIGKILL, or a signal without a handler, give it no chance to clean up; each is as large
     as the file): ``.NAME.PID-XXXXXXXX.tmp`` whose writer ``PID`` is no longer running, and
     ``.NAME.XXXXXXXX.tmp`` (written before the pid was in the name) not touched since this
     process started. A live writer's file is left alone. Returns ``(file, bytes)`` of each
-    removed (a file that cannot be removed is left, and not returned)."""
+    removed (a file that cannot be removed is left, and not returned), and says so in a
+    warning naming ``shown`` (default ``path``)."""
     import re
     folder, name = os.path.split(os.path.abspath(path))
     pattern = re.compile(r"\." + re.escape(name) + r"\.(?:(\d+)-)?[A-Za-z0-9_]{8}\.tmp")
@@ -269,4 +271,8 @@ def clear_stale_temps(path: str) -> list[tuple[str, int]]:
                 removed.append((full, info.st_size))
         except OSError:   # gone meanwhile, or not ours to remove
             continue
+    if removed:
+        warn_user(f"removed {len(removed)} temporary file(s) an interrupted write of {shown or path} "
+                  f"left ({sum(n for _, n in removed) / 2 ** 20:.1f} MiB): "
+                  f"{', '.join(os.path.basename(f) for f, _ in removed)}")
     return removed

@@ -98,3 +98,20 @@ def test_a_write_killed_by_sigkill_leaves_a_temporary_the_next_write_removes(tmp
     assert os.listdir(tmp_path) == ["m-0000.params"] and out.read_bytes() == b"new"
     assert any(f"removed 1 temporary file(s) an interrupted write of {out} left" in str(w.message)
                and left[0] in str(w.message) for w in caught)
+
+
+def test_save_checkpoint_without_params_is_refused_before_writing(tmp_path):
+    """``save_checkpoint(p, 0, sym, None, None)`` is an ArgumentError naming arg_params, and
+    nothing is written (it wrote an empty params file no loader binds; newcomer audit, #42);
+    {} stays a model without params, and aux None is fine where the model has no aux state."""
+    from mxnet_amp.errors import ArgumentError
+    from mxnet_amp.io import save_checkpoint
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
+    with pytest.raises(ArgumentError, match=r"arg_params is None: the model's params are needed"):
+        save_checkpoint(str(tmp_path / "m"), 0, sym, None, None)
+    bn = mx.sym.BatchNorm(mx.sym.var("data"), name="bn")
+    with pytest.raises(ArgumentError, match=r"aux_params is None"):
+        save_checkpoint(str(tmp_path / "b"), 0, bn, {"bn_gamma": mx.nd.ones(3), "bn_beta": mx.nd.zeros(3)}, None)
+    assert list(tmp_path.iterdir()) == []
+    save_checkpoint(str(tmp_path / "m"), 0, sym, {"fc_weight": mx.nd.ones((2, 3)), "fc_bias": mx.nd.zeros(2)}, None)
+    assert (tmp_path / "m-0000.params").exists()
