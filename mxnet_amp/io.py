@@ -101,6 +101,9 @@ def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
             obj = json.loads(text)
         except (json.JSONDecodeError, TypeError) as err:
             raise GraphError(f"{where}: not valid JSON ({err}); the file may be truncated") from None
+        except RecursionError:
+            raise GraphError(f"{where}: JSON nested deeper than Python's parser goes; a symbol "
+                             "file nests a few levels only: it is corrupt or not a symbol") from None
         graph = _parse_graph(obj, where)
     check_entries(graph, where)   # MXNet crashes on an output index past its producer's
     return graph
@@ -406,8 +409,12 @@ def load_checkpoint(prefix: str, epoch: int = 0, *,
     """
     import mxnet as mx
     sym_path, params_path = existing_checkpoint_files(prefix, epoch)
-    with open(sym_path) as f:
-        text = f.read()
+    try:
+        with open(sym_path, encoding="utf-8") as f:   # MXNet writes (and reads) UTF-8
+            text = f.read()
+    except UnicodeDecodeError as err:
+        raise GraphError(f"{sym_path}: not a symbol file: byte {err.object[err.start:err.start + 1]!r} "
+                         f"at offset {err.start} is not UTF-8 text (corrupt?)") from None
     graph_from_json(text, where=sym_path)  # typed error for malformed JSON
     try:
         sym = mx.sym.load_json(text)

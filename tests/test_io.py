@@ -115,3 +115,19 @@ def test_save_checkpoint_without_params_is_refused_before_writing(tmp_path):
     assert list(tmp_path.iterdir()) == []
     save_checkpoint(str(tmp_path / "m"), 0, sym, {"fc_weight": mx.nd.ones((2, 3)), "fc_bias": mx.nd.zeros(2)}, None)
     assert (tmp_path / "m-0000.params").exists()
+
+
+@pytest.mark.parametrize("body, match", [
+    (b'{"nodes": [{"op": "null", "name": "d\xe9"}]}', r"a-symbol.json: not a symbol file: byte b'\\xe9' at offset \d+ is not UTF-8"),
+    (b"[" * 100000 + b"]" * 100000, r"a-symbol.json: JSON nested deeper than Python's parser goes"),
+])
+def test_a_corrupt_symbol_file_is_a_graph_error_naming_it(tmp_path, body, match):
+    """A bad byte or absurd nesting in the symbol file is a GraphError naming the file (raw
+    UnicodeDecodeError / RecursionError before; newcomer audit, #42)."""
+    from mxnet_amp.io import load_checkpoint
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
+    mx.model.save_checkpoint(str(tmp_path / "a"), 0, sym, {"fc_weight": mx.nd.ones((2, 3)),
+                                                           "fc_bias": mx.nd.zeros(2)}, {})
+    (tmp_path / "a-symbol.json").write_bytes(body)
+    with pytest.raises(GraphError, match=match):
+        load_checkpoint(str(tmp_path / "a"), 0)
