@@ -23,7 +23,7 @@ from .interrupts import signals_unwind
 from .paths import (check_writable, checkpoint_files, clear_stale_temps, output_target,
                     refuse_stream_prefix, temp_prefix)
 from .progress import byte_bar, preread, watch_growth
-from .registry import registry_op_names
+from .registry import check_attrs, registry_op_names
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -106,6 +106,7 @@ def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
                              "file nests a few levels only: it is corrupt or not a symbol") from None
         graph = _parse_graph(obj, where)
     check_entries(graph, where)   # MXNet crashes on an output index past its producer's
+    check_attrs(graph.nodes, where)
     return graph
 
 
