@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..record import Conversion
     from ..report.model import ConversionReport
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "available_memory"]
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -193,7 +193,7 @@ def _check_batch_memory(batch: int, size: int, per_sample: int) -> None:
     """
     pixels = 3 * size * size
     need = batch * max(pixels * (8 + 4), pixels * 4 * 2 + per_sample)
-    available = _available_memory()
+    available = available_memory()
     if available is None or need <= available:
         return
     fits = available // max(need // batch, 1)
@@ -203,7 +203,7 @@ def _check_batch_memory(batch: int, size: int, per_sample: int) -> None:
                    + (f" (at most {fits}; fewer may be needed)" if per_sample and fits else ""))
 
 
-def _available_memory() -> int | None:
+def available_memory() -> int | None:
     """Bytes of memory available to a new allocation (Linux's MemAvailable; None where unknown)."""
     try:
         with open("/proc/meminfo") as f:
