@@ -94,12 +94,12 @@ def _parse_graph(obj: Any, where: str) -> Graph:
     return Graph(tuple(nodes), tuple(heads), MappingProxyType(dict(attrs)))
 
 
-def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
+def graph_from_json(text: str | bytes, where: str = "symbol JSON") -> Graph:
     """Parse MXNet symbol JSON into a :class:`Graph`; :class:`GraphError` names what is wrong."""
     with gc_paused():
         try:
             obj = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as err:
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as err:
             raise GraphError(f"{where}: not valid JSON ({err}); the file may be truncated") from None
         except RecursionError:
             raise GraphError(f"{where}: JSON nested deeper than Python's parser goes; a symbol "
@@ -410,15 +410,11 @@ def load_checkpoint(prefix: str, epoch: int = 0, *,
     """
     import mxnet as mx
     sym_path, params_path = existing_checkpoint_files(prefix, epoch)
+    with open(sym_path, "rb") as f:
+        raw = f.read()
+    graph_from_json(raw, where=sym_path)  # typed error for malformed JSON (or bytes: not UTF-8)
     try:
-        with open(sym_path, encoding="utf-8") as f:   # MXNet writes (and reads) UTF-8
-            text = f.read()
-    except UnicodeDecodeError as err:
-        raise GraphError(f"{sym_path}: not a symbol file: byte {err.object[err.start:err.start + 1]!r} "
-                         f"at offset {err.start} is not UTF-8 text (corrupt?)") from None
-    graph_from_json(text, where=sym_path)  # typed error for malformed JSON
-    try:
-        sym = mx.sym.load_json(text)
+        sym = mx.sym.load_json(raw.decode("utf-8"))
     except mx.base.MXNetError as err:
         raise GraphError(f"{sym_path}: MXNet cannot load this symbol: {error_text(err)}") from None
     if progress or progress is None:
