@@ -26,7 +26,7 @@ from ..io import atomic_writes, graph_from_symbol
 from ..passes.relabel_dtype import dtypes_named
 from ..paths import check_outputs
 from .constants import match_constant_dtypes
-from .converters import OPSETS, converter_table
+from .converters import OPSETS, converter_table, onnx_dtype
 from .exporter import ExportInputs, exporter_graphs, mxnet_output_name, mxnet_output_order, onnx_output_names
 from .retype import retype_float16_as_bfloat16, widen_where_onnx_lacks_dtype
 from .tidy import inference_batchnorms, name_nodes, plain_float_casts
@@ -185,7 +185,7 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     outputs = _Outputs([mxnet_output_name(n) for n in sym.list_outputs()], names, mxnet_output_order(graph))
     model, widened, constants = _finish(proto, plan, outputs, exported.data, dtype, opset, dynamic_batch,
                                         repaired)
-    _tidy(model, graph, dtype)
+    _tidy(model, graph, dtype, {n: (onnx_dtype(exported.dtypes[n]), exported.shapes[n]) for n in exported.weights})
     _write(model, plan, path, data_path)
     return _record(model, graph, path, data_path, opset, dtype, dynamic_batch, widened,
                    constants, time.perf_counter() - started, tuple(names))
@@ -293,7 +293,8 @@ def _finish(proto: Any, plan: WeightPlan, outputs: _Outputs, data: Sequence[str]
     return model, widened, low_constants
 
 
-def _tidy(model: Any, graph: Graph, dtype: str | None) -> None:
+def _tidy(model: Any, graph: Graph, dtype: str | None,
+          weights: Mapping[str, tuple[int, Sequence[int]]]) -> None:
     """The file as other ONNX tools read it (:mod:`mxnet_amp.onnx.tidy`): every node named
     after its MXNet node, BatchNorms read as inference by every runtime; in a float32 export
     (what float16 converters such as onnxconverter-common read), the casts to float32 that
@@ -302,7 +303,7 @@ def _tidy(model: Any, graph: Graph, dtype: str | None) -> None:
     name_nodes(model.graph, [n.name for n in graph.nodes if not n.is_variable])
     inference_batchnorms(model.graph)
     if dtype is None:
-        plain_float_casts(model)
+        plain_float_casts(model, weights)
 
 
 def _rename_outputs(proto: Any, outputs: _Outputs) -> None:

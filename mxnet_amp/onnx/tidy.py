@@ -6,17 +6,20 @@ writes two nodes of one name and its output fails to load, and onnxsim or a prof
 reports nodes nobody can find in the model. :func:`name_nodes` names every node, uniquely,
 after the MXNet node it comes from.
 
-MXNet's BatchNorm converter writes the ``momentum`` attribute. In ONNX (BatchNormalization
-9, opsets 9 to 13) ``momentum`` only feeds the running statistics a training-mode node (more
-than one output) returns; onnx's ``ReferenceEvaluator`` (up to 1.23 at least) reads its mere
-presence as training and normalises with the batch's statistics (densenet121: 0.29 off where
-the inference result is 7e-4 off). :func:`inference_batchnorms` drops it from every
-single-output BatchNormalization: the spec's meaning is unchanged and every runtime reads the
-node as inference.
+MXNet's BatchNorm converter writes ``momentum=0.9``. In ONNX's BatchNormalization 9 (opsets
+9 to 13) ``momentum`` only feeds the running statistics a training node (more than one
+output) returns; a single-output node normalises with the running statistics it is given.
+onnx's ``ReferenceEvaluator`` (1.14 to 1.23 at least) reads any momentum, the schema's
+default 0.9 when the attribute is absent, as training and normalises with the batch's
+statistics blended in (densenet121: 0.29 off where the inference result is 7e-4 off).
+:func:`inference_batchnorms` writes ``momentum=1.0`` on every single-output
+BatchNormalization: the spec's result is unchanged (momentum plays no part), onnxruntime and
+TensorRT ignore it, and ReferenceEvaluator's blend ``mean * 1 + batch_mean * 0`` is the
+running statistics (for a batch of finite values).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 __all__ = ["name_nodes", "inference_batchnorms", "plain_float_casts"]
 
@@ -84,22 +87,24 @@ def name_nodes(graph: Any, mxnet_names: Iterable[str]) -> int:
 
 
 def inference_batchnorms(graph: Any) -> list[str]:
-    """Drop ``momentum`` (and ``training_mode=0``) from every single-output
-    ``BatchNormalization`` of ``graph``, in place; returns the node names changed."""
+    """Write ``momentum=1.0`` on every single-output ``BatchNormalization`` of ``graph`` (and
+    drop a ``training_mode=0``), in place; returns the names of the nodes changed."""
+    from onnx import helper
     changed = []
     for node in _all_nodes(graph):
         if node.op_type != "BatchNormalization" or len([o for o in node.output if o]) != 1:
             continue
-        kept = [a for a in node.attribute
-                if a.name != "momentum" and not (a.name == "training_mode" and a.i == 0)]
-        if len(kept) != len(node.attribute):
-            del node.attribute[:]
-            node.attribute.extend(kept)
-            changed.append(node.name)
+        kept = [a for a in node.attribute if a.name not in ("momentum", "training_mode")]
+        momentum = [a.f for a in node.attribute if a.name == "momentum"]
+        if momentum == [1.0] and len(kept) == len(node.attribute) - 1:
+            continue
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("momentum", 1.0)])
+        changed.append(node.name)
     return changed
 
 
-def plain_float_casts(model: Any) -> list[str]:
+def plain_float_casts(model: Any, weights: Mapping[str, tuple[int, Sequence[int]]] | None = None) -> list[str]:
     """Write each ``Cast`` to float32 that is no conversion in a form float16 converters
     can retype, in place: a Cast whose input is float32 already becomes an ``Identity``, one
     of a bool becomes ``Where(x, 1, 0)``; both exact. Returns the node names changed.
@@ -108,11 +113,20 @@ def plain_float_casts(model: Any) -> list[str]:
     graph as float16 but leaves each Cast's ``to``: a Cast to float32 inside the graph then
     makes a float32 tensor typed float16, and onnxruntime refuses the file. MXNet's
     converters write such casts (``_greater_scalar``: Greater, then a Cast of its bool; the
-    casts of ``_contrib_box_decode``, of a float32 model's own ``amp_multicast``)."""
-    from onnx import helper, numpy_helper, shape_inference
+    casts of ``_contrib_box_decode``, of a float32 model's own ``amp_multicast``).
+
+    ``weights``: ``name -> (ONNX type, shape)`` of initializers the proto does not hold
+    (streamed into the file after it), for the type inference that finds each cast's input.
+    """
     import numpy as np
+    from onnx import helper, numpy_helper, shape_inference
     graph = model.graph
-    inferred = shape_inference.infer_shapes(model)
+    typed = type(model)()
+    typed.CopyFrom(model)
+    held = {t.name for t in graph.initializer}
+    typed.graph.input.extend(helper.make_tensor_value_info(name, code, list(shape))
+                             for name, (code, shape) in (weights or {}).items() if name not in held)
+    inferred = shape_inference.infer_shapes(typed)
     types = {i.name: i.type.tensor_type.elem_type
              for i in (*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info)}
     types.update({t.name: t.data_type for t in graph.initializer})
