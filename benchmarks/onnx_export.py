@@ -52,6 +52,9 @@ import _common as C
 
 FULL = ["resnet50_v1", "mobilenetv2_1.0", "inceptionv3", "densenet121",
         "ssd_512_mobilenet1.0_voc", "ssd_digits", "bert_12_768_12"]
+# the issue's acceptance rows; the random-weight SSD is measured but not judged: it is
+# ill-conditioned (float16 weights alone move its class probabilities by 0.19; docs/onnx.md)
+ACCEPTANCE = frozenset({"resnet50_v1", "mobilenetv2_1.0", "densenet121", "bert_12_768_12", "ssd_digits"})
 QUICK = ["resnet18_v1@64", "bert_2x64"]
 BERT_QUICK = dict(num_layers=2, units=64, hidden_size=128, num_heads=4, max_length=32, embed_size=64)
 
@@ -133,10 +136,13 @@ def _errors(outs, ref):
             for o, r in zip(outs, ref)]
 
 
-def measure(spec: str, folder: str) -> dict:
+def measure(spec: str, folder: str, reference: str | None = None, batch: int | None = None) -> dict:
     import mxnet_amp
     from mxnet_amp.errors import AMPError
     sym, args, auxs, inputs, label, judged = _model(spec)
+    if batch:
+        inputs = {k: v[:batch] for k, v in inputs.items()}
+        label += f" (first {batch} of the batch)"
     row: dict = {"model": spec, "what": label}
     t0 = time.perf_counter()
     s16, a16, x16 = mxnet_amp.convert_model(sym, args, auxs, target_dtype="float16")
@@ -163,18 +169,65 @@ def measure(spec: str, folder: str) -> dict:
     cpu = _mxnet_run(*_cpu_ep_model(s16, a16, x16), inputs)
     row["cpu_ep_model_err"], row["onnx_vs_cpu_ep_model"] = _errors(cpu, ref), _distances(got, cpu, ref)
     row["output_dtypes"] = [str(g.dtype) for g in got]
+    # true float16 arithmetic: ReferenceEvaluator (onnx >= 1.23, its own venv) and torch
+    row.update(_true_low(path, inputs, ref, reference, "reference"))
+    row.update(_torch(path, inputs, ref))
     # the float32 model through the same exporter: what the export itself changes
     path32 = os.path.join(folder, spec.replace("@", "_") + "_fp32.onnx")
     mxnet_amp.export_onnx(sym, args, auxs, {k: v.shape for k, v in inputs.items()}, path32)
     got32 = ort.InferenceSession(path32, providers=["CPUExecutionProvider"]).run(None, inputs)
     row["fp32_onnx_err"] = _errors(got32, ref)
     os.unlink(path32)
-    row["bfloat16"] = _bfloat16(sym, args, auxs, inputs, folder, spec)
+    row["bfloat16"] = _bfloat16(sym, args, auxs, inputs, folder, spec, ref, reference)
     judged = range(len(got)) if judged is None else judged
     row["judged_outputs"] = list(judged)
-    row["within"] = all(row["onnx_err"][k] <= 1.5 * row["emulate_err"][k] + 0.005 for k in judged)
+    row["within"] = _within(row["onnx_err"], row["emulate_err"], judged)
+    row["within_reference"] = _within(row.get("reference_err"), row["emulate_err"], judged)
+    row["within_torch"] = _within(row.get("torch_err"), row["emulate_err"], judged)
+    row["bfloat16"]["within_reference"] = _within(row["bfloat16"].get("reference_err"),
+                                                  row["bfloat16"].get("emulate_err"), judged)
     row["matches_cpu_ep_model"] = all(row["onnx_vs_cpu_ep_model"][k] <= 0.005 for k in judged)
+    row["acceptance"] = spec in ACCEPTANCE
     return row
+
+
+def _within(errs, emulated, judged):
+    """``errs <= 1.5 x emulated + 0.005`` on each judged output; None where not measured."""
+    if errs is None or emulated is None:
+        return None
+    return all(errs[k] <= 1.5 * emulated[k] + 0.005 for k in judged)
+
+
+def _true_low(path: str, inputs: dict, ref, python, key: str) -> dict:
+    """``{key}_err`` (per output) and ``{key}_s`` of the file in ReferenceEvaluator under
+    ``python`` (tools/onnx_reference.py; a subprocess in the onnx >= 1.23 venv); nothing
+    where no such python is given."""
+    if python is None:
+        return {}
+    t0 = time.perf_counter()
+    try:
+        got = C.load_tool("onnx_reference").reference_outputs(path, inputs, python, timeout=3 * 3600)
+    except Exception as err:  # noqa: BLE001  (recorded with the model)
+        return {f"{key}_error": str(err)[-600:]}
+    return {f"{key}_err": _errors(got, ref), f"{key}_s": time.perf_counter() - t0}
+
+
+def _torch(path: str, inputs: dict, ref) -> dict:
+    """The file on torch's CPU through onnx2torch (float16 ops in float16), where installed."""
+    try:
+        import onnx
+        import onnx2torch
+        import torch
+    except ImportError as err:
+        return {"torch_error": f"not installed ({err})"}
+    try:
+        module = onnx2torch.convert(onnx.load(path)).eval()
+        with torch.inference_mode():
+            outs = module(*[torch.from_numpy(v) for v in inputs.values()])
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        return {"torch_err": _errors([o.float().numpy() for o in outs], ref), "torch": torch.__version__}
+    except Exception as err:  # noqa: BLE001  (recorded: onnx2torch refuses some ops, bf16 casts)
+        return {"torch_error": f"{type(err).__name__}: {str(err)[:300]}"}
 
 
 def _cpu_ep_model(sym16, args16, auxs16):
@@ -215,6 +268,11 @@ def main(argv=None) -> int:
                          "rows of the same model; this run's machine, load and command go beside it")
     ap.add_argument("--render-trained", nargs="+", metavar="JSON",
                     help="run nothing: docs/onnx.md's table from trained_zoo.py results")
+    ap.add_argument("--reference-python", default=os.environ.get("MXNET_AMP_ONNXREF_PYTHON"),
+                    help="a python with onnx>=1.23: each file also runs in its ReferenceEvaluator (true "
+                         "float16 / bfloat16 arithmetic); default $MXNET_AMP_ONNXREF_PYTHON")
+    ap.add_argument("--batch", type=int, help="the first BATCH items of each model's inputs only "
+                    "(ReferenceEvaluator is numpy: minutes per image for resnet50 on 2 cores)")
     opts = ap.parse_args(argv)
     if opts.render_trained:
         C.write_between_markers(os.path.join(C._ROOT, "docs", "onnx.md"), "trained_zoo_onnx",
@@ -233,6 +291,10 @@ def main(argv=None) -> int:
     env["onnxruntime"] = onnxruntime.__version__
     import onnx
     env["onnx"] = onnx.__version__
+    env["reference_python"] = opts.reference_python
+    env["batch"] = opts.batch
+    env["probes"] = _probes(opts.reference_python)
+    print("probes", env["probes"], flush=True)
     base = None
     if opts.append:
         import json
@@ -243,7 +305,7 @@ def main(argv=None) -> int:
         for spec in models:
             t0 = time.perf_counter()
             try:
-                row = measure(spec, folder)
+                row = measure(spec, folder, opts.reference_python, opts.batch)
             except Exception:  # noqa: BLE001  (recorded with the model; the others still run)
                 row = {"model": spec, "error": C.format_exc()}
             row["wall_s"] = time.perf_counter() - t0
@@ -252,15 +314,26 @@ def main(argv=None) -> int:
             C.write_json(out, _payload(env, rows, False, base, models))
     env["loadavg_end"] = os.getloadavg()
     C.write_json(out, _payload(env, rows, True, base, models))
-    C.print_table(["model", "onnx_err", "emulate_err", "onnx-emu", "onnx-cpu model", "fp32 onnx", "within",
-                   "matches", "conv s", "export s", "MiB"],
-                  [[r["model"], _worst(r.get("onnx_err")), _worst(r.get("emulate_err")),
-                    _worst(r.get("onnx_vs_emulate")), _worst(r.get("onnx_vs_cpu_ep_model")),
-                    _worst(r.get("fp32_onnx_err")), r.get("within"), r.get("matches_cpu_ep_model"),
-                    r.get("convert_s"),
-                    r.get("export_s"), (r.get("onnx_bytes", 0) + r.get("data_bytes", 0)) / 2 ** 20]
+    C.print_table(["model", "emulate", "reference", "within", "onnxruntime", "onnx-cpu model", "bf16 emulate",
+                   "bf16 reference", "bf16 within", "judged"],
+                  [[r["model"], _worst(r.get("emulate_err")), _worst(r.get("reference_err")),
+                    r.get("within_reference"), _worst(r.get("onnx_err")), _worst(r.get("onnx_vs_cpu_ep_model")),
+                    _worst(r.get("bfloat16", {}).get("emulate_err")), _worst(r.get("bfloat16", {}).get("reference_err")),
+                    r.get("bfloat16", {}).get("within_reference"), r.get("acceptance")]
                    for r in rows])
-    return 0 if all(r.get("within") for r in rows) else 1
+    judged = [r for r in rows if r.get("acceptance")]
+    return 0 if all(r.get("within_reference") is not False and r.get("bfloat16", {}).get("within_reference")
+                    is not False and r.get("matches_cpu_ep_model") for r in judged) else 1
+
+
+def _probes(python) -> dict:
+    """What arithmetic each runtime does, on tools/onnx_reference.py's probe graph."""
+    tool = C.load_tool("onnx_reference")
+    found: dict = {"onnxruntime_cpu_float16": tool.onnxruntime_probe("float16")}
+    if python:
+        for dtype in ("float16", "bfloat16"):
+            found[f"reference_{dtype}"] = tool.reference_probe(python, dtype)
+    return found
 
 
 def _payload(env: dict, rows: list, complete: bool, base: dict | None, models: list) -> dict:
@@ -276,9 +349,10 @@ def _payload(env: dict, rows: list, complete: bool, base: dict | None, models: l
         {"models": models, "environment": env, "command": command, "complete": complete}]}
 
 
-def _bfloat16(sym, args, auxs, inputs, folder: str, spec: str) -> dict:
-    """The bfloat16 conversion exported too, and what onnxruntime's CPU EP says of it: no
-    runtime here computes bfloat16 graphs (docs/onnx.md), so the answer is recorded, not run."""
+def _bfloat16(sym, args, auxs, inputs, folder: str, spec: str, ref, reference) -> dict:
+    """The bfloat16 conversion exported too: its error in ReferenceEvaluator (bfloat16
+    arithmetic, onnx >= 1.23) beside the emulation's, and what onnxruntime's CPU EP says of
+    it (it has no bfloat16 kernel for most ops)."""
     import re
     import mxnet_amp
     import onnxruntime as ort
@@ -290,7 +364,9 @@ def _bfloat16(sym, args, auxs, inputs, folder: str, spec: str) -> dict:
     except AMPError as err:
         return {"exported": False, "why": str(err)[:500]}
     out = {"exported": True, "onnx_bytes": rec.model_bytes + rec.data_bytes, "cast_nodes": rec.cast_nodes,
-           "widened_nodes": len(rec.widened), "export_s": rec.seconds}
+           "widened_nodes": len(rec.widened), "export_s": rec.seconds,
+           "emulate_err": _errors(_mxnet_run(*mxnet_amp.emulate_model(s, a, x), inputs), ref)}
+    out.update(_true_low(path, inputs, ref, reference, "reference"))
     try:
         ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, inputs)
         out["onnxruntime_cpu"] = "ran"
