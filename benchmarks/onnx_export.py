@@ -268,6 +268,8 @@ def main(argv=None) -> int:
                          "rows of the same model; this run's machine, load and command go beside it")
     ap.add_argument("--render-trained", nargs="+", metavar="JSON",
                     help="run nothing: docs/onnx.md's table from trained_zoo.py results")
+    ap.add_argument("--render-true", metavar="JSON",
+                    help="run nothing: docs/onnx.md's true float16/bfloat16 table from a run's JSON")
     ap.add_argument("--reference-python", default=os.environ.get("MXNET_AMP_ONNXREF_PYTHON"),
                     help="a python with onnx>=1.23: each file also runs in its ReferenceEvaluator (true "
                          "float16 / bfloat16 arithmetic); default $MXNET_AMP_ONNXREF_PYTHON")
@@ -277,6 +279,12 @@ def main(argv=None) -> int:
     if opts.render_trained:
         C.write_between_markers(os.path.join(C._ROOT, "docs", "onnx.md"), "trained_zoo_onnx",
                                 render_trained(opts.render_trained))
+        return 0
+    if opts.render_true:
+        import json
+        with open(opts.render_true) as f:
+            C.write_between_markers(os.path.join(C._ROOT, "docs", "onnx.md"), "onnx_true_low_precision",
+                                    render_true(json.load(f)))
         return 0
     if opts.render:
         import json
@@ -423,6 +431,49 @@ def render(data: dict) -> str:
                   "not run here (docs/onnx.md).", "",
                   "| model | exported | nodes computed in float32 between casts (ONNX has no bf16 form at opset 13) | "
                   "onnxruntime CPU EP |", "| --- | --- | --- | --- |", *bf16]
+    return "\n".join(lines)
+
+
+def render_true(data: dict) -> str:
+    """docs/onnx.md's table: per model and judged output, the error against MXNet float32 of
+    the emulation, of ReferenceEvaluator (true float16 / bfloat16 arithmetic) and of
+    onnxruntime's CPU EP (float32 arithmetic on the file), and the criterion."""
+    env = data["environment"]
+    probes = env.get("probes", {})
+    lines = [f"Measured {env['utc']} on {env['cpu']} ({env['cpu_count']} cores, shared; load average "
+             f"{env['loadavg'][0]:.1f} at the start, {env.get('loadavg_end', [float('nan')])[0]:.1f} at the end), "
+             f"MXNet {env['mxnet']}, onnx {env['onnx']} (export), onnxruntime {env['onnxruntime']} (CPU EP), "
+             f"ReferenceEvaluator of onnx {probes.get('reference_float16', {}).get('onnx', '-')}. "
+             f"Command: `{data['command']}`."]
+    lines += [f"Rows {', '.join(a['models'])}: `{a['command']}` at {a['environment']['utc']} (load average "
+              f"{a['environment']['loadavg'][0]:.1f})." for a in data.get("appended", [])]
+    lines += ["", "Probe graph (tools/onnx_reference.py): what each runtime computes.", "",
+              "| runtime | dtype | between ops | MatMul accumulator | Conv accumulator |", "| --- | --- | --- | --- | --- |"]
+    for key, name in (("reference_float16", "ReferenceEvaluator"), ("reference_bfloat16", "ReferenceEvaluator"),
+                      ("onnxruntime_cpu_float16", "onnxruntime CPU EP")):
+        if key in probes:
+            p = probes[key]
+            lines.append(f"| {name} | {p['dtype']} | {p['between_ops']} | {p['matmul_accumulator']} | "
+                         f"{p['conv_accumulator']} |")
+    lines += ["", "Errors: max \|x − fp32\| / max \|fp32\| per judged output, MXNet float32 the reference; "
+              "*within*: ReferenceEvaluator ≤ 1.5 × emulate + 0.005 on each judged output (float16 / bfloat16).", "",
+              "| model | output | fp16 emulate | fp16 ReferenceEvaluator | fp16 onnxruntime | bf16 emulate | "
+              "bf16 ReferenceEvaluator | within fp16 / bf16 | acceptance row |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in data["rows"]:
+        if "onnx_err" not in r:
+            lines.append(f"| {r['model']} | {(r.get('not_exported') or r.get('error', ''))!s:.200} |" + " |" * 7)
+            continue
+        bf = r.get("bfloat16", {})
+        for k in r["judged_outputs"]:
+            first = k == r["judged_outputs"][0]
+            lines.append(
+                f"| {r['model'] if first else ''} | {r['outputs'][k]} | {r['emulate_err'][k]:.3g} | "
+                f"{_cell(r, 'reference_err', k)} | {r['onnx_err'][k]:.3g} | {_cell(bf, 'emulate_err', k)} | "
+                f"{_cell(bf, 'reference_err', k)} | "
+                + (f"{_yes(r.get('within_reference'))} / {_yes(bf.get('within_reference'))} | "
+                   f"{'yes' if r.get('acceptance') else 'no'} |" if first else " | |"))
+    lines += ["", "Inputs: " + "; ".join(f"{r['model']}: {r['what']}" for r in data["rows"] if "what" in r) + "."]
     return "\n".join(lines)
 
 
