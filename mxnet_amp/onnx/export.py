@@ -128,10 +128,8 @@ def _size(n: int) -> str:
 def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str, Any],
                 input_shapes: Mapping[str, Sequence[int]], path: str | os.PathLike, *,
                 opset: int = DEFAULT_OPSET, dynamic_batch: bool = False,
-                input_dtypes: Mapping[str, str] | None = None,
-                output_names: Sequence[str] | None = None,
-                external_data: bool | None = None,
-                external_threshold: int = EXTERNAL_DATA_THRESHOLD,
+                input_dtypes: Mapping[str, str] | None = None, output_names: Sequence[str] | None = None,
+                external_data: bool | None = None, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
                 protect: Sequence[str | os.PathLike] = ()) -> OnnxExport:
     """Export a (converted) MXNet model to an ONNX file.
 
@@ -151,9 +149,8 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     input_dtypes : mapping of str to str, optional
         Dtype of model inputs (default float32, as conversions leave them).
     output_names : sequence of str, optional
-        ONNX output names, one per ``sym.list_outputs()`` entry in that order (default:
-        MXNet's exporter's names of the float32 model's heads). The file lists its outputs
-        in the order ``mx.onnx.export_model`` does (:attr:`OnnxExport.outputs`).
+        ONNX output names in ``sym.list_outputs()`` order (default: MXNet's exporter's names
+        of the float32 model's heads); the file orders them as ``mx.onnx.export_model`` does.
     external_data : bool or None, default None
         Weights in ``PATH.data``: None decides by ``external_threshold`` (bytes of weights).
     protect : sequence of paths
@@ -181,14 +178,12 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     data_path = path + ".data" if plan.location else None
     _check_paths(path, data_path, protect)
     proto, repaired = exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
-    names = list(output_names) if output_names is not None else onnx_output_names(graph)
-    outputs = _Outputs([mxnet_output_name(n) for n in sym.list_outputs()], names, mxnet_output_order(graph))
-    model, widened, constants = _finish(proto, plan, outputs, exported.data, dtype, opset, dynamic_batch,
-                                        repaired)
-    _tidy(model, graph, dtype, {n: (onnx_dtype(exported.dtypes[n]), exported.shapes[n]) for n in exported.weights})
+    outputs = _outputs(sym, graph, output_names)
+    model, widened, constants = _finish(proto, plan, outputs, exported.data, dtype, opset, dynamic_batch, repaired)
+    _tidy(model, graph, dtype, exported)
     _write(model, plan, path, data_path)
     return _record(model, graph, path, data_path, opset, dtype, dynamic_batch, widened,
-                   constants, time.perf_counter() - started, tuple(names))
+                   constants, time.perf_counter() - started, tuple(outputs.names))
 
 
 def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes: Any, path: Any,
@@ -260,6 +255,13 @@ class _Outputs:
     order: Sequence[int]
 
 
+def _outputs(sym: Any, graph: Graph, output_names: Sequence[str] | None) -> _Outputs:
+    """The exporter's output names, the names given (or the float32 model's) and MXNet's order."""
+    return _Outputs([mxnet_output_name(n) for n in sym.list_outputs()],
+                    onnx_output_names(graph) if output_names is None else list(output_names),
+                    mxnet_output_order(graph))
+
+
 def _finish(proto: Any, plan: WeightPlan, outputs: _Outputs, data: Sequence[str], dtype: str | None,
             opset: int, dynamic_batch: bool,
             repaired: frozenset[str]) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
@@ -293,8 +295,7 @@ def _finish(proto: Any, plan: WeightPlan, outputs: _Outputs, data: Sequence[str]
     return model, widened, low_constants
 
 
-def _tidy(model: Any, graph: Graph, dtype: str | None,
-          weights: Mapping[str, tuple[int, Sequence[int]]]) -> None:
+def _tidy(model: Any, graph: Graph, dtype: str | None, exported: ExportInputs) -> None:
     """The file as other ONNX tools read it (:mod:`mxnet_amp.onnx.tidy`): every node named
     after its MXNet node, BatchNorms read as inference by every runtime; in a float32 export
     (what float16 converters such as onnxconverter-common read), the casts to float32 that
@@ -303,7 +304,8 @@ def _tidy(model: Any, graph: Graph, dtype: str | None,
     name_nodes(model.graph, [n.name for n in graph.nodes if not n.is_variable])
     inference_batchnorms(model.graph)
     if dtype is None:
-        plain_float_casts(model, weights)
+        plain_float_casts(model, {n: (onnx_dtype(exported.dtypes[n]), exported.shapes[n])
+                                  for n in exported.weights})
 
 
 def _rename_outputs(proto: Any, outputs: _Outputs) -> None:
