@@ -161,13 +161,15 @@ def measure(spec: str, folder: str, reference: str | None = None, batch: int | N
         return row
     row.update(export_s=rec.seconds, onnx_bytes=rec.model_bytes, data_bytes=rec.data_bytes,
                cast_nodes=rec.cast_nodes, amp_casts=rec.amp_casts, opset=rec.opset,
-               outputs=list(rec.outputs), params_fp32_bytes=_nbytes(args, auxs))
+               outputs=list(rec.symbol_outputs), file_outputs=list(rec.outputs),
+               params_fp32_bytes=_nbytes(args, auxs))
     ref = _mxnet_run(sym, args, auxs, inputs)
     emu = _mxnet_run(*mxnet_amp.emulate_model(s16, a16, x16), inputs)
     import onnxruntime as ort
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     t0 = time.perf_counter()
-    got = sess.run(None, inputs)
+    names = list(rec.symbol_outputs)   # MXNet's order (the file's is mx.onnx's)
+    got = sess.run(names, inputs)
     row["ort_run_s"] = time.perf_counter() - t0
     row["onnx_err"], row["emulate_err"] = _errors(got, ref), _errors(emu, ref)
     row["onnx_vs_emulate"] = _distances(got, emu, ref)
@@ -176,12 +178,12 @@ def measure(spec: str, folder: str, reference: str | None = None, batch: int | N
     row["cpu_ep_model_err"], row["onnx_vs_cpu_ep_model"] = _errors(cpu, ref), _distances(got, cpu, ref)
     row["output_dtypes"] = [str(g.dtype) for g in got]
     # true float16 arithmetic: ReferenceEvaluator (onnx >= 1.23, its own venv) and torch
-    row.update(_true_low(path, inputs, ref, reference, "reference"))
-    row.update(_torch(path, inputs, ref))
+    row.update(_true_low(path, inputs, ref, reference, "reference", names))
+    row.update(_torch(path, inputs, ref, [list(rec.outputs).index(n) for n in names]))
     # the float32 model through the same exporter: what the export itself changes
     path32 = os.path.join(folder, spec.replace("@", "_") + "_fp32.onnx")
-    mxnet_amp.export_onnx(sym, args, auxs, {k: v.shape for k, v in inputs.items()}, path32)
-    got32 = ort.InferenceSession(path32, providers=["CPUExecutionProvider"]).run(None, inputs)
+    rec32 = mxnet_amp.export_onnx(sym, args, auxs, {k: v.shape for k, v in inputs.items()}, path32)
+    got32 = ort.InferenceSession(path32, providers=["CPUExecutionProvider"]).run(list(rec32.symbol_outputs), inputs)
     row["fp32_onnx_err"] = _errors(got32, ref)
     os.unlink(path32)
     row["bfloat16"] = _bfloat16(sym, args, auxs, inputs, folder, spec, ref, reference)
@@ -204,7 +206,7 @@ def _within(errs, emulated, judged):
     return all(errs[k] <= 1.5 * emulated[k] + 0.005 for k in judged)
 
 
-def _true_low(path: str, inputs: dict, ref, python, key: str) -> dict:
+def _true_low(path: str, inputs: dict, ref, python, key: str, names) -> dict:
     """``{key}_err`` (per output) and ``{key}_s`` of the file in ReferenceEvaluator under
     ``python`` (tools/onnx_reference.py; a subprocess in the onnx >= 1.23 venv); nothing
     where no such python is given."""
@@ -212,14 +214,16 @@ def _true_low(path: str, inputs: dict, ref, python, key: str) -> dict:
         return {}
     t0 = time.perf_counter()
     try:
-        got = C.load_tool("onnx_reference").reference_outputs(path, inputs, python, timeout=3 * 3600)
+        got = C.load_tool("onnx_reference").reference_outputs(path, inputs, python, timeout=3 * 3600,
+                                                              outputs=names)
     except Exception as err:  # noqa: BLE001  (recorded with the model)
         return {f"{key}_error": str(err)[-600:]}
     return {f"{key}_err": _errors(got, ref), f"{key}_s": time.perf_counter() - t0}
 
 
-def _torch(path: str, inputs: dict, ref) -> dict:
-    """The file on torch's CPU through onnx2torch (float16 ops in float16), where installed."""
+def _torch(path: str, inputs: dict, ref, order) -> dict:
+    """The file on torch's CPU through onnx2torch (float16 ops in float16), where installed;
+    ``order``: the file's output positions in MXNet's order."""
     try:
         import onnx
         import onnx2torch
@@ -231,7 +235,7 @@ def _torch(path: str, inputs: dict, ref) -> dict:
         with torch.inference_mode():
             outs = module(*[torch.from_numpy(v) for v in inputs.values()])
         outs = outs if isinstance(outs, (list, tuple)) else [outs]
-        return {"torch_err": _errors([o.float().numpy() for o in outs], ref), "torch": torch.__version__}
+        return {"torch_err": _errors([outs[k].float().numpy() for k in order], ref), "torch": torch.__version__}
     except Exception as err:  # noqa: BLE001  (recorded: onnx2torch refuses some ops, bf16 casts)
         return {"torch_error": f"{type(err).__name__}: {str(err)[:300]}"}
 
@@ -380,7 +384,7 @@ def _bfloat16(sym, args, auxs, inputs, folder: str, spec: str, ref, reference) -
     out = {"exported": True, "onnx_bytes": rec.model_bytes + rec.data_bytes, "cast_nodes": rec.cast_nodes,
            "widened_nodes": len(rec.widened), "export_s": rec.seconds,
            "emulate_err": _errors(_mxnet_run(*mxnet_amp.emulate_model(s, a, x), inputs), ref)}
-    out.update(_true_low(path, inputs, ref, reference, "reference"))
+    out.update(_true_low(path, inputs, ref, reference, "reference", list(rec.symbol_outputs)))
     try:
         ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, inputs)
         out["onnxruntime_cpu"] = "ran"

@@ -10,7 +10,7 @@ it is the command line; the project's side (tests, ``benchmarks/onnx_export.py``
 for :func:`reference_outputs`, which runs it there as a subprocess on files exported here,
 and for :func:`probe_model`, which it also runs in onnxruntime.
 
-    .venv-onnxref/bin/python tools/onnx_reference.py run MODEL.onnx INPUTS.npz OUT.npz
+    .venv-onnxref/bin/python tools/onnx_reference.py run MODEL.onnx INPUTS.npz OUT.npz [OUTPUT...]
     .venv-onnxref/bin/python tools/onnx_reference.py probe float16      # JSON on stdout
 
 The probe (:func:`probe_model`) is one graph whose float32 and low precision results differ
@@ -84,12 +84,13 @@ def probe_verdict(outputs: dict, dtype: str = "float16") -> dict:
             "values": {k: float(np.asarray(v).ravel()[0]) for k, v in outputs.items()}}
 
 
-def evaluate(model_path: str, feed: dict) -> list:
-    """Outputs of ``ReferenceEvaluator`` on the file, as float32 arrays (bfloat16 widened)."""
+def evaluate(model_path: str, feed: dict, outputs=None) -> list:
+    """Outputs of ``ReferenceEvaluator`` on the file (``outputs``: those names, in that order;
+    default all, in the file's order), as float32 arrays (bfloat16 widened)."""
     import onnx
     from onnx.reference import ReferenceEvaluator
     model = onnx.load(model_path)
-    outs = ReferenceEvaluator(model).run(None, feed)
+    outs = ReferenceEvaluator(model).run(list(outputs) if outputs else None, feed)
     return [np.asarray(o).astype("float32") for o in outs]
 
 
@@ -117,10 +118,10 @@ def main(argv=None) -> int:
         names = [o.name for o in probe_model(dtype).graph.output]
         print(json.dumps({"onnx": onnx.__version__, **probe_verdict(dict(zip(names, outs)), dtype)}))
         return 0
-    model_path, inputs_path, out_path = args[1:4]
+    model_path, inputs_path, out_path, *names = args[1:]
     with np.load(inputs_path) as data:
         feed = {k: data[k] for k in data.files}
-    outs = evaluate(model_path, feed)
+    outs = evaluate(model_path, feed, names)
     np.savez(out_path, *outs)
     return 0
 
@@ -130,14 +131,17 @@ def reference_python() -> str | None:
     return os.environ.get(ENV_VAR) or None
 
 
-def reference_outputs(model_path: str, feed: dict, python: str, timeout: float = 1800) -> list:
+def reference_outputs(model_path: str, feed: dict, python: str, timeout: float = 1800, outputs=()) -> list:
     """Run ``model_path`` on ``feed`` in ``ReferenceEvaluator`` under ``python`` (a venv with
     onnx >= 1.23): a subprocess, from files (the model as exported here; inputs and outputs
-    as .npz). Raises ``RuntimeError`` with the child's error text when it fails."""
+    as .npz). ``outputs``: the names wanted, in that order (an export's ``symbol_outputs``:
+    MXNet's order); default all, in the file's order. Raises ``RuntimeError`` with the
+    child's error text when it fails."""
     with tempfile.TemporaryDirectory() as folder:
         inputs, out = os.path.join(folder, "in.npz"), os.path.join(folder, "out.npz")
         np.savez(inputs, **feed)
-        proc = subprocess.run([python, os.path.abspath(__file__), "run", os.fspath(model_path), inputs, out],
+        proc = subprocess.run([python, os.path.abspath(__file__), "run", os.fspath(model_path), inputs, out,
+                               *outputs],
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"ReferenceEvaluator under {python} failed on {model_path}:\n{proc.stderr[-3000:]}")

@@ -77,3 +77,23 @@ def test_export_in_true_low_precision_is_within_the_emulations_error(tmp_path, n
     assert np.isfinite(got).all()
     assert err <= 1.5 * emu + 0.005, (err, emu)
     assert rel_error(got, emulated) > 0 or emu == 0          # computed, not copied
+
+
+@needs_reference
+def test_outputs_come_back_in_the_symbols_order_when_asked(tmp_path):
+    """The file lists a ``Group([b, a])``'s outputs as mx.onnx does (a, b); asked for the
+    export's ``symbol_outputs``, the reference returns them in MXNet's order."""
+    import mxnet as mx
+    d = mx.sym.var("data")
+    a = mx.sym.FullyConnected(d, num_hidden=6, name="a")
+    b = mx.sym.FullyConnected(a, num_hidden=4, name="b")
+    sym = mx.sym.Group([b, a])
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype("float32")
+    shapes, _, _ = sym.infer_shape(data=x.shape)
+    args = {n: mx.nd.array(np.random.default_rng(1).standard_normal(s)) for n, s in
+            zip(sym.list_arguments(), shapes) if n != "data"}
+    rec = amp.export_onnx(sym, args, {}, {"data": x.shape}, tmp_path / "two.onnx")
+    assert rec.outputs == ("a", "b") and rec.symbol_outputs == ("b", "a")
+    got = ref.reference_outputs(rec.path, {"data": x}, PYTHON, outputs=list(rec.symbol_outputs))
+    for value, want in zip(got, run(sym, args, {}, {"data": x})):
+        assert rel_error(value, want) < 1e-5
