@@ -1,4 +1,5 @@
-"""The exported graph as other ONNX tools read it: node names and inference BatchNorms.
+"""The exported graph as other ONNX tools read it: node names, inference BatchNorms, and a
+float32 export's casts that convert nothing (:func:`plain_float_casts`).
 
 MXNet 1.9.1's converters leave most ONNX nodes unnamed. ONNX allows that, but graph tools
 derive new names from node names: onnxconverter-common's ``convert_float_to_float16`` then
