@@ -25,9 +25,28 @@ random-weight SSD is ill-conditioned), judged on its pre-NMS tensors. Per output
     ``matches_cpu_ep_model``: that distance <= 0.005 on each judged output, the check that
     the file computes what the conversion decided, on the arithmetic this runtime does.
 
+In true low precision arithmetic (``--reference-python``, default ``$MXNET_AMP_ONNXREF_PYTHON``:
+a python with onnx >= 1.23, tools/onnx_reference.py runs each file in its ReferenceEvaluator,
+which rounds each op to float16 / bfloat16 and accumulates MatMul and Conv in float32):
+
+  * ``reference_err``: the float16 export there, and ``within_reference``: it is <= 1.5 x
+    ``emulate_err`` + 0.005 on each judged output (the acceptance criterion; the runtime the
+    criterion means, where onnxruntime computes float32 between ops);
+  * ``bfloat16``: the bfloat16 conversion's ``emulate_err``, ``reference_err`` and
+    ``within_reference``, and what onnxruntime's CPU EP says of it (no bfloat16 kernels);
+  * ``torch_err``: the float16 file on torch's CPU through onnx2torch, where installed;
+  * ``environment.probes``: tools/onnx_reference.py's probe graph on each runtime (whether it
+    rounds between ops, which accumulator MatMul and Conv use);
+  * ``acceptance``: the row is one of the issue's (``ACCEPTANCE``; the random-weight SSD is
+    measured, not judged: ill-conditioned).
+
 Also recorded: conversion and export wall time, ONNX file sizes, ``Cast`` nodes, and any op
 the exporter refuses (the typed error's node list). The environment (CPU, flags, load
 average at start and end) goes with the results (benchmarks/results/onnx_export.json).
+
+    python benchmarks/onnx_export.py --batch 1 --models resnet50_v1 mobilenetv2_1.0 densenet121 \
+        bert_12_768_12                          # the acceptance rows, one input each
+    python benchmarks/onnx_export.py --render-true JSON   # docs/onnx.md's true fp16/bf16 table
 
     python benchmarks/onnx_export.py            # the seven models (~15 min on 2 loaded cores)
     python benchmarks/onnx_export.py --quick    # resnet18_v1 at 64 px and a 2-layer BERT
