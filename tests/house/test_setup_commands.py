@@ -39,14 +39,30 @@ def setup_commands(path: Path) -> list[str]:
     return [c for c in shell_commands(path.read_text(encoding="utf-8")) if c.startswith("python3 -m venv")]
 
 
+def ci_commands() -> list[str]:
+    return [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+            if ln.strip() and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
+
+
 def ci_command() -> str:
-    """The line of .ci/run that runs the suite (lines before it set up what tests use beside
-    the extras: onnxruntime, an onnx>=1.23 environment; lines after it run further passes)."""
-    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
-    runs = [ln for ln in lines if ln.rstrip().endswith("-m pytest")]
-    assert len(runs) == 1, lines
-    return runs[0].strip()
+    """The README's test command: the line of .ci/run that runs the suite. Lines before it set
+    up what tests use beside the extras (an onnx>=1.23 environment, onnxruntime); one line
+    after it, the AVX2 pass."""
+    lines = ci_commands()
+    runs = [ln for ln in lines if ln.endswith("-m pytest")]
+    assert len(runs) == 1 and lines.index(runs[0]) == len(lines) - 2, lines
+    return runs[0]
+
+
+def test_ci_reruns_the_hardware_gated_tests_as_an_avx2_cpu():
+    """.ci/run's second, short pass: the tests marked native_bf16 (tests/conftest.py marks
+    every test that asks the hardware gate) under DNNL_MAX_CPU_ISA=AVX2, in the venv the
+    first command made; exit 5 (nothing selected) is no failure."""
+    lines = ci_commands()
+    second = lines[lines.index(ci_command()) + 1]
+    assert second.startswith("DNNL_MAX_CPU_ISA=AVX2 .venv/bin/python -m pytest ")
+    assert '-m "native_bf16 and not slow"' in second and second.endswith("|| [ $? -eq 5 ]")
+    assert "native_bf16:" in (ROOT / "pytest.ini").read_text()   # registered
 
 
 def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_second():
