@@ -383,6 +383,8 @@ def test_onnx_export_quick(tmp_path):
         assert row["matches_cpu_ep_model"] and max(row["onnx_vs_cpu_ep_model"]) < 0.005, row
         assert row["opset"] == 13 and row["amp_casts"] >= 1 and row["onnx_bytes"] > 0
         assert len(row["onnx_err"]) == len(row["emulate_err"]) == len(row["outputs"])
+        if data["environment"]["reference_python"]:   # true float16 / bfloat16 (.ci/run sets it)
+            assert row["within_reference"] and row["bfloat16"]["within_reference"], row
 
 
 def test_memory_quick_onnx(tmp_path):
