@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..emulation import round_weights_once
 from ..errors import AMPError
 from ..io import symbol_json
 from .deployed import bind_fused, float32_outputs
@@ -94,7 +95,10 @@ class ModelBlob:
         import mxnet as mx
         ctx = ctx or mx.cpu()
         if not self._loaded:
-            self.params = {k: v.as_in_context(ctx) for k, v in self.params.items()}
+            # an emulated model's weight roundings, done once for all its batches (the
+            # same bits as in the graph; emulation.round_weights_once)
+            self.sym, params = round_weights_once(self.sym, self.params)
+            self.params = {k: v.as_in_context(ctx) for k, v in params.items()}
             self._loaded = True
         rows = next(iter(inputs.values())).shape[0]
         fed = {k: mx.nd.array(v, ctx=ctx, dtype=self.input_dtypes.get(k, "float32"))

@@ -30,6 +30,29 @@ _SCALAR_OPS = frozenset({
     "_rdiv_scalar", "_maximum_scalar", "_minimum_scalar", "_power_scalar", "_rpower_scalar",
     "_mod_scalar", "_rmod_scalar", "_hypot_scalar"})
 
+# ops whose every output value is one of their input values (or +0: relu), so that from
+# inputs the low precision dtype holds they give values it holds, and rounding their
+# outputs again changes no bit (Activation and Pooling: :func:`_selects_values`): a relu
+# after a rounded convolution needs no round trip of its own (issue 41: rounding was the
+# emulation's main cost)
+_SELECTING_OPS = frozenset({
+    "relu", "Flatten", "flatten", "Reshape", "reshape", "transpose", "expand_dims",
+    "squeeze", "Concat", "concat", "slice", "slice_axis", "SliceChannel", "split",
+    "_copy", "identity", "BlockGrad", "stop_gradient", "_maximum", "_minimum",
+    "broadcast_maximum", "broadcast_minimum", "max", "min"})
+
+
+def _selects_values(node: Node, dtypes: Sequence[tuple[str | None, ...]], low: str) -> bool:
+    """Whether ``node`` outputs only values of its inputs (:data:`_SELECTING_OPS`, a relu
+    Activation, a max Pooling) and every input is held in ``low``: its outputs are then
+    exactly what ``low`` holds."""
+    if node.op == "Activation":
+        selects = node.attrs.get("act_type") == "relu"
+    elif node.op == "Pooling":
+        selects = node.attrs.get("pool_type", "max") == "max"
+    else:
+        selects = node.op in _SELECTING_OPS
+    return selects and bool(node.inputs) and all(_entry_dtype(dtypes, e) == low for e in node.inputs)
 
 # where a low precision conv / dense layer's bias is added (:func:`_adds_bias_separately`):
 # 'auto' as the kernel that runs the dtype does (float16: MXNet's GPU kernels, after the
@@ -178,7 +201,7 @@ class _Emulator(Rewriter):
         for k in range(self.used[i]):
             e = Entry(idx, k)
             low = dtypes[i][k] if k < len(dtypes[i]) else None
-            if low in LOW_PRECISION:
+            if low in LOW_PRECISION and not _selects_values(node, dtypes, low):
                 e = _round(builder, e, low, node.name + (f"_out{k}" if k else ""),
                            _rounding_op(node, low, rounding))
             outs.append(e)
