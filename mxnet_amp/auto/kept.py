@@ -62,6 +62,11 @@ def all_kept(searched: Sequence[KeptNode], conversion: Conversion | None) -> tup
         if name in by_name:
             kept.append(by_name.pop(name))
         elif not reason.startswith(_AUTO_PREFIX):
-            kept.append(KeptNode(name, ops.get(name, "?"), fp32_source(reason), detail=reason))
+            source = fp32_source(reason)
+            # the reason without the source's own prefix, which the report shows beside it
+            for prefix in ("slow kernel: ", TUNED_PREFIX):
+                if reason.startswith(prefix) and source in prefix:
+                    reason = reason[len(prefix):]
+            kept.append(KeptNode(name, ops.get(name, "?"), source, detail=reason))
     # a search's node the conversion does not name (none expected) is not dropped
     return tuple(kept) + tuple(by_name.values())

@@ -123,3 +123,19 @@ def test_the_caller_exclusions_and_the_guard_are_both_listed():
                                       excluded_sym_names=["fc1"])
     assert [(k.name, k.reason) for k in rep.kept_fp32] == [("fc1", "user"), ("fc_big", "weight range")]
     assert "2 kept in float32 (user: fc1; weight range: fc_big)" in rep.summary()
+
+
+def test_a_node_the_slow_kernel_rule_keeps_is_listed_with_the_rule():
+    """bfloat16: a depthwise convolution over 8 channels (the [[slow_kernel]] rule of the
+    shipped list) is listed once, its reason the rule's, said once."""
+    rng = np.random.RandomState(0)
+    c = mx.sym.Convolution(mx.sym.var("data"), kernel=(3, 3), pad=(1, 1), num_filter=8, name="conv")
+    dw = mx.sym.Convolution(c, kernel=(3, 3), pad=(1, 1), num_filter=8, num_group=8, name="dw")
+    out = mx.sym.FullyConnected(mx.sym.flatten(mx.sym.relu(dw)), num_hidden=4, name="fc")
+    shapes = dict(zip(out.list_arguments(), out.infer_shape(data=(2, 3, 8, 8))[0]))
+    args = {k: mx.nd.array(rng.randn(*v) * 0.3) for k, v in shapes.items() if k != "data"}
+    _, _, _, rep = auto_convert_model(out, args, {}, {"data": mx.nd.array(rng.randn(2, 3, 8, 8))},
+                                      "bfloat16", quiet=True)
+    assert [(k.name, k.reason) for k in rep.kept_fp32] == [("dw", "slow kernel")]
+    assert "1 kept in float32 (slow kernel: dw)" in rep.summary()
+    assert "dw (Convolution): slow kernel: depthwise Convolution" in rep.summary()
