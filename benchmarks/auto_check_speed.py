@@ -6,9 +6,10 @@ is the median of the per-round ratios record / re-derived (< 1: faster).
 
 Then the check pass itself (issue 41, item 8): a float16 check on a CPU runs the
 emulation, so its pass over the data is the emulated model's forward passes; here
-resnet50_v1's float32 pass against its emulated float16 pass, both run as the automatic
-mode runs a pass over ``eval_data`` (a :class:`~mxnet_amp.auto.workers.ModelBlob` loaded
-once per pass, then each batch), interleaved in one process. ``emulated_before`` is the
+resnet50_v1's float32 pass against its emulated float16 pass, both run as a worker process
+of the automatic mode runs a pass over ``eval_data`` (a
+:class:`~mxnet_amp.auto.workers.ModelBlob` unpickled and loaded once per pass, then each
+batch), interleaved in one process. ``emulated_before`` is the
 emulation as it was before issue 41's item 8, for comparison in the same run: every low
 precision tensor rounded by its own round trip (the pass's selecting-op rule off) and the
 weights rounded in the graph at every batch.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
 from unittest import mock
 
@@ -67,8 +69,11 @@ def check_pass(name: str, batch: int, batches: int, repeats: int) -> dict:
             for _ in range(batches)]
 
     def blob_pass(s, params):
+        # what a worker process loads: the blob unpickled (pickled once, as the pool does)
+        sent = pickle.dumps(ModelBlob(("pass", name), s, params, {"data": "float32"}))
+
         def run():
-            blob = ModelBlob(("pass", name), s, params, {"data": "float32"})
+            blob = pickle.loads(sent)
             for inputs in data:
                 blob.run(inputs)
         return run

@@ -6,6 +6,8 @@ every pass over ``eval_data`` runs) instead of at every batch.
 The reference is the straightforward emulation: every low precision tensor rounded by its
 own round trip, weights rounded in the graph at every run (the pass with the selecting-op
 rule off). Outputs must match bit for bit, NaN and the sign of zero included."""
+import pickle
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -84,7 +86,8 @@ def test_the_cheaper_emulation_gives_the_bits_of_rounding_every_op(net, dtype, b
         esym, eargs, eauxs = emulate_model(conversion.symbol, cargs, cauxs, bias_rounding=bias,
                                            stored_dtypes={**conversion.arg_dtypes,
                                                           **conversion.aux_dtypes})
-    blob = ModelBlob("check", esym, {**eargs, **eauxs}, {"data": "float32"})
+    # a worker's copy (unpickled) rounds the weights once as it loads
+    blob = pickle.loads(pickle.dumps(ModelBlob("check", esym, {**eargs, **eauxs}, {"data": "float32"})))
     new = blob.run({"data": x})
     with monkeypatch.context() as m:
         m.setattr(emulate_pass, "_selects_values", lambda *a: False)
@@ -119,3 +122,20 @@ def test_round_weights_once_rounds_each_weight_as_the_graph_did():
     assert set(params) == set(folded.list_inputs()) - {"data"}
     plain, same = round_weights_once(sym, args)
     assert plain is sym and same == args
+
+
+def test_a_blob_in_the_calling_process_keeps_the_caller_arrays():
+    """In the calling process a ModelBlob reads the caller's arrays as they are (no rounded
+    copies beside them: the weights are rounded in the graph); its worker copy rounds them
+    once. Both give the same bits."""
+    sym, args, auxs, x = _selecting_net()
+    _, cargs, cauxs, conversion = convert_model_full(sym, args, auxs, make_options("float16"),
+                                                     cast_params=False)
+    esym, eargs, eauxs = emulate_conversion(conversion, cargs, cauxs)
+    here = ModelBlob("check", esym, {**eargs, **eauxs}, {"data": "float32"})
+    worker = pickle.loads(pickle.dumps(here))
+    outs_here, outs_worker = here.run({"data": x}), worker.run({"data": x})
+    assert here.sym is esym and all(here.params[k] is v for k, v in eargs.items())
+    assert set(worker.params) != set(eargs)
+    for a, b in zip(_bits(outs_here), _bits(outs_worker)):
+        np.testing.assert_array_equal(a, b)

@@ -53,7 +53,11 @@ class ModelBlob:
     ``fused``: run it bound as ``Module`` binds it (MXNet's oneDNN fusions, the path the
     written model runs: :mod:`mxnet_amp.auto.deployed`), else op by op through a CachedOp.
     The caller decides it once (:func:`~mxnet_amp.auto.deployed.binds_fused`) and it travels
-    in the pickle, so this process, worker processes and Dask workers run the same path."""
+    in the pickle, so this process, worker processes and Dask workers run the same path.
+
+    Unpickled (a worker's copy), an emulated model's weight round trips are done once as it
+    loads (:func:`~mxnet_amp.emulation.round_weights_once`: the same bits, the rounded
+    weights replacing the originals it was sent) instead of at every batch."""
 
     def __init__(self, key: Any, sym: Any, params: Mapping, input_dtypes: Mapping[str, str],
                  zero_inputs: Mapping[str, tuple] | None = None, fused: bool = False) -> None:
@@ -66,6 +70,9 @@ class ModelBlob:
         # smaller batch rebinds), so its memory is one batch's whatever the data
         self._bound: tuple[dict, Any] | None = None
         self._state: dict | None = None
+        # params of its own (unpickled in a worker), not the caller's arrays: an emulated
+        # model's weights may then be rounded once, replacing the originals (no copy)
+        self._owns_params = False
 
     def __getstate__(self) -> dict:
         # serialised once, however many workers it goes to
@@ -89,15 +96,19 @@ class ModelBlob:
         self.sym = mx.sym.load_json(state["json"])
         self.params = mx.nd.load_frombuffer(state["params"])
         self._op, self._bound, self._state, self._loaded = None, None, None, False
+        self._owns_params = True
 
     def run(self, inputs: Mapping[str, np.ndarray], ctx: Context | None = None) -> list[np.ndarray]:
         """The model's outputs on one batch, as float32 numpy arrays."""
         import mxnet as mx
         ctx = ctx or mx.cpu()
         if not self._loaded:
-            # an emulated model's weight roundings, done once for all its batches (the
-            # same bits as in the graph; emulation.round_weights_once)
-            self.sym, params = round_weights_once(self.sym, self.params)
+            params = self.params
+            if self._owns_params:
+                # an emulated model's weight roundings, done once for all its batches (the
+                # same bits as in the graph; emulation.round_weights_once); the caller's
+                # arrays in this process are never copied so (its memory stays the originals)
+                self.sym, params = round_weights_once(self.sym, params)
             self.params = {k: v.as_in_context(ctx) for k, v in params.items()}
             self._loaded = True
         rows = next(iter(inputs.values())).shape[0]
