@@ -78,10 +78,17 @@ def check_pass(name: str, batch: int, batches: int, repeats: int) -> dict:
                 blob.run(inputs)
         return run
 
+    sent_before = pickle.dumps(ModelBlob(("before", name), osym, {**oargs, **oauxs},
+                                         {"data": "float32"}))
+
     def before():
-        op, values = mx.nd.CachedOp(osym), {**oargs, **oauxs}
+        # unpickled as the others are, then run as ModelBlob ran it before (weights rounded
+        # in the graph at every batch)
+        blob = pickle.loads(sent_before)
+        op = mx.nd.CachedOp(blob.sym)
         for inputs in data:
-            run_model(op, osym.list_inputs(), {**values, "data": mx.nd.array(inputs["data"])})
+            run_model(op, blob.sym.list_inputs(),
+                      {**blob.params, "data": mx.nd.array(inputs["data"])})
     times = C.interleaved_times({"float32": blob_pass(sym, {**args, **auxs}),
                                  "emulated": blob_pass(esym, {**eargs, **eauxs}),
                                  "emulated_before": before}, repeats)
