@@ -13,7 +13,7 @@ from .dtypes import LOW_PRECISION, array_dtype, dtype_name, dtype_of_code
 from .errors import AlreadyConvertedError, GraphError
 from .gcpause import gc_paused
 from .graph import Graph
-from .hardware import warn_amx_off
+from .hardware import warn_amx_off, warn_not_native
 from .io import graph_from_symbol
 from .options import ConvertOptions, make_options, name_list
 from .params import check_params, default_data_names, label_inputs, model_inputs, with_labels
@@ -177,9 +177,9 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
     AlreadyConvertedError
         The graph holds an amp_cast to float16/bfloat16.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, overrides=overrides)
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                           follow_ops, excluded_sym_names, cast_optional_params, overrides=overrides)
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     return convert_graph(graph_from_symbol(check_symbol(sym)), options,
                          data_names=check_names(data_names, "data_names")).symbol
 
@@ -335,9 +335,9 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     ParamError
         A param missing, float64, misshapen, extra (``strict_params``); a BatchNorm's bad statistics.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides,
+    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                           follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm, overrides=overrides,
                            strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     return convert_model_full(check_symbol(sym), arg_params, aux_params, options, data_shapes=data_shapes,
                               data_names=check_names(data_names, "data_names"))[:3]

@@ -19,6 +19,7 @@ from ..arguments import check_contexts
 from ..convert import convert_model_full
 from ..emulation import emulate_model
 from ..errors import BackendError, error_text
+from ..hardware import warn_not_native
 from ..options import make_options
 from .model import block_graph, model_params
 
@@ -216,6 +217,7 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
                            follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm,
                            overrides=overrides, guard_weight_range=guard_weight_range, tune=tune)
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     return _converted_block(block, options, input_names, ctx, hybridize, data_shapes)
 
 
