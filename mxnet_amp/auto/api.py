@@ -350,8 +350,7 @@ def _eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], 
         first.append(batch)
         if sum(b.size for b in first) >= attribution_samples:
             break
-    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples]
-              for n in names}
+    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples] for n in names}
     return source, joined, len(joined[names[0]])
 
 
