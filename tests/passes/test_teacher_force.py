@@ -66,3 +66,14 @@ def test_forced_copy_gives_each_node_its_own_low_precision_error():
     expect = round_numpy(s_ref @ weights["fc2_weight"].T + weights["fc2_bias"], "float16")
     np.testing.assert_allclose(forced, expect, rtol=1e-3, atol=1e-6)
     assert not np.array_equal(forced, ref[(original.index_of("fc2"), 0)])
+
+
+def test_no_probes_gives_the_forced_copies_only():
+    """``probes=0``: the forced copies alone, no perturbed copy and no float32 alias."""
+    sym, args, auxs, conv = _converted()
+    original = graph_from_symbol(sym)
+    fg = teacher_force(conv.graph, original, ["fc1", "s", "fc2"], conv.result.tensor_dtypes,
+                       conv.result.inserted_casts, probes=0)
+    verify_graph(fg.graph)
+    assert [o[0] for o in fg.outputs] == ["forced"] * 3
+    assert not fg.perturbed_feeds and not fg.param_aliases
