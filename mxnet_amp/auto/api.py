@@ -25,6 +25,7 @@ from ..warn import warn_user
 from .batches import BatchSource, one_batch_as_list
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
+from .kept import all_kept
 from .inputs import loss_labels, sample_inputs as sample_input_arrays
 from .measure import default_scale_tolerance, default_tolerances
 from .metrics import DROPS, MetricCheck
@@ -390,7 +391,7 @@ def _auto_report(runs: Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
         "scale" if runs.rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
     return AutoReport(
         target_dtype=runs.target_dtype, execution=runs.execution, context=str(runs.ctx),
-        kept_fp32=kept, executions=runs.executions, validated=result.passed,
+        kept_fp32=all_kept(kept, conversion), executions=runs.executions, validated=result.passed,
         tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
         rtol=runs.rtol, atol=runs.atol,
         # the graph converted (BatchNorms folded by default), as low_precision_nodes counts
