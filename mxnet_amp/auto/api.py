@@ -20,7 +20,7 @@ from ..params import check_data_names, label_inputs, model_inputs
 from ..policy import check_target_dtype
 from ..shape_check.check import check_param_shapes
 from ..warn import warn_user
-from .batches import BatchSource, one_batch_as_list
+from .batches import BatchSource, known_batches, one_batch_as_list
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
 from .inputs import loss_labels, sample_inputs as sample_input_arrays
@@ -249,7 +249,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     _check_eval_data(eval_data, sample_inputs, settings)
     # worker processes start first, while the graph and first batches are read; they load
     # MXNet with the first model, preloaded after the reference run
-    pool = batch_pool(workers, ctx, client) if eval_data is not None else None
+    pool = batch_pool(workers, ctx, client, known_batches(eval_data)) if eval_data is not None else None
     source = judge = progress = None
     try:
         original, data_names = _graph_and_inputs(sym, arg_params, data_names)
@@ -344,12 +344,13 @@ def _eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], 
     if sample_inputs is not None:
         return source, sample_inputs, None
     first: list = []
-    for batch in source:
+    for batch in source:   # a batch shaped unlike the first cannot join it
+        if first and any(batch.inputs[n].shape[1:] != first[0].inputs[n].shape[1:] for n in names):
+            break
         first.append(batch)
         if sum(b.size for b in first) >= attribution_samples:
             break
-    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples]
-              for n in names}
+    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples] for n in names}
     return source, joined, len(joined[names[0]])
 
 

@@ -20,9 +20,9 @@ from ..passes.fusion_barriers import insert_fusion_barriers
 from ..tune import TuneRecord, with_timings
 from .deployed import binds_fused, forward_bound
 from .measure import check_outputs
-from .metrics import MetricCheck
 from .checks.config import RunConfig
 from .checks.log import SearchLog
+from .metrics import MetricCheck, validate_passed
 from .records import OutputCheck, SearchStep
 from .workers import ModelBlob, run_model
 
@@ -249,7 +249,7 @@ class Runs:
         if not _finite_where(self.after_reference, after):
             result = replace(result, passed=False)
         if config.validate is not None:
-            passed = bool(config.validate([r.copy() for r in reference], outs))
+            passed = validate_passed(config.validate([r.copy() for r in reference], outs))
             metric = config.validate if isinstance(config.validate, MetricCheck) else None
             result = replace(result, criterion="validate" if metric is None else "metric",
                              passed=passed)
@@ -318,6 +318,22 @@ class Runs:
         index = {n.name: i for i, n in enumerate(graph.nodes) if not n.is_variable}
         heads = tuple(Entry(index[name], k) for name, k in self.judged) + tuple(graph.heads)
         return graph_to_symbol(Graph(graph.nodes, heads, graph.attrs))
+
+    def verdict_words(self, excluded: frozenset) -> str:
+        """What the check of ``excluded`` measured, in the terms of the criterion that decided
+        it: a metric's drop, the caller's validate(), else the relative error (allclose:
+        its error in units of the bound) and the top-1 changes, never a figure it met."""
+        result = self.log.results[excluded]
+        metric = self.log.metric_values.get(excluded)
+        if result.criterion == "metric" and metric:
+            return f"{metric['name']} drop {metric['drop']:.3g}"
+        if result.criterion == "validate":
+            return f"validate() {'passed' if result.passed else 'failed'}"
+        words = (f"allclose error {result.tolerance_ratio:.3g} x its bound"
+                 if result.criterion == "allclose" else f"relative error {result.relative_error:.3g}")
+        if result.top1_flips:
+            words += f", top-1 changed on {result.top1_flips} of {result.top1_rows} rows"
+        return words
 
 
 def _finite_where(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> bool:

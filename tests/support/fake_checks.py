@@ -42,6 +42,9 @@ class FakeRuns:
     def criterion_words(self):
         return "relative error <= 0.01"
 
+    def verdict_words(self, excluded):
+        return f"relative error {self.results[excluded].relative_error:.3g}"
+
     def one_minimal(self, base, kept):
         """Whether ``base | kept`` passes and each kept node removed alone fails (checked
         here, outside the counts)."""

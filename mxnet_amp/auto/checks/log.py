@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...dtypes import LOW_PRECISION
+from ..kept import all_kept
 from ..records import AutoReport, KeptNode, NodeError, OutputCheck, SearchStep
 
 if TYPE_CHECKING:
@@ -54,7 +55,10 @@ class SearchLog:
         nodes = [n for n in conversion.original.nodes if not n.is_variable]
         return AutoReport(
             target_dtype=config.target_dtype, execution=config.execution, context=str(config.ctx),
-            kept_fp32=kept, executions=self.executions, validated=result.passed,
+            # every node computing in float32 and why: the search's, the caller's, the
+            # weight-range guard's, ... (mxnet_amp.auto.kept)
+            kept_fp32=all_kept(kept, conversion), executions=self.executions,
+            validated=result.passed,
             tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
             rtol=config.rtol, atol=config.atol,
             # the graph converted (BatchNorms folded by default), as low_precision_nodes counts

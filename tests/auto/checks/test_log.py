@@ -4,6 +4,7 @@ import math
 
 from mxnet_amp.auto.checks.log import SearchLog
 from mxnet_amp.auto.records import OutputCheck
+from mxnet_amp.options import EXCLUDED_REASON
 
 
 def check(passed, ratio):
@@ -38,9 +39,12 @@ def test_the_report_reads_the_returned_configurations_check_and_the_minimality()
                                                                  ("relu", False)]]
     conversion = SimpleNamespace(original=SimpleNamespace(nodes=nodes),
                                  result=SimpleNamespace(node_dtypes={"fc": "float32",
-                                                                     "relu": "float16"}))
+                                                                     "relu": "float16"}),
+                                 fp32_nodes={"fc": EXCLUDED_REASON})
     report = log.report(config, frozenset({"fc"}), (), conversion, [], True)
     assert report.validated and report.executions == 6 and report.tolerance == 0.01
+    # every float32 node of the conversion is listed with its source (mxnet_amp.auto.kept)
+    assert [(k.name, k.reason) for k in report.kept_fp32] == [("fc", "user")]
     assert report.op_nodes == 2 and report.low_precision_nodes == 1
     assert report.minimality.startswith("1-minimal")
     missing = log.report(config, frozenset(), (), conversion, [], True)
