@@ -35,8 +35,9 @@ def test_the_report_reads_the_returned_configurations_check_and_the_minimality()
     log.record(frozenset({"fc"}), "validate", check(True, 0.4))
     config = SimpleNamespace(target_dtype="float16", execution="emulated", ctx="cpu(0)",
                              rtol=None, atol=None, tolerance=0.01)
-    nodes = [SimpleNamespace(name=n, is_variable=v) for n, v in [("data", True), ("fc", False),
-                                                                 ("relu", False)]]
+    nodes = [SimpleNamespace(name=n, op=o, is_variable=v)
+             for n, o, v in [("data", "null", True), ("fc", "FullyConnected", False),
+                             ("relu", "relu", False)]]
     conversion = SimpleNamespace(original=SimpleNamespace(nodes=nodes),
                                  result=SimpleNamespace(node_dtypes={"fc": "float32",
                                                                      "relu": "float16"}),
