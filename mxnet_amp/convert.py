@@ -16,7 +16,8 @@ from .graph import Graph
 from .hardware import warn_amx_off
 from .io import graph_from_symbol
 from .options import ConvertOptions, make_options, name_list
-from .params import check_params, default_data_names, label_inputs, model_inputs, with_labels
+from .params import (check_params, default_data_names, label_inputs, model_inputs, recast_params,
+                     with_labels)
 from .passes.insert_casts import refuse_converted
 from .pipeline import convert_passes, fold_model, range_kept
 from .record import Conversion, input_figures
@@ -225,8 +226,8 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     conversion, arg_params, aux_params, param_dtypes = convert_with_params(
         graph, arg_params, aux_params, options, data_names=data_names,
         input_dtypes=input_dtypes, output_dtype=output_dtype, data_shapes=data_shapes)
-    if not cast_params:
-        return conversion.symbol, arg_params, aux_params, conversion
+    if not cast_params:   # folded weights written as float32 NDArrays
+        return conversion.symbol, recast_params(arg_params, {}), recast_params(aux_params, {}), conversion
     new_args, new_aux = conversion.recast(arg_params, aux_params, current=param_dtypes,
                                           sequential=sequential_casts)
     return conversion.symbol, new_args, new_aux, conversion

@@ -14,6 +14,7 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.params import recast_params
 from mxnet_amp.passes.fold_batchnorm import fold_batchnorm
 
 from helpers import init_params, rel_error, run
@@ -63,8 +64,9 @@ def _model(producer: str, bias: bool, fix_gamma: bool, groups: int = 1):
 def _fold(sym, args, auxs, **kw):
     result = fold_batchnorm(graph_from_symbol(sym), {**args, **auxs}, **kw)
     new = graph_to_symbol(result.graph)
-    new_args = {k: v for k, v in result.params.items() if k in new.list_arguments()}
-    new_auxs = {k: v for k, v in result.params.items() if k in new.list_auxiliary_states()}
+    written = recast_params(result.params, {})   # the folded weights, numpy until written
+    new_args = {k: v for k, v in written.items() if k in new.list_arguments()}
+    new_auxs = {k: v for k, v in written.items() if k in new.list_auxiliary_states()}
     return new, new_args, new_auxs, result
 
 
@@ -295,7 +297,8 @@ def test_a_batchnorm_reading_a_folded_batchnorm_is_folded_too():
     assert result.folded == (("bn1", "prod"), ("bn2", "prod")) and result.skipped == ()
     folded = graph_to_symbol(result.graph)
     assert "BatchNorm" not in folded.tojson()
-    new_aux = {k: v for k, v in result.params.items() if k in auxs}
-    new_args = {k: v for k, v in result.params.items() if k not in new_aux}
+    written = recast_params(result.params, {})
+    new_aux = {k: v for k, v in written.items() if k in auxs}
+    new_args = {k: v for k, v in written.items() if k not in new_aux}
     ref = run(sym, args, auxs, {"data": x})[0]
     assert rel_error(run(folded, new_args, new_aux, {"data": x})[0], ref) < FP32_TOL
