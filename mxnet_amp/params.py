@@ -85,21 +85,23 @@ def bfloat16_bits(values: np.ndarray) -> np.ndarray:
     for start in range(0, bits.size, _ROUND_STEP):
         chunk = bits[start:start + _ROUND_STEP]
         t = step[:chunk.size]
+        np.bitwise_and(chunk, 0x7F800000, out=t)
+        special = t.min() == 0 or t.max() == 0x7F800000   # zeros, subnormals, inf, NaN
         np.right_shift(chunk, 16, out=t)
         np.bitwise_and(t, 1, out=t)
         np.add(t, 0x7FFF, out=t)
         np.add(t, chunk, out=t)     # wraps for a NaN near the top: fixed below
         np.right_shift(t, 16, out=t)
         out[start:start + chunk.size] = t
-    magnitude = bits & np.uint32(0x7FFFFFFF)
-    if magnitude.size and (magnitude.min() < 0x00800000 or magnitude.max() > 0x7F800000):
-        _special_bits(bits, magnitude, out)
+        if special:
+            _special_bits(chunk, out[start:start + chunk.size])
     return out.reshape(np.shape(values))
 
 
-def _special_bits(bits: np.ndarray, magnitude: np.ndarray, out: np.ndarray) -> None:
+def _special_bits(bits: np.ndarray, out: np.ndarray) -> None:
     """:func:`bfloat16_bits` of zeros, subnormals and NaNs, written into ``out``."""
     negative_zero, negative_subnormal = _zero_signs()
+    magnitude = bits & np.uint32(0x7FFFFFFF)
     sign = (bits >> np.uint32(16)) & np.uint32(0x8000)
     subnormal = (magnitude > 0) & (magnitude < 0x00800000)
     out[subnormal] = np.where(sign[subnormal] != 0, negative_subnormal, 0)
