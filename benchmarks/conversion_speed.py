@@ -162,9 +162,9 @@ def folded_gb(sym, args, auxs) -> float:
     from mxnet_amp.dtypes import array_nbytes
     from mxnet_amp.io import graph_from_symbol
     from mxnet_amp.pipeline import fold_model
-    _, new_args, new_auxs, _, _ = fold_model(graph_from_symbol(sym), args, auxs)
+    model = fold_model(graph_from_symbol(sym), args, auxs)
     old = {**args, **auxs}
-    return sum(array_nbytes(v) for k, v in {**new_args, **new_auxs}.items()
+    return sum(array_nbytes(v) for k, v in {**model.arg_params, **model.aux_params}.items()
                if old.get(k) is not v) / 1e9
 
 

@@ -49,7 +49,7 @@ def _folded_bucket(graph: Graph, originals: Mapping, options: ConvertOptions, pr
         return graph
     used = {n.name for n in graph.variables()}
     args = {k: v for k, v in originals.items() if k in used}
-    graph, *_ = fold_model(graph, args, {}, options.keeping_only(present).fp32_nodes)
+    graph = fold_model(graph, args, {}, options.keeping_only(present).fp32_nodes).graph
     extra = sorted({n.name for n in graph.variables()} & set(originals) - set(param_dtypes))
     if extra:
         raise GraphError(f"this bucket's BatchNorms fold differently from the default bucket's "

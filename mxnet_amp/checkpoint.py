@@ -127,8 +127,9 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     data_names = _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
                                      shapes_from, sym_file, params_file, options.strict_params)
     try:
-        conversion, arg_params, aux_params, _ = convert_with_params(
-            graph, arg_params, aux_params, options, data_names=data_names, data_shapes=data_shapes)
+        done = convert_with_params(graph, arg_params, aux_params, options, data_names=data_names,
+                                   data_shapes=data_shapes)
+        conversion, arg_params, aux_params = done.conversion, done.arg_params, done.aux_params
     except ParamError as err:   # a param's own fault (an int32 weight): say which file holds it
         raise (_in_files(err, f"{params_file}: ") if err.param else err) from None
     del sym, graph

@@ -373,8 +373,9 @@ def test_a_variance_a_rounding_below_zero_folds():
     params = {k: v.data() for k, v in net.collect_params().items()}
     auxs = {k: v for k, v in params.items() if "running" in k}
     args = {k: v for k, v in params.items() if k not in auxs}
-    graph, fargs, fauxs, done, kept = fold_model(graph_from_symbol(sym), args, auxs)
-    assert [bn for bn, _ in done] == ["net_batchnorm0_fwd"] and kept == ()
+    model = fold_model(graph_from_symbol(sym), args, auxs)
+    graph, fargs, fauxs = model.graph, model.arg_params, model.aux_params
+    assert [bn for bn, _ in model.folded] == ["net_batchnorm0_fwd"] and model.kept == ()
     from mxnet_amp.params import recast_params   # folded weights stay numpy until written
     out = run(graph_to_symbol(graph), recast_params(fargs, {}), recast_params(fauxs, {}),
               {"data": x.asnumpy()})[0]
