@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .arguments import check_bool, check_names
 from .errors import GraphError
-from .policy import OpPolicy, slow_kernel_nodes
+from .policy import OpPolicy, Reason, slow_kernel_nodes
 from .policy_load import load_policy
 from .tuning import Tuning, make_tuning
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["ConvertOptions", "make_options", "name_list", "EXCLUDED_REASON"]
 
 # the reason of a node the caller keeps in float32 by name (what marks it the user's)
-EXCLUDED_REASON = "excluded by name (excluded_sym_names / --exclude)"
+EXCLUDED_REASON = Reason("excluded by name (excluded_sym_names / --exclude)", "user exclusion")
 
 
 def name_list(names: str | Iterable[str] | None) -> list[str] | None:

@@ -135,6 +135,9 @@ def test_slow_kernel_nodes_join_fp32_nodes_under_the_reasons_there():
     assert options.fp32_nodes["dw_excluded"] == EXCLUDED_REASON
     assert options.fp32_nodes["dw_top"].startswith("slow kernel: depthwise Convolution over a "
                                                    "channel count not a multiple of 16 (")
+    from mxnet_amp.policy import reason_kind
+    assert reason_kind(options.fp32_nodes["dw_top"]) == "slow kernel"
+    assert reason_kind(options.fp32_nodes["dw_excluded"]) == "user exclusion"
     timed = replace(make_options("bfloat16"), timed_nodes=frozenset({"dw_top"})).with_slow_kernels(graph)
     assert set(timed.fp32_nodes) == {"dw_body", "dw_excluded"}
     assert make_options("float16").with_slow_kernels(graph).fp32_nodes == {}

@@ -128,6 +128,8 @@ def test_slow_kernel_and_tuned_reasons_reach_the_record_through_fp32_nodes():
     assert "dw24" not in tuned.fp32_nodes and tuned.result.node_dtypes["dw24"] == "bfloat16"
     assert tuned.fp32_nodes["conv1x1"].startswith("tuned: bfloat16 2 ms vs float32 1 ms")
     assert tuned.fp32_nodes["conv1x1"] == tuned.result.decisions["conv1x1"].reason
+    from mxnet_amp.policy import reason_kind
+    assert reason_kind(tuned.fp32_nodes["conv1x1"]) == "tune"
     _, _, _, excluded = _convert(Tuning(timer=FakeTimer(KERNELS)), excluded_sym_names=["dw24"])
     assert excluded.fp32_nodes["dw24"] == EXCLUDED_REASON
 
