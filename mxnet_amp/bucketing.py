@@ -17,7 +17,7 @@ from .convert import convert_graph, convert_model_full
 from .dtypes import array_dtype
 from .errors import ArgumentError, GraphError, ParamError
 from .io import graph_from_symbol
-from .options import ConvertOptions, make_options
+from .options import ConvertOptions, OpLists, make_options
 from .pipeline import fold_model
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -138,9 +138,10 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
         As for :func:`mxnet_amp.convert_model`.
     """
     import mxnet as mx
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides)
+    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
+                    excluded_sym_names, overrides)
+    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params,
+                           fold_batchnorm=fold_batchnorm)
     if not isinstance(bucketing_mod, mx.mod.BucketingModule):
         raise ArgumentError(f"bucketing_mod must be an mx.mod.BucketingModule, got {type(bucketing_mod).__name__}")
     if not bucketing_mod.params_initialized:

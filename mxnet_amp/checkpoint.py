@@ -17,7 +17,7 @@ from .errors import FusionError, ParamError, StrippedCastsError
 from .fused import check_fused_for
 from .io import (existing_checkpoint_files, graph_from_symbol, load_checkpoint as read_checkpoint,
                  save_checkpoint)
-from .options import ConvertOptions, make_options, name_list
+from .options import ConvertOptions, OpLists, make_options, name_list
 from .params import check_data_names, check_params, default_data_names, label_inputs, with_labels
 from .paths import check_outputs, checkpoint_files, refuse_stream_prefix
 from .progress import byte_bar
@@ -85,10 +85,11 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     CheckpointError, GraphError, ParamError
         As :func:`mxnet_amp.load_checkpoint` and :func:`mxnet_amp.convert_model`.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides,
-                           strict_params=strict_params, guard_weight_range=guard_weight_range)
+    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
+                    excluded_sym_names, overrides)
+    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params,
+                           fold_batchnorm=fold_batchnorm, strict_params=strict_params,
+                           guard_weight_range=guard_weight_range)
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
                                  data_names=data_names, data_shapes=data_shapes, write=write,
                                  shapes_from=shapes_from, progress=progress, fused_for=fused_for)

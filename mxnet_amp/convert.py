@@ -15,7 +15,7 @@ from .gcpause import gc_paused
 from .graph import Graph
 from .hardware import warn_amx_off
 from .io import graph_from_symbol
-from .options import ConvertOptions, make_options, name_list
+from .options import ConvertOptions, OpLists, make_options, name_list
 from .params import (check_params, default_data_names, label_inputs, model_inputs, recast_params,
                      with_labels)
 from .passes.insert_casts import refuse_converted
@@ -177,9 +177,9 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
     AlreadyConvertedError
         The graph holds an amp_cast to float16/bfloat16.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, overrides=overrides)
+    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
+                    excluded_sym_names, overrides)
+    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params)
     return convert_graph(graph_from_symbol(check_symbol(sym)), options,
                          data_names=check_names(data_names, "data_names")).symbol
 
@@ -369,9 +369,10 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     ParamError
         A param missing, float64, misshapen, extra (``strict_params``); a BatchNorm's bad statistics.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides,
-                           strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
+    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
+                    excluded_sym_names, overrides)
+    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params,
+                           fold_batchnorm=fold_batchnorm, strict_params=strict_params,
+                           guard_weight_range=guard_weight_range, tune=tune)
     return convert_model_full(check_symbol(sym), arg_params, aux_params, options, data_shapes=data_shapes,
                               data_names=check_names(data_names, "data_names"))[:3]

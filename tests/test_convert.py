@@ -255,9 +255,7 @@ def test_each_node_carries_its_decision_and_the_conversion_its_exclusions():
     b = mx.sym.FullyConnected(a, num_hidden=4, name="fc")
     c = mx.sym.Activation(b, act_type="softrelu", name="soft")
     d = mx.sym.Activation(c, act_type="relu", name="relu")
-    conv = convert_graph(graph_of(d), make_options(
-        "float16", conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])],
-        excluded_sym_names=["keep"]))
+    conv = convert_graph(graph_of(d), make_options("float16", OpLists(conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])], excluded_sym_names=["keep"])))
     decisions = conv.result.decisions
     assert dict(conv.fp32_nodes) == {"keep": "excluded by name (excluded_sym_names / --exclude)"}
     assert decisions["keep"] == (Category.FP32, "excluded by name (excluded_sym_names / --exclude)")
@@ -529,7 +527,7 @@ def test_an_op_that_retypes_an_input_gets_inputs_of_one_dtype():
 
 def test_the_conversion_is_a_pass_list_and_its_errors_name_their_place():
     from mxnet_amp.convert import convert_graph
-    from mxnet_amp.options import make_options
+    from mxnet_amp.options import OpLists, make_options
     from mxnet_amp.pipeline import conversion_passes
     names = [p.name for p in conversion_passes("bfloat16", {}, {}, "float32")]
     assert names == ["slow_kernels", "insert_casts", "insert_fusion_barriers", "tag_param_dtypes"]

@@ -87,13 +87,13 @@ def test_a_reason_is_its_text_with_a_kind():
 def test_every_rule_that_keeps_a_node_float32_gives_its_kind():
     """User exclusions, the weight range guard, the slow kernel rule, oneDNN's reshapes and
     tune's timings each tag their reasons (the report groups by kind, not by words)."""
-    from mxnet_amp.options import EXCLUDED_REASON, make_options
+    from mxnet_amp.options import EXCLUDED_REASON, OpLists, make_options
     from mxnet_amp.passes.onednn_reshapes import BLOCKED_RESHAPE_REASON
     from mxnet_amp.policy import reason_kind
     from mxnet_amp.weight_range import readers_kept
     from mxnet_amp.graph import GraphBuilder, Node, Entry
     assert reason_kind(EXCLUDED_REASON) == "user exclusion"
-    assert reason_kind(make_options("float16", excluded_sym_names=["fc"]).fp32_nodes["fc"]) == "user exclusion"
+    assert reason_kind(make_options("float16", OpLists(excluded_sym_names=["fc"])).fp32_nodes["fc"]) == "user exclusion"
     assert reason_kind(BLOCKED_RESHAPE_REASON) == "onednn reshape"
     b = GraphBuilder()
     x, w = b.add(Node("null", "x")), b.add(Node("null", "w"))

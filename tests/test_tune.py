@@ -18,7 +18,7 @@ from mxnet_amp.dtypes import np_dtype
 from mxnet_amp.errors import TuneError
 from mxnet_amp.hardware import bf16_runs_natively
 from mxnet_amp.io import graph_to_symbol
-from mxnet_amp.options import EXCLUDED_REASON, make_options
+from mxnet_amp.options import EXCLUDED_REASON, OpLists, make_options
 from mxnet_amp.policy import Category
 from mxnet_amp.report.model import build_report
 from mxnet_amp.report.pages import format_table
@@ -78,7 +78,7 @@ KERNELS = {("Convolution", "(3, 3)", "1"): (1.0, 0.5),      # bf16 faster
 
 def _convert(tune, **kw):
     sym, args, auxs = _model()
-    return convert_model_full(sym, args, auxs, make_options("bfloat16", tune=tune, **kw),
+    return convert_model_full(sym, args, auxs, make_options("bfloat16", OpLists(**kw), tune=tune),
                               data_shapes=SHAPES)
 
 
