@@ -17,6 +17,7 @@ from ..io import atomic_write
 from ..paths import STREAM_NAMES
 from ..report.draw import graph_svg, write_graph
 from ..report.pages import format_table, report_html
+from ..report.precision_svg import precision_map_svg
 
 if TYPE_CHECKING:
     from ..record import Conversion
@@ -52,10 +53,27 @@ def write_outputs(args: argparse.Namespace, conversion: Conversion, report: Conv
         written.append(args.graph)
     if args.html:
         page = report_html(report, graph_svg(conversion, report.model or "", limit),
-                           auto_sections(report.extra.get("auto")))
+                           auto_sections(report.extra.get("auto")),
+                           precision_map_svg(conversion, report.model or "", _given_shapes(args)))
         atomic_write(args.html, text_writer(page))
         written.append(args.html)
     return written
+
+
+def _given_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    """The model inputs' shapes the command was given, which the precision map's costs are
+    estimated at: ``--input-shape`` and ``auto``'s ``--input`` shapes (``NAME:1x3x224x224``,
+    checked by the command before it converted; a ``.npy`` input is left to be assumed),
+    ``demo``'s ``--batch`` and ``--size``."""
+    shapes = {}
+    for spec in [*(getattr(args, "input_shapes", None) or ()), *(getattr(args, "inputs", None) or ())]:
+        name, _, value = spec.partition(":")
+        if not value.endswith(".npy"):
+            shapes[name] = tuple(int(d) for d in value.lower().split("x"))
+    size, batch = getattr(args, "size", None), getattr(args, "batch", None)
+    if not shapes and isinstance(size, int) and isinstance(batch, int):
+        shapes["data"] = (batch, 3, size, size)   # the demo's zoo model reads an RGB image batch
+    return shapes
 
 
 def finish(args: argparse.Namespace, conversion: Conversion, report: ConversionReport,

@@ -17,22 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DrawError
 from ..io import atomic_write
-from .layout import CHAR_WIDTH, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, layout
+from .layout import CHAR_WIDTH, DTYPE_COLOURS, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, layout
 from .picture import Box, Picture, collapse
+from .precision_svg import precision_map_svg, stacked_svg
 
 if TYPE_CHECKING:   # only annotations name it
     from ..record import Conversion
 
-__all__ = ["graph_svg", "graph_dot", "write_graph", "check_graph_path", "DTYPE_COLOURS"]
+__all__ = ["graph_svg", "graph_dot", "write_graph", "check_graph_path"]
 
-# dtype -> (fill, stroke); 'non-float' covers integer and boolean tensors
-DTYPE_COLOURS = {
-    "float32": ("#dbe9f6", "#3c7bb8"),
-    "bfloat16": ("#fde0c5", "#e6550d"),
-    "float16": ("#dcf0d6", "#2f9a4a"),
-    "float64": ("#e8e4f3", "#6a51a3"),
-    "non-float": ("#eeeeee", "#8a8a8a"),
-}
 
 
 def graph_svg(conversion: Conversion, title: str = "", detail_limit: int | None = 80, max_boxes: int = 48) -> str:
@@ -181,7 +174,7 @@ def write_graph(conversion: Conversion, path: str | os.PathLike, title: str = ""
     path = os.fspath(path)
     fmt = check_graph_path(path)
     if fmt == "svg":
-        data = graph_svg(conversion, title, detail_limit).encode()
+        data = stacked_svg(precision_map_svg(conversion, title), graph_svg(conversion, title, detail_limit)).encode()
     elif fmt == "dot":
         data = graph_dot(conversion, title, detail_limit).encode()
     else:
@@ -197,7 +190,8 @@ def write_graph(conversion: Conversion, path: str | os.PathLike, title: str = ""
 def _png(conversion: Conversion, title: str, detail_limit: int | None = 80) -> bytes:
     cairosvg = _cairosvg()
     if cairosvg is not None:
-        return bytes(cairosvg.svg2png(bytestring=graph_svg(conversion, title, detail_limit).encode()))
+        page = stacked_svg(precision_map_svg(conversion, title), graph_svg(conversion, title, detail_limit))
+        return bytes(cairosvg.svg2png(bytestring=page.encode()))
     dot = shutil.which("dot")
     if dot is not None:
         done = subprocess.run([dot, "-Tpng"], input=graph_dot(conversion, title, detail_limit).encode(),

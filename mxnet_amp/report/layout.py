@@ -12,7 +12,17 @@ from typing import Callable, Mapping
 
 from .picture import Box, Picture
 
-__all__ = ["Layout", "layout", "box_lines", "fit_text", "FONT_SIZE", "CHAR_WIDTH", "LINE_HEIGHT"]
+__all__ = ["Layout", "layout", "box_lines", "fit_text", "FONT_SIZE", "CHAR_WIDTH", "LINE_HEIGHT", "DTYPE_COLOURS"]
+
+# dtype -> (fill, stroke) in every picture of a conversion (the graph, the precision map);
+# 'non-float' covers integer and boolean tensors
+DTYPE_COLOURS = {
+    "float32": ("#dbe9f6", "#3c7bb8"),
+    "bfloat16": ("#fde0c5", "#e6550d"),
+    "float16": ("#dcf0d6", "#2f9a4a"),
+    "float64": ("#e8e4f3", "#6a51a3"),
+    "non-float": ("#eeeeee", "#8a8a8a"),
+}
 
 FONT_SIZE = 12
 CHAR_WIDTH = 6.9   # average glyph width of 12px sans-serif, for fitting text

@@ -245,13 +245,17 @@ def report_text(report: ConversionReport, tables: list[Table]) -> str:
 
 
 def report_page(report: ConversionReport, tables: list[Table], svg: str | None = None,
-                sections: Sections = NO_SECTIONS) -> str:
+                sections: Sections = NO_SECTIONS, precision_map: str | None = None) -> str:
     """The HTML page of ``report`` made of ``tables`` (:func:`report_tables`), ``sections``'
-    chart (the automatic mode's attribution) and, when given, the picture."""
+    chart (the automatic mode's attribution) and, when given, the precision map (first,
+    :func:`mxnet_amp.report.precision_map.precision_map_svg`) and the picture (last)."""
     e = html.escape
     title = _title(report)
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
-             f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>", *render_html(tables)]
+             f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>"]
+    if precision_map:
+        parts.append(f"<div class='map'>{precision_map[precision_map.index('<svg'):]}</div>")
+    parts += render_html(tables)
     parts += [sections.chart] if sections.chart else []
     if svg:
         body = svg[svg.index("<svg"):] if "<svg" in svg else svg
@@ -260,11 +264,13 @@ def report_page(report: ConversionReport, tables: list[Table], svg: str | None =
     return "\n".join(parts) + "\n"
 
 
-def report_html(report: ConversionReport, svg: str | None = None, sections: Sections = NO_SECTIONS) -> str:
-    """A single self-contained HTML page: summary, what the command measured (``demo`` and
-    ``auto``), notes, the report's tables and ``sections``' and, when given, the picture
-    (inline SVG, no external assets). Every command writes this one page."""
-    return report_page(report, report_tables(report, sections=sections), svg, sections)
+def report_html(report: ConversionReport, svg: str | None = None, sections: Sections = NO_SECTIONS,
+                precision_map: str | None = None) -> str:
+    """A single self-contained HTML page: when given, the precision map; summary, what the
+    command measured (``demo`` and ``auto``), notes, the report's tables and ``sections``'
+    and, when given, the picture (inline SVG, no external assets). Every command writes
+    this one page."""
+    return report_page(report, report_tables(report, sections=sections), svg, sections, precision_map)
 
 
 def format_table(report: ConversionReport, max_names: int = 3, sections: Sections = NO_SECTIONS) -> str:

@@ -51,6 +51,22 @@ def test_write_outputs_writes_the_files_the_flags_name(tmp_path):
     assert "<svg" in page.read_text()
 
 
+def test_the_html_page_opens_with_a_precision_map_at_the_given_input_shape(tmp_path):
+    """--html: the precision map comes first, its FLOPs estimated at --input-shape's shape
+    (assumed nothing), and the graph picture last."""
+    conv, report = _conversion_and_report()
+    page = tmp_path / "r.html"
+    write_outputs(_args(html=str(page), input_shapes=["data:4x10"]), conv, report)
+    text = page.read_text()
+    assert text.index("precision-map") < text.index("<h2>Graph")
+    assert "estimated FLOPs at input data 4x10</text>" in text
+    assert "bfloat16: 1 ops, 100.0% of FLOPs" in text
+    write_outputs(_args(html=str(page), inputs=["data:3x5"]), conv, report)   # auto's --input
+    assert "estimated FLOPs at input data 3x5</text>" in page.read_text()
+    write_outputs(_args(html=str(page), inputs=["data:x.npy"]), conv, report)
+    assert "no shapes known" in page.read_text()
+
+
 def test_finish_prints_the_table_to_stderr_when_the_report_goes_to_stdout(capsys):
     """With --report - the JSON alone is on stdout; the table and 'wrote -' go to stderr."""
     conv, report = _conversion_and_report()
