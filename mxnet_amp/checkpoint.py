@@ -7,7 +7,7 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from .arguments import check_bool, check_names, check_optional_bool, check_path
 from .convert import convert_with_params
@@ -29,7 +29,18 @@ if TYPE_CHECKING:
 
     from .graph import Graph
 
-__all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load"]
+__all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load", "ConvertedCheckpoint"]
+
+
+class ConvertedCheckpoint(NamedTuple):
+    """What :func:`convert_checkpoint` returns (unpacks as ``(conversion, arg_params,
+    aux_params, sizes)``): the conversion record, the new params, and
+    ``{'param_bytes_before': int, 'param_bytes_after': int}``."""
+
+    conversion: Conversion
+    arg_params: dict
+    aux_params: dict
+    sizes: dict[str, int]
 
 
 def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = None,
@@ -48,7 +59,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        follow_ops: Sequence[str] | None = None,
                        overrides: str = "replace", strict_params: bool = False, guard_weight_range: bool = True,
                        fused_for: str | None = None
-                       ) -> tuple[Conversion, dict, dict, dict[str, int]]:
+                       ) -> ConvertedCheckpoint:
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
     Parameters
@@ -73,7 +84,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
 
     Returns
     -------
-    (Conversion, dict, dict, dict)
+    ConvertedCheckpoint
         The conversion record, the new arg and aux params, ``{'param_bytes_before': int,
         'param_bytes_after': int}``.
 
@@ -101,7 +112,7 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
                           data_shapes: Mapping[str, Sequence[int]] | None = None,
                           write: bool = True, shapes_from: str = "data_shapes",
                           progress: bool | None = False, fused_for: str | None = None
-                          ) -> tuple[Conversion, dict, dict, dict[str, int]]:
+                          ) -> ConvertedCheckpoint:
     """:func:`convert_checkpoint` under ``options`` (:func:`mxnet_amp.options.make_options`)."""
     prefix = str(check_path(prefix, "prefix"))
     out_prefix = check_path(out_prefix, "out_prefix", optional=True)
@@ -138,7 +149,7 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     if write:
         save_checkpoint(out_prefix, out_epoch, conversion.symbol,
                         arg_params, aux_params, progress=progress, fused_for=fused_for)
-    return conversion, arg_params, aux_params, sizes
+    return ConvertedCheckpoint(conversion, arg_params, aux_params, sizes)
 
 
 def load_checkpoint(prefix: str, epoch: int = 0, *, restore_casts: bool = True,
