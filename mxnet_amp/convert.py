@@ -1,7 +1,15 @@
 """``convert_symbol`` and ``convert_model``: the symbol-level public API.
 
-What a conversion runs is :mod:`mxnet_amp.pipeline` (the pass list); what it returns,
-:mod:`mxnet_amp.record` (:class:`~mxnet_amp.record.Conversion`).
+What a conversion runs is :mod:`mxnet_amp.pipeline` (the pass lists); what it returns,
+:mod:`mxnet_amp.record` (:class:`~mxnet_amp.record.Conversion`). The stages, each a function:
+
+* :func:`convert_model` (public keywords) builds the options once and calls
+* :func:`convert_model_full` (a symbol and params under options): checks the params against
+  the symbol, then casts the params the conversion returns (:class:`ConvertedModel`);
+* :func:`convert_with_params` (a graph and params): the steps before the conversion
+  (folding, the weight-range guard, the timed choice: ``pipeline.prepare_passes``), then
+* :func:`convert_graph` (a graph, weights by dtype only): checks the names and inputs and runs
+  the conversion's pass list (``pipeline.convert_passes``), which builds the record.
 """
 from __future__ import annotations
 
