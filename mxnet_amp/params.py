@@ -63,10 +63,17 @@ def write_array(values: np.ndarray, dtype: str | None = None, ctx: Any = None) -
 
 
 def _bf16_ndarray(bits: np.ndarray, ctx: Any) -> NDArray:
-    """A bfloat16 NDArray holding ``bits`` (uint16, one per value)."""
+    """A bfloat16 NDArray holding ``bits`` (uint16, one per value), copied in by MXNet's C
+    API: ``array[:] = ...`` converts the bits through numpy's structured bfloat16 stand-in
+    first, 10-50x slower (measured on 2.4M values)."""
+    import ctypes
+
     import mxnet as mx
+    from mxnet.base import _LIB, check_call
     array = mx.nd.empty(bits.shape, ctx=ctx, dtype=bfloat16_np)
-    array[:] = bits.view(bfloat16_np)
+    bits = np.ascontiguousarray(bits, dtype=np.uint16)
+    check_call(_LIB.MXNDArraySyncCopyFromCPU(array.handle, bits.ctypes.data_as(ctypes.c_void_p),
+                                             ctypes.c_size_t(bits.size)))
     return array
 
 
