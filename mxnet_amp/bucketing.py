@@ -138,10 +138,9 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
         As for :func:`mxnet_amp.convert_model`.
     """
     import mxnet as mx
-    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
-                    excluded_sym_names, overrides)
-    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params,
-                           fold_batchnorm=fold_batchnorm)
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm)
     if not isinstance(bucketing_mod, mx.mod.BucketingModule):
         raise ArgumentError(f"bucketing_mod must be an mx.mod.BucketingModule, got {type(bucketing_mod).__name__}")
     if not bucketing_mod.params_initialized:

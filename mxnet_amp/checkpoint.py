@@ -96,11 +96,10 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     CheckpointError, GraphError, ParamError
         As :func:`mxnet_amp.load_checkpoint` and :func:`mxnet_amp.convert_model`.
     """
-    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
-                    excluded_sym_names, overrides)
-    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params,
-                           fold_batchnorm=fold_batchnorm, strict_params=strict_params,
-                           guard_weight_range=guard_weight_range)
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
+                           strict_params=strict_params, guard_weight_range=guard_weight_range)
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
                                  data_names=data_names, data_shapes=data_shapes, write=write,
                                  shapes_from=shapes_from, progress=progress, fused_for=fused_for)

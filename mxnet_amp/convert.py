@@ -185,9 +185,9 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
     AlreadyConvertedError
         The graph holds an amp_cast to float16/bfloat16.
     """
-    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
-                    excluded_sym_names, overrides)
-    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params)
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params)
     return convert_graph(graph_from_symbol(check_symbol(sym)), options,
                          data_names=check_names(data_names, "data_names")).symbol
 
@@ -377,10 +377,9 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     ParamError
         A param missing, float64, misshapen, extra (``strict_params``); a BatchNorm's bad statistics.
     """
-    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
-                    excluded_sym_names, overrides)
-    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params,
-                           fold_batchnorm=fold_batchnorm, strict_params=strict_params,
-                           guard_weight_range=guard_weight_range, tune=tune)
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
+                           strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
     return convert_model_full(check_symbol(sym), arg_params, aux_params, options, data_shapes=data_shapes,
                               data_names=check_names(data_names, "data_names"))[:3]

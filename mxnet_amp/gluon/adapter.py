@@ -213,10 +213,10 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     AlreadyConvertedError, GraphError, ParamError, TypeInferenceError
         As for :func:`mxnet_amp.convert_model`.
     """
-    lists = OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops,
-                    excluded_sym_names, overrides)
-    options = make_options(target_dtype, lists, cast_optional_params=cast_optional_params,
-                           fold_batchnorm=fold_batchnorm, guard_weight_range=guard_weight_range, tune=tune)
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
+                           guard_weight_range=guard_weight_range, tune=tune)
     return _converted_block(block, options, input_names, ctx, hybridize, data_shapes)
 
 
