@@ -17,7 +17,7 @@ from .checkpoint import convert_checkpoint, load_checkpoint
 from .convert import convert_model, convert_symbol
 from .emulation import emulate, emulate_model
 from .errors import (AlreadyConvertedError, AMPError, ArgumentError, CheckpointError, DeferredInitError,
-                     GraphError, InputShapeError, ListError, OutputPathError, OverwriteError,
+                     GraphError, HardwareError, InputShapeError, ListError, OutputPathError, OverwriteError,
                      ParamError, StrippedCastsError, TargetDtypeError, TypeInferenceError,
                      UnknownOpError)
 from .gluon.adapter import convert_block, convert_hybrid_block, emulate_block
@@ -38,6 +38,7 @@ __all__ = [
     "AMPError", "AlreadyConvertedError", "ArgumentError", "CheckpointError", "DeferredInitError", "GraphError",
     "ListError", "ParamError", "TargetDtypeError", "TypeInferenceError", "UnknownOpError",
     "InputShapeError", "OutputPathError", "OverwriteError", "StrippedCastsError",
+    "HardwareError",
 ]
 __version__ = "0.1.0"
 

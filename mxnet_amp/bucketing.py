@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from .convert import convert_graph, convert_model_full
 from .dtypes import array_dtype
 from .errors import ArgumentError, GraphError, ParamError
+from .hardware import warn_not_native
 from .io import graph_from_symbol
 from .options import ConvertOptions, OpLists, make_options
 from .pipeline import fold_model
@@ -146,6 +147,7 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
     if not bucketing_mod.params_initialized:
         raise ParamError("the BucketingModule's params are not initialised: bind it and call "
                          "init_params / set_params (or fit, or BucketingModule.load) first")
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     arg_params, aux_params = bucketing_mod.get_params()
     key = bucketing_mod._default_bucket_key
     state_names = list(bucketing_mod._state_names or ())

@@ -7,6 +7,7 @@ size of the fp32 params plus one weight.
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from .arguments import check_bool, check_names, check_optional_bool, check_path
@@ -15,6 +16,7 @@ from .record import Conversion
 from .dtypes import LOW_PRECISION, array_dtype, array_nbytes
 from .errors import FusionError, ParamError, StrippedCastsError
 from .fused import check_fused_for
+from .hardware import HardwareWarning, warn_not_native
 from .io import (existing_checkpoint_files, graph_from_symbol, load_checkpoint as read_checkpoint,
                  save_checkpoint)
 from .options import ConvertOptions, OpLists, make_options, name_list
@@ -55,8 +57,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        fold_batchnorm: bool = True,
                        data_shapes: Mapping[str, Sequence[int]] | None = None,
                        write: bool = True, shapes_from: str = "data_shapes",
-                       progress: bool | None = False,
-                       follow_ops: Sequence[str] | None = None,
+                       progress: bool | None = False, follow_ops: Sequence[str] | None = None,
                        overrides: str = "replace", strict_params: bool = False, guard_weight_range: bool = True,
                        fused_for: str | None = None
                        ) -> ConvertedCheckpoint:
@@ -100,6 +101,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                                                  follow_ops, excluded_sym_names, overrides),
                            cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
                            strict_params=strict_params, guard_weight_range=guard_weight_range)
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
                                  data_names=data_names, data_shapes=data_shapes, write=write,
                                  shapes_from=shapes_from, progress=progress, fused_for=fused_for)
@@ -146,8 +148,10 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     del sym, graph
     sizes = _recast_in_place(arg_params, aux_params, conversion, progress)
     if write:
-        save_checkpoint(out_prefix, out_epoch, conversion.symbol,
-                        arg_params, aux_params, progress=progress, fused_for=fused_for)
+        with warnings.catch_warnings():   # the conversion said where it runs (warn_not_native)
+            warnings.simplefilter("ignore", HardwareWarning)
+            save_checkpoint(out_prefix, out_epoch, conversion.symbol,
+                            arg_params, aux_params, progress=progress, fused_for=fused_for)
     return ConvertedCheckpoint(conversion, arg_params, aux_params, sizes)
 
 

@@ -21,7 +21,7 @@ from .dtypes import LOW_PRECISION, array_dtype, dtype_name, dtype_of_code
 from .errors import AlreadyConvertedError, GraphError
 from .gcpause import gc_paused
 from .graph import Graph
-from .hardware import warn_amx_off
+from .hardware import warn_amx_off, warn_not_native
 from .io import graph_from_symbol
 from .options import ConvertOptions, OpLists, make_options, name_list
 from .params import (check_params, default_data_names, label_inputs, model_inputs, recast_params,
@@ -137,8 +137,7 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                    excluded_sym_names: Sequence[str] | None = None,
                    data_names: Sequence[str] | None = None,
                    cast_optional_params: bool = False, *,
-                   widest_dtype_ops: Sequence[str] | None = None,
-                   follow_ops: Sequence[str] | None = None,
+                   widest_dtype_ops: Sequence[str] | None = None, follow_ops: Sequence[str] | None = None,
                    overrides: str = "replace") -> Symbol:
     """Convert an fp32 symbol to mixed precision.
 
@@ -188,6 +187,7 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
     options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
                                                  follow_ops, excluded_sym_names, overrides),
                            cast_optional_params=cast_optional_params)
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     return convert_graph(graph_from_symbol(check_symbol(sym)), options,
                          data_names=check_names(data_names, "data_names")).symbol
 
@@ -333,8 +333,7 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   widest_dtype_ops: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
                   data_shapes: Mapping[str, Sequence[int]] | None = None,
-                  fold_batchnorm: bool = True,
-                  follow_ops: Sequence[str] | None = None,
+                  fold_batchnorm: bool = True, follow_ops: Sequence[str] | None = None,
                   overrides: str = "replace", strict_params: bool = False,
                   guard_weight_range: bool = True, tune: object = None) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
@@ -381,5 +380,6 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                                                  follow_ops, excluded_sym_names, overrides),
                            cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
                            strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     return convert_model_full(check_symbol(sym), arg_params, aux_params, options, data_shapes=data_shapes,
                               data_names=check_names(data_names, "data_names"))[:3]

@@ -36,6 +36,7 @@ __all__ = [
     "OnnxMissingError",
     "FusionError",
     "TuneError",
+    "HardwareError",
     "error_text",
 ]
 
@@ -204,6 +205,20 @@ class TuneError(AMPError, ValueError):
 class TargetDtypeError(AMPError, ValueError):
     """``target_dtype`` is not one of the low precision dtypes mxnet-amp converts to, or
     cannot run natively where that is asked (float16 on a CPU)."""
+
+
+class HardwareError(AMPError, RuntimeError):
+    """This machine cannot execute the model's dtype (a bfloat16 model on a CPU whose oneDNN
+    has no bfloat16 kernels, float16 without a GPU): raised at a converted block's first call,
+    instead of MXNet's "could not create a primitive descriptor iterator", and where native
+    execution is asked for. The message is :func:`mxnet_amp.hardware.native_note`'s: the CPU
+    feature missing, where the model runs, how to check it here. ``target_dtype`` names the
+    dtype (None where not given)."""
+
+    def __init__(self, message: str, *, target_dtype: str | None = None) -> None:
+        # keyword-only extras: pickle rebuilds from args (the message) and restores __dict__
+        super().__init__(message)
+        self.target_dtype = target_dtype
 
 
 def error_text(err: BaseException | str, limit: int = 2000) -> str:

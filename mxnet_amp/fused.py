@@ -17,16 +17,19 @@ The fused nodes have no GPU kernel, so a float16 model (GPU only) is refused.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .dtypes import dtype_of_code
 from .errors import FusionError, error_text
 from .graph import Entry, Graph, GraphBuilder
+from .hardware import HardwareWarning, native_note, runs_where
+from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
-__all__ = ["FUSED_FOR", "check_fused_for", "fuse_for_cpu", "is_fused", "graph_low_dtypes"]
+__all__ = ["FUSED_FOR", "check_fused_for", "fuse_for_cpu", "is_fused", "graph_low_dtypes",
+           "generic_kernel_ops", "SlowLoadWarning", "warn_saved"]
 
 FUSED_FOR = ("cpu",)
 FUSED_OP_PREFIX = "_sg_mkldnn_"
@@ -152,3 +155,82 @@ def keep_fused_where_generic(graph: Graph) -> Graph:
 
 def _ops_of(graph: Graph) -> set[str]:
     return {n.op for n in graph.nodes if not n.is_variable}
+
+
+class SlowLoadWarning(UserWarning):
+    """A bfloat16 model saved unfused holds ops that run MXNet's generic bfloat16 kernel
+    unless oneDNN fuses them (:func:`generic_kernel_ops`): ``SymbolBlock.imports`` + a plain
+    ``hybridize()`` runs it slower than float32."""
+
+
+def generic_kernel_ops(graph: Graph, partitioned: Callable[[], Graph]) -> dict[str, int]:
+    """The ops of a bfloat16 model that run a generic kernel unless fused, with how many of
+    their nodes oneDNN's partitioning would fuse: what :func:`keep_fused_where_generic`
+    keeps fused (``clip`` after a convolution: relu6), counted from MXNet's own partitioning
+    (``Symbol.optimize_for('MKLDNN')``). Empty for a float32/float16 model, a graph fused
+    already, or an MXNet without oneDNN.
+
+    Parameters
+    ----------
+    graph : Graph
+        The model as it will be saved.
+    partitioned : callable
+        Gives the graph MXNet's oneDNN backend partitions it into (``graph_from_symbol``
+        of :func:`fuse_for_cpu`'s symbol; called only for a bfloat16 graph not fused yet).
+
+    Returns
+    -------
+    dict of str to int
+        Op name -> number of its nodes (inside fused nodes), sorted by name.
+    """
+    if "bfloat16" not in graph_low_dtypes(graph) or is_fused(graph):
+        return {}
+    try:
+        fused = keep_fused_where_generic(partitioned())
+    except FusionError:   # no oneDNN, or MXNet cannot partition it: nothing to say
+        return {}
+    counts: dict[str, int] = {}
+    for node in fused.nodes:
+        if node.op.startswith(FUSED_OP_PREFIX) and len(node.subgraphs) == 1:
+            for op in _ops_of(node.subgraphs[0]) - ONEDNN_BF16_OPS:
+                counts[op] = counts.get(op, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def warn_saved(graph: Graph, partitioned: Callable[[], Graph], prefix: str,
+               fused_for: str | None) -> None:
+    """What a user saving ``sym`` as ``prefix`` should know, as warnings at the caller's line:
+    where a low precision model runs when this machine cannot run it
+    (:class:`~mxnet_amp.hardware.HardwareWarning`), and how to load a bfloat16 model fast
+    when saved unfused with ops that run a generic kernel unless fused
+    (:class:`SlowLoadWarning`).
+
+    Parameters
+    ----------
+    graph : Graph
+        The model as given to the save (before any fusing).
+    partitioned : callable
+        As for :func:`generic_kernel_ops`.
+    prefix : str
+        The checkpoint prefix, to name it.
+    fused_for : {None, 'cpu'}
+        The save's ``fused_for``.
+    """
+    low = graph_low_dtypes(graph)
+    for dtype in sorted(low):
+        if native_note(dtype) is not None:
+            warn_user(f"the {dtype} model saved as {prefix} runs on {runs_where(dtype)}; this "
+                      f"machine cannot execute it (mxnet_amp.emulate_model checks its numerics "
+                      "here)", HardwareWarning)
+    if fused_for is not None:
+        return
+    ops = generic_kernel_ops(graph, partitioned)
+    if ops:
+        listed = ", ".join(f"{op} ({n} node{'s' if n > 1 else ''})" for op, n in ops.items())
+        warn_user(f"the bfloat16 model saved as {prefix} runs MXNet's generic bfloat16 kernel "
+                  f"for {listed} unless oneDNN fuses it into the convolution before: loaded "
+                  "with SymbolBlock.imports + a plain hybridize() it runs slower than float32. "
+                  "Load it with hybridize(backend='MKLDNN', static_alloc=True, "
+                  "static_shape=True), or save it with fused_for='cpu' (mxnet-amp convert "
+                  "--fuse-cpu) for a plain hybridize(); Module, simple_bind and the C predict "
+                  "API fuse at bind", SlowLoadWarning)

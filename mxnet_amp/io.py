@@ -16,7 +16,7 @@ from .arguments import check_optional_bool, check_symbol, param_dict
 from .dtypes import array_nbytes
 from .entries import check_entries
 from .errors import CheckpointError, GraphError, OutputPathError, UnknownOpError, error_text
-from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic
+from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic, warn_saved
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node, graph_obj
 from .interrupts import signals_unwind
@@ -346,6 +346,7 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
         or MXNet has no oneDNN; nothing is written.
     """
     import mxnet as mx
+    given = sym   # what the notes after the write read (fused_for may replace sym)
     if check_fused_for(fused_for) == "cpu":
         fused = fuse_for_cpu(sym, graph_from_symbol(sym), what=f"the model saved as {prefix}")
         sym = graph_to_symbol(keep_fused_where_generic(graph_from_symbol(fused)))
@@ -362,6 +363,9 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
                 watch_growth(tmp, bar):
             mx.nd.save(tmp, save)
     atomic_writes([(params_file, write_params), (sym_file, _text_writer(symbol_json(sym)))])
+    # where it runs, how to load it fast: said once the files are there
+    graph = graph_from_symbol(given)
+    warn_saved(graph, lambda: graph_from_symbol(fuse_for_cpu(given, graph)), prefix, fused_for)
 
 
 def existing_checkpoint_files(prefix: str | os.PathLike, epoch: int) -> tuple[str, str]:

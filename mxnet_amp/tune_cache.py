@@ -10,7 +10,7 @@ import json
 import os
 
 from .errors import TuneError
-from .hardware import cpu_flags
+from .hardware import ISA_FLAGS, cpu_flags
 from .io import atomic_write
 
 __all__ = ["TimingCache", "machine_key", "CACHE_VERSION"]
@@ -18,9 +18,6 @@ __all__ = ["TimingCache", "machine_key", "CACHE_VERSION"]
 # 3: the float32 kernel timed with the casts it adds between low precision nodes, the low
 # precision kernel alone (2: both alone; 1: the low precision kernel with casts)
 CACHE_VERSION = 3
-# the flags that change which oneDNN kernel runs
-_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-              "amx_bf16", "amx_tile", "amx_int8")
 
 
 def machine_key() -> str:
@@ -36,7 +33,7 @@ def machine_key() -> str:
                     break
     except OSError:
         pass
-    flags = sorted(f for f in cpu_flags() if f in _ISA_FLAGS)
+    flags = sorted(f for f in cpu_flags() if f in ISA_FLAGS)
     threads = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count())
     isa = os.environ.get("DNNL_MAX_CPU_ISA", "default")
     return (f"{model} | {' '.join(flags)} | DNNL_MAX_CPU_ISA={isa} | mxnet {mx.__version__} | "

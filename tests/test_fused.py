@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import mxnet as mx
 import numpy as np
@@ -15,6 +16,8 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.cli.main import main as cli_main
 from mxnet_amp.errors import FusionError
+from mxnet_amp.fused import SlowLoadWarning, fuse_for_cpu, generic_kernel_ops
+from mxnet_amp.io import graph_from_symbol
 from mxnet_amp.hardware import bf16_runs_natively
 
 from upstream.c_predictor import Predictor
@@ -175,3 +178,70 @@ def test_float16_and_unknown_targets_are_refused_before_anything_is_written(save
                      "--fuse-cpu", "-q"]) != 0
     assert "--fuse-cpu" in capsys.readouterr().err
     assert not os.listdir(tmp_path)
+
+
+
+def _bf16_model(folder: str):
+    """The conv-BN-relu / residual / relu6 model of :func:`_fp32_checkpoint`, in bfloat16."""
+    _fp32_checkpoint(os.path.join(folder, "fp32"))
+    sym, args, auxs = amp.load_checkpoint(os.path.join(folder, "fp32"), 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # where bf16 does not run here, the conversion says so
+        return amp.convert_model(sym, args, auxs, target_dtype="bfloat16")
+
+
+def _generic(sym) -> dict:
+    graph = graph_from_symbol(sym)
+    return generic_kernel_ops(graph, lambda: graph_from_symbol(fuse_for_cpu(sym, graph)))
+
+
+def _slow_load_notes(caught) -> list:
+    return [w for w in caught if issubclass(w.category, SlowLoadWarning)]
+
+
+def test_an_unfused_bf16_save_with_relu6_says_how_to_load_it_fast(tmp_path):
+    """relu6 (clip) after the residual add runs MXNet's generic bf16 kernel unless fused:
+    save_checkpoint and export name it and both fast loads, at the caller's line, after
+    the files are written."""
+    sym, args, auxs = _bf16_model(str(tmp_path))
+    assert _generic(sym) == {"clip": 1}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        amp.save_checkpoint(str(tmp_path / "bf16"), 0, sym, args, auxs)
+    [note] = _slow_load_notes(caught)
+    text = str(note.message)
+    assert note.filename == __file__ and "clip (1 node)" in text
+    assert "hybridize(backend='MKLDNN'" in text and "fused_for='cpu'" in text
+    assert os.path.isfile(tmp_path / "bf16-0000.params")
+
+
+def test_a_fused_save_a_float32_model_and_one_without_generic_ops_say_nothing(tmp_path):
+    sym, args, auxs = _bf16_model(str(tmp_path))
+    fp32 = amp.load_checkpoint(str(tmp_path / "fp32"), 0)
+    plain = mx.sym.Convolution(mx.sym.var("data"), num_filter=4, kernel=(3, 3), name="c")
+    plain = mx.sym.Activation(plain, act_type="relu", name="r")   # oneDNN's own bf16 kernels
+    plain16 = amp.convert_symbol(plain, target_dtype="bfloat16")
+    assert _generic(plain16) == {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        amp.save_checkpoint(str(tmp_path / "fused"), 0, sym, args, auxs, fused_for="cpu")
+        amp.save_checkpoint(str(tmp_path / "fp32b"), 0, *fp32)
+    assert _slow_load_notes(caught) == []
+    assert _generic(fp32[0]) == {}   # float32: no note
+
+
+def test_export_of_a_converted_block_with_relu6_says_it_too(tmp_path):
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Conv2D(8, 3, in_channels=3), mx.gluon.nn.HybridLambda(
+        lambda F, x: F.clip(x, 0, 6)))
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.ones((1, 3, 8, 8)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new = amp.convert_block(net, target_dtype="bfloat16")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        new.export(str(tmp_path / "net"))
+    [note] = _slow_load_notes(caught)
+    assert note.filename == __file__ and "clip" in str(note.message)

@@ -269,6 +269,10 @@ def _readers_warnings() -> Iterator[None]:
         warnings.simplefilter("default")
         for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
             warnings.simplefilter("ignore", category)
+        # "this machine cannot execute the model" depends on the machine the page is checked
+        # on (float16 without a GPU, bfloat16 without avx512): the page says it in words
+        from mxnet_amp.hardware import HardwareWarning
+        warnings.simplefilter("ignore", HardwareWarning)
         warnings.filterwarnings("default", category=DeprecationWarning, module="__docs_example__")
 
         def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]

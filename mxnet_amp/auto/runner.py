@@ -15,7 +15,7 @@ from ..dtypes import dtype_name
 from ..emulation import emulate_conversion
 from ..errors import ArgumentError, ParamError, TargetDtypeError, error_text
 from ..graph import Entry, Graph
-from ..hardware import bf16_runs_natively, fp16_runs_natively
+from ..hardware import bf16_runs_natively, fp16_runs_natively, refuse_not_native
 from ..io import graph_from_symbol, graph_to_symbol
 from ..options import ConvertOptions
 from ..policy import Reason, reason_kind
@@ -335,6 +335,8 @@ def execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str
         raise TargetDtypeError(f"execution='native' cannot run float16 on {ctx}: MXNet has no "
                                "float16 CPU kernels (float16 runs natively only on a GPU); use "
                                "execution='emulated' to check it through mxnet_amp.emulation")
+    if execution == "native" and ctx.device_type == "cpu":
+        refuse_not_native(target_dtype, "execution='native'")
     if execution != "auto":
         return execution, None
     if target_dtype == "float16":

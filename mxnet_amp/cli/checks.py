@@ -11,6 +11,7 @@ import re
 
 from ..checkpoint import checkpoint_inputs, checkpoint_outputs
 from ..errors import CLIError
+from ..hardware import native_note
 from ..options import ConvertOptions, OpLists, make_options
 from ..paths import check_outputs, checkpoint_files
 from ..report.draw import check_graph_path
@@ -48,6 +49,10 @@ def _check_values(args: argparse.Namespace) -> None:
         raise CLIError("--execution native cannot run float16 here: MXNet has no float16 CPU "
                        "kernels; use --execution emulated (or auto) to check it through "
                        "emulation, and run the converted model on a GPU")
+    if getattr(args, "execution", None) == "native" and args.target_dtype == "bfloat16":
+        note = native_note("bfloat16")   # refused before the model is read, as float16 is
+        if note is not None:
+            raise CLIError(f"--execution native cannot run bfloat16 here: {note}")
 
 
 def _check_conflicts(args: argparse.Namespace) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 from ..convert import convert_model_full
 from ..emulation import emulate_model
 from ..errors import CLIError, error_text
-from ..hardware import bf16_runs_natively, fp16_runs_natively
+from ..hardware import bf16_runs_natively, fp16_runs_natively, not_native_reason
 from ..options import make_options
 from ..report.model import build_report
 from .output import finish, native_log_silenced, with_extra, with_hardware_note, with_note
@@ -63,12 +63,8 @@ def _demo(args: argparse.Namespace) -> int:
     lines = ["", f"Demo: {args.model}, random weights, input {shape}"]
     low, low_times, how = _low_precision_runs(args, (new_sym, new_args, new_aux), x, native, bar,
                                               lines)
-    if not native:
-        # the hardware note already says why it cannot run here: add only what was done
-        said = bool(report.extra.get("notes"))
-        report = with_note(report, f"The {args.target_dtype} model was checked by emulation "
-                            "(every low precision tensor rounded), so no speed ratio was "
-                            "measured." if said else lines[-1])
+    if not native:   # the page says what the terminal says
+        report = with_note(report, lines[-1])
     bar.close()
     report, rel, agree = _accuracy_lines(ref, low, how, conversion, lines, report)
     if low_times is not None:
@@ -89,11 +85,10 @@ def _low_precision_runs(args: argparse.Namespace, model: tuple[Any, dict, dict],
     em_sym, em_args, em_aux = emulate_model(*model)
     low, _ = _timed_runs(em_sym, em_args, em_aux, x, 1, bar)
     bar.update(2 * args.runs - 2)
-    why = ("no avx512: oneDNN has no bf16 matrix kernels here" if args.target_dtype == "bfloat16"
-           else "MXNet has no float16 kernels for CPU")
-    lines.append(f"Native {args.target_dtype} is unavailable on this CPU ({why}); the "
-                 f"{args.target_dtype} model was checked by emulation (every low precision "
-                 "tensor rounded), so no speed ratio was measured.")
+    lines.append(f"Native {args.target_dtype} is unavailable on this CPU "
+                 f"({not_native_reason(args.target_dtype)}); the {args.target_dtype} model was "
+                 "checked by emulation (every low precision tensor rounded), so its speed was "
+                 "not measured.")
     return low, None, f"{args.target_dtype} emulated in float32"
 
 

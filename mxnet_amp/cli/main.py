@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..checkpoint import checkpoint_conversion, checkpoint_inputs, restoring_load
 from ..errors import AMPError, CLIError, StrippedCastsError, error_text
+from ..hardware import HardwareWarning
 from ..io import atomic_write, load_checkpoint
 from ..onnx.export import check_exportable, export_onnx
 from ..paths import checkpoint_files
@@ -152,6 +153,8 @@ def _warnings_said_at_once() -> Iterator[None]:
             say(f"{PROG}: warning: {text}")
     with warnings.catch_warnings():   # restores the filters and showwarning on exit
         warnings.simplefilter("always")
+        # the commands say it once as a note (output.with_hardware_note), the library at each save
+        warnings.simplefilter("ignore", HardwareWarning)
         warnings.showwarning = show
         yield
 

@@ -19,6 +19,7 @@ from ..arguments import check_contexts
 from ..convert import convert_model_full
 from ..emulation import emulate_model
 from ..errors import BackendError, error_text
+from ..hardware import warn_not_native
 from ..options import OpLists, make_options
 from .model import block_graph, model_params
 
@@ -217,6 +218,7 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                                                  follow_ops, excluded_sym_names, overrides),
                            cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
                            guard_weight_range=guard_weight_range, tune=tune)
+    warn_not_native(options.target_dtype)   # said once, at the caller's line
     return _converted_block(block, options, input_names, ctx, hybridize, data_shapes)
 
 

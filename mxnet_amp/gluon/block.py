@@ -21,9 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from mxnet import gluon
 
+from ..dtypes import dtype_of_code
+from ..errors import AMPError
 from ..fused import graph_low_dtypes
-from ..hardware import warn_amx_off
+from ..graph import CAST_OPS
+from ..hardware import refuse_not_native, warn_amx_off
 from ..io import graph_from_symbol
+from ..passes.infer_dtypes import infer_dtypes
 from .model import export_block
 
 if TYPE_CHECKING:
@@ -56,6 +60,7 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         self._amp_optimized: Any = None                 # the partitioned graph the cached op runs
         self.default_backend: str | None = None
         self._amp_low_dtype: str | None = None          # set at the first run
+        self._amp_ran = False                           # a call on arrays passed the check
 
     @property
     def optimized_symbol(self) -> Symbol | None:
@@ -101,12 +106,27 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         ``SymbolBlock.forward`` insists on an array first; a block converted from one whose
         first input is nested (``net([a, b], y)``) keeps that structure, so a nested first
         input goes to the cached op as it is."""
+        if not self._amp_ran:
+            self._refuse_unrunnable(x, *args)
         if isinstance(x, (list, tuple)):
             from mxnet.gluon.block import _flatten
             first = _flatten(x, "input")[0][0]
             with first.ctx:
                 return self._call_cached_op(x, *args)
         return super().forward(x, *args)
+
+    def _refuse_unrunnable(self, *args: Any) -> None:
+        """:class:`~mxnet_amp.errors.HardwareError` (:func:`~mxnet_amp.hardware.native_note`'s
+        text) when the block computes in bfloat16, is called on CPU arrays, and this CPU's
+        oneDNN runs no bfloat16: said before MXNet's "could not create a primitive descriptor
+        iterator", which would come only at the first read of an output (the engine runs the
+        graph later). A symbolic call is not checked."""
+        if not _on_cpu(args):
+            return
+        if _computes_in_bfloat16(self._amp_graph[1]):
+            refuse_not_native("bfloat16", "this block computes in bfloat16 and is called on "
+                                          "CPU arrays")
+        self._amp_ran = True
 
     def export(self, path: str | os.PathLike, epoch: int = 0,
                remove_amp_cast: bool = False, *, fused_for: str | None = None
@@ -137,3 +157,34 @@ class AMPSymbolBlock(gluon.SymbolBlock):
             super().export(os.fspath(path), epoch, remove_amp_cast=True)
             return None
         return export_block(self, path, epoch, fused_for=fused_for)
+
+
+def _computes_in_bfloat16(sym: Symbol) -> bool:
+    """True when an op of ``sym`` other than a cast computes in bfloat16 (MXNet's type
+    inference, per node); an emulating graph's rounding casts alone (``emulate_block``) run
+    on any CPU."""
+    graph = graph_from_symbol(sym)
+    if "bfloat16" not in graph_low_dtypes(graph):
+        return False
+    var = {n.name: dtype_of_code(n.attrs.get("__dtype__")) or "float32"
+           for n in graph.nodes if n.is_variable}
+    try:
+        dtypes = infer_dtypes(graph, var)
+    except AMPError:   # MXNet cannot type it here: its bfloat16 casts decide
+        return True
+    return any("bfloat16" in dtypes[i] for i, n in enumerate(graph.nodes)
+               if not n.is_variable and n.op not in CAST_OPS)
+
+
+def _on_cpu(args: tuple) -> bool:
+    """True when the first array among a call's (nested) arguments is on a CPU; False on a
+    GPU and for a symbolic call (no array)."""
+    from mxnet.ndarray import NDArray
+    todo = list(args)
+    while todo:
+        a = todo.pop(0)
+        if isinstance(a, NDArray):
+            return bool(a.ctx.device_type == "cpu")
+        if isinstance(a, (list, tuple)):
+            todo[:0] = list(a)
+    return False

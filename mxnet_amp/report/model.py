@@ -16,6 +16,7 @@ import numpy as np
 
 from ..dtypes import dtype_name
 from ..graph import Graph
+from ..hardware import cpu_summary
 from ..passes.insert_casts import MULTICAST
 from ..policy import Category, Decision, reason_kind
 
@@ -99,6 +100,9 @@ class ConversionReport:
     tuning : mapping or None
         What ``tune=`` timed (:meth:`mxnet_amp.tune.TuneRecord.to_dict`): the machine, each
         kernel's float32 and low precision time, the whole model untuned and tuned.
+    cpu : str or None
+        The CPU the report was made on (:func:`mxnet_amp.hardware.cpu_summary`: its ISA
+        flags, ``DNNL_MAX_CPU_ISA``, whether bfloat16 runs natively).
     """
 
     target_dtype: str
@@ -123,6 +127,7 @@ class ConversionReport:
     input_model: Mapping[str, Any] | None = None
     fusion_barriers: tuple[str, ...] = ()
     tuning: Mapping[str, Any] | None = None
+    cpu: str | None = None
 
     def fp32_reasons(self) -> dict[str, list[str]]:
         """Reason -> names of the float32 nodes kept for it (in graph order)."""
@@ -156,6 +161,7 @@ class ConversionReport:
             "input_model": None if self.input_model is None else json.loads(json.dumps(self.input_model)),
             "fusion_barriers": list(self.fusion_barriers),
             **({"tuning": dict(self.tuning)} if self.tuning is not None else {}),
+            **({"cpu": self.cpu} if self.cpu is not None else {}),
             **({"extra": dict(self.extra)} if self.extra else {}),
         }
 
@@ -302,6 +308,7 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         fallbacks=tuple(conversion.result.fallbacks),
         unlisted_ops=tuple(sorted(conversion.result.unlisted_ops)),
         **_folding(conversion),
+        cpu=cpu_summary(),
     )
 
 

@@ -219,6 +219,8 @@ def report_tables(report: ConversionReport, max_names: int = 3,
     the text."""
     tables = [*_page_tables(report, sections), _ops_table(report), _casts_table(report),
               *_params_tables(report), *_folding_tables(report, max_names)]
+    if report.cpu:   # what the figures above hold for (hardware.cpu_summary)
+        tables.insert(len(_page_tables(report, sections)), Table(f"CPU: {report.cpu}", layout="line"))
     if report.fusion_barriers:
         what = ("Fusion barriers (identity amp_cast after a shared convolution output, which "
                 f"MXNet's oneDNN fusion would misconnect): {len(report.fusion_barriers)}")

@@ -39,11 +39,26 @@ def setup_commands(path: Path) -> list[str]:
     return [c for c in shell_commands(path.read_text(encoding="utf-8")) if c.startswith("python3 -m venv")]
 
 
+def ci_commands() -> list[str]:
+    return [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+            if ln.strip() and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
+
+
 def ci_command() -> str:
-    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
-    assert len(lines) == 1, lines
-    return lines[0].strip()
+    """The README's test command: .ci/run's first command."""
+    lines = ci_commands()
+    assert len(lines) == 2, lines
+    return lines[0]
+
+
+def test_ci_reruns_the_hardware_gated_tests_as_an_avx2_cpu():
+    """.ci/run's second, short pass: the tests marked native_bf16 (tests/conftest.py marks
+    every test that asks the hardware gate) under DNNL_MAX_CPU_ISA=AVX2, in the venv the
+    first command made; exit 5 (nothing selected) is no failure."""
+    second = ci_commands()[1]
+    assert second.startswith("DNNL_MAX_CPU_ISA=AVX2 .venv/bin/python -m pytest ")
+    assert '-m "native_bf16 and not slow"' in second and second.endswith("|| [ $? -eq 5 ]")
+    assert "native_bf16:" in (ROOT / "pytest.ini").read_text()   # registered
 
 
 def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_second():

@@ -61,3 +61,18 @@ def test_rich_words_read_differently_and_an_empty_form_is_left_out():
     assert "plain heading" in text and "a, … (+2)" in text and "terminal note" in text
     assert "page note" not in text and "<h2>" not in page and "a, b, c" in page
     assert "<p class='x'>page note</p>" in page and "terminal note" not in page
+
+
+def test_every_rendering_says_which_cpu_it_ran_on():
+    """Text, JSON and HTML carry hardware.cpu_summary(): the ISA flags, and whether bf16
+    executes natively (what the probe found, not only what the flags list)."""
+    import json
+
+    from mxnet_amp.hardware import bf16_runs_natively, cpu_summary
+    report = _report()
+    assert report.cpu == cpu_summary()
+    assert report.cpu.endswith(f"native bfloat16: {'yes' if bf16_runs_natively() else 'no'}")
+    assert json.loads(report.to_json())["cpu"] == report.cpu
+    assert f"CPU: {report.cpu}" in format_table(report)
+    page = report_page(report, report_tables(report))
+    assert f"CPU: {html.escape(report.cpu)}" in page

@@ -43,6 +43,27 @@ def run(sym, arg_params, aux_params, inputs: dict):
     return [o.astype("float32").asnumpy() for o in exe.forward(is_train=False)]
 
 
+def run_low(sym, arg_params, aux_params, inputs: dict, mode: str):
+    """Forward a converted model the way this CPU can (``mode``, the ``bf16_mode`` fixture):
+    ``'native'`` runs it as it is; ``'emulated'`` checks the bind (MXNet's type and shape
+    inference of every output, and ``bind`` with the params as stored) and runs
+    :func:`mxnet_amp.emulate_model`'s float32 graph, whose outputs must have the inferred
+    shapes. Returns the outputs as float32 numpy arrays."""
+    if mode == "native":
+        return run(sym, arg_params, aux_params, inputs)
+    assert mode == "emulated", mode
+    import mxnet_amp as amp
+    given = {k: np.asarray(v) for k, v in inputs.items()}
+    _, out_types, _ = sym.infer_type(**{k: v.dtype for k, v in given.items()})
+    _, out_shapes, _ = sym.infer_shape(**{k: v.shape for k, v in given.items()})
+    assert out_types and all(t is not None for t in out_types), out_types
+    args = {**arg_params, **{k: mx.nd.array(v, dtype=v.dtype) for k, v in given.items()}}
+    sym.bind(mx.cpu(), args, aux_states=dict(aux_params), grad_req="null")   # binds: no kernel runs
+    outs = run(*amp.emulate_model(sym, arg_params, aux_params), given)
+    assert [o.shape for o in outs] == [tuple(s) for s in out_shapes]
+    return outs
+
+
 def init_params(sym, shapes: dict, seed: int = 0, scale: float = 0.5):
     """Random arg/aux params for ``sym`` given input shapes (variance kept near 1)."""
     rng = np.random.RandomState(seed)
