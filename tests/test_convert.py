@@ -249,7 +249,7 @@ def test_excluded_node_runs_fp32(dtype):
 def test_each_node_carries_its_decision_and_the_conversion_its_exclusions():
     """The pass records each node's category and why; the Conversion, the exclusions."""
     from mxnet_amp.convert import convert_graph
-    from mxnet_amp.options import ConvertOptions, make_options
+    from mxnet_amp.options import ConvertOptions, OpLists, make_options
     from mxnet_amp.policy import Category
     x = mx.sym.var("data")
     a = mx.sym.FullyConnected(x, num_hidden=4, name="keep")
@@ -529,7 +529,7 @@ def test_an_op_that_retypes_an_input_gets_inputs_of_one_dtype():
 
 def test_the_conversion_is_a_pass_list_and_its_errors_name_their_place():
     from mxnet_amp.convert import convert_graph
-    from mxnet_amp.options import OpLists, make_options
+    from mxnet_amp.options import make_options
     from mxnet_amp.pipeline import conversion_passes
     names = [p.name for p in conversion_passes("bfloat16", {}, {}, "float32")]
     assert names == ["slow_kernels", "insert_casts", "insert_fusion_barriers", "tag_param_dtypes"]

@@ -135,7 +135,7 @@ def test_kept_batchnorm_has_its_reason_in_conversion_report_and_inspect(tmp_path
     JSON and HTML, and ``inspect`` say why, with the input model's own figures (issue 21 #7)."""
     from mxnet_amp.cli.main import main
     from mxnet_amp.convert import convert_model_full
-    from mxnet_amp.options import OpLists, make_options
+    from mxnet_amp.options import make_options
     from mxnet_amp.report.model import build_report
     from mxnet_amp.report.pages import format_table, report_html
     sym, args, auxs, x = _conv_net(shared=True)
@@ -171,7 +171,7 @@ def test_kept_batchnorm_has_its_reason_in_conversion_report_and_inspect(tmp_path
 def test_excluded_batchnorm_or_producer_stays_with_its_reason():
     sym, args, auxs, _ = _conv_net()
     from mxnet_amp.convert import convert_model_full
-    from mxnet_amp.options import make_options
+    from mxnet_amp.options import OpLists, make_options
     *_, conv = convert_model_full(sym, args, auxs, make_options("bfloat16", OpLists(excluded_sym_names=["bn", "conv2"])))
     assert dict(conv.kept_batchnorms) == {
         "bn": "it stays float32: excluded by name (excluded_sym_names / --exclude)",
