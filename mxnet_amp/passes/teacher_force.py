@@ -13,7 +13,7 @@ From a converted graph, one graph in which
   the producer's error, counted once);
 * every op reading another op's output is also recomputed in float32 from its original
   graph on *perturbed* reference inputs (fed by the caller: each tensor moved by its own
-  rounding error in the target dtype, :func:`mxnet_amp.auto.attribution.rounding_direction`):
+  rounding error in the target dtype):
   the change of its output over the size of the perturbation is the node's error gain, a
   finite difference of the whole graph's nodes taken at once. ``probes`` such copies of
   every op, each fed its own perturbation (:attr:`ForcedGraph.perturbed_probes`), give the
@@ -158,8 +158,9 @@ class _Perturber(Rewriter):
 
     def rewrite_node(self, i: int, node: Node) -> Outputs:
         nodes = self.graph.nodes
-        if node.is_variable or node.subgraphs or all(nodes[e.node].is_variable for e in node.inputs):
-            return ()   # nothing upstream of it to carry an error through it
+        if not self.probes or node.is_variable or node.subgraphs or \
+                all(nodes[e.node].is_variable for e in node.inputs):
+            return ()   # no copies asked for, or nothing upstream to carry an error through it
         copies = []
         for probe in range(self.probes):
             ins = tuple(self.perturbed_input(e, probe) for e in node.inputs)
@@ -239,6 +240,8 @@ def teacher_force(converted: Graph, original: Graph, forced: Collection[str],
         The indices of the cast nodes the conversion inserted (``CastResult.inserted_casts``),
         copied with the forced nodes that read them.
     probes : int
-        How many perturbed copies of every op (each read through its own feeds).
+        How many perturbed copies of every op (each read through its own feeds); 0: the
+        forced copies only (the automatic mode's attribution measures propagation itself,
+        :mod:`mxnet_amp.auto.propagation`).
     """
     return TeacherForce(original, forced, tensor_dtypes, inserted_casts, probes)(converted).decided

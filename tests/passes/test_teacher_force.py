@@ -101,3 +101,14 @@ def test_golden_forced_copies_read_reference_feeds_and_perturbed_copies_perturbe
     assert forced.perturbed_feeds == {"fc1_out0_perturbed": ("fc1", 0)}
     assert forced.param_aliases == {"w2_float32": "w2"}
     assert forced.outputs == [("forced", "fc1", 0), ("forced", "fc2", 0), ("perturbed", "fc2", 0)]
+
+
+def test_no_probes_gives_the_forced_copies_only():
+    """``probes=0``: the forced copies alone, no perturbed copy and no float32 alias."""
+    sym, args, auxs, conv = _converted()
+    original = graph_from_symbol(sym)
+    fg = teacher_force(conv.graph, original, ["fc1", "s", "fc2"], conv.result.tensor_dtypes,
+                       conv.result.inserted_casts, probes=0)
+    verify_graph(fg.graph)
+    assert [o[0] for o in fg.outputs] == ["forced"] * 3
+    assert not fg.perturbed_feeds and not fg.param_aliases

@@ -319,6 +319,19 @@ def test_auto_attribution_quick(tmp_path):
         assert row["oracle_error"] <= data["tolerance"]
 
 
+def test_attribution_hit_rate_quick(tmp_path):
+    """The attribution's hit rate per generator (issue 41, item 4): on every generator the
+    k nodes it ranks first are the planted culprits, and the search keeps exactly them."""
+    proc, out = run_script("attribution_hit_rate", tmp_path)
+    data = load(out)
+    assert {row["generator"] for row in data["rows"]} == {"shifted", "structured", "attrib"}
+    for row in data["rows"]:
+        assert row["attributed"] and row["hit"] and row["margin"] > 1
+        assert row["last_culprit_rank"] == row["k"]
+        assert row["exact"] and row["validated"] and row["executions"] <= row["bound"]
+    assert "hit rate by generator" in proc.stdout
+
+
 def test_auto_deployed_quick(tmp_path):
     """Issue 32: the error auto reports for an unfolded bfloat16 resnet is the one its written
     model gives through Module (oneDNN's fused path), where bfloat16 runs natively."""
@@ -370,6 +383,8 @@ def test_onnx_export_quick(tmp_path):
         assert row["matches_cpu_ep_model"] and max(row["onnx_vs_cpu_ep_model"]) < 0.005, row
         assert row["opset"] == 13 and row["amp_casts"] >= 1 and row["onnx_bytes"] > 0
         assert len(row["onnx_err"]) == len(row["emulate_err"]) == len(row["outputs"])
+        if data["environment"]["reference_python"]:   # true float16 / bfloat16 (.ci/run sets it)
+            assert row["within_reference"] and row["bfloat16"]["within_reference"], row
 
 
 def test_memory_quick_onnx(tmp_path):
