@@ -111,8 +111,11 @@ def time_case(sym, args, auxs, repeats: int, target_dtype: str, fold: bool = Fal
     variants = {k: (w, {"target_dtype": target_dtype, **kw}) for k, (w, kw) in VARIANTS.items()
                 if fold or k != "ours_fold"}
     if base is not None:
+        # the base revision under the same keywords as ours (and as ours_fold, on zoo cases)
         converters["base"] = base.convert_model
-        variants["base"] = ("base", {"target_dtype": target_dtype})
+        variants["base"] = ("base", dict(variants["ours"][1]))
+        if "ours_fold" in variants:
+            variants["base_fold"] = ("base", dict(variants["ours_fold"][1]))
     outcome = {k: _try(converters[w], sym, args, auxs, **kw) for k, (w, kw) in variants.items()}
     row: dict = {"nodes": C.num_nodes(sym), "repeats": repeats}
     for w, res in outcome.items():
@@ -120,6 +123,8 @@ def time_case(sym, args, auxs, repeats: int, target_dtype: str, fold: bool = Fal
                   else {"ok": False, "error": res["error"]})
     if base is not None and outcome["ours"]["ok"] and outcome["base"]["ok"]:
         row["same_output_as_base"] = same_output(outcome["ours"], outcome["base"])
+    if "base_fold" in outcome and outcome["ours_fold"]["ok"] and outcome["base_fold"]["ok"]:
+        row["same_output_as_base_fold"] = same_output(outcome["ours_fold"], outcome["base_fold"])
     working = {k: (lambda w=w, kw=kw: converters[w](sym, args, auxs, **kw))
                for k, (w, kw) in variants.items() if outcome[k]["ok"]}
     del outcome
@@ -156,7 +161,7 @@ def time_case(sym, args, auxs, repeats: int, target_dtype: str, fold: bool = Fal
                               "target_cpu_s": target_cpu, "ours_fold_cpu_s": C.median(cpu["ours_fold"]),
                               "within_cpu": C.median(cpu["ours_fold"]) <= target_cpu}
     for other, ref in (("ours", "contrib_cop"), ("ours_fold", "contrib"), ("ours", "base"),
-                       ("base", "contrib")):
+                       ("base", "contrib"), ("ours_fold", "base_fold")):
         if other in wall and ref in wall:
             row[f"ratio_{other}_over_{ref}"] = C.paired_ratio(wall[other], wall[ref])
     return row
