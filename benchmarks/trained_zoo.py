@@ -650,7 +650,7 @@ def write(opts, results: list, not_run: list, base: dict | None = None) -> None:
     C.write_json(out, payload)
     md = opts.md or (None if opts.quick or opts.onnx_only else os.path.join(C._ROOT, "docs", "trained_zoo.md"))
     if md:
-        with open(md, "w") as f:
+        with open(C.kept_beside(md), "w") as f:
             f.write(markdown(payload))
     print(f"wrote {out}" + (f" and {md}" if md else ""), flush=True)
 

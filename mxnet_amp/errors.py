@@ -56,6 +56,11 @@ class UnknownOpError(AMPError, ValueError):
             "they are not registered in this MXNet build (check the spelling, or load the "
             "plugin library that defines them first)")
 
+    def __reduce__(self) -> tuple:
+        # rebuilt from its fields (Exception's default passes the message as ``names``): a
+        # worker process or a Dask cluster sends it back pickled
+        return type(self), (self.names, self.where)
+
 
 class ListError(AMPError, ValueError):
     """An op list file or override is malformed or classifies an op twice."""
@@ -186,6 +191,10 @@ class OnnxExportError(AMPError, ValueError):
         self.nodes = tuple(nodes)
         lines = "\n".join(f"  {name!r} ({op}): {why}" for name, op, why in self.nodes)
         super().__init__(f"{len(self.nodes)} node(s) {what}:\n{lines}")
+        self.what = what
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.nodes, self.what)
 
 
 class OnnxMissingError(AMPError, ImportError):

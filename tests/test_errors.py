@@ -501,3 +501,32 @@ def test_every_error_lives_in_errors_and_is_an_amp_error():
     assert issubclass(errors.GraphCheckError, errors.GraphError)
     for name in errors.__all__[:-1]:  # every class, error_text aside
         assert issubclass(getattr(errors, name), errors.AMPError), name
+
+
+def _every_error_class():
+    import mxnet_amp.auto.workers  # noqa: F401  (errors defined beside their module)
+    import mxnet_amp.errors as errors
+
+    def below(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from below(sub)
+    return sorted(set(below(errors.AMPError)), key=lambda c: c.__qualname__)
+
+
+def test_every_error_survives_pickling():
+    """A worker process or a Dask cluster sends errors back pickled: each AMPError comes back
+    the same type with the same message (UnknownOpError and OnnxExportError could not be
+    unpickled; newcomer audit, #42)."""
+    import pickle
+
+    from mxnet_amp.errors import OnnxExportError, UnknownOpError
+    made = {UnknownOpError: lambda: UnknownOpError(["Convolutoin"], "fp32_ops"),
+            OnnxExportError: lambda: OnnxExportError([("inv", "erfinv", "no converter")])}
+    for cls in _every_error_class():
+        err = made.get(cls, lambda: cls("what failed"))()
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is cls and str(back) == str(err), cls
+    back = pickle.loads(pickle.dumps(made[UnknownOpError]()))
+    assert back.names == ("Convolutoin",) and back.where == "fp32_ops"
+    assert pickle.loads(pickle.dumps(made[OnnxExportError]())).nodes == (("inv", "erfinv", "no converter"),)

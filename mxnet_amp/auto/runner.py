@@ -23,7 +23,7 @@ from ..passes.fusion_barriers import insert_fusion_barriers
 from ..tune import TuneRecord, with_timings
 from .deployed import binds_fused, forward_bound
 from .measure import check_outputs
-from .metrics import MetricCheck
+from .metrics import MetricCheck, validate_passed
 from .records import AutoSettings, OutputCheck, SearchStep
 from .workers import ModelBlob, run_model
 
@@ -196,7 +196,7 @@ class Runs:
         if not _finite_where(self.after_reference, after):
             result = replace(result, passed=False)
         if self.validate is not None:
-            passed = bool(self.validate([r.copy() for r in reference], outs))
+            passed = validate_passed(self.validate([r.copy() for r in reference], outs))
             metric = self.validate if isinstance(self.validate, MetricCheck) else None
             result = replace(result, criterion="validate" if metric is None else "metric",
                              passed=passed)
@@ -273,6 +273,22 @@ class Runs:
         """The reason of a node kept because the check failed: ``'metric'`` under a user
         metric, else ``'accuracy'``."""
         return "metric" if isinstance(self.validate, MetricCheck) else "accuracy"
+
+    def verdict_words(self, excluded: frozenset) -> str:
+        """What the check of ``excluded`` measured, in the terms of the criterion that decided
+        it: a metric's drop, the caller's validate(), else the relative error (allclose:
+        its error in units of the bound) and the top-1 changes, never a figure it met."""
+        result = self.results[excluded]
+        metric = self.metric_values.get(excluded)
+        if result.criterion == "metric" and metric:
+            return f"{metric['name']} drop {metric['drop']:.3g}"
+        if result.criterion == "validate":
+            return f"validate() {'passed' if result.passed else 'failed'}"
+        words = (f"allclose error {result.tolerance_ratio:.3g} x its bound"
+                 if result.criterion == "allclose" else f"relative error {result.relative_error:.3g}")
+        if result.top1_flips:
+            words += f", top-1 changed on {result.top1_flips} of {result.top1_rows} rows"
+        return words
 
     def criterion_words(self) -> str:
         """The check's bound in words ("tolerance 0.01", "rtol 0.01, atol 0.001", ...)."""

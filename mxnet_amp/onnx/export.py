@@ -199,6 +199,12 @@ def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes:
             for k, v in input_shapes.items()):
         raise ArgumentError(f"input_shapes must be a dict of input name to a tuple of positive ints, "
                             f"got {input_shapes!r}")
+    unshaped = [n for n in sym.list_arguments() if n not in params and n not in input_shapes]
+    if arg_params is None and unshaped:
+        # without params every weight reads as a model input: say what is missing, not the shapes
+        raise ArgumentError(f"arg_params is None, so {', '.join(unshaped[:4])}"
+                            f"{' ...' if len(unshaped) > 4 else ''} have no values; pass the "
+                            "model's arg_params (and aux_params) as loaded with its symbol")
     check_path(path, "path")
     if check_int(opset, "opset") not in OPSETS:
         raise OnnxExportError([("(opset)", str(opset), "MXNet 1.9.1's exporter converts to opset "

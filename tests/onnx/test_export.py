@@ -366,6 +366,41 @@ def test_onnxruntime_cpu_computes_a_float16_export_in_float32(tmp_path):
     assert rel_error(got, emulated) > 1e-4                     # the float16 roundings it skips
 
 
+def test_params_given_as_none_are_blamed_not_the_input_shapes(tmp_path):
+    """``export_onnx(sym, None, None, ...)`` is an ArgumentError naming arg_params and the
+    weights without values (it blamed the input shapes; newcomer audit, #42)."""
+    from mxnet_amp.errors import ArgumentError
+    sym, _, _ = small_model()
+    with pytest.raises(ArgumentError, match=r"arg_params is None, so \w+_weight"):
+        amp.export_onnx(sym, None, None, {"data": X.shape}, tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == []
+
+
+def test_cli_export_onnx_of_a_stripped_checkpoint_and_to_stdout(tmp_path, capsys):
+    """A float16 checkpoint saved without its amp casts (mx.model.save_checkpoint) is exported
+    with its casts restored (it failed with the cause cut off); ``-o -`` is refused before
+    anything is written (it wrote the model to stdout, then failed); an unexportable node's
+    cause is on the error line (newcomer audit, #42)."""
+    from mxnet_amp.cli.main import main
+    sym, args, auxs = small_model()
+    s, a, x = amp.convert_model(sym, args, auxs, target_dtype="float16")
+    prefix = str(tmp_path / "stripped")
+    mx.model.save_checkpoint(prefix, 0, s, a, x)          # drops the amp casts
+    out = str(tmp_path / "s.onnx")
+    assert main(["export-onnx", prefix, "--input-shape", "data:2x3x8x8", "-o", out]) == 0
+    assert "float16" in capsys.readouterr().out and os.path.getsize(out) > 0
+    assert main(["export-onnx", prefix, "--input-shape", "data:2x3x8x8", "-o", "-"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "export-onnx -o -: the ONNX model is written to a file" in captured.err
+    d = mx.sym.var("data")
+    bad = mx.sym.erfinv(mx.sym.FullyConnected(mx.sym.flatten(d), num_hidden=4, name="fc"), name="inv")
+    amp.save_checkpoint(str(tmp_path / "bad"), 0, bad,
+                        {"fc_weight": mx.nd.ones((4, 192)), "fc_bias": mx.nd.zeros(4)}, {})
+    assert main(["export-onnx", str(tmp_path / "bad"), "--input-shape", "data:2x3x8x8", "-o", out]) == 2
+    assert ("1 node(s) cannot be exported to ONNX: 'inv' (erfinv): MXNet's ONNX exporter has no "
+            "converter for erfinv") in capsys.readouterr().err
+
+
 def _node_names_unique(proto):
     names = [n.name for n in proto.graph.node]
     return all(names) and len(set(names)) == len(names)

@@ -154,7 +154,7 @@ def test_demo_batch_beyond_memory_is_refused_before_any_work(capsys):
 
 def test_demo_batch_whose_activations_do_not_fit_is_refused(capsys, monkeypatch):
     # 64 MiB "available": the input of 1000 32x32 samples fits, their activations do not
-    monkeypatch.setattr(demo, "_available_memory", lambda: 64 * 2**20)
+    monkeypatch.setattr(demo, "available_memory", lambda: 64 * 2**20)
     code = main(["demo", "--batch", "1000", "--size", "32"])
     err = capsys.readouterr().err
     assert code == 2 and "--batch 1000" in err and "activations" in err and "at most" in err
