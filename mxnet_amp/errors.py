@@ -15,6 +15,7 @@ __all__ = [
     "GraphError",
     "GraphCheckError",
     "PassNodeError",
+    "PassOrderError",
     "TypeInferenceError",
     "InferenceFailed",
     "DrawError",
@@ -78,6 +79,11 @@ class PassNodeError(AMPError, RuntimeError):
     """A graph pass failed on one node for a reason that is no typed error of its own (a bug,
     or input the pass does not expect): the message names the pass, the node and its op;
     the original exception is the ``__cause__``."""
+
+
+class PassOrderError(AMPError, RuntimeError):
+    """A pass list breaks an order constraint its builder declared (``this_before_that``):
+    the message names both passes and the list."""
 
 
 class TypeInferenceError(AMPError):

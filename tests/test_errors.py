@@ -408,7 +408,7 @@ import sys, warnings
 import numpy as np
 import mxnet as mx
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.options import make_options
+from mxnet_amp.options import OpLists, make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.registry import registry_op_names
 
@@ -442,11 +442,11 @@ np.testing.assert_allclose(got, ref, rtol=0.05, atol=0.05 * np.abs(ref).max())
 # listed as fp32: no warning
 with warnings.catch_warnings():
     warnings.simplefilter("error")
-    _, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", fp32_ops=[op]))
+    _, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", OpLists(fp32_ops=[op])))
 assert conv.result.node_dtypes["plugin"] == "float32"
 
 # listed as target although it only takes fp32: falls back to fp32 and says so
-_, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", target_dtype_ops=[op]))
+_, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", OpLists(target_dtype_ops=[op])))
 assert conv.result.node_dtypes["plugin"] == "float32"
 assert any(name == "plugin" for name, _ in conv.result.fallbacks)
 print("PLUGIN CHECKS OK")

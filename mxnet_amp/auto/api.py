@@ -15,7 +15,7 @@ from ..gluon.adapter import converted_symbol_block
 from ..gluon.model import block_model
 from ..graph import Graph
 from ..io import graph_from_symbol
-from ..options import ConvertOptions, make_options
+from ..options import ConvertOptions, OpLists, make_options
 from ..params import check_data_names, label_inputs, model_inputs
 from ..policy import check_target_dtype
 from ..shape_check.check import check_param_shapes
@@ -215,9 +215,9 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     """
     settings = auto_settings(target_dtype, rtol, atol, validate, tolerance, underflow_fraction,
                              max_executions, search, metric, max_drop, drop, metric_inputs)
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides,
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
                            strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
     return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
                         execution=execution, data_names=data_names, quiet=quiet, eval_data=eval_data,

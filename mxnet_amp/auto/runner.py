@@ -16,6 +16,7 @@ from ..errors import ArgumentError, ParamError, TargetDtypeError, error_text
 from ..graph import Entry, Graph
 from ..hardware import bf16_runs_natively, fp16_runs_natively, refuse_not_native
 from ..io import graph_from_symbol, graph_to_symbol
+from ..policy import Reason, reason_kind
 from ..passes.fusion_barriers import insert_fusion_barriers
 from ..tune import TuneRecord, with_timings
 from .deployed import binds_fused, forward_bound
@@ -137,7 +138,7 @@ class Runs:
         precision copy beside the caller's originals while a check runs); :meth:`final`
         casts them."""
         user = self.config.options.fp32_nodes
-        fp32_nodes = {n: user.get(n) or reasons.get(n) or SEARCHING for n in sorted(excluded)}
+        fp32_nodes = {n: user.get(n) or _searched(reasons.get(n) or SEARCHING) for n in sorted(excluded)}
         key = frozenset(fp32_nodes.items())
         hit = self.conversions.get(key)
         if hit is None:
@@ -394,3 +395,9 @@ def execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str
         return "native", None
     return "emulated", (f"bfloat16 matrix ops do not execute on this {ctx} (oneDNN needs "
                         "avx512); the checks ran the converted model through mxnet_amp.emulation")
+
+
+def _searched(why: str) -> str:
+    """``why`` as a :class:`~mxnet_amp.policy.Reason` of kind "search" (a reason that has a
+    kind keeps it)."""
+    return why if reason_kind(why) is not None else Reason(why, "search")
