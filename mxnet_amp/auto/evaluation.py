@@ -25,6 +25,7 @@ from .dask_pool import DaskPool
 from .measure import check_outputs
 from .metrics import validate_passed
 from .records import OutputCheck
+from .subsets import SubsetPlan, decomposable, drop_bounds, per_sample_scores
 from .workers import InProcess, ModelBlob, ProcessPool
 
 if TYPE_CHECKING:
@@ -105,12 +106,27 @@ class DataJudge:
         self.pass_seconds: list[float] = []
         # samples run through a model, every pass counted (the float32 reference's included)
         self.sample_evaluations = 0
+        # a per-sample metric (mxnet_amp.auto.subsets): the float32 score of each row by batch,
+        # and the random subsets the search's checks run on (None: every check on all data)
+        self.row_scores: dict[int, np.ndarray] = {}
+        self.plan: SubsetPlan | None = None
 
-    def _pass(self, blob: ModelBlob, stage: str) -> Iterator[tuple[Batch, list]]:
-        bar = stage_bar(stage, self.source.samples, enabled=not self.quiet)
+    @property
+    def per_sample(self) -> bool:
+        """Whether the metric is a mean of per-sample scores (checks can run on subsets)."""
+        return decomposable(self.metric)
+
+    def _pass(self, blob: ModelBlob, stage: str, only: frozenset[int] | None = None
+              ) -> Iterator[tuple[Batch, list]]:
+        batches: Any = self.source
+        total = self.source.samples
+        if only is not None:
+            batches = (b for b in self.source if b.index in only)
+            total = None
+        bar = stage_bar(stage, total, enabled=not self.quiet)
         start = time.perf_counter()
         try:
-            for batch, outs in self.pool.map(blob, self.source):
+            for batch, outs in self.pool.map(blob, batches):
                 bar.update(batch.size)
                 self.sample_evaluations += batch.size
                 yield batch, outs
@@ -131,6 +147,9 @@ class DataJudge:
         for batch, outs in self._pass(blob, "auto: float32 reference"):
             if metric is not None and self.metric is not None:
                 self.metric.update(metric, batch.labels, outs[judged:])
+                if self.per_sample:
+                    self.row_scores[batch.index] = per_sample_scores(self.metric, batch.labels,
+                                                                     outs[judged:])
             if batch.index == 0:
                 self.first_reference = outs
             if self.keep_all:
@@ -165,6 +184,47 @@ class DataJudge:
                 checks.append(self._closeness(self.first_reference, outs, judged))
         score = self.metric.score(metric) if metric is not None and self.metric else None
         return merge_checks(checks), score
+
+    def plan_subsets(self, allowed: float) -> SubsetPlan | None:
+        """After the reference pass: the rounds of random batches the search's checks run on
+        (:class:`~mxnet_amp.auto.subsets.SubsetPlan`), a drop of ``allowed`` allowed; None
+        where the metric is no per-sample mean (every check then reads all the data)."""
+        assert self.has_reference and self.source.batches is not None
+        if self.per_sample and self.source.samples:
+            self.plan = SubsetPlan.of(self.source.batches, self.source.samples, allowed)
+        return self.plan
+
+    def judge_subset(self, blob: ModelBlob, allowed: float, judged: int = 0,
+                     stop_on_pass: bool = True, stage: str = "auto: check on a subset"
+                     ) -> tuple[OutputCheck, float | None, dict]:
+        """Run ``blob`` round by round over :attr:`plan`'s subsets until the paired bound
+        decides (module doc of :mod:`mxnet_amp.auto.subsets`): ``(closeness of batch 0,
+        the whole set's score or None, figures)``; the figures' ``passed`` is the verdict,
+        ``samples`` how many it read (the whole set: the score decides instead).
+        ``stop_on_pass`` False: only a failure stops early (a pass is the whole set's)."""
+        assert self.plan is not None and self.metric is not None and self.first_reference is not None
+        plan, task = self.plan, self.metric
+        metric = task.fresh()
+        diffs: list[np.ndarray] = []
+        checks: list[OutputCheck] = []
+        figures: dict = {}
+        for k in range(len(plan.rounds)):
+            for batch, outs in self._pass(blob, stage, only=plan.round_batches(k)):
+                task.update(metric, batch.labels, outs[judged:])
+                diffs.append(self.row_scores[batch.index]
+                             - per_sample_scores(task, batch.labels, outs[judged:]))
+                if batch.index == 0:
+                    checks.append(self._closeness(self.first_reference, outs, judged))
+            if plan.rounds[k] == len(plan.order):
+                return merge_checks(checks), task.score(metric), {}
+            d = np.concatenate(diffs)
+            mean, low, high = drop_bounds(d, int(self.source.samples or len(d)))
+            figures = {"samples": len(d), "drop": mean, "lower": low, "upper": high,
+                       "allowed": allowed}
+            if low > allowed or (stop_on_pass and high <= allowed):
+                figures["passed"] = bool(high <= allowed)
+                return merge_checks(checks), None, figures
+        raise AssertionError("the last round covers every batch")   # pragma: no cover
 
     def _closeness(self, reference: list, outs: list, judged: int) -> OutputCheck:
         count = judged or len(outs)

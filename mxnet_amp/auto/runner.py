@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from .checks.config import RunConfig
 from .checks.log import SearchLog
 from .metrics import MetricCheck, validate_passed
 from .records import OutputCheck, SearchStep
+from .subsets import allowed_drop, subset_figures
 from .workers import ModelBlob, run_model
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -63,6 +64,9 @@ class Runs:
         self.judged: list[tuple[str, int]] = []
         self.after_reference: list[np.ndarray] = []   # the heads past such ops
         self._reference_blob: ModelBlob | None = None
+        # the search's checks over evaluation data run on subsets (mxnet_amp.auto.subsets)
+        # while this holds; the whole-set check and the search after a failed one clear it
+        self.subsets = True
 
     # what the attribution (mxnet_amp.auto.attribution) and the range search read here
     @property
@@ -239,7 +243,8 @@ class Runs:
             # conversion's record gives the graph and every dtype (no inference again)
             sym, args, auxs = emulate_conversion(conversion, args, auxs, self.input_dtypes())
         if self.data is not None:
-            return self._record(excluded, kind, self._check_data(excluded, sym, {**args, **auxs}))
+            return self._record(excluded, kind,
+                                self._check_data(excluded, sym, {**args, **auxs}, kind))
         outs = self._forward_check(sym, args, auxs)
         assert self.reference is not None, "run_reference first"
         reference = self.reference
@@ -264,38 +269,71 @@ class Runs:
         self.progress.set_postfix(kept_fp32=len(excluded), ok=result.passed, refresh=False)
         return result
 
-    def _check_data(self, excluded: frozenset, sym: Symbol, params: dict) -> OutputCheck:
+    def full_check(self, excluded: frozenset) -> OutputCheck:
+        """The check of ``excluded`` on the whole evaluation data: its cached one where that
+        read it all, else run once more over every batch (step "final"), replacing the
+        subset verdict."""
+        if excluded not in self.log.partial:
+            return self.log.results[excluded]
+        del self.log.results[excluded]
+        self.log.partial.discard(excluded)
+        whole, self.subsets = self.subsets, False
+        try:
+            return self.check(excluded, "final")
+        finally:
+            self.subsets = whole
+
+    def _check_data(self, excluded: frozenset, sym: Symbol, params: dict,
+                    kind: str = "check") -> OutputCheck:
         """The check of one configuration over the evaluation data (``self.data``); the
-        float32 model runs over it first, once."""
-        data = self.data
+        float32 model runs over it first, once. The search's checks run on subsets where
+        the metric allows (:mod:`mxnet_amp.auto.subsets`); the first check (``kind``
+        "check") stops early only on a failure, so that a pass is the whole set's."""
+        data, validate = self.data, self.config.validate
         assert data is not None
-        zeros = self._zero_inputs()
         if not data.has_reference:
             data.reference(self.reference_blob(), len(self.judged))
             self._count()
             self.log.step("reference data")
-        try:
-            # bound fused where the one-batch checks bind (the written model's path), decided
-            # here once: the blob carries it to every worker
-            result, score = data.judge(ModelBlob(("check", excluded, self.bound), sym, params,
-                                                 self.input_dtypes(), zeros, fused=self.bound),
-                                       len(self.judged))
-        except RuntimeError as err:   # MXNetError, or a worker's WorkerError
-            if not self.bound:
-                raise
-            # a graph the executor cannot bind runs op by op from then on, said in the report
-            self.bound, self.bind_error = False, error_text(err, 300)
-            result, score = data.judge(ModelBlob(("check", excluded, False), sym, params,
-                                                 self.input_dtypes(), zeros), len(self.judged))
+            if isinstance(validate, MetricCheck) and data.reference_score is not None:
+                validate.reference_score = data.reference_score
+                data.plan_subsets(allowed_drop(validate))
+        figures: dict = {}
+        if self.subsets and data.plan is not None and isinstance(validate, MetricCheck):
+            result, score, figures = self._on_data(lambda blob: data.judge_subset(
+                blob, allowed_drop(validate), len(self.judged), stop_on_pass=kind != "check"),
+                excluded, sym, params)
+        else:
+            result, score = self._on_data(lambda blob: data.judge(blob, len(self.judged)),
+                                          excluded, sym, params)
         self._count()
-        validate = self.config.validate
-        if isinstance(validate, MetricCheck) and score is not None:
+        if isinstance(validate, MetricCheck) and figures:   # a subset's verdict
+            self.log.partial.add(excluded)
+            self.log.metric_values[excluded] = subset_figures(validate, figures)
+            result = replace(result, criterion="metric", passed=figures["passed"])
+        elif isinstance(validate, MetricCheck) and score is not None:
             validate.reference_score = data.reference_score
             result = replace(result, criterion="metric", passed=validate.compare(score))
             self.log.metric_values[excluded] = dict(validate.last or {})
         elif validate is not None:
             result = replace(result, criterion="validate")
         return result
+
+    def _on_data(self, judge: Callable[[ModelBlob], Any], excluded: frozenset, sym: Symbol,
+                 params: dict) -> Any:
+        """``judge`` of the model: bound fused where the one-batch checks bind (the written
+        model's path), decided here once: the blob carries it to every worker; a graph the
+        executor cannot bind runs op by op from then on, said in the report."""
+        zeros = self._zero_inputs()
+        try:
+            return judge(ModelBlob(("check", excluded, self.bound), sym, params,
+                                   self.input_dtypes(), zeros, fused=self.bound))
+        except RuntimeError as err:   # MXNetError, or a worker's WorkerError
+            if not self.bound:
+                raise
+            self.bound, self.bind_error = False, error_text(err, 300)
+            return judge(ModelBlob(("check", excluded, False), sym, params, self.input_dtypes(),
+                                   zeros))
 
     def _zero_inputs(self) -> dict[str, tuple]:
         """The inputs the evaluation data does not feed (loss labels): their shape past the batch."""

@@ -259,6 +259,7 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
         kept.update(found)
         if ranges:
             notes.append(_RANGES_NOT_SHRUNK)
+        excluded = _whole_set(runs, original, excluded, kept, stats, notes)
     elif kept:
         notes.append(_RANGES_NOT_SHRUNK)
     ops = {n.name: n.op for n in original.nodes}
@@ -266,6 +267,42 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     position = {n.name: i for i, n in enumerate(original.nodes)}
     kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: position.get(n, -1))]
     return excluded, tuple(kept_nodes), errors[:_ATTRIBUTION_REPORTED]
+
+
+def _whole_set(runs: Runs, original: Graph, excluded: frozenset, kept: dict[str, KeptNode],
+               stats: Stats, notes: list[str]) -> frozenset:
+    """The search's candidate, its verdict a subset's (:mod:`mxnet_amp.auto.subsets`),
+    checked once on the whole evaluation data; where that fails, the search goes on from it
+    on the whole set (bisection, then shrinking of what it adds; ``kept`` updated). Returns
+    the exclusion set to use."""
+    data = runs.data
+    if data is None or data.metric is None:
+        return excluded
+    if data.plan is None:
+        notes.append(f"the metric {data.metric.name!r} is not a mean of per-sample scores "
+                     "(accuracy, top-k accuracy), so every check ran on the whole evaluation data")
+        return excluded
+    plan = data.plan
+    said = (f"the search's checks ran on random subsets of the evaluation data's batches "
+            f"(first {plan.rounds[0]} of {len(plan.order)} batches, doubling until a paired "
+            "one-sided 95% bound on the metric's drop decided: mxnet_amp.auto.subsets)")
+    if excluded not in runs.log.partial or not runs.results[excluded].passed:
+        notes.append(said)
+        return excluded
+    result = runs.full_check(excluded)
+    words = runs.verdict_words(excluded)
+    if result.passed:
+        notes.append(f"{said}; the candidate they returned was checked once on the whole "
+                     f"set: passed ({words})")
+        return excluded
+    notes.append(f"{said}; the candidate they returned failed on the whole set ({words}), so "
+                 "the search went on from it with every check on the whole set")
+    runs.subsets = False
+    runs.log.forget_partial()
+    found_set, found = _accuracy_search(runs, original, excluded, stats, notes)
+    final, found = _minimal(runs, original, excluded, found_set, found, [], notes)
+    kept.update(found)
+    return final
 
 
 def _judge_dense(runs: Runs, original: Graph, tensors: Tensors,

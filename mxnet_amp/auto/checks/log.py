@@ -28,10 +28,20 @@ class SearchLog:
     results: dict[frozenset, OutputCheck] = field(default_factory=dict)
     metric_values: dict[frozenset, dict] = field(default_factory=dict)
     minimality: str | None = None
+    # the configurations whose verdict a subset of the evaluation data gave (not the whole set)
+    partial: set[frozenset] = field(default_factory=set)
 
     def budget_left(self, max_executions: int | None) -> bool:
         """Whether another execution fits ``max_executions`` (None: no budget)."""
         return max_executions is None or self.executions < max_executions
+
+    def forget_partial(self) -> None:
+        """Drop every verdict a subset of the evaluation data gave (the search goes on with
+        each configuration checked on the whole set)."""
+        for excluded in self.partial:
+            self.results.pop(excluded, None)
+            self.metric_values.pop(excluded, None)
+        self.partial.clear()
 
     def step(self, kind: str) -> None:
         """Log a run that checks nothing (the float32 reference, the attribution)."""
