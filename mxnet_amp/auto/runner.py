@@ -299,6 +299,8 @@ class Runs:
                 validate.reference_score = data.reference_score
                 data.plan_subsets(allowed_drop(validate))
         figures: dict = {}
+        result: OutputCheck
+        score: float | None
         if self.subsets and data.plan is not None and isinstance(validate, MetricCheck):
             result, score, figures = self._on_data(lambda blob: data.judge_subset(
                 blob, allowed_drop(validate), len(self.judged), stop_on_pass=kind != "check"),
