@@ -87,9 +87,14 @@ def allowed_drop(check: Any) -> float:
 def subset_figures(check: Any, figures: dict) -> dict:
     """The report's metric figures of a subset verdict (``figures`` of
     :meth:`~mxnet_amp.auto.evaluation.DataJudge.judge_subset`) under ``check``: the mean drop
-    measured on the subset, its bounds and the samples read; no whole-set value."""
-    return {"name": check.name, "reference": check.reference_score, "value": None,
-            "drop": figures["drop"], "max_drop": check.max_drop, "criterion": check.drop,
+    measured on the subset (in the criterion's units, as ``MetricCheck.last``; ``value`` the
+    float32 score less it: an estimate), its bounds in score units and the samples read."""
+    reference = float(check.reference_score)
+    drop = figures["drop"]
+    if check.drop == "relative":
+        drop = drop / abs(reference) if reference else (0.0 if drop <= 0 else math.inf)
+    return {"name": check.name, "reference": reference, "value": reference - figures["drop"],
+            "drop": drop, "max_drop": check.max_drop, "criterion": check.drop,
             "passed": figures["passed"], "subset_samples": figures["samples"],
             "drop_bounds": (figures["lower"], figures["upper"]),
             "allowed_drop": figures["allowed"]}

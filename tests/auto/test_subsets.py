@@ -9,7 +9,7 @@ import pytest
 
 from mxnet_amp.auto import auto_convert_model
 from mxnet_amp.auto.subsets import (Z_95, SubsetPlan, allowed_drop, decomposable, drop_bounds,
-                                    per_sample_scores)
+                                    per_sample_scores, subset_figures)
 from mxnet_amp.auto.metrics import MetricCheck
 from mxnet_amp.auto.task_metric import task_metric
 
@@ -82,6 +82,11 @@ def test_per_sample_scores_are_the_metrics_own_per_row():
     assert not decomposable(task_metric("mse")) and not decomposable(None)
     check = MetricCheck(lambda o: 0.0, 0.1, "relative", reference_score=0.5)
     assert allowed_drop(check) == pytest.approx(0.05)
+    figures = subset_figures(check, {"drop": 0.04, "lower": 0.01, "upper": 0.07, "samples": 30,
+                                     "passed": False, "allowed": 0.05})
+    # the drop in the criterion's units (relative: 0.04 of 0.5), the value an estimate
+    assert figures["drop"] == pytest.approx(0.08) and figures["value"] == pytest.approx(0.46)
+    assert figures["subset_samples"] == 30 and figures["drop_bounds"] == (0.01, 0.07)
 
 
 def test_a_planted_culprit_is_found_on_subsets_and_checked_once_on_the_whole_set():
