@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -288,9 +289,51 @@ def environment() -> dict:
     }
 
 
+NOT_NATIVE = "no-native-bf16"
+
+
+def _records_native(path: str, section: str | None = None) -> bool:
+    """Whether the file at ``path`` (a result JSON, or a docs page; ``section``: only the
+    text between its ``section`` markers) was measured where bfloat16 runs natively."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return False
+    if path.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return False
+        env = data.get("environment") if isinstance(data, dict) else None
+        return bool(isinstance(env, dict) and env.get("bf16_runs_natively")
+                    or isinstance(data, dict) and data.get("bf16_runs_natively"))
+    if section is not None:
+        start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
+        if start in text and end in text:
+            text = text[text.index(start):text.index(end)]
+    return re.search(r"natively(?:=|: |\*\*: )\**True", text) is not None
+
+
+def kept_beside(path: str, section: str | None = None) -> str:
+    """Where a run's file goes: ``path``, unless this CPU does not run bfloat16 natively and
+    the file there was measured on one that does; then beside it (``NAME.no-native-bf16.EXT``),
+    said on stderr: a run that could not measure never replaces one that did."""
+    from mxnet_amp.hardware import bf16_runs_natively
+    if not os.path.exists(path) or bf16_runs_natively() or not _records_native(path, section):
+        return path
+    stem, ext = os.path.splitext(path)
+    beside = f"{stem}.{section + '.' if section else ''}{NOT_NATIVE}{ext}"
+    print(f"{os.path.relpath(path)} was measured on a CPU that runs bfloat16 natively and this "
+          f"one does not: this run goes beside it, to {os.path.relpath(beside)}", file=sys.stderr)
+    return beside
+
+
 def write_json(path: str, payload: dict) -> None:
-    """Write ``payload`` (plus the command line) as JSON, atomically."""
+    """Write ``payload`` (plus the command line) as JSON, atomically; beside ``path`` when
+    the file there was measured natively and this run cannot be (:func:`kept_beside`)."""
     from mxnet_amp.io import atomic_write
+    path = kept_beside(path)
     payload = {"command": "python " + " ".join(sys.argv), **payload}
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -343,7 +386,13 @@ def format_exc() -> str:
 
 def write_between_markers(doc: str, name: str, body: str) -> None:
     """Replace what lies between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in the
-    file ``doc`` with ``body`` (a rendered benchmark table)."""
+    file ``doc`` with ``body`` (a rendered benchmark table); a section measured natively
+    that this CPU cannot measure stays, and ``body`` goes to a file beside the page."""
+    beside = kept_beside(doc, name)
+    if beside != doc:
+        with open(beside, "w", encoding="utf-8") as f:
+            f.write(body + "\n")
+        return
     with open(doc) as f:
         text = f.read()
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"

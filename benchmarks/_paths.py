@@ -209,11 +209,11 @@ def tuned_runners(net, folder: str, shape: tuple, cache: str, fp32_ops=None) -> 
 
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.gluon.adapter import converted_symbol_block
-    from mxnet_amp.options import make_options
+    from mxnet_amp.options import OpLists, make_options
     sym, args, auxs = C.block_checkpoint(net)
     t0 = time.perf_counter()
     s2, a2, x2, conv = convert_model_full(sym, args, auxs,
-                                          make_options("bfloat16", fp32_ops=fp32_ops, tune=cache),
+                                          make_options("bfloat16", OpLists(fp32_ops=fp32_ops), tune=cache),
                                           data_shapes={"data": shape})
     seconds = time.perf_counter() - t0
     info = {"tuned_convert_s": seconds,

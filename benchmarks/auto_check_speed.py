@@ -4,14 +4,27 @@ against the path it replaced (``emulate_model(conversion.symbol, ..., stored_dty
 symbol -> JSON -> graph, every dtype inferred again), interleaved in one process; the ratio
 is the median of the per-round ratios record / re-derived (< 1: faster).
 
+Then the check pass itself (issue 41, item 8): a float16 check on a CPU runs the
+emulation, so its pass over the data is the emulated model's forward passes; here
+resnet50_v1's float32 pass against its emulated float16 pass, both run as a worker process
+of the automatic mode runs a pass over ``eval_data`` (a
+:class:`~mxnet_amp.auto.workers.ModelBlob` unpickled and loaded once per pass, then each
+batch), interleaved in one process. ``emulated_before`` is the
+emulation as it was before issue 41's item 8, for comparison in the same run: every low
+precision tensor rounded by its own round trip (the pass's selecting-op rule off) and the
+weights rounded in the graph at every batch.
+
     python benchmarks/auto_check_speed.py           # synthetic 10k nodes and resnet18_v1
     python benchmarks/auto_check_speed.py --quick   # synthetic 1k nodes (seconds)
+    python benchmarks/auto_check_speed.py --check-pass [--batch 8 --batches 2]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import sys
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,11 +48,75 @@ def measure(label: str, sym, arg_params, aux_params, repeats: int) -> dict:
             "record/rederived": C.paired_ratio(times["record"], times["rederived"]), "rounds": repeats}
 
 
+def check_pass(name: str, batch: int, batches: int, repeats: int) -> dict:
+    """Seconds per sample of ``name``'s float32 pass and of its emulated float16 pass (the
+    check pass), side by side; ratios are medians of per-round ratios."""
+    import mxnet as mx
+    import numpy as np
+    from mxnet_amp.auto.workers import ModelBlob, run_model
+    from mxnet_amp.convert import convert_model_full
+    from mxnet_amp.emulation import emulate_conversion
+    from mxnet_amp.options import make_options
+    from mxnet_amp.passes import emulate as emulate_pass
+    sym, args, auxs = C.zoo_checkpoint(name)[:3]
+    _, cargs, cauxs, conversion = convert_model_full(sym, args, auxs, make_options("float16"),
+                                                     cast_params=False)
+    esym, eargs, eauxs = emulate_conversion(conversion, cargs, cauxs)
+    with mock.patch.object(emulate_pass, "_selects_values", lambda *a: False):
+        osym, oargs, oauxs = emulate_conversion(conversion, cargs, cauxs)
+    rng = np.random.default_rng(0)
+    data = [{"data": rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
+            for _ in range(batches)]
+
+    def blob_pass(s, params):
+        # what a worker process loads: the blob unpickled (pickled once, as the pool does)
+        sent = pickle.dumps(ModelBlob(("pass", name), s, params, {"data": "float32"}))
+
+        def run():
+            blob = pickle.loads(sent)
+            for inputs in data:
+                blob.run(inputs)
+        return run
+
+    sent_before = pickle.dumps(ModelBlob(("before", name), osym, {**oargs, **oauxs},
+                                         {"data": "float32"}))
+
+    def before():
+        # unpickled as the others are, then run as ModelBlob ran it before (weights rounded
+        # in the graph at every batch)
+        blob = pickle.loads(sent_before)
+        op = mx.nd.CachedOp(blob.sym)
+        for inputs in data:
+            run_model(op, blob.sym.list_inputs(),
+                      {**blob.params, "data": mx.nd.array(inputs["data"])})
+    times = C.interleaved_times({"float32": blob_pass(sym, {**args, **auxs}),
+                                 "emulated": blob_pass(esym, {**eargs, **eauxs}),
+                                 "emulated_before": before}, repeats)
+    samples = batch * batches
+    return {"case": f"{name} check pass", "batch": batch, "samples": samples,
+            "float32_s_per_sample": C.median(times["float32"]) / samples,
+            "emulated_s_per_sample": C.median(times["emulated"]) / samples,
+            "emulated/float32": C.paired_ratio(times["emulated"], times["float32"]),
+            "emulated_before/float32": C.paired_ratio(times["emulated_before"], times["float32"]),
+            "rounds": repeats}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--check-pass", action="store_true",
+                    help="resnet50_v1's float32 pass against its emulated float16 check pass")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batches", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
+    if args.check_pass:
+        result = check_pass("resnet50_v1", args.batch, args.batches, args.repeats)
+        C.print_table(list(result), [list(result.values())])
+        C.write_json(args.out or C.default_out("auto_check_pass", False),
+                     {"environment": C.environment(), "results": [result]})
+        return 0
     cases = [("synthetic_1k", 1_000, 5)] if args.quick else [("synthetic_10k", 10_000, 7),
                                                               ("resnet18_v1", "zoo", 7)]
     results = []

@@ -24,7 +24,8 @@ import _common as C
 from conversion_speed import load_base
 from synthetic import synthetic_model
 
-# functions convert.py calls, by the name it imports them under
+# the stage functions of a conversion, timed wherever a version's modules bind them (the
+# modules that call them moved between versions: convert.py, then pipeline.py and passes/)
 STAGES = ("graph_from_symbol", "check_params", "check_param_shapes", "insert_casts",
           "tag_param_dtypes", "graph_to_symbol", "infer_types", "recast_params")
 MX_CALLS = ("tojson", "list_arguments", "list_auxiliary_states", "infer_shape_partial")
@@ -43,6 +44,27 @@ def _timed(owner, name: str, label: str, spent: dict) -> None:
     setattr(owner, name, timed)
 
 
+def _wrap_stages(pkg, spent: dict) -> list[str]:
+    """Time each of ``STAGES`` in every module of ``pkg`` that binds it (the caller's
+    module imports it by name); returns the stages no module of this version has."""
+    import pkgutil
+    modules = []
+    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        if info.name.endswith("__main__"):   # runs the command line when imported
+            continue
+        try:
+            modules.append(importlib.import_module(info.name))
+        except ImportError:   # an optional extra (dask, onnx) not installed
+            continue
+    found = set()
+    for module in modules:
+        for name in STAGES:
+            if callable(getattr(module, name, None)):
+                _timed(module, name, name, spent)
+                found.add(name)
+    return [name for name in STAGES if name not in found]
+
+
 def main(argv=None) -> int:
     import mxnet as mx
     import mxnet_amp
@@ -57,10 +79,10 @@ def main(argv=None) -> int:
     if opts.base:
         versions["base"] = load_base(opts.base, workdir)
     spent: dict = collections.defaultdict(float)
-    for pkg in versions.values():
-        convert = importlib.import_module(pkg.__name__ + ".convert")
-        for name in STAGES:
-            _timed(convert, name, name, spent)
+    missing = {v: _wrap_stages(pkg, spent) for v, pkg in versions.items()}
+    for v, names in missing.items():
+        if names:
+            print(f"{v}: no module binds {', '.join(names)} (not timed)")
     for name in MX_CALLS:
         _timed(mx.sym.Symbol, name, "mx." + name, spent)
     _timed(mx.sym, "load_json", "mx.load_json", spent)
@@ -86,7 +108,8 @@ def main(argv=None) -> int:
     payload = {"benchmark": "conversion_stages", "nodes": C.num_nodes(sym), "rounds": opts.rounds,
                "environment": {**C.environment(), "loadavg_start": load_start,
                                "loadavg_end": os.getloadavg()},
-               "median_s": medians, "times_s": {v: dict(t) for v, t in times.items()}}
+               "median_s": medians, "times_s": {v: dict(t) for v, t in times.items()},
+               "stages_not_found": missing}
     if opts.base:
         payload["base"] = opts.base
         payload["paired_ratio_now_over_base"] = C.paired_ratio(times["now"]["total"],

@@ -312,7 +312,7 @@ def main(argv=None) -> int:
     print("wrote", out)
     if not opts.quick or opts.md:
         data["command"] = "python " + " ".join(sys.argv)
-        with open(md, "w") as f:
+        with open(C.kept_beside(md), "w") as f:
             f.write(render(data))
         print("wrote", md)
     return 0

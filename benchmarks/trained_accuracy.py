@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     md = opts.md or (None if opts.quick else os.path.join(C._ROOT, "docs", "trained_accuracy.md"))
     if md:
         payload = {"command": "python " + " ".join(sys.argv), **payload}
-        with open(md, "w") as f:
+        with open(C.kept_beside(md), "w") as f:
             f.write(markdown(payload))
         print(f"wrote {md}")
     return 0

@@ -130,11 +130,12 @@ def onnx_logits(sym, args, auxs, x: np.ndarray, folder: str, every_output: bool 
     import onnxruntime as ort
     from mxnet_amp import export_onnx
     path = os.path.join(folder, "deploy.onnx")
-    export_onnx(sym, args, auxs, {"data": (zt.BATCH,) + x.shape[1:]}, path, dynamic_batch=True)
+    record = export_onnx(sym, args, auxs, {"data": (zt.BATCH,) + x.shape[1:]}, path, dynamic_batch=True)
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = list(record.symbol_outputs)   # the symbol's order (the file lists them as mx.onnx does)
 
     def run(xb):
-        outs = [o.astype("float32") for o in session.run(None, {"data": xb.astype("float32")})]
+        outs = [o.astype("float32") for o in session.run(names, {"data": xb.astype("float32")})]
         return outs if every_output else outs[0]
     return zt.batches(run, x)
 
@@ -649,7 +650,7 @@ def write(opts, results: list, not_run: list, base: dict | None = None) -> None:
     C.write_json(out, payload)
     md = opts.md or (None if opts.quick or opts.onnx_only else os.path.join(C._ROOT, "docs", "trained_zoo.md"))
     if md:
-        with open(md, "w") as f:
+        with open(C.kept_beside(md), "w") as f:
             f.write(markdown(payload))
     print(f"wrote {out}" + (f" and {md}" if md else ""), flush=True)
 

@@ -205,7 +205,7 @@ def main(argv=None) -> int:
                        "sweep": opts.sweep, "native_bf16": native,
                        "environment": {**env, "loadavg_end": os.getloadavg()}, "results": rows})
     if opts.doc and not opts.quick:   # --render writes it again from the JSON
-        with open(DOC[opts.dtype], "w") as f:
+        with open(C.kept_beside(DOC[opts.dtype]), "w") as f:
             f.write(render(rows, opts.factor, env, "python " + " ".join(os.sys.argv), opts.dtype))
     print(f"wrote {out}")
     return 0

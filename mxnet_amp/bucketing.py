@@ -18,7 +18,7 @@ from .dtypes import array_dtype
 from .errors import ArgumentError, GraphError, ParamError
 from .hardware import warn_not_native
 from .io import graph_from_symbol
-from .options import ConvertOptions, make_options
+from .options import ConvertOptions, OpLists, make_options
 from .pipeline import fold_model
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -50,7 +50,7 @@ def _folded_bucket(graph: Graph, originals: Mapping, options: ConvertOptions, pr
         return graph
     used = {n.name for n in graph.variables()}
     args = {k: v for k, v in originals.items() if k in used}
-    graph, *_ = fold_model(graph, args, {}, options.keeping_only(present).fp32_nodes)
+    graph = fold_model(graph, args, {}, options.keeping_only(present).fp32_nodes).graph
     extra = sorted({n.name for n in graph.variables()} & set(originals) - set(param_dtypes))
     if extra:
         raise GraphError(f"this bucket's BatchNorms fold differently from the default bucket's "
@@ -139,9 +139,9 @@ def convert_bucketing_module(bucketing_mod: BucketingModule, target_dtype: str =
         As for :func:`mxnet_amp.convert_model`.
     """
     import mxnet as mx
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides)
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm)
     if not isinstance(bucketing_mod, mx.mod.BucketingModule):
         raise ArgumentError(f"bucketing_mod must be an mx.mod.BucketingModule, got {type(bucketing_mod).__name__}")
     if not bucketing_mod.params_initialized:

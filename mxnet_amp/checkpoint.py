@@ -8,7 +8,7 @@ size of the fp32 params plus one weight.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from .arguments import check_bool, check_names, check_optional_bool, check_path
 from .convert import convert_with_params
@@ -19,7 +19,7 @@ from .fused import check_fused_for
 from .hardware import HardwareWarning, warn_not_native
 from .io import (existing_checkpoint_files, graph_from_symbol, load_checkpoint as read_checkpoint,
                  save_checkpoint)
-from .options import ConvertOptions, make_options, name_list
+from .options import ConvertOptions, OpLists, make_options, name_list
 from .params import check_data_names, check_params, default_data_names, label_inputs, with_labels
 from .paths import check_outputs, checkpoint_files, refuse_stream_prefix
 from .progress import byte_bar
@@ -31,7 +31,18 @@ if TYPE_CHECKING:
 
     from .graph import Graph
 
-__all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load"]
+__all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load", "ConvertedCheckpoint"]
+
+
+class ConvertedCheckpoint(NamedTuple):
+    """What :func:`convert_checkpoint` returns (unpacks as ``(conversion, arg_params,
+    aux_params, sizes)``): the conversion record, the new params, and
+    ``{'param_bytes_before': int, 'param_bytes_after': int}``."""
+
+    conversion: Conversion
+    arg_params: dict
+    aux_params: dict
+    sizes: dict[str, int]
 
 
 def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = None,
@@ -46,11 +57,10 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
                        fold_batchnorm: bool = True,
                        data_shapes: Mapping[str, Sequence[int]] | None = None,
                        write: bool = True, shapes_from: str = "data_shapes",
-                       progress: bool | None = False,
-                       follow_ops: Sequence[str] | None = None,
+                       progress: bool | None = False, follow_ops: Sequence[str] | None = None,
                        overrides: str = "replace", strict_params: bool = False, guard_weight_range: bool = True,
                        fused_for: str | None = None
-                       ) -> tuple[Conversion, dict, dict, dict[str, int]]:
+                       ) -> ConvertedCheckpoint:
     """Convert ``prefix-symbol.json`` + ``prefix-%04d.params`` and write the result.
 
     Parameters
@@ -75,7 +85,7 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
 
     Returns
     -------
-    (Conversion, dict, dict, dict)
+    ConvertedCheckpoint
         The conversion record, the new arg and aux params, ``{'param_bytes_before': int,
         'param_bytes_after': int}``.
 
@@ -87,8 +97,9 @@ def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = Non
     CheckpointError, GraphError, ParamError
         As :func:`mxnet_amp.load_checkpoint` and :func:`mxnet_amp.convert_model`.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
-                           follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm, overrides=overrides,
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
                            strict_params=strict_params, guard_weight_range=guard_weight_range)
     warn_not_native(options.target_dtype)   # said once, at the caller's line
     return checkpoint_conversion(prefix, epoch, out_prefix, out_epoch, options,
@@ -102,7 +113,7 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
                           data_shapes: Mapping[str, Sequence[int]] | None = None,
                           write: bool = True, shapes_from: str = "data_shapes",
                           progress: bool | None = False, fused_for: str | None = None
-                          ) -> tuple[Conversion, dict, dict, dict[str, int]]:
+                          ) -> ConvertedCheckpoint:
     """:func:`convert_checkpoint` under ``options`` (:func:`mxnet_amp.options.make_options`)."""
     prefix = str(check_path(prefix, "prefix"))
     out_prefix = check_path(out_prefix, "out_prefix", optional=True)
@@ -129,8 +140,9 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
     data_names = _checked_data_names(sym, graph, arg_params, aux_params, data_names, data_shapes,
                                      shapes_from, sym_file, params_file, options.strict_params)
     try:
-        conversion, arg_params, aux_params, _ = convert_with_params(
-            graph, arg_params, aux_params, options, data_names=data_names, data_shapes=data_shapes)
+        done = convert_with_params(graph, arg_params, aux_params, options, data_names=data_names,
+                                   data_shapes=data_shapes)
+        conversion, arg_params, aux_params = done.conversion, done.arg_params, done.aux_params
     except ParamError as err:   # a param's own fault (an int32 weight): say which file holds it
         raise (_in_files(err, f"{params_file}: ") if err.param else err) from None
     del sym, graph
@@ -140,7 +152,7 @@ def checkpoint_conversion(prefix: str, epoch: int, out_prefix: str | None,
             warnings.simplefilter("ignore", HardwareWarning)
             save_checkpoint(out_prefix, out_epoch, conversion.symbol,
                             arg_params, aux_params, progress=progress, fused_for=fused_for)
-    return conversion, arg_params, aux_params, sizes
+    return ConvertedCheckpoint(conversion, arg_params, aux_params, sizes)
 
 
 def load_checkpoint(prefix: str, epoch: int = 0, *, restore_casts: bool = True,

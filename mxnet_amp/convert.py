@@ -1,12 +1,20 @@
 """``convert_symbol`` and ``convert_model``: the symbol-level public API.
 
-What a conversion runs is :mod:`mxnet_amp.pipeline` (the pass list); what it returns,
-:mod:`mxnet_amp.record` (:class:`~mxnet_amp.record.Conversion`).
+What a conversion runs is :mod:`mxnet_amp.pipeline` (the pass lists); what it returns,
+:mod:`mxnet_amp.record` (:class:`~mxnet_amp.record.Conversion`). The stages, each a function:
+
+* :func:`convert_model` (public keywords) builds the options once and calls
+* :func:`convert_model_full` (a symbol and params under options): checks the params against
+  the symbol, then casts the params the conversion returns (:class:`ConvertedModel`);
+* :func:`convert_with_params` (a graph and params): the steps before the conversion
+  (folding, the weight-range guard, the timed choice: ``pipeline.prepare_passes``), then
+* :func:`convert_graph` (a graph, weights by dtype only): checks the names and inputs and runs
+  the conversion's pass list (``pipeline.convert_passes``), which builds the record.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
 from .arguments import check_names, check_symbol, param_dict
 from .dtypes import LOW_PRECISION, array_dtype, dtype_name, dtype_of_code
@@ -15,10 +23,12 @@ from .gcpause import gc_paused
 from .graph import Graph
 from .hardware import warn_amx_off, warn_not_native
 from .io import graph_from_symbol
-from .options import ConvertOptions, make_options, name_list
-from .params import check_params, default_data_names, label_inputs, model_inputs, with_labels
+from .options import ConvertOptions, OpLists, make_options, name_list
+from .params import (check_params, default_data_names, label_inputs, model_inputs, recast_params,
+                     with_labels)
 from .passes.insert_casts import refuse_converted
-from .pipeline import convert_passes, fold_model, range_kept
+from .passes.kernel import GraphPass, PassResult, run_passes
+from .pipeline import ORDER, Prepared, convert_passes, prepare_passes
 from .record import Conversion, input_figures
 from .shape_check.check import check_param_shapes
 from .shape_check.messages import input_shapes
@@ -29,7 +39,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
 __all__ = ["convert_symbol", "convert_model", "convert_graph", "convert_model_full",
-           "convert_with_params"]
+           "convert_with_params", "ConvertedParams", "ConvertedModel"]
 
 
 def _data_names(graph: Graph, data_names: Sequence[str] | str | None,
@@ -79,9 +89,7 @@ def convert_graph(graph: Graph, options: ConvertOptions | None = None, *,
         # only arrays given as params mark a converted model: a variable the symbol alone
         # declares float16/bfloat16 is an input (or a weight the caller binds) of that dtype
         _refuse_low_precision_params({k: v for k, v in stored.items() if k in (param_dtypes or {})})
-    # the [[slow_kernel]] rule, evaluated once per node of the graph converted (after folding)
-    options = options.with_slow_kernels(graph)
-    with gc_paused():
+    with gc_paused():   # the [[slow_kernel]] rule is the list's first step
         return convert_passes(graph, options, names, data_dtypes, stored, output_dtype)
 
 
@@ -129,8 +137,7 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
                    excluded_sym_names: Sequence[str] | None = None,
                    data_names: Sequence[str] | None = None,
                    cast_optional_params: bool = False, *,
-                   widest_dtype_ops: Sequence[str] | None = None,
-                   follow_ops: Sequence[str] | None = None,
+                   widest_dtype_ops: Sequence[str] | None = None, follow_ops: Sequence[str] | None = None,
                    overrides: str = "replace") -> Symbol:
     """Convert an fp32 symbol to mixed precision.
 
@@ -177,8 +184,9 @@ def convert_symbol(sym: Symbol, target_dtype: str = "float16",
     AlreadyConvertedError
         The graph holds an amp_cast to float16/bfloat16.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
-                           follow_ops, excluded_sym_names, cast_optional_params, overrides=overrides)
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params)
     warn_not_native(options.target_dtype)   # said once, at the caller's line
     return convert_graph(graph_from_symbol(check_symbol(sym)), options,
                          data_names=check_names(data_names, "data_names")).symbol
@@ -195,7 +203,7 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                        data_shapes: Mapping[str, Sequence[int]] | None = None,
                        shapes_from: str = "data_shapes", sequential_casts: bool = False,
                        check_shapes: bool = True,
-                       cast_params: bool = True) -> tuple[Symbol, dict, dict, Conversion]:
+                       cast_params: bool = True) -> ConvertedModel:
     """:func:`convert_model` under ``options`` (:func:`make_options`), also returning the
     :class:`Conversion` record: ``(symbol, arg params, aux params, conversion)``.
 
@@ -222,61 +230,95 @@ def convert_model_full(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     if check_shapes:
         check_param_shapes(sym, arg_params, aux_params, data_shapes, graph=graph,
                            shapes_from=shapes_from, input_names=arg_names + aux_names)
-    conversion, arg_params, aux_params, param_dtypes = convert_with_params(
-        graph, arg_params, aux_params, options, data_names=data_names,
-        input_dtypes=input_dtypes, output_dtype=output_dtype, data_shapes=data_shapes)
-    if not cast_params:
-        return conversion.symbol, arg_params, aux_params, conversion
-    new_args, new_aux = conversion.recast(arg_params, aux_params, current=param_dtypes,
+    done = convert_with_params(graph, arg_params, aux_params, options, data_names=data_names,
+                               input_dtypes=input_dtypes, output_dtype=output_dtype,
+                               data_shapes=data_shapes)
+    conversion = done.conversion
+    if not cast_params:   # folded weights written as float32 NDArrays
+        return ConvertedModel(conversion.symbol, recast_params(done.arg_params, {}),
+                              recast_params(done.aux_params, {}), conversion)
+    new_args, new_aux = conversion.recast(done.arg_params, done.aux_params, current=done.param_dtypes,
                                           sequential=sequential_casts)
-    return conversion.symbol, new_args, new_aux, conversion
+    return ConvertedModel(conversion.symbol, new_args, new_aux, conversion)
+
+
+@dataclass(frozen=True)
+class ConvertedParams:
+    """What :func:`convert_with_params` returns: the conversion (its ``folded_batchnorms``,
+    ``kept_batchnorms``, ``input_figures`` and ``tuning`` filled in), the arg and aux params
+    the converted graph reads (new dicts when folded, folded weights float32 numpy arrays;
+    nothing recast) and each of those params' dtype."""
+
+    conversion: Conversion
+    arg_params: dict
+    aux_params: dict
+    param_dtypes: dict[str, str]
+
+
+class ConvertedModel(NamedTuple):
+    """What :func:`convert_model_full` returns (unpacks as ``(symbol, arg_params,
+    aux_params, conversion)``)."""
+
+    symbol: Symbol
+    arg_params: dict
+    aux_params: dict
+    conversion: Conversion
+
+
+class _Tune(GraphPass[Prepared]):
+    """The timed kernel choice (:func:`mxnet_amp.tune.tune_policy`) as a step before the
+    conversion: options in, options out (the model converted both ways to time it)."""
+
+    name = "tune"
+
+    def __init__(self, data_names: Sequence[str], input_dtypes: Mapping[str, str] | None,
+                 output_dtype: str | None, data_shapes: Mapping[str, Sequence[int]] | None) -> None:
+        super().__init__(verify=False)
+        self.data_names, self.input_dtypes, self.output_dtype = data_names, input_dtypes, output_dtype
+        self.data_shapes = data_shapes
+
+    def call_after(self, previous: PassResult[Any]) -> PassResult[Prepared]:
+        """The options of ``previous`` tuned on its graph and params."""
+        before: Prepared = previous.decided
+        graph, args, auxs = previous.graph, before.arg_params, before.aux_params
+        param_dtypes = {k: array_dtype(v) for k, v in {**args, **auxs}.items()}
+
+        def converted(opts: ConvertOptions) -> tuple[Symbol, dict, dict]:
+            c = convert_graph(graph, opts, data_names=self.data_names, param_dtypes=param_dtypes,
+                              input_dtypes=self.input_dtypes, output_dtype=self.output_dtype)
+            new_args, new_auxs = c.recast(args, auxs, current=param_dtypes)
+            return c.symbol, new_args, new_auxs
+        options, record = tune_policy(graph, {**args, **auxs}, before.options,
+                                      input_shapes(self.data_shapes), converted)
+        return PassResult(graph, replace(before, options=options, tuning=record), False)
 
 
 def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
                         options: ConvertOptions, *, data_names: Sequence[str],
                         input_dtypes: Mapping[str, str] | None = None,
                         output_dtype: str | None = "float32",
-                        data_shapes: Mapping[str, Sequence[int]] | None = None
-                        ) -> tuple[Conversion, dict, dict, dict[str, str]]:
-    """Fold BatchNorms when ``options`` asks (the default), time the kernels when it asks
-    (``options.tuning``, at ``data_shapes``: :func:`mxnet_amp.tune.tune_policy`), then convert
-    ``graph`` with its weights' dtypes read from the params.
-
-    Returns
-    -------
-    (Conversion, dict, dict, dict)
-        The conversion (its ``folded_batchnorms``, ``kept_batchnorms`` and
-        ``input_figures`` filled in), the arg and aux params the
-        converted graph reads (new dicts when folded; the arrays are not recast) and each
-        of those params' dtype.
-    """
+                        data_shapes: Mapping[str, Sequence[int]] | None = None) -> ConvertedParams:
+    """Run the steps before the conversion on ``graph`` and its params
+    (:func:`mxnet_amp.pipeline.prepare_passes`: folding where ``options`` asks, the weight
+    range guard, the timed choice where ``options.tuning`` asks, at ``data_shapes``), then
+    convert it with its weights' dtypes read from the params."""
     figures = input_figures(graph, arg_params, aux_params)
-    folded: tuple[tuple[str, str], ...] = ()
-    kept: tuple[tuple[str, str], ...] = ()
     if options.fold_batchnorm:
         # the names are the caller's, of the graph as given (folding drops BatchNorm params)
         options.check_excluded(graph)
-        graph, arg_params, aux_params, folded, kept = fold_model(graph, arg_params, aux_params,
-                                                                 options.fp32_nodes)
+    tune = (_Tune(data_names, input_dtypes, output_dtype, data_shapes)
+            if options.tuning is not None else None)
+    start = PassResult(graph, Prepared(options, arg_params, aux_params), False)
+    run = run_passes(start, prepare_passes(options, tune), ORDER)
+    prepared: Prepared = run.results[-1].decided
+    arg_params, aux_params = dict(prepared.arg_params), dict(prepared.aux_params)
     param_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
-    record = None
-    # the readers of weights float16 cannot hold stay float32, the caller's reasons first
-    options = options.keeping({**range_kept(graph, arg_params, aux_params, options), **options.fp32_nodes})
-    if options.tuning is not None:
-        folded_graph, args, auxs = graph, arg_params, aux_params
-
-        def converted(opts: ConvertOptions) -> tuple[Symbol, dict, dict]:
-            c = convert_graph(folded_graph, opts, data_names=data_names, param_dtypes=param_dtypes,
-                              input_dtypes=input_dtypes, output_dtype=output_dtype)
-            new_args, new_auxs = c.recast(args, auxs, current=param_dtypes)
-            return c.symbol, new_args, new_auxs
-        options, record = tune_policy(graph, {**arg_params, **aux_params}, options,
-                                      input_shapes(data_shapes), converted)
-    conversion = convert_graph(graph, options, data_names=data_names, param_dtypes=param_dtypes,
-                               input_dtypes=input_dtypes, output_dtype=output_dtype)
-    conversion = replace(conversion, folded_batchnorms=folded, kept_batchnorms=kept,
-                         input_figures=figures, tuning=record)
-    return conversion, arg_params, aux_params, param_dtypes
+    conversion = convert_graph(run.graph, prepared.options, data_names=data_names,
+                               param_dtypes=param_dtypes, input_dtypes=input_dtypes,
+                               output_dtype=output_dtype)
+    conversion = replace(conversion, folded_batchnorms=prepared.folded, kept_batchnorms=prepared.kept,
+                         input_figures=figures, tuning=prepared.tuning)
+    return ConvertedParams(conversion, arg_params, aux_params, param_dtypes)
 
 
 # (paused here too, so the conversion record is freed before the collector restarts)
@@ -291,8 +333,7 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                   widest_dtype_ops: Sequence[str] | None = None,
                   data_names: Sequence[str] | None = None,
                   data_shapes: Mapping[str, Sequence[int]] | None = None,
-                  fold_batchnorm: bool = True,
-                  follow_ops: Sequence[str] | None = None,
+                  fold_batchnorm: bool = True, follow_ops: Sequence[str] | None = None,
                   overrides: str = "replace", strict_params: bool = False,
                   guard_weight_range: bool = True, tune: object = None) -> tuple[Symbol, dict, dict]:
     """Convert an fp32 model (symbol and params) to mixed precision.
@@ -335,8 +376,9 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     ParamError
         A param missing, float64, misshapen, extra (``strict_params``); a BatchNorm's bad statistics.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
-                           follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm, overrides=overrides,
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
                            strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
     warn_not_native(options.target_dtype)   # said once, at the caller's line
     return convert_model_full(check_symbol(sym), arg_params, aux_params, options, data_shapes=data_shapes,

@@ -62,7 +62,8 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from .record import Conversion
     from .graph import Graph
 
-__all__ = ["emulate", "emulate_model", "emulate_conversion", "round_array", "round_numpy"]
+__all__ = ["emulate", "emulate_model", "emulate_conversion", "round_array", "round_numpy",
+           "round_weights_once"]
 
 
 def round_array(array: NDArray, dtype: str) -> NDArray:
@@ -247,6 +248,27 @@ def emulate_conversion(conversion: Conversion, arg_params: Mapping, aux_params: 
     aux_names = set(emulated.list_auxiliary_states())
     return (emulated, {k: v for k, v in arg_params.items() if k in arg_names},
             {k: v for k, v in aux_params.items() if k in aux_names})
+
+
+def round_weights_once(sym: Symbol, params: Mapping) -> tuple[Symbol, dict]:
+    """An emulated model whose weights the graph rounds at every run (``stored_dtypes`` /
+    :func:`emulate_conversion`) with those roundings done once, now.
+
+    Each round trip ``amp_cast(amp_cast(w, low), float32)`` of a param ``w`` becomes a
+    float32 variable holding ``w`` rounded (:func:`round_array`, the same bits), so a model
+    run over many batches rounds its weights once instead of once per batch (resnet50's 25M
+    weights cost more per batch than its activations' roundings). Returns the symbol and
+    its params: the rounded ones, and the given ones the symbol still reads (the same
+    arrays); the caller's dict is not modified. A model with no such round trip comes back
+    as it is. Memory: the rounded copies, while the caller holds the originals."""
+    graph = graph_from_symbol(sym)
+    folded, sources = fold_param_casts(graph, params)
+    if not sources:
+        return sym, dict(params)
+    rounded = {name: round_array(params[src], low) for name, (src, low) in sources.items()}
+    new_sym = graph_to_symbol(folded)
+    wanted = set(new_sym.list_inputs())
+    return new_sym, {**{k: v for k, v in params.items() if k in wanted}, **rounded}
 
 
 def emulate(sym: Symbol, arg_params: Mapping, aux_params: Mapping,

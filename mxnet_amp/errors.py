@@ -15,6 +15,7 @@ __all__ = [
     "GraphError",
     "GraphCheckError",
     "PassNodeError",
+    "PassOrderError",
     "TypeInferenceError",
     "InferenceFailed",
     "DrawError",
@@ -55,6 +56,11 @@ class UnknownOpError(AMPError, ValueError):
             "they are not registered in this MXNet build (check the spelling, or load the "
             "plugin library that defines them first)")
 
+    def __reduce__(self) -> tuple:
+        # rebuilt from its fields (Exception's default passes the message as ``names``): a
+        # worker process or a Dask cluster sends it back pickled
+        return type(self), (self.names, self.where)
+
 
 class ListError(AMPError, ValueError):
     """An op list file or override is malformed or classifies an op twice."""
@@ -73,6 +79,11 @@ class PassNodeError(AMPError, RuntimeError):
     """A graph pass failed on one node for a reason that is no typed error of its own (a bug,
     or input the pass does not expect): the message names the pass, the node and its op;
     the original exception is the ``__cause__``."""
+
+
+class PassOrderError(AMPError, RuntimeError):
+    """A pass list breaks an order constraint its builder declared (``this_before_that``):
+    the message names both passes and the list."""
 
 
 class TypeInferenceError(AMPError):
@@ -180,6 +191,10 @@ class OnnxExportError(AMPError, ValueError):
         self.nodes = tuple(nodes)
         lines = "\n".join(f"  {name!r} ({op}): {why}" for name, op, why in self.nodes)
         super().__init__(f"{len(self.nodes)} node(s) {what}:\n{lines}")
+        self.what = what
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.nodes, self.what)
 
 
 class OnnxMissingError(AMPError, ImportError):

@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from .arguments import check_optional_bool, check_symbol, param_dict
 from .dtypes import array_nbytes
 from .entries import check_entries
-from .errors import CheckpointError, GraphError, OutputPathError, UnknownOpError, error_text
+from .errors import ArgumentError, CheckpointError, GraphError, OutputPathError, UnknownOpError, error_text
 from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic, warn_saved
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node, graph_obj
 from .interrupts import signals_unwind
-from .paths import check_writable, checkpoint_files, output_target, refuse_stream_prefix
+from .paths import (check_writable, checkpoint_files, clear_stale_temps, output_target,
+                    refuse_stream_prefix, temp_prefix)
 from .progress import byte_bar, preread, watch_growth
-from .registry import registry_op_names
+from .registry import check_attrs, registry_op_names
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -93,15 +94,19 @@ def _parse_graph(obj: Any, where: str) -> Graph:
     return Graph(tuple(nodes), tuple(heads), MappingProxyType(dict(attrs)))
 
 
-def graph_from_json(text: str, where: str = "symbol JSON") -> Graph:
+def graph_from_json(text: str | bytes, where: str = "symbol JSON") -> Graph:
     """Parse MXNet symbol JSON into a :class:`Graph`; :class:`GraphError` names what is wrong."""
     with gc_paused():
         try:
             obj = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as err:
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as err:
             raise GraphError(f"{where}: not valid JSON ({err}); the file may be truncated") from None
+        except RecursionError:
+            raise GraphError(f"{where}: JSON nested deeper than Python's parser goes; a symbol "
+                             "file nests a few levels only: it is corrupt or not a symbol") from None
         graph = _parse_graph(obj, where)
     check_entries(graph, where)   # MXNet crashes on an output index past its producer's
+    check_attrs(graph.nodes, where)
     return graph
 
 
@@ -295,9 +300,9 @@ def _temp_beside(path: str, shown: str | None = None) -> str:
     """A new empty hidden file beside ``path`` (same folder: the rename stays atomic);
     :class:`OutputPathError` naming ``shown`` (default ``path``) when the folder refuses it."""
     folder = os.path.dirname(os.path.abspath(path))
+    clear_stale_temps(path, shown or path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=folder)
     except OSError as err:
         raise OutputPathError(f"cannot write {shown or path}: {err.strerror or err} (creating a "
                               f"file in {folder})") from None
@@ -352,6 +357,10 @@ def save_checkpoint(prefix: str, epoch: int, sym: Symbol, arg_params: Mapping, a
         sym = graph_to_symbol(keep_fused_where_generic(graph_from_symbol(fused)))
     refuse_stream_prefix(prefix, "checkpoint prefix")
     sym, progress = check_symbol(sym), check_optional_bool(progress, "progress")
+    if arg_params is None or aux_params is None and sym.list_auxiliary_states():
+        # mx.nd.save would write a params file without them, which no loader can bind
+        raise ArgumentError(f"{'arg' if arg_params is None else 'aux'}_params is None: the model's "
+                            "params are needed (pass {} for a model without any)")
     arg_params, aux_params = param_dict(arg_params, "arg_params"), param_dict(aux_params, "aux_params")
     params_file, sym_file = checkpoint_files(prefix, epoch)[::-1]
     save = {f"arg:{k}": v.as_in_context(mx.cpu()) for k, v in arg_params.items()}
@@ -405,11 +414,11 @@ def load_checkpoint(prefix: str, epoch: int = 0, *,
     """
     import mxnet as mx
     sym_path, params_path = existing_checkpoint_files(prefix, epoch)
-    with open(sym_path) as f:
-        text = f.read()
-    graph_from_json(text, where=sym_path)  # typed error for malformed JSON
+    with open(sym_path, "rb") as f:
+        raw = f.read()
+    graph_from_json(raw, where=sym_path)  # typed error for malformed JSON (or bytes: not UTF-8)
     try:
-        sym = mx.sym.load_json(text)
+        sym = mx.sym.load_json(raw.decode("utf-8"))
     except mx.base.MXNetError as err:
         raise GraphError(f"{sym_path}: MXNet cannot load this symbol: {error_text(err)}") from None
     if progress or progress is None:

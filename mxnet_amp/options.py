@@ -12,18 +12,18 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from .arguments import check_bool, check_names
-from .errors import GraphError
-from .policy import OpPolicy, slow_kernel_nodes
+from .errors import ArgumentError, GraphError
+from .policy import OpPolicy, Reason, slow_kernel_nodes
 from .policy_load import load_policy
 from .tuning import Tuning, make_tuning
 
 if TYPE_CHECKING:
     from .graph import Graph
 
-__all__ = ["ConvertOptions", "make_options", "name_list", "EXCLUDED_REASON"]
+__all__ = ["ConvertOptions", "OpLists", "make_options", "name_list", "EXCLUDED_REASON"]
 
 # the reason of a node the caller keeps in float32 by name (what marks it the user's)
-EXCLUDED_REASON = "excluded by name (excluded_sym_names / --exclude)"
+EXCLUDED_REASON = Reason("excluded by name (excluded_sym_names / --exclude)", "user exclusion")
 
 
 def name_list(names: str | Iterable[str] | None) -> list[str] | None:
@@ -131,28 +131,40 @@ class ConvertOptions:
                              f"({said})")
 
 
-def make_options(target_dtype: str = "float16",
-                 target_dtype_ops: Sequence[str] | None = None,
-                 fp32_ops: Sequence[str] | None = None,
-                 widest_dtype_ops: Sequence[str] | None = None,
-                 conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None,
-                 follow_ops: Sequence[str] | None = None,
-                 excluded_sym_names: Sequence[str] | None = None,
-                 cast_optional_params: bool = True,
-                 fold_batchnorm: bool = True, *,
-                 overrides: str = "replace",
-                 strict_params: bool = False,
-                 guard_weight_range: bool = True, tune: object = None) -> ConvertOptions:
+@dataclass(frozen=True)
+class OpLists:
+    """The ``mx.contrib.amp`` keyword block of every public converter, as one value: the op
+    lists (each replacing the shipped one as contrib's do, or, with ``overrides='move'``,
+    moving only the ops named; ``follow_ops`` adds) and the node names kept float32
+    (``excluded_sym_names``; a string is one name). Read by :func:`make_options`."""
+
+    target_dtype_ops: Sequence[str] | None = None
+    fp32_ops: Sequence[str] | None = None
+    widest_dtype_ops: Sequence[str] | None = None
+    conditional_fp32_ops: Sequence[tuple[str, str, Sequence[str]]] | None = None
+    follow_ops: Sequence[str] | None = None
+    excluded_sym_names: Sequence[str] | None = None
+    overrides: str = "replace"
+
+
+_NO_LISTS = OpLists()
+
+
+def make_options(target_dtype: str = "float16", lists: OpLists = _NO_LISTS, *,
+                 cast_optional_params: bool = True, fold_batchnorm: bool = True,
+                 strict_params: bool = False, guard_weight_range: bool = True,
+                 tune: object = None) -> ConvertOptions:
     """The :class:`ConvertOptions` of the public converters' keywords (the lists read once).
 
     Parameters
     ----------
-    target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops, follow_ops, overrides
-        As in :func:`mxnet_amp.load_policy` (a given list replaces the shipped one unless
-        ``overrides='move'``).
-    excluded_sym_names : list of str, optional
-        Node names that run in float32 whatever their op (checked against the graph when it
-        is converted).
+    target_dtype : str
+        As in :func:`mxnet_amp.load_policy`.
+    lists : OpLists, optional
+        The contrib keyword block: the op lists, as in :func:`mxnet_amp.load_policy` (a given
+        list replaces the shipped one unless ``overrides='move'``), and
+        ``excluded_sym_names``, node names that run in float32 whatever their op (checked
+        against the graph when it is converted).
     cast_optional_params, fold_batchnorm, strict_params, guard_weight_range : bool
         As in :func:`mxnet_amp.convert_model`.
     tune : None, bool, str or Tuning
@@ -176,9 +188,12 @@ def make_options(target_dtype: str = "float16",
         check_bool(value, name) for name, value in (
             ("cast_optional_params", cast_optional_params), ("fold_batchnorm", fold_batchnorm),
             ("strict_params", strict_params), ("guard_weight_range", guard_weight_range)))
-    excluded = dict.fromkeys(check_names(excluded_sym_names, "excluded_sym_names") or (), EXCLUDED_REASON)
-    policy = load_policy(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                         conditional_fp32_ops, follow_ops, overrides)
+    if not isinstance(lists, OpLists):
+        raise ArgumentError(f"lists must be an OpLists, got {type(lists).__name__}")
+    excluded = dict.fromkeys(check_names(lists.excluded_sym_names, "excluded_sym_names") or (),
+                             EXCLUDED_REASON)
+    policy = load_policy(target_dtype, lists.target_dtype_ops, lists.fp32_ops, lists.widest_dtype_ops,
+                         lists.conditional_fp32_ops, lists.follow_ops, lists.overrides)
     return ConvertOptions(policy, fp32_nodes=MappingProxyType(excluded),
                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
                           strict_params=strict_params, guard_weight_range=guard_weight_range,

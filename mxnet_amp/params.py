@@ -5,8 +5,11 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .dtypes import array_dtype
+import numpy as np
+
+from .dtypes import array_dtype, bfloat16_np
 from .errors import ParamError
+from .hardware import bf16_runs_natively
 from .options import name_list
 from .registry import op_input_names
 from .warn import warn_user
@@ -16,7 +19,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
 
     from .graph import Graph
 
-__all__ = ["cast_array", "recast_params", "check_params", "default_data_names", "model_inputs",
+__all__ = ["cast_array", "write_array", "bfloat16_bits", "recast_params", "check_params", "default_data_names", "model_inputs",
            "check_data_names", "label_inputs", "with_labels"]
 
 
@@ -31,8 +34,97 @@ def cast_array(array: NDArray, dtype: str) -> NDArray:
     plain. oneDNN runs no float16 kernels on a CPU, so a float16 weight skips the copy (one
     op per weight instead of two: a conversion's param casts are its largest cost).
     """
+    if isinstance(array, np.ndarray):
+        return write_array(array, dtype)
+    if dtype == "bfloat16" and not bf16_runs_natively():
+        # without oneDNN's bf16 kernels MXNet's amp_cast to bfloat16 runs ~50 ns an element
+        # (0.11 s for a 2.4M weight; numpy: 3 ms), asynchronously: its cost surfaced in the
+        # next synchronous call, BatchNorm folding's array copies (issue 42)
+        return _bf16_ndarray(bfloat16_bits(array.asnumpy()), array.context)
     source = _invoke("_copy", [array], ())[0] if dtype == "bfloat16" else array
     return _invoke("amp_cast", [source], (("dtype", dtype),))[0]
+
+
+def write_array(values: np.ndarray, dtype: str | None = None, ctx: Any = None) -> NDArray:
+    """A float32 numpy array (BatchNorm folding's weights) as an NDArray in ``dtype``
+    (default float32) on ``ctx`` (default the CPU): the same bits :func:`cast_array` gives
+    the array's NDArray, with no copy before the cast (a numpy array's layout is plain)."""
+    import mxnet as mx
+    ctx = ctx or mx.cpu()
+    if dtype == "bfloat16" and not bf16_runs_natively():
+        return _bf16_ndarray(bfloat16_bits(values), ctx)
+    if dtype is None or dtype == array_dtype(values) or ctx.device_type != "cpu":
+        array = mx.nd.array(values, ctx=ctx, dtype=values.dtype)
+        return array if dtype is None or dtype == array_dtype(array) else cast_array(array, dtype)
+    # the cast reads the numpy memory itself (DLPack holds a reference to it; from_numpy
+    # marks what it is given read-only: a view, so the caller's array is left writable)
+    source = mx.nd.from_numpy(np.ascontiguousarray(values).view(), zero_copy=True)
+    return _invoke("amp_cast", [source], (("dtype", dtype),))[0]
+
+
+def _bf16_ndarray(bits: np.ndarray, ctx: Any) -> NDArray:
+    """A bfloat16 NDArray holding ``bits`` (uint16, one per value), copied in by MXNet's C
+    API: ``array[:] = ...`` converts the bits through numpy's structured bfloat16 stand-in
+    first, 10-50x slower (measured on 2.4M values)."""
+    import ctypes
+
+    import mxnet as mx
+    from mxnet.base import _LIB, check_call
+    array = mx.nd.empty(bits.shape, ctx=ctx, dtype=bfloat16_np)
+    bits = np.ascontiguousarray(bits, dtype=np.uint16)
+    check_call(_LIB.MXNDArraySyncCopyFromCPU(array.handle, bits.ctypes.data_as(ctypes.c_void_p),
+                                             ctypes.c_size_t(bits.size)))
+    return array
+
+
+# elements rounded per step: the uint32 temporaries stay in the CPU's cache
+_ROUND_STEP = 1 << 16
+
+
+def bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """``values`` (float32) rounded to bfloat16 as MXNet's ``amp_cast`` rounds them here, as
+    uint16 bits: to nearest even, float32 subnormals flushed to a zero, a NaN kept quiet;
+    the signs of the zeros are the machine's (:func:`_zero_signs`: oneDNN's reference
+    conversion gives -0.0 as +0)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).reshape(-1).view(np.uint32)
+    out = np.empty(bits.size, np.uint16)
+    step = np.empty(min(bits.size, _ROUND_STEP), np.uint32)
+    for start in range(0, bits.size, _ROUND_STEP):
+        chunk = bits[start:start + _ROUND_STEP]
+        t = step[:chunk.size]
+        np.bitwise_and(chunk, 0x7F800000, out=t)
+        special = t.min() == 0 or t.max() == 0x7F800000   # zeros, subnormals, inf, NaN
+        np.right_shift(chunk, 16, out=t)
+        np.bitwise_and(t, 1, out=t)
+        np.add(t, 0x7FFF, out=t)
+        np.add(t, chunk, out=t)     # wraps for a NaN near the top: fixed below
+        np.right_shift(t, 16, out=t)
+        out[start:start + chunk.size] = t
+        if special:
+            _special_bits(chunk, out[start:start + chunk.size])
+    return out.reshape(np.shape(values))
+
+
+def _special_bits(bits: np.ndarray, out: np.ndarray) -> None:
+    """:func:`bfloat16_bits` of zeros, subnormals and NaNs, written into ``out``."""
+    negative_zero, negative_subnormal = _zero_signs()
+    magnitude = bits & np.uint32(0x7FFFFFFF)
+    sign = (bits >> np.uint32(16)) & np.uint32(0x8000)
+    subnormal = (magnitude > 0) & (magnitude < 0x00800000)
+    out[subnormal] = np.where(sign[subnormal] != 0, negative_subnormal, 0)
+    out[bits == 0x80000000] = negative_zero
+    nan = magnitude > 0x7F800000
+    out[nan] = (bits[nan] >> np.uint32(16)) | np.uint32(0x0040)
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_signs() -> tuple[int, int]:
+    """What MXNet's ``amp_cast`` gives -0.0 and a negative float32 subnormal in bfloat16 on
+    this machine (0x8000 or 0); asked of MXNet once."""
+    import mxnet as mx
+    tiny = mx.nd.array(np.array([-0.0, -1e-40], dtype=np.float32))
+    got = _invoke("amp_cast", [tiny], (("dtype", "bfloat16"),))[0].asnumpy().view(np.uint16).reshape(-1)
+    return int(got[0]), int(got[1])
 
 
 def _invoke(op: str, arrays: list, attrs: tuple) -> list:
@@ -195,7 +287,8 @@ _WIDE_FLOATS = frozenset({"float64"})
 def recast_params(params: Mapping, dtypes: Mapping[str, str | None],
                   current: Mapping[str, str] | None = None, sequential: bool = False, *,
                   in_place: bool = False, each: Callable[[str, Any, Any], None] | None = None) -> dict:
-    """A new dict with each array cast to ``dtypes[name]``; arrays already right are shared.
+    """A new dict with each array cast to ``dtypes[name]``; arrays already right are shared,
+    numpy arrays (folded weights) written as NDArrays (:func:`write_array`).
 
     ``current`` may give each array's dtype name when the caller knows it already. The
     input dict and its arrays are never modified. ``sequential``: finish each cast before
@@ -215,10 +308,12 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str | None],
         want = dtypes.get(name)
         have = current[name] if current is not None else array_dtype(value)
         if want is None or have == want:
-            out[name] = value
+            out[name] = write_array(value) if isinstance(value, np.ndarray) else value
         elif sequential:
             out[name] = cast_array(value, want)
             out[name].wait_to_read()
+        elif isinstance(value, np.ndarray) or (want == "bfloat16" and not bf16_runs_natively()):
+            out[name] = cast_array(value, want)   # through numpy, one array at a time
         else:
             out[name] = None   # keeps the order of ``params``
             todo.setdefault(_batch_key(value, have, want), []).append(name)
@@ -239,6 +334,8 @@ def _recast_in_place(params: dict, dtypes: Mapping[str, str | None],
         if want is not None and array_dtype(before) != want:
             # replacing the entry frees the original before the next one is cast
             params[name] = cast_array(before, want)
+        elif isinstance(before, np.ndarray):
+            params[name] = write_array(before)
         if each is not None:
             each(name, before, params[name])
     return params

@@ -14,9 +14,11 @@ import stat
 from typing import Iterable, NamedTuple, Sequence, Tuple
 
 from .errors import CheckpointError, OutputPathError, OverwriteError
+from .warn import warn_user
 
 __all__ = ["checkpoint_files", "check_epoch", "refuse_overwrite", "check_writable",
-           "check_outputs", "OutputTarget", "output_target", "refuse_stream_prefix", "STREAM_NAMES"]
+           "check_outputs", "OutputTarget", "output_target", "refuse_stream_prefix", "STREAM_NAMES",
+           "temp_prefix", "clear_stale_temps"]
 
 # (what the file is, its path): e.g. ("output symbol", "m-amp-symbol.json")
 Labelled = Tuple[str, "str | os.PathLike | None"]   # None: the file is not written
@@ -160,6 +162,9 @@ def check_writable(outputs: Iterable[Labelled]) -> None:
         path = target.path
         if target.kind == "stream" and not os.access(target.real, os.W_OK):
             raise OutputPathError(f"cannot write the {label} {path}: it is not writable")
+        if target.kind in ("stdout", "stderr") and not _stream_open(target.kind):
+            raise OutputPathError(f"cannot write the {label} {path}: standard "
+                                  f"{'output' if target.kind == 'stdout' else 'error'} is closed")
         if target.kind != "file":
             continue
         folder = os.path.dirname(target.real)
@@ -174,6 +179,20 @@ def check_writable(outputs: Iterable[Labelled]) -> None:
             if why:
                 raise OutputPathError(f"cannot write the {label} {path}: folder {folder} "
                                       f"refuses new files ({why})")
+
+
+def _stream_open(kind: str) -> bool:
+    """Whether this process's standard output (``kind`` 'stdout') or error is open: Python
+    sets ``sys.stdout`` to None when its descriptor was closed at start (``>&-``)."""
+    import sys
+    stream = sys.stdout if kind == "stdout" else sys.stderr
+    if stream is None:
+        return False
+    try:
+        os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):   # closed, or a capture without a descriptor
+        return not getattr(stream, "closed", False)
+    return True
 
 
 def _refusal(folder: str) -> str | None:
@@ -194,3 +213,66 @@ def check_outputs(inputs: Sequence[Labelled], outputs: Sequence[Labelled]) -> No
     about its files before it writes the first one."""
     refuse_overwrite(inputs, outputs)
     check_writable(outputs)
+
+
+def temp_prefix(path: str) -> str:
+    """The name start of the hidden temporary file a write of ``path`` fills before its
+    rename: ``.NAME.PID-`` (the writer's process id: a later run can tell a leftover of a
+    killed writer from the file of a live one)."""
+    return f".{os.path.basename(path)}.{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):   # another user's process: alive
+        return True
+    return True
+
+
+def _process_start() -> float | None:
+    """When this process started (Linux: its /proc entry), None where unknown."""
+    try:
+        return os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return None
+
+
+def clear_stale_temps(path: str, shown: str | None = None) -> list[tuple[str, int]]:
+    """Remove the hidden temporary files an earlier write of ``path`` left when it was killed
+    (SIGKILL, or a signal without a handler, give it no chance to clean up; each is as large
+    as the file): ``.NAME.PID-XXXXXXXX.tmp`` whose writer ``PID`` is no longer running, and
+    ``.NAME.XXXXXXXX.tmp`` (written before the pid was in the name) not touched since this
+    process started. A live writer's file is left alone. Returns ``(file, bytes)`` of each
+    removed (a file that cannot be removed is left, and not returned), and says so in a
+    warning naming ``shown`` (default ``path``)."""
+    import re
+    folder, name = os.path.split(os.path.abspath(path))
+    pattern = re.compile(r"\." + re.escape(name) + r"\.(?:(\d+)-)?[A-Za-z0-9_]{8}\.tmp")
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return []
+    started, removed = _process_start(), []
+    for entry in entries:
+        match = pattern.fullmatch(entry)
+        if match is None:
+            continue
+        full = os.path.join(folder, entry)
+        try:
+            info = os.stat(full)
+            pid = match.group(1)
+            stale = (not _alive(int(pid)) if pid is not None
+                     else started is not None and info.st_mtime < started)
+            if stale and stat.S_ISREG(info.st_mode):
+                os.unlink(full)
+                removed.append((full, info.st_size))
+        except OSError:   # gone meanwhile, or not ours to remove
+            continue
+    if removed:
+        warn_user(f"removed {len(removed)} temporary file(s) an interrupted write of {shown or path} "
+                  f"left ({sum(n for _, n in removed) / 2 ** 20:.1f} MiB): "
+                  f"{', '.join(os.path.basename(f) for f, _ in removed)}")
+    return removed

@@ -1,25 +1,37 @@
-"""The conversion as a list of passes: what :func:`~mxnet_amp.convert.convert_graph` runs.
+"""The conversion as lists of passes, each reading the record of the pass before it.
 
-:func:`conversion_passes` builds the list and :func:`convert_passes` runs it with
-:func:`~mxnet_amp.passes.kernel.run_passes` (an error names its place in it) and builds the
-:class:`~mxnet_amp.record.Conversion`:
+Every step is a :class:`~mxnet_amp.passes.kernel.GraphPass` run by
+:func:`~mxnet_amp.passes.kernel.run_passes` (an error names its place in the list; the
+order constraints are declared in :data:`ORDER`); a step hands the next one its record
+(:class:`Prepared` before the casts, :class:`~mxnet_amp.passes.insert_casts.CastResult`
+after), never a shared dict or an attribute of another pass object.
 
-1. ``insert_casts`` (:class:`CastRounds`): the cast pass, twice under
+With params (:func:`~mxnet_amp.convert.convert_with_params`), :func:`prepare_passes`:
+
+1. ``fold_batchnorm`` (:class:`FoldModel`, where the options ask): BatchNorms folded;
+2. ``guard_weight_range`` (:class:`GuardWeightRange`): float16's out of range weights'
+   readers kept float32;
+3. ``tune`` (where ``tune=`` asks; :mod:`mxnet_amp.tune`): kernels timed, the slower ones
+   kept float32.
+
+Then the conversion itself (:func:`conversion_passes`, run by :func:`convert_passes`, which
+builds the :class:`~mxnet_amp.record.Conversion`):
+
+4. ``slow_kernels`` (:class:`SlowKernels`): the ``[[slow_kernel]]`` rule's nodes kept float32;
+5. ``insert_casts`` (:class:`CastRounds`): the cast pass, twice under
    ``cast_optional_params`` (round one finds the dtype each weight is stored in), and for
    bfloat16 once more with the reshapes oneDNN cannot run kept float32;
-2. ``insert_fusion_barriers`` (:class:`GuardFusion`): bfloat16's identity casts that keep
+6. ``insert_fusion_barriers`` (:class:`GuardFusion`): bfloat16's identity casts that keep
    oneDNN's fusion off a shared convolution output;
-3. ``tag_param_dtypes``: every weight's ``__dtype__``, so the symbol binds without a type_dict.
-
-Before the list, with params (:func:`~mxnet_amp.convert.convert_with_params`):
-:func:`fold_model` and :func:`range_kept`.
+7. ``tag_param_dtypes`` (:class:`TagStoredDtypes`): every weight's ``__dtype__``, so the
+   symbol binds without a type_dict.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .dtypes import is_float
 from .errors import InferenceFailed, ParamError, TypeInferenceError
@@ -30,7 +42,7 @@ from .optypes import OpTypes
 from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
 from .passes.fusion_barriers import insert_fusion_barriers
 from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts
-from .passes.kernel import GraphPass, PassResult, run_passes
+from .passes.kernel import GraphPass, PassResult, run_passes, this_before_that
 from .passes.onednn_reshapes import blocked_reshapes
 from .passes.tag_param_dtypes import TagParamDtypes
 from .policy import warn_unlisted
@@ -42,50 +54,118 @@ from .weight_range import out_of_range_weights, readers_kept
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
-__all__ = ["CastRounds", "GuardFusion", "conversion_passes", "convert_passes", "fold_model",
-           "range_kept"]
+__all__ = ["Prepared", "FoldModel", "GuardWeightRange", "SlowKernels", "CastRounds", "GuardFusion",
+           "TagStoredDtypes", "ORDER", "prepare_passes", "conversion_passes", "convert_passes",
+           "FoldedModel", "fold_model", "range_kept"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the steps before the cast pass decided: the record each of them reads from the
+    one before and hands on (:func:`prepare_passes`, then :func:`conversion_passes`)."""
+
+    options: ConvertOptions
+    # the arg and aux params the graph reads (folded where folding ran; empty for a graph
+    # converted without params)
+    arg_params: Mapping[str, Any] = field(default_factory=dict)
+    aux_params: Mapping[str, Any] = field(default_factory=dict)
+    # (BatchNorm, producer) folded and (BatchNorm, why) kept by folding
+    folded: tuple[tuple[str, str], ...] = ()
+    kept: tuple[tuple[str, str], ...] = ()
+    # what tune= timed and chose (mxnet_amp.tune.TuneRecord), None without tune
+    tuning: Any = None
+
+
+def _prepared(previous: PassResult[Any]) -> Prepared:
+    if not isinstance(previous.decided, Prepared):
+        raise TypeError(f"expected the Prepared record of the step before, got "
+                        f"{type(previous.decided).__name__}")
+    return previous.decided
+
+
+class FoldModel(GraphPass[Prepared]):
+    """BatchNorms folded into the op before them (:mod:`~mxnet_amp.passes.fold_batchnorm`),
+    the params split back into arg and aux; a BatchNorm or producer the options keep
+    float32 stays."""
+
+    name = "fold_batchnorm"
+
+    def call_after(self, previous: PassResult[Any]) -> PassResult[Prepared]:
+        """Fold the graph of ``previous`` with its :class:`Prepared` params."""
+        before = _prepared(previous)
+        model = fold_model(previous.graph, before.arg_params, before.aux_params, before.options.fp32_nodes)
+        decided = replace(before, arg_params=model.arg_params, aux_params=model.aux_params,
+                          folded=model.folded, kept=model.kept)
+        return PassResult(model.graph, decided, model.graph is not previous.graph)
+
+
+class GuardWeightRange(GraphPass[Prepared]):
+    """The readers of the weights float16 cannot hold kept float32 (:func:`range_kept`),
+    the caller's own reasons first."""
+
+    name = "guard_weight_range"
+
+    def call_after(self, previous: PassResult[Any]) -> PassResult[Prepared]:
+        """The options of ``previous`` with the readers kept."""
+        before = _prepared(previous)
+        options = before.options
+        kept = range_kept(previous.graph, before.arg_params, before.aux_params, options)
+        decided = replace(before, options=options.keeping({**kept, **options.fp32_nodes}))
+        return PassResult(previous.graph, decided, False)
+
+
+class SlowKernels(GraphPass[Prepared]):
+    """The ``[[slow_kernel]]`` rule, once per node of the graph converted (after folding;
+    bodies included): :meth:`~mxnet_amp.options.ConvertOptions.with_slow_kernels`."""
+
+    name = "slow_kernels"
+
+    def call_after(self, previous: PassResult[Any]) -> PassResult[Prepared]:
+        """The options of ``previous`` with the slow kernels' nodes kept."""
+        before = _prepared(previous)
+        decided = replace(before, options=before.options.with_slow_kernels(previous.graph))
+        return PassResult(previous.graph, decided, False)
 
 
 class CastRounds(GraphPass[CastResult]):
-    """The cast pass in its rounds (module doc); ``stored`` (weight -> dtype) is updated to
-    the dtype each weight is stored in, :attr:`fp32_nodes` to what the last round kept."""
+    """The cast pass in its rounds (module doc), under the options of the :class:`Prepared`
+    record before it: its :class:`CastResult` carries the dtype each weight is stored in
+    (``stored_dtypes``) and the nodes the last round kept float32 (``fp32_nodes``)."""
 
     name = "insert_casts"
 
-    def __init__(self, options: ConvertOptions, data_dtypes: Mapping[str, str],
-                 stored: dict[str, str], output_dtype: str | None) -> None:
+    def __init__(self, data_dtypes: Mapping[str, str], stored: Mapping[str, str],
+                 output_dtype: str | None) -> None:
         # each round checks its own output (InsertCasts)
         super().__init__(verify=False)
-        self.options, self.data_dtypes, self.stored = options, data_dtypes, stored
-        self.output_dtype, self.fp32_nodes = output_dtype, options.fp32_nodes
-        self.decided: CastResult | None = None
+        self.data_dtypes, self.given, self.output_dtype = data_dtypes, stored, output_dtype
 
-    def call(self, graph: Graph) -> PassResult[CastResult]:
-        """Run the rounds on ``graph``."""
-        given = dict(self.stored)
-        result = self._rounds(graph)
-        blocked = blocked_reshapes(result) if self.options.target_dtype == "bfloat16" else {}
+    def call_after(self, previous: PassResult[Any]) -> PassResult[CastResult]:
+        """Run the rounds on ``previous``'s graph."""
+        graph, options = previous.graph, _prepared(previous).options
+        fp32_nodes = options.fp32_nodes
+        result = self._rounds(graph, options, fp32_nodes)
+        blocked = blocked_reshapes(result) if options.target_dtype == "bfloat16" else {}
         if blocked:
             # MXNet's oneDNN cannot run these reshapes in bfloat16: once more, with them in
             # float32 (passes/onednn_reshapes.py)
-            self.stored.update(given)
-            self.fp32_nodes = MappingProxyType({**self.fp32_nodes, **blocked})
-            result = self._rounds(graph)
+            fp32_nodes = MappingProxyType({**fp32_nodes, **blocked})
+            result = self._rounds(graph, options, fp32_nodes)
         if result.unlisted_ops:
-            warn_unlisted(result.unlisted_ops, self.options.target_dtype)
-        self.decided = result
-        return PassResult(result.graph, result, True)
+            warn_unlisted(result.unlisted_ops, options.target_dtype)
+        return PassResult(result.graph, replace(result, fp32_nodes=fp32_nodes), True)
 
-    def _rounds(self, graph: Graph) -> CastResult:
-        """The cast pass, twice with ``cast_optional_params``."""
-        stored, op_types = self.stored, OpTypes()
+    def _rounds(self, graph: Graph, options: ConvertOptions, fp32_nodes: Mapping[str, str]) -> CastResult:
+        """The cast pass, twice with ``cast_optional_params``; the result's
+        ``stored_dtypes`` say where each weight is stored."""
+        stored, op_types = dict(self.given), OpTypes()
 
         def cast_round(param_dtypes: Mapping[str, str | None]) -> CastResult:
-            return insert_casts(graph, self.options.policy, data_dtypes=self.data_dtypes,
-                                param_dtypes=param_dtypes, fp32_nodes=self.fp32_nodes,
+            return insert_casts(graph, options.policy, data_dtypes=self.data_dtypes,
+                                param_dtypes=param_dtypes, fp32_nodes=fp32_nodes,
                                 output_dtype=self.output_dtype, op_types=op_types)
-        if not self.options.cast_optional_params:
-            return cast_round(stored)
+        if not options.cast_optional_params:
+            return replace(cast_round(stored), stored_dtypes=MappingProxyType(stored))
         # round one leaves float32 weights to their consumers; a weight every consumer wants
         # in the same dtype is stored in it, the others stay as stored and get casts (a
         # weight declared float16/bfloat16 keeps its declared dtype)
@@ -101,28 +181,27 @@ class CastRounds(GraphPass[CastResult]):
         if final:
             # round two would rebuild the same graph (tag_param_dtypes writes the weights'
             # __dtype__ attributes); round one left the weights' own dtypes open
-            return _with_weight_dtypes(first, stored)
-        return cast_round(stored)
+            return replace(_with_weight_dtypes(first, stored), stored_dtypes=MappingProxyType(stored))
+        return replace(cast_round(stored), stored_dtypes=MappingProxyType(stored))
 
 
 class GuardFusion(GraphPass[CastResult]):
     """bfloat16 graphs run on oneDNN, whose conv fusion misconnects a shared convolution
-    output: the barriers go in (``passes/fusion_barriers.py``), the cast record of
-    ``casts`` (the pass before) carried over to the new graph. float16 runs on GPUs, where
-    MXNet fuses nothing of the kind."""
+    output: the barriers go in (``passes/fusion_barriers.py``), the :class:`CastResult` of
+    the pass before carried over to the new graph. float16 runs on GPUs, where MXNet fuses
+    nothing of the kind."""
 
     name = "insert_fusion_barriers"
 
-    def __init__(self, casts: CastRounds) -> None:
+    def __init__(self, target_dtype: str) -> None:
         super().__init__(verify=False)   # insert_fusion_barriers checks its output
-        self.casts = casts
-        self.guarded: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        self.target_dtype = target_dtype
 
-    def call(self, graph: Graph) -> PassResult[CastResult]:
-        """Put the barriers into ``graph``, the cast pass's output."""
-        result = self.casts.decided
-        assert result is not None and result.graph is graph, "GuardFusion runs after its CastRounds"
-        if self.casts.options.target_dtype != "bfloat16":
+    def call_after(self, previous: PassResult[Any]) -> PassResult[CastResult]:
+        """Put the barriers into the graph of ``previous``, the cast pass's result."""
+        result = _cast_result(previous)
+        graph = previous.graph
+        if self.target_dtype != "bfloat16":
             return PassResult(graph, result, False)
         guarded = insert_fusion_barriers(graph, result.tensor_dtypes)
         if not guarded.changed:
@@ -133,43 +212,83 @@ class GuardFusion(GraphPass[CastResult]):
         dtypes.update(guarded.decided.barrier_dtypes)
         casts = {moved[Entry(i)].node: kind for i, kind in result.inserted_casts.items()}
         casts.update((e.node, FUSION_BARRIER) for e in guarded.decided.barrier_dtypes)
-        self.guarded = guarded.decided.guarded
         moved_result = replace(result, graph=guarded.graph, tensor_dtypes=MappingProxyType(dtypes),
-                               inserted_casts=MappingProxyType(casts))
+                               inserted_casts=MappingProxyType(casts),
+                               fusion_barriers=guarded.decided.guarded)
         return PassResult(guarded.graph, moved_result, True)
 
 
-def conversion_passes(options: ConvertOptions, data_dtypes: Mapping[str, str],
-                      stored: dict[str, str], output_dtype: str | None
-                      ) -> tuple[CastRounds, GuardFusion, TagParamDtypes]:
-    """The conversion's passes, in order (module doc); ``stored`` as :class:`CastRounds`'s."""
-    casts = CastRounds(options, data_dtypes, stored, output_dtype)
-    # the tags are read when the pass runs: the dtypes the cast rounds stored
-    return casts, GuardFusion(casts), TagParamDtypes(stored)
+class TagStoredDtypes(GraphPass[CastResult]):
+    """Every weight tagged ``__dtype__`` with the dtype the :class:`CastResult` before it
+    stores it in (:mod:`~mxnet_amp.passes.tag_param_dtypes`); the record passes on as it
+    is (its graph the untagged one, whose entries its dtypes key)."""
+
+    name = "tag_param_dtypes"
+
+    def call_after(self, previous: PassResult[Any]) -> PassResult[CastResult]:
+        """Tag the graph of ``previous``."""
+        result = _cast_result(previous)
+        tagged = TagParamDtypes(result.stored_dtypes, verify=False)(previous.graph)
+        return PassResult(tagged.graph, result, tagged.changed)
+
+
+def _cast_result(previous: PassResult[Any]) -> CastResult:
+    if not isinstance(previous.decided, CastResult):
+        raise TypeError(f"expected the CastResult of the pass before, got "
+                        f"{type(previous.decided).__name__}")
+    return previous.decided
+
+
+# the order every list of these passes keeps, declared (torch.fx's
+# this_before_that_pass_constraint) and checked by run_passes
+ORDER = (this_before_that("fold_batchnorm", "guard_weight_range"),
+         this_before_that("guard_weight_range", "tune"),
+         this_before_that("fold_batchnorm", "slow_kernels"),
+         this_before_that("tune", "slow_kernels"),
+         this_before_that("slow_kernels", "insert_casts"),
+         this_before_that("insert_casts", "insert_fusion_barriers"),
+         this_before_that("insert_fusion_barriers", "tag_param_dtypes"))
+
+
+def prepare_passes(options: ConvertOptions, tune: GraphPass[Prepared] | None = None
+                   ) -> list[GraphPass[Prepared]]:
+    """The steps before the cast pass on a model with params: folding (where the options
+    ask), the weight-range guard, and ``tune`` (the timed choice, where given)."""
+    steps: list[GraphPass[Prepared]] = [FoldModel()] if options.fold_batchnorm else []
+    steps.append(GuardWeightRange())
+    return steps + ([tune] if tune is not None else [])
+
+
+def conversion_passes(target_dtype: str, data_dtypes: Mapping[str, str],
+                      stored: Mapping[str, str], output_dtype: str | None) -> list[GraphPass[Any]]:
+    """The conversion's passes, in order (module doc), each reading the record of the one
+    before."""
+    return [SlowKernels(), CastRounds(data_dtypes, stored, output_dtype), GuardFusion(target_dtype),
+            TagStoredDtypes()]
 
 
 def convert_passes(graph: Graph, options: ConvertOptions, names: Sequence[str],
-                   data_dtypes: Mapping[str, str], stored: dict[str, str],
+                   data_dtypes: Mapping[str, str], stored: Mapping[str, str],
                    output_dtype: str | None) -> Conversion:
     """Run :func:`conversion_passes` on ``graph``; the :class:`~mxnet_amp.record.Conversion`,
     its params' dtypes checked against MXNet's type inference of the result."""
-    given = dict(stored)
-    passes = conversion_passes(options, data_dtypes, stored, output_dtype)
-    *_, guarded, tagged = run_passes(graph, passes)
-    casts, fusion, _ = passes
-    sym = graph_to_symbol(tagged.graph)
+    passes = conversion_passes(options.target_dtype, data_dtypes, stored, output_dtype)
+    run = run_passes(PassResult(graph, Prepared(options), False), passes, ORDER)
+    result: CastResult = run.results[-1].decided
+    final = result.stored_dtypes
+    sym = graph_to_symbol(run.graph)
     try:
-        bound = _inferred_variable_dtypes(sym, stored, data_dtypes)
+        bound = _inferred_variable_dtypes(sym, final, data_dtypes)
     except TypeInferenceError as err:
-        raise _non_float_param_error(tagged.graph, stored, err) or err from None
-    params = {k: ParamRecord(given=given[k], stored=dt, bound=bound.get(k), why=stored_why(given[k], dt))
-              for k, dt in stored.items()}
-    return Conversion(graph=tagged.graph, original=graph, result=guarded.decided, policy=options.policy,
+        raise _non_float_param_error(run.graph, final, err) or err from None
+    params = {k: ParamRecord(given=stored[k], stored=dt, bound=bound.get(k), why=stored_why(stored[k], dt))
+              for k, dt in final.items()}
+    return Conversion(graph=run.graph, original=graph, result=result, policy=options.policy,
                       data_names=tuple(names), params=MappingProxyType(params),
-                      input_dtypes=MappingProxyType({k: dt for k, dt in bound.items() if k not in stored}),
+                      input_dtypes=MappingProxyType({k: dt for k, dt in bound.items() if k not in final}),
                       arguments=tuple(sym.list_arguments()),
                       auxiliary_states=tuple(sym.list_auxiliary_states()),
-                      symbol=sym, fp32_nodes=casts.fp32_nodes, fusion_barriers=fusion.guarded)
+                      symbol=sym, fp32_nodes=result.fp32_nodes, fusion_barriers=result.fusion_barriers)
 
 
 def _non_float_param_error(graph: Graph, stored: Mapping[str, str],
@@ -235,18 +354,28 @@ def _check_tags(tags: Mapping[str, str], inferred: Mapping[str, str | None]) -> 
                                  f"__dtype__ tags (tag, inferred): {dict(list(wrong.items())[:10])}")
 
 
+@dataclass(frozen=True)
+class FoldedModel:
+    """What :func:`fold_model` returns: the new graph, its arg and aux params, the
+    ``(BatchNorm, producer)`` pairs folded and the ``(BatchNorm, why)`` pairs kept."""
+
+    graph: Graph
+    arg_params: dict
+    aux_params: dict
+    folded: tuple[tuple[str, str], ...]
+    kept: tuple[tuple[str, str], ...]
+
+
 def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
-               keep: Mapping[str, str] = MappingProxyType({})
-               ) -> tuple[Graph, dict, dict, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """:func:`~mxnet_amp.passes.fold_batchnorm.fold_batchnorm` on a model: returns the new
-    graph, arg params, aux params, the ``(BatchNorm, producer)`` pairs folded and the
-    ``(BatchNorm, why)`` pairs kept. ``keep``: node names kept float32, each with its reason
-    (a BatchNorm named, or after one named, stays). Inputs are not modified; arrays that do
-    not change are shared."""
+               keep: Mapping[str, str] = MappingProxyType({})) -> FoldedModel:
+    """:func:`~mxnet_amp.passes.fold_batchnorm.fold_batchnorm` on a model. ``keep``: node
+    names kept float32, each with its reason (a BatchNorm named, or after one named,
+    stays). Inputs are not modified; arrays that do not change are shared, folded ones are
+    float32 numpy arrays until the recast writes them."""
     result = fold_batchnorm_pass(graph, {**arg_params, **aux_params}, keep=keep)
     new_aux = {k: v for k, v in result.params.items() if k in aux_params}
     new_args = {k: v for k, v in result.params.items() if k not in new_aux}
-    return result.graph, new_args, new_aux, result.folded, result.skipped
+    return FoldedModel(result.graph, new_args, new_aux, result.folded, result.skipped)
 
 
 def range_kept(graph: Graph, arg_params: Mapping, aux_params: Mapping,

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from .graph import Graph
 
 __all__ = ["Category", "Decision", "OpPolicy", "SlowKernel", "SUPPORTED_TARGET_DTYPES",
-           "check_target_dtype", "slow_kernel_nodes", "warn_unlisted"]
+           "check_target_dtype", "slow_kernel_nodes", "warn_unlisted", "Reason", "REASON_KINDS",
+           "reason_kind"]
 
 SUPPORTED_TARGET_DTYPES = ("float16", "bfloat16")
 
@@ -35,6 +36,39 @@ class Category(str, enum.Enum):
     WIDEST = "widest"        # float inputs unified to the widest among them (amp_multicast)
     FOLLOW = "follow"        # no casts: runs in the dtype its inputs have
     CONDITIONAL = "conditional"  # fp32 for listed attribute values, else follow
+
+
+# what a node kept float32 by name was kept for: the kinds a report groups its reasons by
+REASON_KINDS = ("user exclusion", "search", "weight range", "slow kernel", "tune",
+                "onednn reshape")
+
+
+class Reason(str):
+    """Why a node computes in float32 whatever its op (a value of
+    :attr:`~mxnet_amp.options.ConvertOptions.fp32_nodes`): the text itself (what reports
+    print, unchanged) and its :attr:`kind`, one of :data:`REASON_KINDS`, which readers
+    group by instead of matching the words."""
+
+    kind: str
+
+    def __new__(cls, text: str, kind: str) -> Reason:
+        if kind not in REASON_KINDS:
+            raise ValueError(f"reason kind must be one of {REASON_KINDS}, got {kind!r}")
+        reason = super().__new__(cls, text)
+        reason.kind = kind
+        return reason
+
+    def __getnewargs__(self) -> tuple[str, str]:   # type: ignore[override]
+        return str(self), self.kind
+
+    def __repr__(self) -> str:
+        return f"Reason({str(self)!r}, {self.kind!r})"
+
+
+def reason_kind(why: str) -> str | None:
+    """The :attr:`Reason.kind` of a reason (None for plain text: a reason given by words
+    alone)."""
+    return why.kind if isinstance(why, Reason) else None
 
 
 class Decision(NamedTuple):
@@ -230,7 +264,7 @@ def slow_kernel_nodes(graph: Graph, policy: OpPolicy,
             continue
         rule = policy.slow_kernel(node.op, node.attrs)
         if rule is not None and policy.category_of(node.op) is Category.TARGET:
-            found.setdefault(node.name, rule.why())
+            found.setdefault(node.name, Reason(rule.why(), "slow kernel"))
     return found
 
 

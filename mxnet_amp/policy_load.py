@@ -36,8 +36,59 @@ def _read(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
+    except UnicodeDecodeError as err:
+        raise ListError(f"{path}: cannot read op list: byte {err.object[err.start:err.start + 1]!r} "
+                        f"at offset {err.start} is not UTF-8 (TOML files are UTF-8)") from None
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise ListError(f"{path}: cannot read op list: {err}") from None
+
+
+_NOTHING = object()
+
+
+def _text(path: Path, where: str, table: Mapping, key: str) -> str:
+    """``table[key]``, a non-empty string; :class:`ListError` naming the file, the table
+    (``where``) and the key otherwise (a list or number would be read as something else)."""
+    value = table.get(key, _NOTHING)
+    if not isinstance(value, str) or not value:
+        got = "nothing" if value is _NOTHING else repr(value)
+        raise ListError(f"{path}: {where}: {key} must be a non-empty string, got {got}")
+    return value
+
+
+def _strings(path: Path, where: str, value: object, what: str = "op names") -> list[str]:
+    """``value`` as a list of non-empty strings; :class:`ListError` naming the file and
+    ``where`` otherwise. A bare string is refused: iterating it gives its letters
+    (``ops = "RNN"`` read as R, N, N)."""
+    hint = f" (write [{value!r}])" if isinstance(value, str) else ""
+    if not isinstance(value, list):
+        got = "nothing" if value is _NOTHING else repr(value)
+        raise ListError(f"{path}: {where} must be a list of {what}, got {got}{hint}")
+    wrong = [v for v in value if not isinstance(v, str) or not v]
+    if wrong:
+        raise ListError(f"{path}: {where} must be a list of {what} (non-empty strings), "
+                        f"got {wrong[0]!r} in it")
+    return value
+
+
+def _tables(data: Mapping, key: str, path: Path) -> list[Mapping]:
+    """The ``[[key]]`` array of tables (empty when absent); :class:`ListError` when the key
+    holds anything else."""
+    tables = data.get(key, [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ListError(f"{path}: {key} must be an array of tables ([[{key}]]), got {tables!r}")
+    return tables
+
+
+def _category(path: Path, where: str, table: Mapping, allowed: Sequence[Category]) -> Category:
+    """``table['category']`` as one of ``allowed``; :class:`ListError` naming the choices."""
+    value = table.get("category", _NOTHING)
+    for cat in allowed:
+        if value == cat.value:
+            return cat
+    got = "nothing" if value is _NOTHING else repr(value)
+    raise ListError(f"{path}: {where}: category must be one of "
+                    f"{', '.join(c.value for c in allowed)}, got {got}")
 
 
 def _check_ops(names: Iterable[str], where: str) -> None:
@@ -58,39 +109,24 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
     if data.get("target_dtype") != target_dtype:
         raise ListError(f"{path}: says target_dtype = {data.get('target_dtype')!r}, "
                         f"expected {target_dtype!r}")
-    cats: dict[Category, set[str]] = {c: set() for c in
-                                      (Category.TARGET, Category.FP32, Category.WIDEST, Category.FOLLOW)}
+    cats: dict[Category, set[str]] = {c: set() for c in _GROUP_CATEGORIES}
     seen: dict[str, str] = {}
     reasons: dict[str, str] = {}
-    for k, group in enumerate(data.get("group", ())):
-        try:
-            cat = Category(group["category"])
-            ops, reason = group["ops"], group["reason"]
-        except (KeyError, ValueError) as err:
-            raise ListError(f"{path}: group {k} is malformed ({err})") from None
-        if cat is Category.CONDITIONAL or not reason:
-            raise ListError(f"{path}: group {k}: category must be target/fp32/widest/follow "
-                            "and the reason must not be empty")
-        for op in ops:
+    for k, group in enumerate(_tables(data, "group", path)):
+        cat = _category(path, f"group {k}", group, _GROUP_CATEGORIES)
+        reason = _text(path, f"group {k}", group, "reason")
+        for op in _strings(path, f"group {k}: ops", group.get("ops", _NOTHING)):
             if op in seen:
                 raise ListError(f"{path}: op {op!r} is listed twice ({seen[op]} and {cat.value})")
             seen[op] = cat.value
             cats[cat].add(op)
             reasons[op] = reason
-    conditional: list[tuple[str, str, tuple[str, ...]]] = []
-    for k, cond in enumerate(data.get("conditional", ())):
-        try:
-            op, attr, values = cond["op"], cond["attr"], tuple(str(v) for v in cond["values"])
-        except KeyError as err:
-            raise ListError(f"{path}: conditional {k} lacks {err}") from None
-        if seen.get(op, "conditional") != "conditional":
-            raise ListError(f"{path}: op {op!r} is both {seen[op]} and conditional")
-        seen[op] = "conditional"
-        reasons.setdefault(op, cond.get("reason", ""))
-        conditional.append((op, attr, values))
+    conditional = _conditionals(data, path, seen, reasons)
     slow_kernels = _slow_kernels(data, path, cats[Category.TARGET])
-    patterns = tuple((p["prefix"], Category(p["category"])) for p in data.get("pattern", ()))
-    index_inputs = {op: tuple(names) for op, names in data.get("index_inputs", {}).items()}
+    patterns = tuple((_text(path, f"pattern {k}", p, "prefix"),
+                      _category(path, f"pattern {k}", p, _GROUP_CATEGORIES))
+                     for k, p in enumerate(_tables(data, "pattern", path)))
+    index_inputs = _index_inputs(data, path)
     reuse = _reuse_casts(data, path)
     loss_outputs, fp32_params = _contrib_tables(data, path)
     _check_ops(set(seen) | set(index_inputs) | reuse | set(loss_outputs) | set(fp32_params or ()),
@@ -103,11 +139,46 @@ def _base_policy(target_dtype: str, folder: str) -> OpPolicy:
                     fp32_params=fp32_params, slow_kernels=slow_kernels)
 
 
+_GROUP_CATEGORIES = (Category.TARGET, Category.FP32, Category.WIDEST, Category.FOLLOW)
+
+
+def _conditionals(data: dict, path: Path, seen: dict[str, str],
+                  reasons: dict[str, str]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The ``[[conditional]]`` tables as ``(op, attr, values)``; each op is recorded in
+    ``seen`` and its reason in ``reasons``."""
+    conditional: list[tuple[str, str, tuple[str, ...]]] = []
+    for k, cond in enumerate(_tables(data, "conditional", path)):
+        op = _text(path, f"conditional {k}", cond, "op")
+        where = f"conditional {k} (op {op!r})"
+        attr = _text(path, where, cond, "attr")
+        # a bare string would be read letter by letter: values = "sum" protects nothing
+        values = tuple(_strings(path, f"{where}: values", cond.get("values", _NOTHING),
+                                "attribute values"))
+        reason = cond.get("reason", "")
+        if not isinstance(reason, str):
+            raise ListError(f"{path}: {where}: reason must be a string, got {reason!r}")
+        if seen.get(op, "conditional") != "conditional":
+            raise ListError(f"{path}: op {op!r} is both {seen[op]} and conditional")
+        seen[op] = "conditional"
+        reasons.setdefault(op, reason)
+        conditional.append((op, attr, values))
+    return conditional
+
+
+def _index_inputs(data: dict, path: Path) -> dict[str, tuple[str, ...]]:
+    """The ``[index_inputs]`` table: each op -> the names of its index inputs."""
+    table = data.get("index_inputs", {})
+    if not isinstance(table, dict):
+        raise ListError(f"{path}: index_inputs must be a table ([index_inputs]), got {table!r}")
+    return {op: tuple(_strings(path, f"[index_inputs] {op}", names, "input names"))
+            for op, names in table.items()}
+
+
 def _slow_kernels(data: dict, path: Path, target: set[str]) -> tuple[SlowKernel, ...]:
     """The ``[[slow_kernel]]`` tables: each names target ops (``ops``), the shape kind
     (``depthwise = true``, the only one), ``channels_not_multiple_of`` and a reason."""
     rules = []
-    for k, table in enumerate(data.get("slow_kernel", ())):
+    for k, table in enumerate(_tables(data, "slow_kernel", path)):
         ops, reason = table.get("ops"), table.get("reason")
         multiple = table.get("channels_not_multiple_of")
         if (not isinstance(ops, list) or not ops or not reason or table.get("depthwise") is not True
@@ -115,6 +186,7 @@ def _slow_kernels(data: dict, path: Path, target: set[str]) -> tuple[SlowKernel,
                 or set(table) - {"ops", "reason", "depthwise", "channels_not_multiple_of"}):
             raise ListError(f"{path}: slow_kernel {k} needs ops (a list), a reason, depthwise = true "
                             "and channels_not_multiple_of (an integer >= 2), and nothing else")
+        ops = _strings(path, f"slow_kernel {k}: ops", ops)
         not_target = [op for op in ops if op not in target]
         if not_target:
             raise ListError(f"{path}: slow_kernel {k} names {', '.join(not_target)}, which the "
@@ -129,10 +201,15 @@ def _contrib_tables(data: dict, path: Path
     tables = []
     for key, kind in (("loss_outputs", list), ("fp32_params", dict)):
         table = data.get(key)
-        if table is not None and (not table.get("reason") or not isinstance(table.get("ops"), kind)):
+        if table is not None and (not isinstance(table, dict) or not table.get("reason")
+                                  or not isinstance(table.get("ops"), kind)):
             raise ListError(f"{path}: [{key}] needs a non-empty reason and ops as a {kind.__name__}")
         tables.append(table["ops"] if table is not None else None)
     loss, fp32 = tables
+    if loss is not None:
+        _strings(path, "[loss_outputs]: ops", loss)
+    for op, names in (fp32 or {}).items():
+        _strings(path, f"[fp32_params] ops.{op}", names, "param names")
     return (tuple(loss or ()),
             None if fp32 is None else MappingProxyType({k: tuple(v) for k, v in fp32.items()}))
 
@@ -140,9 +217,10 @@ def _contrib_tables(data: dict, path: Path
 def _reuse_casts(data: dict, path: Path) -> frozenset[str]:
     """The ``[reuse_casts]`` table's ops (empty when the file has none)."""
     table = data.get("reuse_casts", {})
-    if table and (not table.get("reason") or not isinstance(table.get("ops"), list)):
+    if not isinstance(table, dict) or (table and (not table.get("reason")
+                                                  or not isinstance(table.get("ops"), list))):
         raise ListError(f"{path}: [reuse_casts] needs a non-empty reason and a list of ops")
-    return frozenset(table.get("ops", ()))
+    return frozenset(_strings(path, "[reuse_casts]: ops", table.get("ops", [])))
 
 
 def _names(value: object, what: str) -> list[str]:

@@ -12,13 +12,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from .dtypes import MX_CODE, MX_NAME
-from .errors import InferenceFailed, error_text
+from .errors import GraphError, InferenceFailed, error_text
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
 __all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names",
-           "infer_types"]
+           "infer_types", "check_attrs"]
 
 
 def _lib() -> Any:
@@ -77,6 +77,39 @@ def op_signature(op: str) -> OpSignature:
         else:
             params[arg] = kind
     return OpSignature(py_str(name.value), tuple(inputs), MappingProxyType(params), variadic)
+
+
+# Shape attributes whose every dimension must be positive (a window, a step, a spacing)
+_POSITIVE_SHAPES = ("kernel", "stride", "dilate")
+
+
+def _attr_problem(op: str, attrs: Mapping[str, str]) -> str | None:
+    """What is wrong with an ``op`` node's ``attrs`` that MXNet takes at load and fails on
+    (or computes nonsense with) only at bind: a negative count the registry types
+    non-negative (``num_filter "-3"``), a kernel, stride or dilation dimension below 1
+    (``kernel "(0, 0)"``, which MXNet's own ``mx.sym.Pooling`` refuses). None when nothing is."""
+    params = op_signature(op).params
+    for key, value in attrs.items():
+        kind = params.get(key, "")
+        if kind.startswith(("int (non-negative)", "long (non-negative)")):
+            if not value.strip().isdigit():
+                return f"{key} = {value!r} is not a non-negative integer"
+        elif kind.startswith("Shape(tuple)") and key in _POSITIVE_SHAPES:
+            dims = value.strip().strip("()[]").replace(" ", "").rstrip(",")
+            if dims and not all(d.isdigit() and int(d) > 0 for d in dims.split(",")):
+                return f"{key} = {value!r}: each dimension must be a positive integer"
+    return None
+
+
+def check_attrs(nodes: Any, where: str) -> None:
+    """:class:`GraphError` naming the first node of ``nodes`` (a graph's, loop bodies aside)
+    whose attributes can never run (:func:`_attr_problem`), and ``where`` (the file)."""
+    known = registry_op_names()
+    for node in nodes:
+        if node.op != "null" and node.op in known and node.attrs:
+            problem = _attr_problem(node.op, node.attrs)
+            if problem:
+                raise GraphError(f"{where}: node {node.name!r} ({node.op}): {problem}")
 
 
 def op_input_names(op: str) -> tuple[str, ...]:

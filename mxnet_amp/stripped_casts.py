@@ -24,7 +24,7 @@ from .convert import convert_graph
 from .dtypes import LOW_PRECISION, dtype_of_code
 from .errors import InferenceFailed, StrippedCastsError
 from .graph import Graph
-from .options import make_options
+from .options import OpLists, make_options
 from .passes.strip_casts import strip_casts
 from .registry import infer_types
 
@@ -94,7 +94,7 @@ def restore_casts(graph: Graph, params: Mapping[str, str], dtype: str,
     index = {n.name: i for i, n in enumerate(graph.nodes)}
     excluded: set[str] = set()
     for _ in range(_MAX_ROUNDS):
-        options = make_options(dtype, excluded_sym_names=sorted(excluded), fold_batchnorm=False)
+        options = make_options(dtype, OpLists(excluded_sym_names=sorted(excluded)), fold_batchnorm=False)
         conversion = convert_graph(graph, options, data_names=data_names, param_dtypes=as_float32)
         got = conversion.variable_dtypes
         wrong = sorted(k for k, d in params.items() if got.get(k, d) != d)

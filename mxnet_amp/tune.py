@@ -36,7 +36,7 @@ from .errors import TuneError, error_text
 from .graph import Entry, Graph, GraphBuilder, Node
 from .hardware import native_note
 from .io import graph_to_symbol
-from .policy import Category, Decision
+from .policy import Category, Decision, Reason
 from .tune_cache import TimingCache, machine_key
 from .tuning import KernelCase, KernelTimer, Tuning
 
@@ -359,6 +359,7 @@ def with_timings(options: ConvertOptions, record: TuneRecord) -> ConvertOptions:
     """
     if not record.applied:
         return options
-    slower = {name: d.reason for name, d in record.decisions.items() if d.category is Category.FP32}
+    slower = {name: Reason(d.reason, "tune") for name, d in record.decisions.items()
+              if d.category is Category.FP32}
     return replace(options.keeping({**slower, **options.fp32_nodes}),
                    timed_nodes=frozenset(record.decisions))

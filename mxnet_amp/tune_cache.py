@@ -56,7 +56,7 @@ class TimingCache:
                 if data.get("version") != CACHE_VERSION or not isinstance(data.get("machines"), dict):
                     raise ValueError(f"not a version {CACHE_VERSION} mxnet-amp timing cache")
                 self.machines = data["machines"]
-            except (OSError, ValueError, AttributeError) as err:
+            except (OSError, ValueError, AttributeError, RecursionError) as err:   # corrupt: any of them
                 raise TuneError(f"tune cache {path}: cannot read it ({err}); delete it or "
                                 "name another file") from None
 

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .graph import Graph
+from .policy import Reason
 
 __all__ = ["out_of_range_weights", "readers_kept", "UNDERFLOW_SHARE"]
 
@@ -71,5 +72,5 @@ def readers_kept(graph: Graph, weights: Mapping[str, str]) -> dict[str, str]:
     for node in graph.nodes:
         reasons = [at[e.node] for e in node.inputs if e.node in at]
         if reasons and not node.is_variable:
-            kept[node.name] = "; ".join(dict.fromkeys(reasons))
+            kept[node.name] = Reason("; ".join(dict.fromkeys(reasons)), "weight range")
     return kept

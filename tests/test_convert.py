@@ -249,16 +249,14 @@ def test_excluded_node_runs_fp32(dtype):
 def test_each_node_carries_its_decision_and_the_conversion_its_exclusions():
     """The pass records each node's category and why; the Conversion, the exclusions."""
     from mxnet_amp.convert import convert_graph
-    from mxnet_amp.options import ConvertOptions, make_options
+    from mxnet_amp.options import ConvertOptions, OpLists, make_options
     from mxnet_amp.policy import Category
     x = mx.sym.var("data")
     a = mx.sym.FullyConnected(x, num_hidden=4, name="keep")
     b = mx.sym.FullyConnected(a, num_hidden=4, name="fc")
     c = mx.sym.Activation(b, act_type="softrelu", name="soft")
     d = mx.sym.Activation(c, act_type="relu", name="relu")
-    conv = convert_graph(graph_of(d), make_options(
-        "float16", conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])],
-        excluded_sym_names=["keep"]))
+    conv = convert_graph(graph_of(d), make_options("float16", OpLists(conditional_fp32_ops=[("Activation", "act_type", ["softrelu"])], excluded_sym_names=["keep"])))
     decisions = conv.result.decisions
     assert dict(conv.fp32_nodes) == {"keep": "excluded by name (excluded_sym_names / --exclude)"}
     assert decisions["keep"] == (Category.FP32, "excluded by name (excluded_sym_names / --exclude)")
@@ -533,8 +531,8 @@ def test_the_conversion_is_a_pass_list_and_its_errors_name_their_place():
     from mxnet_amp.convert import convert_graph
     from mxnet_amp.options import make_options
     from mxnet_amp.pipeline import conversion_passes
-    names = [p.name for p in conversion_passes(make_options("bfloat16"), {}, {}, "float32")]
-    assert names == ["insert_casts", "insert_fusion_barriers", "tag_param_dtypes"]
+    names = [p.name for p in conversion_passes("bfloat16", {}, {}, "float32")]
+    assert names == ["slow_kernels", "insert_casts", "insert_fusion_barriers", "tag_param_dtypes"]
     fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
     converted = amp.convert_symbol(fc, target_dtype="bfloat16")
     # low precision params accepted, the cast pass itself refuses a converted graph: the
@@ -543,4 +541,4 @@ def test_the_conversion_is_a_pass_list_and_its_errors_name_their_place():
         convert_graph(graph_of(converted), make_options("bfloat16"), data_names=["data"],
                       accept_low_precision_params=True)
     assert "converted to mixed precision already" in str(info.value)
-    assert "in pass insert_casts, after []" in info.value.__notes__
+    assert "in pass insert_casts, after [slow_kernels]" in info.value.__notes__

@@ -8,7 +8,7 @@ import pytest
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.errors import TargetDtypeError
 from mxnet_amp.emulation import emulate, emulate_model, round_array, round_numpy
-from mxnet_amp.options import make_options
+from mxnet_amp.options import OpLists, make_options
 from mxnet_amp.io import symbol_json
 from mxnet_amp.params import cast_array
 
@@ -268,7 +268,7 @@ def _fc_then_elementwise():
 
 # the bfloat16 list keeps these in float32 (MXNet's generic bf16 kernels truncate and are
 # slow); moved to widest so they run in bf16 here, as a user's override would
-_LOW_ELEMENTWISE = {"widest_dtype_ops": ["_mul_scalar", "_plus_scalar", "elemwise_mul"]}
+_LOW_ELEMENTWISE = OpLists(widest_dtype_ops=["_mul_scalar", "_plus_scalar", "elemwise_mul"])
 
 
 def _ops_by_name(sym):
@@ -280,7 +280,7 @@ def test_mxnet_cpu_rounding_truncates_outside_onednn_and_truncates_scalars():
     (which truncates), oneDNN ops through ``amp_cast`` (nearest even), and a scalar bf16
     cannot hold is the truncated value MXNet's kernel multiplies by."""
     sym, args, _ = _fc_then_elementwise()
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16", **_LOW_ELEMENTWISE))
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16", _LOW_ELEMENTWISE))
     nodes = _ops_by_name(emulate_model(csym, cargs, cauxs, rounding="mxnet-cpu")[0])
     assert nodes["scaled_round_bfloat16"]["op"] == "Cast"
     assert nodes["squared_round_bfloat16"]["op"] == "Cast"
@@ -301,7 +301,7 @@ def test_mxnet_cpu_rounding_leaves_float16_alone():
 
 def test_unknown_rounding_is_refused():
     sym, args, _ = _fc_then_elementwise()
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16", **_LOW_ELEMENTWISE))
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16", _LOW_ELEMENTWISE))
     with pytest.raises(ValueError, match="rounding"):
         emulate_model(csym, cargs, cauxs, rounding="stochastic")
 
@@ -326,7 +326,7 @@ def test_mxnet_cpu_rounding_matches_native_bf16_bit_for_bit(native_bf16):
     if not native_bf16:
         pytest.skip("this CPU cannot execute bf16 FullyConnected (oneDNN needs avx512)")
     sym, args, x = _fc_then_elementwise()
-    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16", **_LOW_ELEMENTWISE))
+    csym, cargs, cauxs, _ = convert_model_full(sym, args, {}, make_options("bfloat16", _LOW_ELEMENTWISE))
     native = _run_native(csym, cargs, x)
     trunc = run(*emulate_model(csym, cargs, cauxs, rounding="mxnet-cpu")[:2], data=x)
     nearest = run(*emulate_model(csym, cargs, cauxs)[:2], data=x)

@@ -408,7 +408,7 @@ import sys, warnings
 import numpy as np
 import mxnet as mx
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.options import make_options
+from mxnet_amp.options import OpLists, make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.registry import registry_op_names
 
@@ -442,11 +442,11 @@ np.testing.assert_allclose(got, ref, rtol=0.05, atol=0.05 * np.abs(ref).max())
 # listed as fp32: no warning
 with warnings.catch_warnings():
     warnings.simplefilter("error")
-    _, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", fp32_ops=[op]))
+    _, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", OpLists(fp32_ops=[op])))
 assert conv.result.node_dtypes["plugin"] == "float32"
 
 # listed as target although it only takes fp32: falls back to fp32 and says so
-_, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", target_dtype_ops=[op]))
+_, _, _, conv = convert_model_full(sym, args, {}, make_options("bfloat16", OpLists(target_dtype_ops=[op])))
 assert conv.result.node_dtypes["plugin"] == "float32"
 assert any(name == "plugin" for name, _ in conv.result.fallbacks)
 print("PLUGIN CHECKS OK")
@@ -501,3 +501,32 @@ def test_every_error_lives_in_errors_and_is_an_amp_error():
     assert issubclass(errors.GraphCheckError, errors.GraphError)
     for name in errors.__all__[:-1]:  # every class, error_text aside
         assert issubclass(getattr(errors, name), errors.AMPError), name
+
+
+def _every_error_class():
+    import mxnet_amp.auto.workers  # noqa: F401  (errors defined beside their module)
+    import mxnet_amp.errors as errors
+
+    def below(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from below(sub)
+    return sorted(set(below(errors.AMPError)), key=lambda c: c.__qualname__)
+
+
+def test_every_error_survives_pickling():
+    """A worker process or a Dask cluster sends errors back pickled: each AMPError comes back
+    the same type with the same message (UnknownOpError and OnnxExportError could not be
+    unpickled; newcomer audit, #42)."""
+    import pickle
+
+    from mxnet_amp.errors import OnnxExportError, UnknownOpError
+    made = {UnknownOpError: lambda: UnknownOpError(["Convolutoin"], "fp32_ops"),
+            OnnxExportError: lambda: OnnxExportError([("inv", "erfinv", "no converter")])}
+    for cls in _every_error_class():
+        err = made.get(cls, lambda: cls("what failed"))()
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is cls and str(back) == str(err), cls
+    back = pickle.loads(pickle.dumps(made[UnknownOpError]()))
+    assert back.names == ("Convolutoin",) and back.where == "fp32_ops"
+    assert pickle.loads(pickle.dumps(made[OnnxExportError]())).nodes == (("inv", "erfinv", "no converter"),)

@@ -67,3 +67,67 @@ def test_load_checkpoint_names_a_missing_file(tmp_path):
     (tmp_path / "m-symbol.json").write_text(symbol_json(_cast_model()))
     with pytest.raises(CheckpointError, match="m-0000.params"):
         load_checkpoint(str(tmp_path / "m"), 0)
+
+
+def test_a_write_killed_by_sigkill_leaves_a_temporary_the_next_write_removes(tmp_path):
+    """SIGKILL gives a write no chance to clean up: its hidden ``.NAME.PID-*.tmp`` stays. The
+    next write of that file removes it and says so in a warning (it was neither removed nor
+    mentioned; newcomer audit, #42)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import warnings
+
+    from mxnet_amp.io import atomic_write
+    out = tmp_path / "m-0000.params"
+    code = ("import sys, time\nfrom mxnet_amp.io import atomic_write\n"
+            "def slow(tmp):\n    open(tmp, 'wb').write(b'y' * 4096)\n    print('writing', flush=True)\n"
+            "    time.sleep(60)\n"
+            f"atomic_write({str(out)!r}, slow)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert child.stdout.readline().strip() == "writing"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    left = [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    assert len(left) == 1 and left[0].startswith(f".m-0000.params.{child.pid}-")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        atomic_write(str(out), lambda tmp: open(tmp, "wb").write(b"new"))
+    assert os.listdir(tmp_path) == ["m-0000.params"] and out.read_bytes() == b"new"
+    assert any(f"removed 1 temporary file(s) an interrupted write of {out} left" in str(w.message)
+               and left[0] in str(w.message) for w in caught)
+
+
+def test_save_checkpoint_without_params_is_refused_before_writing(tmp_path):
+    """``save_checkpoint(p, 0, sym, None, None)`` is an ArgumentError naming arg_params, and
+    nothing is written (it wrote an empty params file no loader binds; newcomer audit, #42);
+    {} stays a model without params, and aux None is fine where the model has no aux state."""
+    from mxnet_amp.errors import ArgumentError
+    from mxnet_amp.io import save_checkpoint
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
+    with pytest.raises(ArgumentError, match=r"arg_params is None: the model's params are needed"):
+        save_checkpoint(str(tmp_path / "m"), 0, sym, None, None)
+    bn = mx.sym.BatchNorm(mx.sym.var("data"), name="bn")
+    with pytest.raises(ArgumentError, match=r"aux_params is None"):
+        save_checkpoint(str(tmp_path / "b"), 0, bn, {"bn_gamma": mx.nd.ones(3), "bn_beta": mx.nd.zeros(3)}, None)
+    assert list(tmp_path.iterdir()) == []
+    save_checkpoint(str(tmp_path / "m"), 0, sym, {"fc_weight": mx.nd.ones((2, 3)), "fc_bias": mx.nd.zeros(2)}, None)
+    assert (tmp_path / "m-0000.params").exists()
+
+
+@pytest.mark.parametrize("body, match", [
+    (b'{"nodes": [{"op": "null", "name": "d\xe9"}]}', r"a-symbol.json: not valid JSON \('utf-8' codec can't decode byte 0xe9 in position \d+"),
+    (b"[" * 100000 + b"]" * 100000, r"a-symbol.json: JSON nested deeper than Python's parser goes"),
+])
+def test_a_corrupt_symbol_file_is_a_graph_error_naming_it(tmp_path, body, match):
+    """A bad byte or absurd nesting in the symbol file is a GraphError naming the file (raw
+    UnicodeDecodeError / RecursionError before; newcomer audit, #42)."""
+    from mxnet_amp.io import load_checkpoint
+    sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
+    mx.model.save_checkpoint(str(tmp_path / "a"), 0, sym, {"fc_weight": mx.nd.ones((2, 3)),
+                                                           "fc_bias": mx.nd.zeros(2)}, {})
+    (tmp_path / "a-symbol.json").write_bytes(body)
+    with pytest.raises(GraphError, match=match):
+        load_checkpoint(str(tmp_path / "a"), 0)

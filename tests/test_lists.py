@@ -380,11 +380,11 @@ def test_bf16_depthwise_conv_without_a_bf16_kernel_stays_fp32(channels, dw_dtype
     around it, and depthwise ones over multiples of 16, are bfloat16."""
     from mxnet_amp.convert import convert_graph
     from mxnet_amp.io import graph_from_symbol
-    from mxnet_amp.options import make_options
+    from mxnet_amp.options import OpLists, make_options
     graph = graph_from_symbol(_depthwise_net(channels))
 
     def dtypes(**overrides):
-        result = convert_graph(graph, make_options("bfloat16", **overrides)).result
+        result = convert_graph(graph, make_options("bfloat16", OpLists(**overrides))).result
         return tuple(result.node_dtypes[n] for n in ("expand", "dw", "project")), result
 
     got, result = dtypes()

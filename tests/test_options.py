@@ -18,7 +18,7 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.cli.main import main
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.options import ConvertOptions, make_options
+from mxnet_amp.options import ConvertOptions, OpLists, make_options
 
 from helpers import graph_of
 
@@ -77,7 +77,7 @@ def test_follow_ops_moves_an_op_to_the_follow_category():
     assert _exp_reads_fc_directly(amp.convert_symbol(sym, follow_ops=["exp"]))
     new_sym, new_args, _ = amp.convert_model(sym, args, {}, follow_ops=["exp"])
     assert _exp_reads_fc_directly(new_sym)
-    conv = convert_model_full(sym, args, {}, make_options(follow_ops=["exp"]))[3]
+    conv = convert_model_full(sym, args, {}, make_options("float16", OpLists(follow_ops=["exp"])))[3]
     assert conv.result.node_dtypes["e"] == "float16"
     assert conv.result.decisions["e"].reason.startswith("follow")
 
@@ -97,8 +97,7 @@ def test_follow_ops_through_a_checkpoint_and_the_cli(tmp_path, capsys):
 
 
 def test_options_are_built_once_and_frozen():
-    options = make_options("bf16", fp32_ops=["FullyConnected"], excluded_sym_names=["fc"],
-                           cast_optional_params=False)
+    options = make_options("bf16", OpLists(fp32_ops=["FullyConnected"], excluded_sym_names=["fc"]), cast_optional_params=False)
     assert options.target_dtype == "bfloat16"
     assert "FullyConnected" in options.policy.fp32
     assert options.excluded == frozenset({"fc"}) and not options.cast_optional_params
@@ -113,7 +112,7 @@ def test_options_are_built_once_and_frozen():
     assert other.policy is options.policy
     assert isinstance(other, ConvertOptions)
     with pytest.raises(amp.UnknownOpError):
-        make_options(follow_ops=["NoSuchOp"])
+        make_options("float16", OpLists(follow_ops=["NoSuchOp"]))
 
 
 def test_slow_kernel_nodes_join_fp32_nodes_under_the_reasons_there():
@@ -130,11 +129,29 @@ def test_slow_kernel_nodes_join_fp32_nodes_under_the_reasons_there():
                                           mx.sym.var("data"), [mx.sym.var("s")], name="loop")
     top = depthwise(depthwise(states[0], "dw_top"), "dw_excluded")
     graph = graph_from_symbol(mx.sym.Group([outs, top]))
-    options = make_options("bfloat16", excluded_sym_names=["dw_excluded"]).with_slow_kernels(graph)
+    options = make_options("bfloat16", OpLists(excluded_sym_names=["dw_excluded"])).with_slow_kernels(graph)
     assert set(options.fp32_nodes) == {"dw_body", "dw_top", "dw_excluded"}
     assert options.fp32_nodes["dw_excluded"] == EXCLUDED_REASON
     assert options.fp32_nodes["dw_top"].startswith("slow kernel: depthwise Convolution over a "
                                                    "channel count not a multiple of 16 (")
+    from mxnet_amp.policy import reason_kind
+    assert reason_kind(options.fp32_nodes["dw_top"]) == "slow kernel"
+    assert reason_kind(options.fp32_nodes["dw_excluded"]) == "user exclusion"
     timed = replace(make_options("bfloat16"), timed_nodes=frozenset({"dw_top"})).with_slow_kernels(graph)
     assert set(timed.fp32_nodes) == {"dw_body", "dw_excluded"}
     assert make_options("float16").with_slow_kernels(graph).fp32_nodes == {}
+
+
+def test_make_options_takes_the_contrib_lists_as_one_value():
+    """The op lists and exclusions travel as one OpLists; every other option is keyword-only,
+    and a list given where the OpLists goes is refused by name."""
+    from mxnet_amp.errors import ArgumentError
+    options = make_options("float16", OpLists(fp32_ops=["FullyConnected"], excluded_sym_names="fc"),
+                           cast_optional_params=False)
+    assert options.policy.decide("FullyConnected", {}).value == "fp32"
+    assert dict(options.fp32_nodes) == {"fc": "excluded by name (excluded_sym_names / --exclude)"}
+    assert options.cast_optional_params is False
+    with pytest.raises(ArgumentError, match="lists must be an OpLists, got list"):
+        make_options("float16", ["FullyConnected"])
+    with pytest.raises(TypeError):
+        make_options("float16", OpLists(), False)   # cast_optional_params is keyword-only

@@ -53,3 +53,46 @@ def test_check_outputs_refuses_a_missing_folder_and_a_stream_prefix(tmp_path):
     with pytest.raises(OutputPathError, match="standard stream"):
         refuse_stream_prefix("-")
     check_outputs([], [("--report", tmp_path / "r.html")])
+
+
+def test_standard_output_closed_is_refused_before_any_work(monkeypatch):
+    """``--report -`` with stdout closed (``>&-``: Python's sys.stdout is None) is an
+    OutputPathError before anything is written, not an AttributeError after the checkpoint
+    (newcomer audit, #42)."""
+    import sys
+
+    import pytest
+
+    from mxnet_amp.errors import OutputPathError
+    from mxnet_amp.paths import check_writable
+    monkeypatch.setattr(sys, "stdout", None)
+    with pytest.raises(OutputPathError, match="the report file -: standard output is closed"):
+        check_writable([("report file", "-")])
+    check_writable([("report file", "/dev/stderr")])   # the other stream is open
+
+
+def test_stale_temporary_files_of_a_killed_writer_are_cleared_live_ones_kept(tmp_path):
+    """Of the hidden temporaries beside an output, those whose writer's pid is gone, and old
+    ones without a pid (an earlier version's), are removed; a live writer's, another
+    output's and a recent one without a pid stay (newcomer audit, #42)."""
+    import subprocess
+    import sys
+    import time
+
+    from mxnet_amp.paths import clear_stale_temps, temp_prefix
+    out = str(tmp_path / "m-0000.params")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    names = {"dead": f".m-0000.params.{dead}-abcd1234.tmp", "old": ".m-0000.params.k2j4h5g6.tmp",
+             "live": f"{temp_prefix(out)}zzzz9999.tmp", "other": f".n-0000.params.{dead}-abcd1234.tmp",
+             "recent": ".m-0000.params.q1w2e3r4.tmp"}
+    for key, name in names.items():
+        (tmp_path / name).write_bytes(b"x" * 10)
+    hour_ago = time.time() - 3600
+    os.utime(tmp_path / names["old"], (hour_ago, hour_ago))
+    with pytest.warns(UserWarning, match=r"removed 2 temporary file\(s\) an interrupted write of .*m-0000.params"):
+        removed = clear_stale_temps(out)
+    assert sorted(os.path.basename(f) for f, _ in removed) == sorted([names["dead"], names["old"]])
+    assert all(size == 10 for _, size in removed)
+    assert sorted(os.listdir(tmp_path)) == sorted([names["live"], names["other"], names["recent"]])
+    assert clear_stale_temps(out) == []

@@ -8,8 +8,11 @@ from mxnet_amp.errors import ParamError
 from mxnet_amp.graph import CAST_OPS
 from mxnet_amp.io import graph_from_symbol
 from mxnet_amp.options import make_options
-from mxnet_amp.pipeline import (CastRounds, GuardFusion, conversion_passes, convert_passes, fold_model,
-                                range_kept)
+from mxnet_amp.errors import PassOrderError
+from mxnet_amp.passes.kernel import PassResult, run_passes
+from mxnet_amp.pipeline import (ORDER, CastRounds, FoldModel, GuardFusion, GuardWeightRange, Prepared,
+                                SlowKernels, TagStoredDtypes, conversion_passes, convert_passes,
+                                fold_model, prepare_passes, range_kept)
 
 from helpers import small_model
 
@@ -22,21 +25,55 @@ def dtypes_of(sym, data_names=("data",)):
     return graph, data, stored
 
 
-def test_conversion_passes_come_in_order_sharing_the_stored_dtypes():
-    """Casts, then the fusion guard reading the cast rounds, then the dtype tags."""
+def test_conversion_passes_come_in_order_each_reading_the_record_before():
+    """The slow-kernel rule, the casts, the fusion guard, the dtype tags: each pass reads
+    the record of the one before (the cast pass's stored dtypes reach the tags through its
+    CastResult), and the caller's dict of stored dtypes is not written."""
     graph, data, stored = dtypes_of(small_model()[0])
-    casts, guard, tags = conversion_passes(make_options("float16"), data, stored, None)
-    assert isinstance(casts, CastRounds) and isinstance(guard, GuardFusion) and guard.casts is casts
-    assert [p.name for p in (casts, guard)] == ["insert_casts", "insert_fusion_barriers"]
-    assert casts.stored is stored
+    given = dict(stored)
+    passes = conversion_passes("float16", data, stored, None)
+    assert [type(p) for p in passes] == [SlowKernels, CastRounds, GuardFusion, TagStoredDtypes]
+    run = run_passes(PassResult(graph, Prepared(make_options("float16")), False), passes, ORDER)
+    assert run.names == ("slow_kernels", "insert_casts", "insert_fusion_barriers", "tag_param_dtypes")
+    casts = run.result("insert_casts").decided
+    assert casts.stored_dtypes["conv1_weight"] == "float16" and stored == given
+    assert run.results[-1].decided is casts     # float16: no barriers, the same record on
+    tags = {n.name: n.attrs.get("__dtype__") for n in run.graph.variables()}
+    assert tags["conv1_weight"] == "2" and tags["bn1_gamma"] == "0"   # MXNet's dtype codes
+
+
+def test_the_declared_order_is_checked_before_any_pass_runs():
+    """A list that puts the tags before the casts is refused, naming both passes."""
+    graph, data, stored = dtypes_of(small_model()[0])
+    slow, casts, guard, tags = conversion_passes("float16", data, stored, None)
+    with pytest.raises(PassOrderError, match="insert_casts must run before pass insert_fusion_barriers"):
+        run_passes(PassResult(graph, Prepared(make_options("float16")), False), [slow, guard, casts, tags], ORDER)
+
+
+def test_prepare_passes_fold_then_guard_the_weight_range():
+    """Folding (where asked) then the float16 weight-range guard, each handing on a Prepared
+    record: the folded params, then the options keeping the readers of a weight float16
+    cannot hold."""
+    sym, args, auxs = small_model()
+    big = dict(args, fc_weight=mx.nd.array(np.full(args["fc_weight"].shape, 1e6, "float32")))
+    options = make_options("float16")
+    steps = prepare_passes(options)
+    assert [type(p) for p in steps] == [FoldModel, GuardWeightRange]
+    assert [type(p) for p in prepare_passes(make_options("float16", fold_batchnorm=False))] == [GuardWeightRange]
+    run = run_passes(PassResult(graph_from_symbol(sym), Prepared(options, big, auxs), False), steps, ORDER)
+    prepared = run.results[-1].decided
+    assert prepared.folded == (("bn1", "conv1"),) and "bn1_gamma" not in prepared.arg_params
+    assert list(prepared.options.fp32_nodes) == ["fc"] and "fc_weight" in prepared.options.fp32_nodes["fc"]
+    assert options.fp32_nodes == {}     # the options given are not changed
 
 
 def test_convert_passes_stores_weights_in_the_dtype_their_readers_want():
     """float16: the conv weights are stored float16, the BatchNorm's float32, and type inference agrees."""
     graph, data, stored = dtypes_of(small_model()[0])
     conversion = convert_passes(graph, make_options("float16"), ["data"], data, stored, None)
-    assert stored["conv1_weight"] == "float16" and stored["fc_weight"] == "float16"
-    assert stored["bn1_gamma"] == "float32"
+    final = conversion.param_dtypes
+    assert final["conv1_weight"] == "float16" and final["fc_weight"] == "float16"
+    assert final["bn1_gamma"] == "float32" and set(stored.values()) == {"float32"}
     record = conversion.params["conv1_weight"]
     assert (record.given, record.stored, record.bound) == ("float32", "float16", "float16")
     assert conversion.data_names == ("data",) and conversion.input_dtypes["data"] == "float32"
@@ -67,16 +104,19 @@ def test_fold_model_folds_batchnorm_into_the_convolution():
     sym, args, auxs = small_model()
     graph = graph_from_symbol(sym)
     weight = args["conv1_weight"].asnumpy()
-    new_graph, new_args, new_aux, folded, kept = fold_model(graph, args, auxs)
+    model = fold_model(graph, args, auxs)
+    new_graph, new_args, new_aux, folded, kept = (model.graph, model.arg_params, model.aux_params,
+                                                  model.folded, model.kept)
     assert folded == (("bn1", "conv1"),) and kept == ()
     assert not any(n.op == "BatchNorm" for n in new_graph.nodes)
     assert new_aux == {} and "bn1_gamma" not in new_args
-    assert not np.allclose(new_args["conv1_weight"].asnumpy(), weight)
+    assert isinstance(new_args["conv1_weight"], np.ndarray)   # numpy until written
+    assert not np.allclose(new_args["conv1_weight"], weight)
     assert new_args["fc_weight"] is args["fc_weight"]   # unchanged arrays are shared
     assert "bn1_moving_mean" in auxs and "bn1_gamma" in args
     np.testing.assert_array_equal(args["conv1_weight"].asnumpy(), weight)
-    _, _, _, folded_kept, kept = fold_model(graph, args, auxs, keep={"bn1": "named"})
-    assert folded_kept == () and kept and kept[0][0] == "bn1"
+    again = fold_model(graph, args, auxs, keep={"bn1": "named"})
+    assert again.folded == () and again.kept and again.kept[0][0] == "bn1"
 
 
 def test_range_kept_keeps_readers_of_a_weight_float16_cannot_hold():

@@ -64,3 +64,39 @@ def test_bad_overrides_are_typed_errors():
         load_policy("float16", fp32_ops=["relu"], target_dtype_ops=["relu"])
     with pytest.raises(ListError, match="overrides must be"):
         load_policy("float16", overrides="merge")
+
+
+def test_a_reason_is_its_text_with_a_kind():
+    """A Reason prints, compares, hashes and dumps to JSON as its words; its kind is what
+    readers group by; it survives a pickle (the automatic mode's workers) and refuses an
+    unknown kind."""
+    import json
+    import pickle
+    from mxnet_amp.policy import REASON_KINDS, Reason, reason_kind
+    why = Reason("kept by the search", "search")
+    assert why == "kept by the search" and hash(why) == hash("kept by the search")
+    assert json.dumps({"n": why}) == '{"n": "kept by the search"}' and f"{why}" == "kept by the search"
+    assert reason_kind(why) == "search" and reason_kind("words") is None
+    again = pickle.loads(pickle.dumps(why))
+    assert again == why and reason_kind(again) == "search"
+    assert "search" in REASON_KINDS
+    with pytest.raises(ValueError, match="reason kind must be one of"):
+        Reason("x", "nonsense")
+
+
+def test_every_rule_that_keeps_a_node_float32_gives_its_kind():
+    """User exclusions, the weight range guard, the slow kernel rule, oneDNN's reshapes and
+    tune's timings each tag their reasons (the report groups by kind, not by words)."""
+    from mxnet_amp.options import EXCLUDED_REASON, OpLists, make_options
+    from mxnet_amp.passes.onednn_reshapes import BLOCKED_RESHAPE_REASON
+    from mxnet_amp.policy import reason_kind
+    from mxnet_amp.weight_range import readers_kept
+    from mxnet_amp.graph import GraphBuilder, Node, Entry
+    assert reason_kind(EXCLUDED_REASON) == "user exclusion"
+    assert reason_kind(make_options("float16", OpLists(excluded_sym_names=["fc"])).fp32_nodes["fc"]) == "user exclusion"
+    assert reason_kind(BLOCKED_RESHAPE_REASON) == "onednn reshape"
+    b = GraphBuilder()
+    x, w = b.add(Node("null", "x")), b.add(Node("null", "w"))
+    fc = b.add(Node("FullyConnected", "fc", (Entry(x), Entry(w)), {"num_hidden": "2"}))
+    kept = readers_kept(b.build([Entry(fc)]), {"w": "holds inf"})
+    assert kept == {"fc": "holds inf"} and reason_kind(kept["fc"]) == "weight range"

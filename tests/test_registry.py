@@ -41,3 +41,27 @@ def test_infer_types_raises_inference_failed_on_a_clash():
     sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc")
     with pytest.raises(InferenceFailed):
         infer_types(sym, {"data": "float16", "fc_weight": "float32"})
+
+
+@pytest.mark.parametrize("attr, value, match", [
+    ("num_filter", "-3", r"num_filter = '-3' is not a non-negative integer"),
+    ("kernel", "(0, 0)", r"kernel = '\(0, 0\)': each dimension must be a positive integer"),
+    ("stride", "(1, -1)", r"stride = '\(1, -1\)'"),
+])
+def test_attributes_that_can_never_run_are_refused_naming_the_node(attr, value, match):
+    """``num_filter "-3"`` or ``kernel "(0, 0)"`` were converted with exit 0 (newcomer audit,
+    #42): reading the graph is a GraphError naming the file, the node and the attribute."""
+    import json
+
+    import mxnet as mx
+
+    from mxnet_amp.errors import GraphError
+    from mxnet_amp.io import graph_from_json
+    sym = mx.sym.Convolution(mx.sym.var("data"), kernel=(3, 3), num_filter=4, name="conv")
+    obj = json.loads(sym.tojson())
+    obj["nodes"][-1]["attrs"][attr] = value
+    with pytest.raises(GraphError, match="m-symbol.json: node 'conv' .*" + match):
+        graph_from_json(json.dumps(obj), where="m-symbol.json")
+    good = mx.sym.Pooling(mx.sym.var("data"), kernel=(1, 1), global_pool=True, pool_type="avg")
+    graph_from_json(good.tojson())
+    graph_from_json(sym.tojson())

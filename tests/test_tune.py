@@ -18,7 +18,7 @@ from mxnet_amp.dtypes import np_dtype
 from mxnet_amp.errors import TuneError
 from mxnet_amp.hardware import bf16_runs_natively
 from mxnet_amp.io import graph_to_symbol
-from mxnet_amp.options import EXCLUDED_REASON, make_options
+from mxnet_amp.options import EXCLUDED_REASON, OpLists, make_options
 from mxnet_amp.policy import Category
 from mxnet_amp.report.model import build_report
 from mxnet_amp.report.pages import format_table
@@ -78,7 +78,7 @@ KERNELS = {("Convolution", "(3, 3)", "1"): (1.0, 0.5),      # bf16 faster
 
 def _convert(tune, **kw):
     sym, args, auxs = _model()
-    return convert_model_full(sym, args, auxs, make_options("bfloat16", tune=tune, **kw),
+    return convert_model_full(sym, args, auxs, make_options("bfloat16", OpLists(**kw), tune=tune),
                               data_shapes=SHAPES)
 
 
@@ -128,6 +128,8 @@ def test_slow_kernel_and_tuned_reasons_reach_the_record_through_fp32_nodes():
     assert "dw24" not in tuned.fp32_nodes and tuned.result.node_dtypes["dw24"] == "bfloat16"
     assert tuned.fp32_nodes["conv1x1"].startswith("tuned: bfloat16 2 ms vs float32 1 ms")
     assert tuned.fp32_nodes["conv1x1"] == tuned.result.decisions["conv1x1"].reason
+    from mxnet_amp.policy import reason_kind
+    assert reason_kind(tuned.fp32_nodes["conv1x1"]) == "tune"
     _, _, _, excluded = _convert(Tuning(timer=FakeTimer(KERNELS)), excluded_sym_names=["dw24"])
     assert excluded.fp32_nodes["dw24"] == EXCLUDED_REASON
 

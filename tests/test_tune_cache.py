@@ -55,3 +55,16 @@ def test_machine_key_names_the_threads_and_isa_limit(monkeypatch):
     monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
     key = machine_key()
     assert key.endswith("| 3 threads") and "DNNL_MAX_CPU_ISA=AVX2" in key
+
+
+def test_a_corrupt_cache_file_is_a_tune_error_naming_it(tmp_path):
+    """A bad byte or absurd nesting is a TuneError naming the file (a RecursionError before)."""
+    import pytest
+
+    from mxnet_amp.errors import TuneError
+    from mxnet_amp.tune_cache import TimingCache
+    for k, body in enumerate([b'{"version": 3, "m\xe9": 1}', b"[" * 100000 + b"]" * 100000]):
+        path = tmp_path / f"c{k}.json"
+        path.write_bytes(body)
+        with pytest.raises(TuneError, match=f"tune cache {path}: cannot read it"):
+            TimingCache(str(path))

@@ -16,15 +16,16 @@ from ..gluon.adapter import converted_symbol_block
 from ..gluon.model import block_model
 from ..graph import Graph
 from ..io import graph_from_symbol
-from ..options import ConvertOptions, make_options
+from ..options import ConvertOptions, OpLists, make_options
 from ..params import check_data_names, label_inputs, model_inputs
 from ..policy import check_target_dtype
 from ..record import Conversion
 from ..shape_check.check import check_param_shapes
 from ..warn import warn_user
-from .batches import BatchSource, one_batch_as_list
+from .batches import BatchSource, known_batches, one_batch_as_list
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
+from .kept import all_kept
 from .inputs import loss_labels, sample_inputs as sample_input_arrays
 from .measure import default_scale_tolerance, default_tolerances
 from .metrics import DROPS, MetricCheck
@@ -216,9 +217,9 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     """
     settings = auto_settings(target_dtype, rtol, atol, validate, tolerance, underflow_fraction,
                              max_executions, search, metric, max_drop, drop, metric_inputs)
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops,
-                           conditional_fp32_ops, follow_ops, excluded_sym_names,
-                           cast_optional_params, fold_batchnorm, overrides=overrides,
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
                            strict_params=strict_params, guard_weight_range=guard_weight_range, tune=tune)
     return auto_convert(sym, arg_params, aux_params, sample_inputs, options, settings, ctx=ctx,
                         execution=execution, data_names=data_names, quiet=quiet, eval_data=eval_data,
@@ -250,7 +251,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     _check_eval_data(eval_data, sample_inputs, settings)
     # worker processes start first, while the graph and first batches are read; they load
     # MXNet with the first model, preloaded after the reference run
-    pool = batch_pool(workers, ctx, client) if eval_data is not None else None
+    pool = batch_pool(workers, ctx, client, known_batches(eval_data)) if eval_data is not None else None
     source = judge = progress = None
     try:
         original, data_names = _graph_and_inputs(sym, arg_params, data_names)
@@ -343,12 +344,13 @@ def _eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], 
     if sample_inputs is not None:
         return source, sample_inputs, None
     first: list = []
-    for batch in source:
+    for batch in source:   # a batch shaped unlike the first cannot join it
+        if first and any(batch.inputs[n].shape[1:] != first[0].inputs[n].shape[1:] for n in names):
+            break
         first.append(batch)
         if sum(b.size for b in first) >= attribution_samples:
             break
-    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples]
-              for n in names}
+    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples] for n in names}
     return source, joined, len(joined[names[0]])
 
 
@@ -390,7 +392,7 @@ def _auto_report(runs: Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
         "scale" if runs.rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
     return AutoReport(
         target_dtype=runs.target_dtype, execution=runs.execution, context=str(runs.ctx),
-        kept_fp32=kept, executions=runs.executions, validated=result.passed,
+        kept_fp32=all_kept(kept, conversion), executions=runs.executions, validated=result.passed,
         tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
         rtol=runs.rtol, atol=runs.atol,
         # the graph converted (BatchNorms folded by default), as low_precision_nodes counts

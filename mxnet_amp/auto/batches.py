@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import InputValueError
 
-__all__ = ["Batch", "BatchSource", "NpzFolder", "RecordBatches", "LABEL_KEYS", "one_batch_as_list"]
+__all__ = ["Batch", "BatchSource", "NpzFolder", "RecordBatches", "LABEL_KEYS", "one_batch_as_list",
+           "known_batches"]
 
 # the keys of an .npz batch (or a dict batch) that hold labels, not model inputs
 LABEL_KEYS = ("label", "labels", "softmax_label")
@@ -50,6 +51,9 @@ class NpzFolder:
         self.files = sorted(f for f in os.listdir(self.path) if f.endswith((".npz", ".npy")))
         if not self.files:
             raise InputValueError(f"{self.path} holds no .npz or .npy batch files")
+
+    def __len__(self) -> int:
+        return len(self.files)
 
     def __iter__(self) -> Iterator[Any]:
         for name in self.files:
@@ -110,6 +114,20 @@ class RecordBatches:
             left -= keep
             if left <= 0:
                 return
+
+
+def known_batches(data: Any) -> int | None:
+    """How many batches ``data`` holds, where it says without being read (a list, a
+    DataLoader, an :class:`NpzFolder`, a :class:`RecordBatches`); None elsewhere (a
+    generator, a DataIter)."""
+    if isinstance(data, RecordBatches):
+        return -(-data.count // data.batch_size)
+    if isinstance(data, (np.ndarray, tuple, Mapping)) or hasattr(data, "asnumpy"):
+        return 1   # one batch (one_batch_as_list)
+    try:
+        return len(data) if hasattr(data, "__len__") else None
+    except TypeError:
+        return None
 
 
 def _known_samples(data: Any) -> int | None:
@@ -191,7 +209,11 @@ class BatchSource:
         if self._rest is None:
             self._rest = iter(self.data)
         for raw in self._rest:
-            batch = self._batch(len(self.spilled), raw)
+            try:
+                batch = self._batch(len(self.spilled), raw)
+            except InputValueError:
+                self.close()   # a bad batch ends the run: nothing spilled may stay behind
+                raise
             self._spill(batch)
             yield batch
         self._counted(len(self.spilled), sum(self._rows))
@@ -210,6 +232,9 @@ class BatchSource:
         return iter(data)
 
     def _batch(self, index: int, raw: Any) -> Batch:
+        if raw is None:
+            raise InputValueError(f"batch {index} is None; a batch is an array, a tuple of "
+                                  f"arrays ({', '.join(self.names)}, then labels) or a dict")
         if isinstance(raw, Mapping):
             inputs = {k: _numpy(v) for k, v in raw.items() if k not in LABEL_KEYS}
             labels = [_numpy(raw[k]) for k in LABEL_KEYS if k in raw]
@@ -219,7 +244,7 @@ class BatchSource:
                                       f"{len(self.names)} inputs {self.names}")
             inputs = {n: _numpy(v) for n, v in zip(self.names, raw)}
             labels = [_numpy(v) for v in raw[len(self.names):]]
-        elif len(self.names) == 1:
+        elif len(self.names) == 1 and raw is not None:
             inputs, labels = {self.names[0]: _numpy(raw)}, []
         else:
             raise InputValueError(f"batch {index}: the model has inputs {self.names}; give each "
@@ -228,7 +253,9 @@ class BatchSource:
         if missing:
             raise InputValueError(f"batch {index} has no array for the model inputs {missing} "
                                   f"(it gives {sorted(inputs)})")
-        return Batch(index, {n: inputs[n] for n in self.names}, labels)
+        batch = Batch(index, {n: inputs[n] for n in self.names}, labels)
+        _checked_batch(batch)
+        return batch
 
     def _spill(self, batch: Batch) -> None:
         if self.spill_dir is None:
@@ -246,6 +273,23 @@ class BatchSource:
                 inputs = {n: data[f"in_{k}"] for k, n in enumerate(self.names)}
                 labels = [data[f"label_{k}"] for k in range(len(data.files) - len(self.names))]
             yield Batch(index, inputs, labels)
+
+
+def _checked_batch(batch: Batch) -> None:
+    """:class:`InputValueError` naming the batch and the array, where MXNet or numpy would
+    fail later with no word of which batch: an input or label that is not numbers, or whose
+    row count is not the inputs'. (Batches may differ past the rows: a model reading
+    sequences or images of any size takes them.)"""
+    named = [(f"input {n!r}", v) for n, v in batch.inputs.items()]
+    named += [(f"label {k}", v) for k, v in enumerate(batch.labels)]
+    rows = batch.size
+    for what, array in named:
+        if array.dtype.kind not in "biuf":
+            raise InputValueError(f"batch {batch.index}: {what} holds {array.dtype} values; "
+                                  "inputs and labels must be numbers")
+        if array.ndim == 0 or array.shape[0] != rows:
+            raise InputValueError(f"batch {batch.index}: {what} has shape {array.shape}, "
+                                  f"expected {rows} rows as the model inputs have")
 
 
 def one_batch_as_list(data: Any) -> Any:

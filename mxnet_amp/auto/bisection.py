@@ -70,9 +70,8 @@ class Prefixes:
         self.kept[culprit] = KeptNode(
             culprit, self.ops[culprit], runs.accuracy_reason,
             float(before.tolerance_ratio - after.tolerance_ratio), culprit,
-            f"keeping it float32 took the outputs' relative error from "
-            f"{before.relative_error:.3g} to {after.relative_error:.3g} (measured; "
-            f"{runs.criterion_words()})")
+            f"keeping it float32 took the check from {runs.verdict_words(self.config(lo))} to "
+            f"{runs.verdict_words(self.config(hi))} (measured; {runs.criterion_words()})")
         return culprit
 
     def all_fp32_fails(self) -> bool:

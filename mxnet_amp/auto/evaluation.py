@@ -23,6 +23,7 @@ from ..errors import ArgumentError
 from ..progress import stage_bar
 from .dask_pool import DaskPool
 from .measure import check_outputs
+from .metrics import validate_passed
 from .records import OutputCheck
 from .workers import InProcess, ModelBlob, ProcessPool
 
@@ -32,22 +33,41 @@ if TYPE_CHECKING:
     from .batches import Batch, BatchSource
     from .task_metric import TaskMetric
 
-__all__ = ["DataJudge", "merge_checks", "batch_pool"]
+__all__ = ["DataJudge", "merge_checks", "batch_pool", "usable_cores"]
 
 
-def batch_pool(workers: int | None, ctx: Context | None, client: Any = None) -> Any:
+def batch_pool(workers: int | None, ctx: Context | None, client: Any = None,
+               batches: int | None = None) -> Any:
     """The pool that runs the batches: a Dask ``client``'s cluster when given, else
     ``workers`` processes here (None: one per core), or this process for one worker or a
-    GPU context (a GPU is one device: its batches run here)."""
+    GPU context (a GPU is one device: its batches run here).
+
+    No more processes start than there are cores or ``batches`` (the data's batch count,
+    where it is known ahead): each runs whole batches on its own cores, so more only add
+    start-up time and memory. ``workers`` above four times the cores is an
+    :class:`ArgumentError` (``--workers 1000`` would spawn until the machine gives out)."""
     if client is not None:
         return DaskPool(client)
+    cores = usable_cores()
     if workers is None:
-        workers = os.cpu_count() or 1
+        workers = cores
     if workers < 1:
         raise ArgumentError(f"workers must be at least 1, got {workers}")
+    if workers > 4 * cores:
+        raise ArgumentError(f"workers={workers} on a machine with {cores} cores: each worker "
+                            f"process runs batches on cores of its own, so give at most {cores} "
+                            "(or leave it out: one per core)")
+    workers = min(workers, cores, batches or workers)
     if workers == 1 or (ctx is not None and ctx.device_type != "cpu"):
         return InProcess(ctx)
     return ProcessPool(workers)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says, which a
+    container or ``taskset`` narrows; else every core)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def merge_checks(checks: Sequence[OutputCheck]) -> OutputCheck:
@@ -154,7 +174,7 @@ class DataJudge:
                 o.shape == r.shape and np.isfinite(o[np.isfinite(r)]).all()
                 for r, o in zip(reference[judged:], outs[judged:]))
         if self.validate is not None:
-            passed = bool(self.validate([r.copy() for r in ref], outs[:count]))
+            passed = validate_passed(self.validate([r.copy() for r in ref], outs[:count]))
         return OutputCheck(result.criterion, passed, result.tolerance_ratio,
                            result.max_abs_error, result.relative_error, result.top1_flips,
                            result.top1_rows)

@@ -18,7 +18,9 @@ __all__ = ["auto_sections", "auto_result_rows", "auto_tables", "attribution_html
 # bars drawn at most (the report keeps the 200 largest contributions)
 _BARS = 40
 _REASONS = {"overflow": "overflow", "underflow": "underflow", "accuracy": "accuracy",
-            "budget": "search budget", "user": "named by the user", "metric": "user metric"}
+            "budget": "search budget", "user": "named by the user", "metric": "user metric",
+            "weight range": "weight range guard", "slow kernel": "slow kernel rule",
+            "tuned": "timed slower (tune)", "oneDNN reshape": "oneDNN reshape"}
 
 
 def _g(x: Any, spec: str = ".3g") -> str:
@@ -58,7 +60,7 @@ def auto_result_rows(auto: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("top-1", f"changed on {auto.get('top1_flips')} of {auto.get('top1_rows')} rows"))
     rows += [("op nodes in " + str(auto.get("target_dtype")),
               f"{auto.get('low_precision_nodes')} of {auto.get('op_nodes')}"),
-             ("kept in float32 by automatic mode", str(len(auto.get("kept_fp32", ()))))]
+             ("kept in float32", str(len(auto.get("kept_fp32", ()))))]
     return rows
 
 
@@ -74,7 +76,7 @@ def auto_tables(auto: Mapping[str, Any]) -> list[Table]:
     kept = list(auto.get("kept_fp32", ()))
     if not kept:
         return []
-    return [Table("Kept in float32 by automatic mode", header=("node", "op", "reason", "what was compared"),
+    return [Table("Kept in float32", header=("node", "op", "reason", "what was compared"),
                   rows=tuple((k["name"], k["op"], _REASONS.get(k["reason"], k["reason"]), k.get("detail") or "")
                              for k in kept), wide=(3,), key="kept", formats=frozenset({HTML}))]
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 
-__all__ = ["MetricCheck", "builtin_metric", "METRICS", "DROPS"]
+__all__ = ["MetricCheck", "builtin_metric", "METRICS", "DROPS", "validate_passed"]
 
 METRICS = ("top1", "top5", "mse")
 DROPS = ("absolute", "relative")
@@ -92,3 +92,17 @@ class MetricCheck:
                      "drop": drop, "max_drop": self.max_drop, "criterion": self.drop,
                      "passed": passed}
         return passed
+
+
+def validate_passed(value: object) -> bool:
+    """What a caller's ``validate()`` returned, as the pass/fail it means: a bool (Python's
+    or numpy's), or a finite number read as one. ``bool(nan)`` is True, so a NaN (a score
+    computed from NaN outputs) would pass; it, None and anything else is an
+    :class:`ArgumentError` saying what came back."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(float(value)):
+        return bool(value)
+    raise ArgumentError(f"validate() must return True or False, got {value!r}"
+                        + (" (a NaN score is no pass: check the outputs it was given for NaN)"
+                           if isinstance(value, (float, np.floating)) else ""))

@@ -55,7 +55,9 @@ class KeptNode:
     tolerance when the bisection did), ``'metric'`` (the same, found under a user metric),
     ``'budget'`` (a candidate the accuracy
     search had not cleared when ``max_executions`` ran out; ``value`` None) or ``'user'``
-    (named in excluded_sym_names).
+    (named in excluded_sym_names); or kept by the conversion itself
+    (:mod:`mxnet_amp.auto.kept`, ``detail``: its reason): ``'weight range'``,
+    ``'slow kernel'``, ``'tuned'``, ``'oneDNN reshape'``.
     """
 
     name: str
@@ -125,8 +127,9 @@ class AutoReport:
     context : str
         The MXNet context the model ran on.
     kept_fp32 : tuple of KeptNode
-        Every node excluded from low precision (what ``excluded_sym_names`` gets), in graph
-        order, with its reason. Nodes that *follow* an excluded node's float32 output (relu
+        Every node kept float32 by name in the returned model (what ``excluded_sym_names``
+        gets), in graph order, with its reason: the search's, the caller's, and those the
+        conversion keeps itself (weight range, slow kernels, tune; :mod:`mxnet_amp.auto.kept`). Nodes that *follow* an excluded node's float32 output (relu
         after a float32 FullyConnected, say) compute in float32 too without being listed.
     executions : int
         Model executions (forward passes over the sample inputs), the reference included;
@@ -254,7 +257,8 @@ class AutoReport:
         """A few human readable lines."""
         lines = [f"auto {self.target_dtype} ({self.execution}, {self.context}): "
                  f"{self.low_precision_nodes}/{self.op_nodes} op nodes in {self.target_dtype}, "
-                 f"{len(self.kept_fp32)} kept in float32, {self.executions} executions, "
+                 f"{len(self.kept_fp32)} kept in float32{kept_groups(self.kept_fp32)}, "
+                 f"{self.executions} executions, "
                  f"{'validated' if self.validated else 'NOT validated'} "
                  f"({self.criterion_text()})"]
         if self.samples is not None:
@@ -330,3 +334,15 @@ def kept_text(k: KeptNode) -> str:
     if k.reason == "budget":
         return "not cleared when max_executions ran out"
     return "" if k.value is None else f"{k.value:.3g}"
+
+
+def kept_groups(kept: Sequence[KeptNode], shown: int = 3) -> str:
+    """``' (accuracy: fc3; weight range: fc_big, fc_huge)'``: the kept nodes' names by
+    reason, in order of first appearance, at most ``shown`` per reason ('' for none)."""
+    groups: dict[str, list[str]] = {}
+    for k in kept:
+        groups.setdefault(k.reason, []).append(k.name)
+    return "".join(["" if not groups else " (", "; ".join(
+        f"{reason}: {', '.join(names[:shown])}" + (f" and {len(names) - shown} more"
+                                                   if len(names) > shown else "")
+        for reason, names in groups.items()), "" if not groups else ")"])

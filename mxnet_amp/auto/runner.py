@@ -18,11 +18,12 @@ from ..graph import Entry, Graph
 from ..hardware import bf16_runs_natively, fp16_runs_natively, refuse_not_native
 from ..io import graph_from_symbol, graph_to_symbol
 from ..options import ConvertOptions
+from ..policy import Reason, reason_kind
 from ..passes.fusion_barriers import insert_fusion_barriers
 from ..tune import TuneRecord, with_timings
 from .deployed import binds_fused, forward_bound
 from .measure import check_outputs
-from .metrics import MetricCheck
+from .metrics import MetricCheck, validate_passed
 from .records import AutoSettings, OutputCheck, SearchStep
 from .workers import ModelBlob, run_model
 
@@ -85,7 +86,7 @@ class Runs:
         precision copy beside the caller's originals while a check runs); :meth:`final`
         casts them."""
         user = self.options.fp32_nodes
-        fp32_nodes = {n: user.get(n) or reasons.get(n) or SEARCHING for n in sorted(excluded)}
+        fp32_nodes = {n: user.get(n) or _searched(reasons.get(n) or SEARCHING) for n in sorted(excluded)}
         key = frozenset(fp32_nodes.items())
         hit = self.conversions.get(key)
         if hit is None:
@@ -195,7 +196,7 @@ class Runs:
         if not _finite_where(self.after_reference, after):
             result = replace(result, passed=False)
         if self.validate is not None:
-            passed = bool(self.validate([r.copy() for r in reference], outs))
+            passed = validate_passed(self.validate([r.copy() for r in reference], outs))
             metric = self.validate if isinstance(self.validate, MetricCheck) else None
             result = replace(result, criterion="validate" if metric is None else "metric",
                              passed=passed)
@@ -273,6 +274,22 @@ class Runs:
         metric, else ``'accuracy'``."""
         return "metric" if isinstance(self.validate, MetricCheck) else "accuracy"
 
+    def verdict_words(self, excluded: frozenset) -> str:
+        """What the check of ``excluded`` measured, in the terms of the criterion that decided
+        it: a metric's drop, the caller's validate(), else the relative error (allclose:
+        its error in units of the bound) and the top-1 changes, never a figure it met."""
+        result = self.results[excluded]
+        metric = self.metric_values.get(excluded)
+        if result.criterion == "metric" and metric:
+            return f"{metric['name']} drop {metric['drop']:.3g}"
+        if result.criterion == "validate":
+            return f"validate() {'passed' if result.passed else 'failed'}"
+        words = (f"allclose error {result.tolerance_ratio:.3g} x its bound"
+                 if result.criterion == "allclose" else f"relative error {result.relative_error:.3g}")
+        if result.top1_flips:
+            words += f", top-1 changed on {result.top1_flips} of {result.top1_rows} rows"
+        return words
+
     def criterion_words(self) -> str:
         """The check's bound in words ("tolerance 0.01", "rtol 0.01, atol 0.001", ...)."""
         if isinstance(self.validate, MetricCheck):
@@ -347,3 +364,9 @@ def execution_mode(target_dtype: str, ctx: Context, execution: str) -> tuple[str
         return "native", None
     return "emulated", (f"bfloat16 matrix ops do not execute on this {ctx} (oneDNN needs "
                         "avx512); the checks ran the converted model through mxnet_amp.emulation")
+
+
+def _searched(why: str) -> str:
+    """``why`` as a :class:`~mxnet_amp.policy.Reason` of kind "search" (a reason that has a
+    kind keeps it)."""
+    return why if reason_kind(why) is not None else Reason(why, "search")

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..dtypes import LOW_PRECISION
-from ..errors import AMPError, DegenerateModelError
+from ..errors import AMPError, DegenerateModelError, error_text
 from ..graph import Graph
 from ..io import graph_to_symbol
 from ..passes.dense_outputs import dense_outputs
@@ -147,7 +147,8 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
     try:
         errors = attribute(runs, original, base, tensors, runs.results[base].relative_error)
     except (AMPError, RuntimeError, ValueError) as err:   # MXNetError is a RuntimeError
-        notes.append(f"the attribution run failed ({str(err).splitlines()[0][:200]}); "
+        # MXNet's message is a traceback whose last line holds the cause (error_text)
+        notes.append(f"the attribution run failed ({error_text(err, 200)}); "
                      "the accuracy search bisected")
         return None, {}, [], frozenset()
     tolerance = runs.tolerance if runs.rtol is None else runs.rtol
@@ -163,9 +164,9 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
         kept = _trim(runs, base, categories,
                      [e for e in errors if e.name in config and e.name in picks], tolerance)
         config = base | frozenset(kept)
-        return config, _attributed(errors, {n: None for n in kept}, runs), errors, frozenset()
+        return config, _attributed(errors, {n: None for n in kept}, runs, base), errors, frozenset()
     notes.append(f"the {len(picks)} nodes the attribution ranked first did not validate "
-                 f"(relative error {runs.results[config].relative_error:.3g}); the accuracy "
+                 f"({runs.verdict_words(config)}); the accuracy "
                  "search went on in the attribution's order, past them")
     return None, {}, errors, config - base
 
@@ -208,12 +209,16 @@ def _trim(runs: Runs, base: frozenset, categories: Mapping[str, Category], picks
 
 
 def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
-                runs: Runs) -> dict[str, KeptNode]:
+                runs: Runs, base: frozenset) -> dict[str, KeptNode]:
     """The :class:`KeptNode` of each culprit the attribution found (``rounds``: its name ->
-    None for a first pick, else the error measured with the picks before it)."""
+    None for a first pick, else the error measured with the picks before it). An estimate
+    beyond the tolerance is the reason only where the check of ``base`` failed on its
+    error; else (a metric's drop, validate(), top-1 changes) that failure is."""
     tolerance = runs.tolerance if runs.rtol is None else runs.rtol
     first = [e for e in errors if e.name in rounds and rounds[e.name] is None]
     together = math.sqrt(sum(e.contribution ** 2 for e in first))
+    failed = runs.results[base]
+    on_error = failed.criterion in ("scale", "allclose") and failed.relative_error > tolerance
     kept = {}
     for e in errors:
         if e.name not in rounds:
@@ -224,10 +229,13 @@ def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
         if rounds[e.name] is not None:
             why = (f"; added when the picks before it measured {rounds[e.name]:.3g} > "
                    f"tolerance {tolerance:g} (the nodes left scaled to that)")
-        elif e.contribution > tolerance:
+        elif on_error and e.contribution > tolerance:
             why = f" > tolerance {tolerance:g}"
-        else:
+        elif on_error and together > tolerance:
             why = f"; with the other first picks ~{together:.3g} > tolerance {tolerance:g}"
+        else:
+            why = (f"; ranked first where the check failed ({runs.verdict_words(base)}; "
+                   f"{runs.criterion_words()})")
         kept[e.name] = KeptNode(e.name, e.op, runs.accuracy_reason, e.contribution, e.name,
                                 estimate + why + "; validated without it in low precision")
     return kept

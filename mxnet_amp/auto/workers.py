@@ -1,5 +1,6 @@
-"""Running one model over many batches: in this process, in worker processes on every core,
-or on a Dask cluster (:mod:`mxnet_amp.auto.dask_pool`).
+"""Running one model over many batches: in this process, in worker processes on every core
+(each its own program, :mod:`mxnet_amp.auto.worker_process`), or on a Dask cluster
+(:mod:`mxnet_amp.auto.dask_pool`).
 
 A model travels as a :class:`ModelBlob`: its symbol JSON (casts kept) and its params saved
 to bytes, and the path it runs (fused as ``Module`` binds it, or op by op), loaded once per
@@ -12,17 +13,19 @@ from __future__ import annotations
 
 import collections
 import os
-import queue
+import pickle
+import subprocess
+import sys
 import tempfile
-import traceback
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import AMPError
-from ..hardware import environ_set
+from ..emulation import round_weights_once
+from ..errors import AMPError, error_text
 from ..io import symbol_json
 from .deployed import bind_fused, float32_outputs
+from .worker_process import receive, send
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
@@ -34,6 +37,8 @@ __all__ = ["ModelBlob", "InProcess", "ProcessPool", "WorkerError", "run_model", 
 # batches in flight per worker: one running, one queued (the memory of a fixed number of
 # batches, never of the data set)
 IN_FLIGHT = 2
+# the folder holding the mxnet_amp package, put on each worker process's import path
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class WorkerError(AMPError, RuntimeError):
@@ -48,7 +53,11 @@ class ModelBlob:
     ``fused``: run it bound as ``Module`` binds it (MXNet's oneDNN fusions, the path the
     written model runs: :mod:`mxnet_amp.auto.deployed`), else op by op through a CachedOp.
     The caller decides it once (:func:`~mxnet_amp.auto.deployed.binds_fused`) and it travels
-    in the pickle, so this process, worker processes and Dask workers run the same path."""
+    in the pickle, so this process, worker processes and Dask workers run the same path.
+
+    Unpickled (a worker's copy), an emulated model's weight round trips are done once as it
+    loads (:func:`~mxnet_amp.emulation.round_weights_once`: the same bits, the rounded
+    weights replacing the originals it was sent) instead of at every batch."""
 
     def __init__(self, key: Any, sym: Any, params: Mapping, input_dtypes: Mapping[str, str],
                  zero_inputs: Mapping[str, tuple] | None = None, fused: bool = False) -> None:
@@ -61,6 +70,9 @@ class ModelBlob:
         # smaller batch rebinds), so its memory is one batch's whatever the data
         self._bound: tuple[dict, Any] | None = None
         self._state: dict | None = None
+        # params of its own (unpickled in a worker), not the caller's arrays: an emulated
+        # model's weights may then be rounded once, replacing the originals (no copy)
+        self._owns_params = False
 
     def __getstate__(self) -> dict:
         # serialised once, however many workers it goes to
@@ -84,13 +96,20 @@ class ModelBlob:
         self.sym = mx.sym.load_json(state["json"])
         self.params = mx.nd.load_frombuffer(state["params"])
         self._op, self._bound, self._state, self._loaded = None, None, None, False
+        self._owns_params = True
 
     def run(self, inputs: Mapping[str, np.ndarray], ctx: Context | None = None) -> list[np.ndarray]:
         """The model's outputs on one batch, as float32 numpy arrays."""
         import mxnet as mx
         ctx = ctx or mx.cpu()
         if not self._loaded:
-            self.params = {k: v.as_in_context(ctx) for k, v in self.params.items()}
+            params = self.params
+            if self._owns_params:
+                # an emulated model's weight roundings, done once for all its batches (the
+                # same bits as in the graph; emulation.round_weights_once); the caller's
+                # arrays in this process are never copied so (its memory stays the originals)
+                self.sym, params = round_weights_once(self.sym, params)
+            self.params = {k: v.as_in_context(ctx) for k, v in params.items()}
             self._loaded = True
         rows = next(iter(inputs.values())).shape[0]
         fed = {k: mx.nd.array(v, ctx=ctx, dtype=self.input_dtypes.get(k, "float32"))
@@ -143,8 +162,15 @@ class InProcess:
 
     def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
         """``(batch, outputs)`` for each batch, in order."""
+        import mxnet as mx
         for batch in batches:
-            yield batch, blob.run(batch.inputs, self.ctx)
+            try:
+                outs = blob.run(batch.inputs, self.ctx)
+            except mx.base.MXNetError as err:   # which batch, as a worker process says
+                shapes = ", ".join(f"{n} {v.shape}" for n, v in batch.inputs.items())
+                raise WorkerError(f"the model cannot run batch {batch.index} ({shapes}): "
+                                  f"{error_text(err)}") from None
+            yield batch, outs
 
     def preload(self, blob: ModelBlob) -> None:
         """Nothing to send: the model loads at its first batch, here."""
@@ -156,53 +182,29 @@ class InProcess:
         """Nothing to release."""
 
 
-def _worker_main(inbox: Any, outbox: Any) -> None:
-    """A worker process: load models, run batches, until told to stop (or its parent is
-    gone: a parent killed never says stop, and an orphan would wait forever)."""
-    import multiprocessing
-
-    # MXNet (~1.8 s of CPU) loads with the first model, which the parent preloads after its
-    # own reference run: imported at once, two workers' imports slowed that run on 2 cores
-    # as much as they saved
-    parent = multiprocessing.parent_process()
-    blob = None
-    while True:
-        try:
-            message = inbox.get(timeout=5)
-        except queue.Empty:
-            if parent is not None and not parent.is_alive():
-                return
-            continue
-        if message[0] == "stop":
-            return
-        if message[0] == "model":
-            blob = message[1]
-            continue
-        _, index, inputs = message
-        try:
-            assert blob is not None, "a batch before any model"
-            outbox.put(("ok", index, blob.run(inputs)))
-        except Exception:   # noqa: BLE001 - sent back whole, raised there as WorkerError
-            outbox.put(("error", index, traceback.format_exc()))
-
-
 class ProcessPool:
-    """``workers`` spawned processes on this machine, each with ``threads`` OpenMP threads
-    (default: the cores shared out, so that the workers do not oversubscribe them)."""
+    """``workers`` processes on this machine, each with ``threads`` OpenMP threads (default:
+    the cores shared out, so that the workers do not oversubscribe them).
+
+    Each worker is its own program (:mod:`mxnet_amp.auto.worker_process`), started with
+    this Python and talking over its stdin and stdout: it never imports the caller's script,
+    so no ``__main__`` guard is needed. A worker that dies closes its pipes: the batch it
+    held fails with a :class:`WorkerError` at once, and nothing is left for the caller's
+    process to wait on when it exits."""
 
     def __init__(self, workers: int, threads: int | None = None) -> None:
-        import multiprocessing
         self.workers = int(workers)
         self.threads = threads or max(1, (os.cpu_count() or 1) // self.workers)
-        context = multiprocessing.get_context("spawn")
-        self.inboxes = [context.Queue() for _ in range(self.workers)]
-        self.outboxes = [context.Queue() for _ in range(self.workers)]
-        self.processes = [context.Process(target=_worker_main, args=(i, o), daemon=True)
-                          for i, o in zip(self.inboxes, self.outboxes)]
-        # a spawned child reads OMP_NUM_THREADS as it starts, before it loads MXNet's OpenMP
-        with environ_set("OMP_NUM_THREADS", str(self.threads)):
-            for p in self.processes:
-                p.start()
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads),
+               # the worker imports this copy of mxnet_amp, wherever the caller found it
+               "PYTHONPATH": os.pathsep.join([_PACKAGE_ROOT] + [
+                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+        # MXNet (~1.8 s of CPU) loads with the first model, which the parent preloads after its
+        # own reference run: imported at once, two workers' imports slowed that run on 2 cores
+        # as much as they saved
+        self.processes = [subprocess.Popen(
+            [sys.executable, "-m", "mxnet_amp.auto.worker_process"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env, close_fds=True) for _ in range(self.workers)]
         self.loaded: list[Any] = [None] * self.workers
         self.stopped = False
 
@@ -211,7 +213,7 @@ class ProcessPool:
         goes on, instead of at its first batch."""
         for w in range(self.workers):
             if self.loaded[w] != blob.key:
-                self.inboxes[w].put(("model", blob))
+                self._send(w, ("model", blob))
                 self.loaded[w] = blob.key
 
     def map(self, blob: ModelBlob, batches: Iterable[Batch]) -> Iterator[tuple[Batch, list]]:
@@ -223,7 +225,7 @@ class ProcessPool:
         try:
             for count, batch in enumerate(batches):
                 w = count % self.workers
-                self.inboxes[w].put(("run", batch.index, batch.inputs))
+                self._send(w, ("run", batch.index, batch.inputs), batch.index)
                 pending.append((w, batch))
                 if len(pending) >= IN_FLIGHT * self.workers:
                     yield self._take(*pending.popleft())
@@ -239,34 +241,61 @@ class ProcessPool:
                     pass
             raise
 
+    def _send(self, w: int, message: tuple, index: int | None = None) -> None:
+        try:
+            send(self.processes[w].stdin, message)   # type: ignore[arg-type]
+        except (BrokenPipeError, OSError, ValueError):   # ValueError: the pipe was closed here
+            raise self._died(w, index) from None
+
     def _take(self, w: int, batch: Batch) -> tuple[Batch, list]:
-        while True:
-            try:
-                status, index, value = self.outboxes[w].get(timeout=5)
-                break
-            except queue.Empty:
-                if not self.processes[w].is_alive():
-                    raise WorkerError(
-                        f"worker process {w} died (exit code {self.processes[w].exitcode}) "
-                        f"running batch {batch.index}. Workers are spawned: they import the "
-                        "calling script first, so its top-level code needs an `if __name__ == "
-                        "'__main__':` guard (its traceback is above); or pass workers=1") from None
+        try:
+            status, index, value = receive(self.processes[w].stdout)   # type: ignore[arg-type]
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError):
+            raise self._died(w, batch.index) from None
         if status != "ok":
             raise WorkerError(f"worker process {w} failed on batch {index}:\n{value}")
         return batch, value
+
+    def _died(self, w: int, index: int | None) -> WorkerError:
+        """The error of worker ``w``, gone (its exit code waited for briefly)."""
+        process = self.processes[w]
+        try:
+            code: Any = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = "none yet: its pipe broke"
+        where = f" running batch {index}" if index is not None else ""
+        return WorkerError(f"worker process {w} (pid {process.pid}) died (exit code {code}){where}; "
+                           "its error, if it printed one, is above. Pass workers=1 to run the "
+                           "batches in this process")
 
     def stop(self) -> None:
         """Tell the workers to exit, without waiting: they wind down (~0.5 s each, MXNet's
         teardown) while the caller finishes; :meth:`close` then waits for them."""
         if not self.stopped:
-            for box in self.inboxes:
-                box.put(("stop",))
+            for w in range(self.workers):
+                try:
+                    self._send(w, ("stop",))
+                except WorkerError:   # gone already: nothing to tell
+                    pass
+                _close(self.processes[w].stdin)
             self.stopped = True
 
     def close(self) -> None:
-        """Stop the workers and wait for them."""
+        """Stop the workers and wait for them (one that does not exit is killed)."""
         self.stop()
         for p in self.processes:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            _close(p.stdout)
+
+
+def _close(pipe: IO[bytes] | None) -> None:
+    """Close one end of a worker's pipe (a broken one raises nothing)."""
+    if pipe is not None:
+        try:
+            pipe.close()
+        except OSError:   # its buffered bytes could not be written: the worker is gone
+            pass

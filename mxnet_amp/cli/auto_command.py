@@ -13,11 +13,13 @@ import numpy as np
 
 from ..auto.api import auto_convert, auto_settings
 from ..auto.batches import NpzFolder, RecordBatches
+from ..auto.evaluation import usable_cores
 from ..auto.metrics import builtin_metric
 from ..errors import AMPError, CLIError
 from ..io import load_checkpoint, save_checkpoint
 from ..report.model import build_report
 from .checks import check_prefix, options_of, out_prefix
+from .demo import available_memory
 from .output import PROG, finish, say, with_extra
 from .parser import shape_spec
 
@@ -39,6 +41,10 @@ def parse_input_spec(spec: str, seed: int = 0) -> tuple[str, np.ndarray]:
         except (ValueError, OSError) as err:
             raise CLIError(f"--input {spec!r}: cannot read {value}: {err}") from None
     name, shape = shape_spec(spec, "--input", "nor a .npy file")
+    need, available = 12 * int(np.prod(shape)), available_memory()   # drawn float64, kept float32
+    if available is not None and need > available:
+        raise CLIError(f"--input {spec!r}: drawing it takes {need / 2**30:.1f} GiB of memory and "
+                       f"{available / 2**30:.1f} GiB is available: give a smaller shape")
     rng = np.random.default_rng(seed)
     return name, rng.standard_normal(shape).astype("float32")
 
@@ -56,8 +62,11 @@ def _floats3(flag: str, text: str | None) -> list[float] | None:
         values = [float(v) for v in text.split(",")]
     except ValueError:
         values = []
-    if len(values) != 3:
+    if len(values) != 3 or not all(np.isfinite(values)):
         raise CLIError(f"{flag} takes three numbers R,G,B, got {text!r}")
+    if flag == "--std-rgb" and min(abs(v) for v in values) == 0:
+        # each channel is divided by it: a zero makes every input inf or nan
+        raise CLIError(f"--std-rgb {text}: the channels are divided by these; none may be 0")
     return values
 
 
@@ -69,6 +78,10 @@ def _eval_stream(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.batch_size < 1 or args.workers is not None and args.workers < 1 \
             or args.attribution_samples < 1:
         raise CLIError("--batch-size, --workers and --attribution-samples must be at least 1")
+    if args.workers is not None and args.workers > 4 * usable_cores():
+        raise CLIError(f"--workers {args.workers}: this machine has {usable_cores()} cores and each "
+                       f"worker process runs batches on cores of its own; give at most "
+                       f"{usable_cores()} (or leave --workers out: one per core)")
     try:
         if os.path.isdir(args.eval_data):
             data: Any = NpzFolder(args.eval_data)
@@ -189,6 +202,30 @@ def _inputs_named_by_flag(sources: dict[str, str]) -> Iterator[None]:
             raise
 
 
+def _check_memory(sym: Any, inputs: dict, sources: dict[str, str]) -> None:
+    """:class:`CLIError` naming the input flag when the sample inputs cannot fit: the range
+    check and the attribution hold every tensor the model computes on them (float32), so
+    their sum is a lower bound of what the run needs (as ``demo`` checks its ``--batch``).
+    Nothing is refused where the shapes or the memory available are unknown."""
+    import warnings as _warnings
+    internals = sym.get_internals()
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")   # partial inference warns about what it cannot tell
+        try:
+            _, shapes, _ = internals.infer_shape_partial(
+                **{k: v.shape for k, v in inputs.items() if hasattr(v, "shape")})
+        except Exception:   # noqa: BLE001 (MXNetError: the run names the bad shape itself)
+            return
+    weights = set(sym.list_inputs())
+    need = sum(4 * int(np.prod(shape)) for name, shape in zip(internals.list_outputs(), shapes or ())
+               if name not in weights and shape and 0 not in shape)
+    available = available_memory()
+    if available is not None and need > available:
+        raise CLIError(f"{_input_flag(sources)}: the model's tensors on these sample inputs take at "
+                       f"least {need / 2**30:.1f} GiB (the checks hold every one of them), and "
+                       f"{available / 2**30:.1f} GiB is available: give fewer or smaller samples")
+
+
 def cmd_auto(args: argparse.Namespace) -> int:
     """``mxnet-amp auto``: keep in float32 what the accuracy check on the sample inputs (or
     ``--eval-data``) asks for, and write the converted checkpoint with its report."""
@@ -210,6 +247,7 @@ def cmd_auto(args: argparse.Namespace) -> int:
         raise CLIError(f"{_input_flag({n: sources[n] for n in unknown})} names {unknown}, which "
                        f"are not inputs of {args.prefix}-symbol.json (its inputs without params: "
                        f"{[n for n in sym.list_arguments() if n not in arg_params]})")
+    _check_memory(sym, inputs, sources)
     try:
         settings = auto_settings(
             args.target_dtype, args.rtol, args.atol, tolerance=args.tolerance,
@@ -248,8 +286,10 @@ def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params
     """Write what ``auto`` returned, with its report."""
     out = out_prefix(args)
     if not auto.reference_finite:
-        raise CLIError("the float32 model's outputs hold inf or nan on these sample inputs "
-                       "(--input / --inputs-npz), so the converted model cannot be checked "
+        given = ("--eval-data" if args.eval_data is not None and not (args.inputs or args.inputs_npz)
+                 else "--input / --inputs-npz")
+        raise CLIError(f"the float32 model's outputs hold inf or nan on these sample inputs "
+                       f"({given}), so the converted model cannot be checked "
                        "against them; nothing written. Give representative inputs "
                        "(--input NAME:FILE.npy) or fix the float32 model first")
     assert out is not None and auto.conversion is not None   # auto writes; its record is kept
@@ -259,6 +299,7 @@ def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
                           model=os.path.basename(args.prefix))
     report = with_extra(report, {"auto": auto.to_dict()})
-    finish(args, conversion, report, ["", auto.summary()])
-    say(f"{PROG}: wrote {out}-symbol.json and {out}-{args.epoch:04d}.params")
+    files = [f"{out}-symbol.json", f"{out}-{args.epoch:04d}.params"]
+    finish(args, conversion, report, ["", auto.summary()], on_disk=files)
+    say(f"{PROG}: wrote {' and '.join(files)}")
     return 0

@@ -12,7 +12,7 @@ import re
 from ..checkpoint import checkpoint_inputs, checkpoint_outputs
 from ..errors import CLIError
 from ..hardware import native_note
-from ..options import ConvertOptions, make_options
+from ..options import ConvertOptions, OpLists, make_options
 from ..paths import check_outputs, checkpoint_files
 from ..report.draw import check_graph_path
 
@@ -137,11 +137,11 @@ def in_cli_terms(message: str) -> str:
 
 def options_of(args: argparse.Namespace) -> ConvertOptions:
     """The conversion options the flags ask for (the op lists read once)."""
-    return make_options(args.target_dtype, args.target_ops, args.fp32_ops, args.widest_ops,
-                        follow_ops=args.follow_ops, excluded_sym_names=args.exclude,
+    # the flags add to the shipped lists ("move"), as their help says
+    lists = OpLists(args.target_ops, args.fp32_ops, args.widest_ops, follow_ops=args.follow_ops,
+                    excluded_sym_names=args.exclude, overrides="move")
+    return make_options(args.target_dtype, lists,
                         cast_optional_params=args.cast_optional_params,
                         fold_batchnorm=args.fold_bn, strict_params=args.strict_params,
                         guard_weight_range=args.guard_weight_range,
-                        tune=getattr(args, "tune", None),
-                        # the flags add to the shipped lists ("move"), as their help says
-                        overrides="move")
+                        tune=getattr(args, "tune", None))

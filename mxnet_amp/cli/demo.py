@@ -12,7 +12,7 @@ import numpy as np
 from ..convert import convert_model_full
 from ..emulation import emulate_model
 from ..errors import CLIError, error_text
-from ..hardware import bf16_runs_natively, fp16_runs_natively, not_native_reason
+from ..hardware import bf16_runs_natively, fp16_runs_natively
 from ..options import make_options
 from ..report.model import build_report
 from .output import finish, native_log_silenced, with_extra, with_hardware_note, with_note
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..record import Conversion
     from ..report.model import ConversionReport
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "available_memory"]
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -85,10 +85,10 @@ def _low_precision_runs(args: argparse.Namespace, model: tuple[Any, dict, dict],
     em_sym, em_args, em_aux = emulate_model(*model)
     low, _ = _timed_runs(em_sym, em_args, em_aux, x, 1, bar)
     bar.update(2 * args.runs - 2)
-    lines.append(f"Native {args.target_dtype} is unavailable on this CPU "
-                 f"({not_native_reason(args.target_dtype)}); the {args.target_dtype} model was "
-                 "checked by emulation (every low precision tensor rounded), so its speed was "
-                 "not measured.")
+    # why is the hardware note's to say (once, on the terminal and the page alike)
+    lines.append(f"Native {args.target_dtype} is unavailable on this CPU (see the note); the "
+                 f"{args.target_dtype} model was checked by emulation (every low precision "
+                 "tensor rounded), so its speed was not measured.")
     return low, None, f"{args.target_dtype} emulated in float32"
 
 
@@ -188,7 +188,7 @@ def _check_batch_memory(batch: int, size: int, per_sample: int) -> None:
     """
     pixels = 3 * size * size
     need = batch * max(pixels * (8 + 4), pixels * 4 * 2 + per_sample)
-    available = _available_memory()
+    available = available_memory()
     if available is None or need <= available:
         return
     fits = available // max(need // batch, 1)
@@ -198,7 +198,7 @@ def _check_batch_memory(batch: int, size: int, per_sample: int) -> None:
                    + (f" (at most {fits}; fewer may be needed)" if per_sample and fits else ""))
 
 
-def _available_memory() -> int | None:
+def available_memory() -> int | None:
     """Bytes of memory available to a new allocation (Linux's MemAvailable; None where unknown)."""
     try:
         with open("/proc/meminfo") as f:

@@ -19,11 +19,12 @@ import warnings
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..checkpoint import checkpoint_conversion, checkpoint_inputs, restoring_load
+from ..checkpoint import load_checkpoint as restored_checkpoint
 from ..errors import AMPError, CLIError, StrippedCastsError, error_text
 from ..hardware import HardwareWarning
-from ..io import atomic_write, load_checkpoint
+from ..io import atomic_write
 from ..onnx.export import check_exportable, export_onnx
-from ..paths import checkpoint_files
+from ..paths import checkpoint_files, output_target
 from ..report.model import build_report
 from .auto_command import cmd_auto
 from .checks import check_before_work, check_prefix, in_cli_terms, options_of
@@ -68,9 +69,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         record = _export_onnx(args, out, epoch, args.onnx)
         report = with_extra(report, {"onnx": record.to_dict(), "notes": [
             *report.extra.get("notes", ()), *record.describe().splitlines()]})
-    finish(args, conversion, report)
-    say(f"{PROG}: wrote {out}-symbol.json and {out}-{epoch:04d}.params"
-        + (f" and {args.onnx}" if args.onnx else ""))
+    files = [f"{out}-symbol.json", f"{out}-{epoch:04d}.params"] + ([args.onnx] if args.onnx else [])
+    finish(args, conversion, report, on_disk=files)
+    say(f"{PROG}: wrote {' and '.join(files)}")
     return 0
 
 
@@ -85,7 +86,8 @@ def _onnx_preflight(args: argparse.Namespace) -> None:
 
 def _export_onnx(args: argparse.Namespace, prefix: str, epoch: int, path: str) -> Any:
     shapes = dict(shape_spec(spec, "--input-shape") for spec in args.input_shapes)
-    sym, arg_params, aux_params = load_checkpoint(prefix, epoch)
+    # a converted model saved without its amp casts gets them back (MXNet cannot bind it so)
+    sym, arg_params, aux_params = restored_checkpoint(prefix, epoch)
     protect = [p for _, p in checkpoint_inputs(args.prefix, args.epoch) if p]
     return export_onnx(sym, arg_params, aux_params, shapes, path, opset=args.opset,
                        dynamic_batch=args.dynamic_batch, external_data=args.external_data,
@@ -95,6 +97,11 @@ def _export_onnx(args: argparse.Namespace, prefix: str, epoch: int, path: str) -
 def _cmd_export_onnx(args: argparse.Namespace) -> int:
     if not args.input_shapes:
         raise CLIError("export-onnx needs the shape of each model input: --input-shape NAME:SHAPE")
+    if output_target(args.out).kind != "file":
+        # the model (and its record, read back from the file) needs a file; the description
+        # printed on stdout would be mixed into a model written there
+        raise CLIError(f"export-onnx -o {args.out}: the ONNX model is written to a file; give "
+                       "a file name (model.onnx)")
     check_prefix(args.prefix, args.epoch)
     record = _export_onnx(args, args.prefix, args.epoch, args.out)
     print(record.describe())
@@ -139,6 +146,15 @@ def _inspect_stripped(args: argparse.Namespace) -> int:
 
 
 
+def _one_line(err: AMPError) -> str:
+    """The error's message on one line: a heading that ends in ':' keeps the lines after it
+    (OnnxExportError's nodes and their causes), which error_text's first line would cut."""
+    lines = [line.strip() for line in str(err).split("Stack trace:")[0].splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return lines[0] + " " + "; ".join(error_text(line) for line in lines[1:])
+    return error_text(err)
+
+
 @contextlib.contextmanager
 def _warnings_said_at_once() -> Iterator[None]:
     """Print each warning (once per text) on stderr the moment it is given: before the
@@ -180,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         if isinstance(err, AMPError):
-            msg = in_cli_terms(error_text(err))
+            msg = in_cli_terms(_one_line(err))
         elif isinstance(err, OSError):
             msg = f"{err.strerror or err}: {err.filename}" if err.filename else error_text(err)
         elif type(err).__name__ == "MXNetError":

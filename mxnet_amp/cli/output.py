@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from ..auto.html import auto_sections
+from ..errors import AMPError, OutputPathError, error_text
 from ..hardware import native_note
 from ..io import atomic_write
 from ..paths import STREAM_NAMES
@@ -35,9 +36,11 @@ def say(*parts: object) -> None:
     print(*parts, file=sys.stderr)
 
 
-def write_outputs(args: argparse.Namespace, conversion: Conversion, report: ConversionReport) -> list[str]:
-    """Write --report / --graph / --html; returns what was written."""
-    written: list[str] = []
+def write_outputs(args: argparse.Namespace, conversion: Conversion, report: ConversionReport,
+                  written: list[str] | None = None) -> list[str]:
+    """Write --report / --graph / --html; returns what was written (``written``, when
+    given, is that list, filled as each file is done: after a failure it says which were)."""
+    written = [] if written is None else written
     limit = None if getattr(args, "detail", False) else 80
 
     def text_writer(text: str) -> Callable[[str], None]:
@@ -77,10 +80,20 @@ def _given_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
 
 
 def finish(args: argparse.Namespace, conversion: Conversion, report: ConversionReport,
-           extra_lines: Sequence[str] = ()) -> None:
+           extra_lines: Sequence[str] = (), on_disk: Sequence[str] = ()) -> None:
     """Write the files the flags ask for, print the report table (unless ``--quiet``) and
-    ``extra_lines``, then say on stderr what was written."""
-    written = write_outputs(args, conversion, report)
+    ``extra_lines``, then say on stderr what was written. ``on_disk``: the files the command
+    wrote before (the checkpoint); when a file asked for here cannot be written, the
+    :class:`OutputPathError` says those are complete, and which of these were written."""
+    written: list[str] = []
+    try:
+        write_outputs(args, conversion, report, written)
+    except (AMPError, OSError) as err:
+        if not on_disk and not written:
+            raise
+        done = [*on_disk, *written]
+        raise OutputPathError(f"{error_text(err)}; written and complete before it: "
+                              f"{', '.join(done)}") from err
     # a file written to standard output (``--report -``) keeps it to itself: the table and
     # the findings go to stderr then, so that ``> report.json`` gets the file alone
     out = sys.stderr if any(STREAM_NAMES.get(path) == "stdout" for path in written) else sys.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from typing import Any, Callable, Mapping, NoReturn
 
 from .. import __version__
@@ -23,9 +24,33 @@ class _Parser(argparse.ArgumentParser):
     and exit code 2, instead of the whole usage text (subcommand parsers are of this class
     too: ``add_subparsers`` makes them with the class of their parent)."""
 
+    _argv: list[str] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # kept for error(): a subcommand's parser is called with the words after the command
+        self._argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        say(f"{PROG}: error: {message} (see '{self.prog} --help')")
+        say(f"{PROG}: error: {message}{self._prefix_hint(message)} (see '{self.prog} --help')")
         raise SystemExit(EXIT_ERROR)
+
+    def _prefix_hint(self, message: str) -> str:
+        """Where a missing PREFIX went: read as the last value of an option that takes
+        several (``--exclude a b PREFIX``); empty when it was not."""
+        if "PREFIX" not in message:
+            return ""
+        many = {o for a in self._actions if a.nargs in ("+", "*") for o in a.option_strings}
+        option, last = None, None
+        for word in self._argv:
+            if word.startswith("-") and len(word) > 1:
+                option = word.split("=")[0] if word.split("=")[0] in many and "=" not in word else None
+            elif option is not None:
+                last = (option, word)
+        if last is None:
+            return ""
+        return (f": {last[1]!r} was read as one more value of {last[0]}; put PREFIX right after "
+                f"the command ({self.prog} PREFIX {last[0]} ...)")
 
 
 class _PrefixFirst(argparse.HelpFormatter):

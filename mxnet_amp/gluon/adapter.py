@@ -20,7 +20,7 @@ from ..convert import convert_model_full
 from ..emulation import emulate_model
 from ..errors import BackendError, error_text
 from ..hardware import warn_not_native
-from ..options import make_options
+from ..options import OpLists, make_options
 from .model import block_graph, model_params
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -214,9 +214,10 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     AlreadyConvertedError, GraphError, ParamError, TypeInferenceError
         As for :func:`mxnet_amp.convert_model`.
     """
-    options = make_options(target_dtype, target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
-                           follow_ops, excluded_sym_names, cast_optional_params, fold_batchnorm,
-                           overrides=overrides, guard_weight_range=guard_weight_range, tune=tune)
+    options = make_options(target_dtype, OpLists(target_dtype_ops, fp32_ops, widest_dtype_ops, conditional_fp32_ops,
+                                                 follow_ops, excluded_sym_names, overrides),
+                           cast_optional_params=cast_optional_params, fold_batchnorm=fold_batchnorm,
+                           guard_weight_range=guard_weight_range, tune=tune)
     warn_not_native(options.target_dtype)   # said once, at the caller's line
     return _converted_block(block, options, input_names, ctx, hybridize, data_shapes)
 

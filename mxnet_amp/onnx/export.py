@@ -26,9 +26,10 @@ from ..io import atomic_writes, graph_from_symbol
 from ..passes.relabel_dtype import dtypes_named
 from ..paths import check_outputs
 from .constants import match_constant_dtypes
-from .converters import OPSETS, converter_table
-from .exporter import ExportInputs, exporter_graphs, mxnet_output_name, onnx_output_names
+from .converters import OPSETS, converter_table, onnx_dtype
+from .exporter import ExportInputs, exporter_graphs, mxnet_output_name, mxnet_output_order, onnx_output_names
 from .retype import retype_float16_as_bfloat16, widen_where_onnx_lacks_dtype
+from .tidy import inference_batchnorms, name_nodes, plain_float_casts
 from .weights import EXTERNAL_DATA_THRESHOLD, WeightPlan, plan_weights
 
 __all__ = ["export_onnx", "OnnxExport", "DEFAULT_OPSET", "check_exportable"]
@@ -58,7 +59,12 @@ class OnnxExport:
         The model's ``amp_cast`` / ``amp_multicast`` nodes, and the ``Cast`` nodes they became
         (a multicast becomes one per input).
     inputs, outputs : tuple of str
-        Graph input and output names.
+        Graph input and output names, in the file's order: the outputs as
+        ``mx.onnx.export_model`` orders the float32 model's (by the node that makes each,
+        not by ``list_outputs()``).
+    symbol_outputs : tuple of str
+        The output names in ``sym.list_outputs()`` order:
+        ``session.run(list(record.symbol_outputs), feed)`` returns what MXNet's executor does.
     dynamic_batch : bool
     widened : tuple of (str, str)
         ``(node, ONNX op)`` of each node whose ONNX op takes no tensor of the model's low
@@ -82,6 +88,7 @@ class OnnxExport:
     amp_casts: int
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    symbol_outputs: tuple[str, ...]
     dynamic_batch: bool
     widened: tuple[tuple[str, str], ...]
     constants: tuple[tuple[str, str], ...]
@@ -121,10 +128,8 @@ def _size(n: int) -> str:
 def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str, Any],
                 input_shapes: Mapping[str, Sequence[int]], path: str | os.PathLike, *,
                 opset: int = DEFAULT_OPSET, dynamic_batch: bool = False,
-                input_dtypes: Mapping[str, str] | None = None,
-                output_names: Sequence[str] | None = None,
-                external_data: bool | None = None,
-                external_threshold: int = EXTERNAL_DATA_THRESHOLD,
+                input_dtypes: Mapping[str, str] | None = None, output_names: Sequence[str] | None = None,
+                external_data: bool | None = None, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
                 protect: Sequence[str | os.PathLike] = ()) -> OnnxExport:
     """Export a (converted) MXNet model to an ONNX file.
 
@@ -144,7 +149,8 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     input_dtypes : mapping of str to str, optional
         Dtype of model inputs (default float32, as conversions leave them).
     output_names : sequence of str, optional
-        ONNX output names (default: MXNet's exporter's names of the float32 model's heads).
+        ONNX output names in ``sym.list_outputs()`` order (default: MXNet's exporter's names
+        of the float32 model's heads); the file orders them as ``mx.onnx.export_model`` does.
     external_data : bool or None, default None
         Weights in ``PATH.data``: None decides by ``external_threshold`` (bytes of weights).
     protect : sequence of paths
@@ -172,12 +178,12 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     data_path = path + ".data" if plan.location else None
     _check_paths(path, data_path, protect)
     proto, repaired = exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
-    names = list(output_names) if output_names is not None else onnx_output_names(graph)
-    model, widened, constants = _finish(proto, plan, [mxnet_output_name(n) for n in sym.list_outputs()],
-                                        names, exported.data, dtype, opset, dynamic_batch, repaired)
+    outputs = _outputs(sym, graph, output_names)
+    model, widened, constants = _finish(proto, plan, outputs, exported.data, dtype, opset, dynamic_batch, repaired)
+    _tidy(model, graph, dtype, exported)
     _write(model, plan, path, data_path)
     return _record(model, graph, path, data_path, opset, dtype, dynamic_batch, widened,
-                   constants, time.perf_counter() - started)
+                   constants, time.perf_counter() - started, tuple(outputs.names))
 
 
 def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes: Any, path: Any,
@@ -193,6 +199,12 @@ def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes:
             for k, v in input_shapes.items()):
         raise ArgumentError(f"input_shapes must be a dict of input name to a tuple of positive ints, "
                             f"got {input_shapes!r}")
+    unshaped = [n for n in sym.list_arguments() if n not in params and n not in input_shapes]
+    if arg_params is None and unshaped:
+        # without params every weight reads as a model input: say what is missing, not the shapes
+        raise ArgumentError(f"arg_params is None, so {', '.join(unshaped[:4])}"
+                            f"{' ...' if len(unshaped) > 4 else ''} have no values; pass the "
+                            "model's arg_params (and aux_params) as loaded with its symbol")
     check_path(path, "path")
     if check_int(opset, "opset") not in OPSETS:
         raise OnnxExportError([("(opset)", str(opset), "MXNet 1.9.1's exporter converts to opset "
@@ -239,12 +251,29 @@ def _refuse_unexportable(graph: Graph, opset: int) -> None:
         raise OnnxExportError(missing)
 
 
-def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequence[str],
-            data: Sequence[str], dtype: str | None, opset: int, dynamic_batch: bool,
+@dataclass(frozen=True)
+class _Outputs:
+    """The graph outputs: ``exported[k]`` (the exporter's name of ``list_outputs()[k]``) is
+    written as ``names[k]``, the file's outputs in ``order`` (positions k)."""
+
+    exported: Sequence[str]
+    names: Sequence[str]
+    order: Sequence[int]
+
+
+def _outputs(sym: Any, graph: Graph, output_names: Sequence[str] | None) -> _Outputs:
+    """The exporter's output names, the names given (or the float32 model's) and MXNet's order."""
+    return _Outputs([mxnet_output_name(n) for n in sym.list_outputs()],
+                    onnx_output_names(graph) if output_names is None else list(output_names),
+                    mxnet_output_order(graph))
+
+
+def _finish(proto: Any, plan: WeightPlan, outputs: _Outputs, data: Sequence[str], dtype: str | None,
+            opset: int, dynamic_batch: bool,
             repaired: frozenset[str]) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
     """The ``ModelProto`` and the nodes widened to float32: weights as
-    initializers (no longer graph inputs), the outputs in the symbol's order under
-    ``names``, bfloat16 relabelled, the batch dimension named."""
+    initializers (no longer graph inputs), the outputs renamed and in MXNet's exporter's
+    order, bfloat16 relabelled, the batch dimension named."""
     from onnx import helper
     model = helper.make_model(proto, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="mxnet-amp")
@@ -264,7 +293,7 @@ def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequen
     if dtype == "bfloat16":
         retype_float16_as_bfloat16(graph, repaired)
     graph.initializer.extend(plan.initializers())
-    _rename_outputs(graph, exported, names)
+    _rename_outputs(graph, outputs)
     if dynamic_batch:
         for info in graph.input:
             if info.name in data:
@@ -272,10 +301,24 @@ def _finish(proto: Any, plan: WeightPlan, exported: Sequence[str], names: Sequen
     return model, widened, low_constants
 
 
-def _rename_outputs(proto: Any, exported: Sequence[str], names: Sequence[str]) -> None:
-    """Graph outputs in the symbol's order, output ``k`` (the exporter's ``exported[k]``)
+def _tidy(model: Any, graph: Graph, dtype: str | None, exported: ExportInputs) -> None:
+    """The file as other ONNX tools read it (:mod:`mxnet_amp.onnx.tidy`): every node named
+    after its MXNet node, BatchNorms read as inference by every runtime; in a float32 export
+    (what float16 converters such as onnxconverter-common read), the casts to float32 that
+    convert no float in a form they can retype. A low precision export keeps every cast of
+    the conversion a ``Cast``."""
+    name_nodes(model.graph, [n.name for n in graph.nodes if not n.is_variable])
+    inference_batchnorms(model.graph)
+    if dtype is None:
+        plain_float_casts(model, {n: (onnx_dtype(exported.dtypes[n]), exported.shapes[n])
+                                  for n in exported.weights})
+
+
+def _rename_outputs(proto: Any, outputs: _Outputs) -> None:
+    """Graph outputs in ``outputs.order``, output ``k`` (the exporter's ``exported[k]``)
     renamed ``names[k]``; a tensor inside the graph that already has that name (the float16
     tensor a head cast reads, say) is renamed ``NAME_inner``."""
+    exported, names = outputs.exported, outputs.names
     if len(exported) != len(names):
         raise OnnxExportError([("(outputs)", "-", f"{len(names)} output name(s) given for "
                                 f"{len(exported)} model output(s)")])
@@ -294,11 +337,11 @@ def _rename_outputs(proto: Any, exported: Sequence[str], names: Sequence[str]) -
     for info in (*proto.input, *proto.value_info):
         info.name = renames.get(info.name, info.name)
     by_name = {info.name: info for info in proto.output}
-    outputs = [by_name[old] for old in exported]
-    for info, name in zip(outputs, names):
+    infos = [by_name[old] for old in exported]
+    for info, name in zip(infos, names):
         info.name = name
     del proto.output[:]
-    proto.output.extend(outputs)
+    proto.output.extend(infos[k] for k in outputs.order)
 
 
 def _check_paths(path: str, data_path: str | None, protect: Sequence[str | os.PathLike]) -> None:
@@ -348,7 +391,7 @@ def _write(model: Any, plan: WeightPlan, path: str, data_path: str | None) -> No
 
 def _record(model: Any, graph: Graph, path: str, data_path: str | None, opset: int,
             dtype: str | None, dynamic_batch: bool, widened: list[tuple[str, str]],
-            constants: list[tuple[str, str]], seconds: float) -> OnnxExport:
+            constants: list[tuple[str, str]], seconds: float, symbol_outputs: tuple[str, ...]) -> OnnxExport:
     amp_nodes = [n for n in graph.nodes if n.op in CAST_OPS]
     amp_casts = sum(len(n.inputs) if n.op == "amp_multicast" else 1 for n in amp_nodes)
     weights = {t.name for t in model.graph.initializer}
@@ -359,5 +402,6 @@ def _record(model: Any, graph: Graph, path: str, data_path: str | None, opset: i
         cast_nodes=sum(n.op_type == "Cast" for n in model.graph.node),
         amp_cast_nodes=len(amp_nodes), amp_casts=amp_casts,
         inputs=tuple(i.name for i in model.graph.input if i.name not in weights),
-        outputs=tuple(o.name for o in model.graph.output), dynamic_batch=dynamic_batch,
+        outputs=tuple(o.name for o in model.graph.output), symbol_outputs=symbol_outputs,
+        dynamic_batch=dynamic_batch,
         widened=tuple(widened), constants=tuple(constants), seconds=seconds)

@@ -6,6 +6,7 @@ repaired from a float32 export) and the output names it writes. The files and th
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -18,7 +19,7 @@ from ..passes.relabel_dtype import relabel_dtype
 from .constants import repair_float16_constants
 from .converters import onnx_dtype, register_converters
 
-__all__ = ["ExportInputs", "exporter_graphs", "onnx_output_names", "mxnet_output_name"]
+__all__ = ["ExportInputs", "exporter_graphs", "onnx_output_names", "mxnet_output_order", "mxnet_output_name"]
 
 
 class ExportInputs:
@@ -155,6 +156,22 @@ def _casts_kept_symbol(graph: Graph) -> Any:
 def onnx_output_names(graph: Graph) -> list[str]:
     """The float32 model's output names as MXNet's exporter writes them: each head followed
     through the casts a conversion puts before it (dtype only: the tensor is the same)."""
+    return [name for name, _ in _float32_heads(graph)]
+
+
+def mxnet_output_order(graph: Graph) -> list[int]:
+    """Positions of ``graph``'s heads (``list_outputs()`` order) in the order MXNet's
+    exporter writes the float32 model's outputs: by the node that makes each (heads
+    followed through the conversion's casts), one node's outputs by name
+    (``MXNetGraph.create_onnx_graph_proto`` collects them node by node and sorts each
+    node's). ``mx.onnx.export_model`` writes ``Group([b, a])`` with ``b = FC(a)`` as
+    ``a, b``: a converted model's file lists them as the float32 model's does."""
+    heads = _float32_heads(graph)
+    return sorted(range(len(heads)), key=lambda k: (heads[k][1], heads[k][0], k))
+
+
+def _float32_heads(graph: Graph) -> list[tuple[str, int]]:
+    """``(MXNet exporter's output name, node position)`` of each head, followed through casts."""
     import mxnet as mx
     heads = []
     for head in graph.heads:
@@ -164,7 +181,10 @@ def onnx_output_names(graph: Graph) -> list[str]:
         heads.append(Entry(head.node, head.output))
     sym = graph_to_symbol(Graph(graph.nodes, tuple(heads), graph.attrs))
     assert isinstance(sym, mx.sym.Symbol)
-    return [mxnet_output_name(n) for n in sym.list_outputs()]
+    # the exporter walks the nodes of ``tojson()``: NNVM's depth-first order from the heads
+    position = {node["name"]: k for k, node in enumerate(json.loads(sym.tojson())["nodes"])}
+    return [(mxnet_output_name(n), position.get(graph.nodes[h.node].name, h.node))
+            for n, h in zip(sym.list_outputs(), heads)]
 
 
 def mxnet_output_name(name: str) -> str:

@@ -30,6 +30,29 @@ _SCALAR_OPS = frozenset({
     "_rdiv_scalar", "_maximum_scalar", "_minimum_scalar", "_power_scalar", "_rpower_scalar",
     "_mod_scalar", "_rmod_scalar", "_hypot_scalar"})
 
+# ops whose every output value is one of their input values (or +0: relu), so that from
+# inputs the low precision dtype holds they give values it holds, and rounding their
+# outputs again changes no bit (Activation and Pooling: :func:`_selects_values`): a relu
+# after a rounded convolution needs no round trip of its own (issue 41: rounding was the
+# emulation's main cost)
+_SELECTING_OPS = frozenset({
+    "relu", "Flatten", "flatten", "Reshape", "reshape", "transpose", "expand_dims",
+    "squeeze", "Concat", "concat", "slice", "slice_axis", "SliceChannel", "split",
+    "_copy", "identity", "BlockGrad", "stop_gradient", "_maximum", "_minimum",
+    "broadcast_maximum", "broadcast_minimum", "max", "min"})
+
+
+def _selects_values(node: Node, dtypes: Sequence[tuple[str | None, ...]], low: str) -> bool:
+    """Whether ``node`` outputs only values of its inputs (:data:`_SELECTING_OPS`, a relu
+    Activation, a max Pooling) and every input is held in ``low``: from inputs this pass
+    rounded (``_Emulator.exact``), its outputs are then exactly what ``low`` holds."""
+    if node.op == "Activation":
+        selects = node.attrs.get("act_type") == "relu"
+    elif node.op == "Pooling":
+        selects = node.attrs.get("pool_type", "max") == "max"
+    else:
+        selects = node.op in _SELECTING_OPS
+    return selects and bool(node.inputs) and all(_entry_dtype(dtypes, e) == low for e in node.inputs)
 
 # where a low precision conv / dense layer's bias is added (:func:`_adds_bias_separately`):
 # 'auto' as the kernel that runs the dtype does (float16: MXNet's GPU kernels, after the
@@ -124,6 +147,12 @@ class _Emulator(Rewriter):
         self.dtypes = (options.node_dtypes if options.node_dtypes is not None
                        else infer_dtypes(graph, self.var_dtypes))
         self.used = graph.num_used_outputs()
+        # entries of the new graph whose values the low precision dtype holds because this
+        # pass rounded them (or read them exactly from a low precision variable): a
+        # selecting op reading only these needs no round trip. A low precision variable
+        # the pass neither rounds nor keeps is not one: its caller may feed it any float32
+        # values (the attribution's teacher forcing does)
+        self.exact: set[Entry] = set()
 
     def rewrite_node(self, i: int, node: Node) -> Outputs:
         if node.is_variable:
@@ -148,6 +177,7 @@ class _Emulator(Rewriter):
         if low and (keep_low_variables or round_low_variables):
             e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
                                             "float32")))
+            self.exact.add(e)
         return [e]
 
     def _cast(self, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
@@ -156,7 +186,9 @@ class _Emulator(Rewriter):
         # keep the node's name on the float32 result so names stay stable
         first = builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
             op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
-        return [Entry(builder.add(cast_node(node.name, Entry(first), "float32")))]
+        out = Entry(builder.add(cast_node(node.name, Entry(first), "float32")))
+        self.exact.add(out)
+        return [out]
 
     def _op(self, i: int, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
         builder, rounding, dtypes = self.builder, self.rounding, self.dtypes
@@ -171,16 +203,19 @@ class _Emulator(Rewriter):
             node = _truncated_scalar(node)
         out_dtype = dtypes[i][0] if dtypes[i] else None
         if out_dtype is not None and _adds_bias_separately(node, out_dtype, self.bias_rounding):
-            return [_bias_step(builder, node, inputs, out_dtype,
-                               _rounding_op(node, out_dtype, rounding))]
+            out = _bias_step(builder, node, inputs, out_dtype, _rounding_op(node, out_dtype, rounding))
+            self.exact.add(out)
+            return [out]
         idx = builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node)
         outs = []
         for k in range(self.used[i]):
             e = Entry(idx, k)
             low = dtypes[i][k] if k < len(dtypes[i]) else None
             if low in LOW_PRECISION:
-                e = _round(builder, e, low, node.name + (f"_out{k}" if k else ""),
-                           _rounding_op(node, low, rounding))
+                if not (_selects_values(node, dtypes, low) and all(x in self.exact for x in inputs)):
+                    e = _round(builder, e, low, node.name + (f"_out{k}" if k else ""),
+                               _rounding_op(node, low, rounding))
+                self.exact.add(e)
             outs.append(e)
         return outs
 

@@ -59,6 +59,8 @@ class FoldResult:
 
     graph: Graph
     # every param of the new graph: unchanged arrays shared with the input, folded ones new
+    # float32 numpy arrays (NDArrays on the weight's context off the CPU), written as
+    # NDArrays by the recast (mxnet_amp.params.recast_params)
     params: Mapping[str, Any]
     # (BatchNorm name, producer name) for each BatchNorm folded away
     folded: tuple[tuple[str, str], ...]
@@ -288,8 +290,11 @@ def _dropped_variables(graph: Graph, plans: Mapping[int, _Plan]) -> set[int]:
 
 
 def _like(value: np.ndarray, template: Any) -> Any:
-    """``value`` (float32) as the same kind of array as ``template`` (NDArray on its context)."""
-    if isinstance(template, np.ndarray):
+    """``value`` (float32): kept in numpy when ``template`` is a numpy array or lives on the
+    CPU, until the conversion writes it (:func:`mxnet_amp.params.write_array`, once, in its
+    stored dtype: an NDArray made here would be copied again by the cast); an NDArray on
+    ``template``'s context otherwise (a GPU)."""
+    if isinstance(template, np.ndarray) or template.context.device_type == "cpu":
         return value
     import mxnet as mx
     return mx.nd.array(value, ctx=template.context, dtype="float32")

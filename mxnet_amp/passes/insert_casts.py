@@ -72,6 +72,13 @@ class CastResult:
     # MULTICAST, FUSION_BARRIER): the one record of which nodes are the conversion's casts
     # (a model may hold amp_casts of its own); what a cast reads is its inputs in ``graph``
     inserted_casts: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
+    # the conversion's own additions, filled by the pipeline's passes after the cast pass
+    # (mxnet_amp.pipeline): each weight -> the dtype it is stored in, the nodes the last
+    # round kept float32 (name -> why), and the fusion barriers put in ((Convolution,
+    # its readers behind a barrier))
+    stored_dtypes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    fp32_nodes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    fusion_barriers: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def casts(self) -> int:

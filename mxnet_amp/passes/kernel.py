@@ -26,13 +26,14 @@ pass, the node and its op, with the original as its cause.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Generic, Iterable, Sequence, TypeVar, Union
+from typing import Any, ClassVar, Generic, Iterable, Sequence, TypeVar, Union
 
-from ..errors import AMPError, GraphCheckError, PassNodeError
+from ..errors import AMPError, GraphCheckError, PassNodeError, PassOrderError
 from ..graph import Entry, Graph, GraphBuilder, Node
 from ..verify import verify_graph
 
-__all__ = ["PassResult", "GraphPass", "Rewriter", "Outputs", "node_context", "run_passes"]
+__all__ = ["PassResult", "GraphPass", "Rewriter", "Outputs", "node_context", "run_passes", "PassRun",
+           "PassOrder", "this_before_that"]
 
 T = TypeVar("T")
 
@@ -145,6 +146,15 @@ class GraphPass(Generic[T]):
     """A pass with its postcondition: :meth:`call` does the work, calling the pass checks the
     output graph with :func:`~mxnet_amp.verify.verify_graph`.
 
+    "Unchanged means the same object" holds for every pass, here rather than in each: a
+    result that says nothing changed carries the input graph itself (a pass that built an
+    equal copy gets its input back; one that says unchanged of a different graph is a
+    :class:`PassNodeError`), and a result whose graph is its input says unchanged.
+
+    A pass that reads what the pass before it in a list decided (its record) overrides
+    :meth:`call_after`, which :func:`run_passes` calls with that pass's :class:`PassResult`:
+    the one channel between passes (no pass reads another pass object or a dict it writes).
+
     Parameters
     ----------
     verify : bool, default True
@@ -163,8 +173,26 @@ class GraphPass(Generic[T]):
         """The pass itself (subclasses)."""
         raise NotImplementedError
 
+    def call_after(self, previous: PassResult[Any]) -> PassResult[T]:
+        """The pass in a list, given the result of the pass before it (by default it reads
+        that result's graph only)."""
+        return self.call(previous.graph)
+
     def __call__(self, graph: Graph) -> PassResult[T]:
-        result = self.call(graph)
+        return self._checked(graph, self.call(graph))
+
+    def after(self, previous: PassResult[Any]) -> PassResult[T]:
+        """Run the pass on ``previous``'s graph, :meth:`call_after` reading its record."""
+        return self._checked(previous.graph, self.call_after(previous))
+
+    def _checked(self, graph: Graph, result: PassResult[T]) -> PassResult[T]:
+        if result.graph is graph and result.changed:
+            result = PassResult(graph, result.decided, False)
+        elif not result.changed and result.graph is not graph:
+            if result.graph != graph:
+                raise PassNodeError(f"pass {self.name} says it changed nothing, but returned "
+                                    "another graph")
+            result = PassResult(graph, result.decided, False)
         if self.verify and result.changed:
             try:
                 verify_graph(result.graph, cast_chains=self.cast_chains)
@@ -186,24 +214,78 @@ def _breaks_invariants(graph: Graph, cast_chains: bool) -> bool:
     return False
 
 
-def run_passes(graph: Graph, passes: Sequence[GraphPass]) -> list[PassResult]:
-    """Run ``passes`` in order, each on the graph the one before returned; their results.
+@dataclass(frozen=True)
+class PassOrder:
+    """A declared order constraint, as torch.fx's ``this_before_that_pass_constraint``: where
+    both run, the pass named ``this`` runs before the pass named ``that``."""
+
+    this: str
+    that: str
+
+    def holds(self, names: Sequence[str]) -> bool:
+        """Whether the list of pass ``names`` keeps the constraint."""
+        if self.this not in names or self.that not in names:
+            return True
+        return names.index(self.this) < names.index(self.that)
+
+
+def this_before_that(this: str, that: str) -> PassOrder:
+    """The constraint that pass ``this`` runs before pass ``that`` (where both run)."""
+    return PassOrder(this, that)
+
+
+@dataclass(frozen=True)
+class PassRun:
+    """What :func:`run_passes` ran: the last graph and each pass's result, in order."""
+
+    graph: Graph
+    names: tuple[str, ...]
+    results: tuple[PassResult[Any], ...]
+
+    def result(self, name: str) -> PassResult[Any]:
+        """The result of the pass called ``name`` (the last one of that name)."""
+        for k in range(len(self.names) - 1, -1, -1):
+            if self.names[k] == name:
+                found: PassResult[Any] = self.results[k]
+                return found
+        raise KeyError(f"no pass {name!r} ran (ran: {list(self.names)})")
+
+    @property
+    def changed(self) -> bool:
+        """Whether any pass changed the graph."""
+        return any(r.changed for r in self.results)
+
+
+def run_passes(graph: Graph | PassResult[Any], passes: Sequence[GraphPass],
+               order: Sequence[PassOrder] = ()) -> PassRun:
+    """Run ``passes`` in order, each given the result of the one before
+    (:meth:`GraphPass.after`); the :class:`PassRun`.
+
+    ``graph`` is the first pass's input: a graph, or a :class:`PassResult` whose record the
+    first pass reads. ``order`` are the constraints the list must keep
+    (:func:`this_before_that`), checked before any pass runs
+    (:class:`~mxnet_amp.errors.PassOrderError`).
 
     An error names its place in the pipeline, as onnx-ir's pass manager does: a typed
     :class:`~mxnet_amp.errors.AMPError` keeps its type and message and gets a note
     ``in pass NAME, after [EARLIER, ...]``; any other exception becomes a
     :class:`~mxnet_amp.errors.PassNodeError` saying so, the original as its cause.
     """
-    results: list[PassResult] = []
+    names = tuple(p.name for p in passes)
+    broken = [c for c in order if not c.holds(names)]
+    if broken:
+        raise PassOrderError(f"pass {broken[0].this} must run before pass {broken[0].that}; "
+                             f"the list: {list(names)}")
+    previous = graph if isinstance(graph, PassResult) else PassResult(graph, None, False)
+    results: list[PassResult[Any]] = []
     for k, graph_pass in enumerate(passes):
         try:
-            result = graph_pass(graph)
+            previous = graph_pass.after(previous)
         except Exception as err:
-            where = f"in pass {graph_pass.name}, after [{', '.join(p.name for p in passes[:k])}]"
+            where = f"in pass {graph_pass.name}, after [{', '.join(names[:k])}]"
             if isinstance(err, AMPError):
                 err.add_note(where)
                 raise
             raise PassNodeError(f"{where}: {type(err).__name__}: {err}") from err
-        results.append(result)
-        graph = result.graph
-    return results
+        results.append(previous)
+    return PassRun(previous.graph, names, tuple(results))

@@ -20,16 +20,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..graph import Entry, Graph, attr_ints
+from ..policy import Reason
 
 if TYPE_CHECKING:
     from .insert_casts import CastResult
 
 __all__ = ["blocked_reshapes", "BLOCKED_RESHAPE_REASON"]
 
-BLOCKED_RESHAPE_REASON = (
+BLOCKED_RESHAPE_REASON = Reason(
     "MXNet 1.9.1's oneDNN cannot widen a reshaped bfloat16 5-d tensor of a 3-d convolution / "
     "pooling ('could not create a primitive descriptor for a reorder primitive'): reshaped in "
-    "float32, after the cast (exact)")
+    "float32, after the cast (exact)", "onednn reshape")
 
 _RESHAPES = frozenset({"Reshape", "reshape", "reshape_like", "Flatten", "flatten", "expand_dims",
                        "squeeze", "_np_reshape", "_npx_reshape", "_np_squeeze"})

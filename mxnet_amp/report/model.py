@@ -17,9 +17,8 @@ import numpy as np
 from ..dtypes import dtype_name
 from ..graph import Graph
 from ..hardware import cpu_summary
-from ..options import EXCLUDED_REASON
 from ..passes.insert_casts import MULTICAST
-from ..policy import Category, Decision
+from ..policy import Category, Decision, reason_kind
 
 if TYPE_CHECKING:   # only annotations name it
     from ..record import Conversion
@@ -304,7 +303,8 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
         weight_casts=n_weight_casts,
         params_after=after,
         fp32_nodes=tuple(fp32_nodes),
-        excluded=tuple(sorted(k for k, why in conversion.fp32_nodes.items() if why == EXCLUDED_REASON)),
+        excluded=tuple(sorted(k for k, why in conversion.fp32_nodes.items()
+                              if reason_kind(why) == "user exclusion")),
         fallbacks=tuple(conversion.result.fallbacks),
         unlisted_ops=tuple(sorted(conversion.result.unlisted_ops)),
         **_folding(conversion),

@@ -358,3 +358,67 @@ def test_streamed_data_keeps_what_the_in_memory_api_keeps():
     assert streamed.samples == 48 and streamed.batches == 6
     assert whole.excluded_sym_names == streamed.excluded_sym_names == ["fc_c"]
     assert whole.validated and streamed.validated
+
+
+def _bad_batches(kind):
+    """Two or three small batches of ``labelled()`` data, one of them bad as ``kind`` says."""
+    x, y, _ = labelled()
+    yield x[:4], (y[:4].astype(str) if kind == "text labels" else y[:4])
+    if kind == "two shapes":
+        yield x[4:8, :8], y[4:8]
+    elif kind == "None":
+        yield None
+    elif kind == "label count":
+        yield x[4:8], y[4:7]
+    yield x[8:40], y[8:40]
+
+
+@pytest.mark.parametrize("kind, match", [
+    ("two shapes", r"cannot run batch 1 \(data \(4, 8\)\)"),
+    ("None", r"batch 1 is None"),
+    ("text labels", r"batch 0: label 0 holds <U\d+ values; inputs and labels must be numbers"),
+    ("label count", r"batch 1: label 0 has shape \(3,\), expected 4 rows"),
+])
+def test_bad_eval_data_is_a_typed_error_naming_the_batch_and_leaves_no_folder(
+        kind, match, tmp_path, monkeypatch):
+    """Batches of two shapes, a None batch, text labels and a wrong label count are each a
+    typed error naming the batch (numpy's ValueError, IndexError, KeyError and MXNet's
+    ValueError before), and no mxnet-amp-batches-* folder is left (newcomer audit, #42)."""
+    from mxnet_amp.errors import AMPError
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    sym, args, _ = classifier()
+    with pytest.raises(AMPError, match=match):
+        auto_convert_model(sym, args, {}, eval_data=_bad_batches(kind), metric="acc",
+                           max_drop=0.01, workers=1, quiet=True)
+    assert os.listdir(tmp_path) == []
+
+
+def test_known_batches_counts_what_says_its_size(tmp_path):
+    """A list, an NpzFolder, a .rec and one array give their batch count unread; a generator
+    and a DataIter do not (the worker count is bounded by it)."""
+    from mxnet_amp.auto.batches import known_batches
+    x, y, _ = labelled(n=20)
+    for k in range(3):
+        np.save(tmp_path / f"{k}.npy", x[:4])
+    rec = str(tmp_path / "val.rec")
+    _write_rec(rec, 20)
+    assert known_batches([(x, y)] * 5) == 5 and known_batches(NpzFolder(tmp_path)) == 3
+    assert known_batches(RecordBatches(rec, (3, 8, 8), 6)) == 4 and known_batches(x) == 1
+    assert known_batches(iter([x])) is None
+    assert known_batches(mx.io.NDArrayIter(x, y, batch_size=5)) is None
+
+
+def test_cli_refuses_an_absurd_worker_count(tmp_path, capsys):
+    """``--workers 1000`` is refused naming the flag and the cores, exit 2, nothing spawned."""
+    from mxnet_amp.cli.main import main
+    from mxnet_amp.io import save_checkpoint
+    sym, args, _ = classifier()
+    prefix = str(tmp_path / "m")
+    save_checkpoint(prefix, 0, sym, args, {}, progress=None)
+    folder = tmp_path / "batches"
+    folder.mkdir()
+    x, _, _ = labelled(n=8)
+    np.save(folder / "0.npy", x[:4])
+    np.save(folder / "1.npy", x[4:])
+    assert main(["auto", prefix, "--eval-data", str(folder), "--workers", "1000", "-q"]) == 2
+    assert "--workers 1000: this machine has" in capsys.readouterr().err

@@ -42,6 +42,9 @@ class FakeRuns:
     def criterion_words(self):
         return "relative error <= 0.01"
 
+    def verdict_words(self, excluded):
+        return f"relative error {self.results[excluded].relative_error:.3g}"
+
 
 def prefixes(runs, cands, base=frozenset()):
     """Prefixes over ``cands`` of a graph whose nodes are the candidates (ops ``FullyConnected``)."""
@@ -60,7 +63,7 @@ def test_bisect_finds_each_culprit_within_its_bound():
     config, kept = bisect(p)
     assert config == frozenset({"user"} | culprits) and runs.results[config].passed
     assert set(kept) == culprits and all(k.reason == "accuracy" for k in kept.values())
-    assert "took the outputs' relative error from" in kept["n40"].detail
+    assert "took the check from relative error 0.01 to relative error 0.005" in kept["n40"].detail
     k, n = len(culprits), len(cands)
     assert runs.executions - 1 <= 1 + k * (math.ceil(math.log2(n)) + 1)
     assert set(runs.kinds[1:]) == {"all-fp32", "bisect"}

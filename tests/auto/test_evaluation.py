@@ -1,5 +1,6 @@
 """mxnet_amp.auto.evaluation: models judged over evaluation data of any size."""
 import math
+import os
 
 import mxnet as mx
 import numpy as np
@@ -71,3 +72,21 @@ def test_a_metric_scores_the_reference_and_each_model():
     _, score = judge.judge(_blob("biased", [100, 0]))
     assert score < 1.0
     judge.close()
+
+
+def test_no_more_worker_processes_than_batches_or_cores_and_absurd_counts_refused(monkeypatch):
+    """``workers=8`` on two batches runs here or on two processes, never eight (24 s against
+    6 s in the newcomer audit); ``workers=1000`` is an ArgumentError naming the cores, before
+    any process starts (it spawned until killed)."""
+    import mxnet_amp.auto.evaluation as evaluation
+    started, real_cores = [], evaluation.usable_cores()
+    monkeypatch.setattr(evaluation, "ProcessPool", lambda n: started.append(n) or n)
+    monkeypatch.setattr(evaluation, "usable_cores", lambda: 4)
+    assert batch_pool(8, None, batches=2) == 2
+    assert batch_pool(16, None) == 4                   # batches unknown: the cores bound it
+    assert isinstance(batch_pool(8, None, batches=1), InProcess)
+    assert batch_pool(None, None, batches=3) == 3
+    with pytest.raises(ArgumentError, match=r"workers=1000 on a machine with 4 cores.*at most 4"):
+        batch_pool(1000, None)
+    assert started == [2, 4, 3]
+    assert 1 <= real_cores <= (os.cpu_count() or 1)

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from mxnet_amp.auto import auto_convert_model
+from mxnet_amp.auto.metrics import validate_passed
+from mxnet_amp.errors import ArgumentError
 
 from auto_models import cancellation_model, clean_model, run
 
@@ -40,3 +42,20 @@ def test_metric_arguments_are_checked():
                            validate=lambda r, o: True)
     with pytest.raises(ValueError, match="drop must be"):
         auto_convert_model(sym, args, {}, x, metric=lambda o: 0.0, max_drop=1, drop="percent")
+
+
+@pytest.mark.parametrize("returned", [float("nan"), np.float32("nan"), None, "yes"])
+def test_a_validate_returning_no_verdict_is_refused(returned):
+    """``bool(nan)`` is True: a validate() returning NaN (or None, or text) is an ArgumentError
+    saying what came back, never a pass (newcomer audit, #42)."""
+    sym, args, x = clean_model()
+    with pytest.raises(ArgumentError, match=r"validate\(\) must return True or False, got"):
+        auto_convert_model(sym, args, {}, x, validate=lambda r, o: returned, quiet=True)
+
+
+def test_validate_passed_reads_bools_and_finite_numbers():
+    """numpy's bool and 0/1 are verdicts too; NaN is not."""
+    assert validate_passed(np.bool_(True)) and not validate_passed(False)
+    assert validate_passed(1) and not validate_passed(0.0)
+    with pytest.raises(ArgumentError, match="NaN score"):
+        validate_passed(float("nan"))

@@ -106,3 +106,52 @@ def test_outputs_after_nms_are_judged_by_the_dense_tensors_before_them():
     assert report.validated and report.executions == 2 and report.kept_fp32 == ()
     note = next(n for n in report.notes if "box_nms" in n)
     assert "dense tensors before them" in note and "boxes" in note
+
+
+def _metric_culprit(max_drop):
+    """The two-layer classifier of test_batches, judged by a metric (minus the largest
+    absolute change of the logits) with ``max_drop``; its relative error stays far below the
+    tolerance, so only the metric can fail."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
+    from test_batches import classifier
+    sym, args, f = classifier()
+    x = np.random.RandomState(3).randn(64, 16).astype(np.float32)
+    ref = f(x)
+    return auto_convert_model(sym, args, {}, x, target_dtype="bfloat16", execution="emulated",
+                              metric=lambda outs: -float(np.abs(outs[0] - ref).max()),
+                              max_drop=max_drop, quiet=True)[3]
+
+
+def test_a_node_kept_for_a_metric_drop_says_so_not_a_tolerance_it_met():
+    """The attribution's first pick, kept because the metric dropped, gives that drop as its
+    reason: it said "with the other first picks ~0.00355 > tolerance 0.05" (false) where the
+    cause was the metric (the newcomer audit's top-1 drop read as a relative error, #42)."""
+    report = _metric_culprit(0.02)
+    (kept,) = report.kept_fp32
+    assert kept.name == "fc1" and kept.reason == "metric"
+    assert "> tolerance" not in kept.detail and "ranked first where the check failed (<lambda> drop" in kept.detail
+    assert report.validated
+
+
+def test_a_node_the_bisection_keeps_for_a_metric_names_the_metric_measured():
+    """Past failed picks the bisection's culprit says how the metric moved, not the relative error."""
+    report = _metric_culprit(0.01)
+    reasons = {k.name: k.detail for k in report.kept_fp32}
+    assert "took the check from <lambda> drop" in reasons["fc2"] and "to <lambda> drop 0 " in reasons["fc2"]
+    assert any("did not validate (<lambda> drop" in n for n in report.notes)
+
+
+def test_a_failed_attribution_run_names_its_cause_not_the_traceback_heading(monkeypatch):
+    """MXNet's errors read 'Traceback (most recent call last):' first; the note gives the last
+    line, the cause (it gave the heading alone; newcomer audit, #42)."""
+    import mxnet_amp.auto.search as search
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("Traceback (most recent call last):\n  File \"x.cc\", line 1\n"
+                           "MXNetError: Check failed: the real cause")
+    monkeypatch.setattr(search, "attribute", failing)
+    sym, args, x = cancellation_model()
+    report = auto_convert_model(sym, args, {}, x, quiet=True)[3]
+    note = next(n for n in report.notes if n.startswith("the attribution run failed"))
+    assert "(Check failed: the real cause)" in note and "Traceback" not in note

@@ -74,8 +74,8 @@ def test_a_preloaded_model_is_sent_once_and_a_stopped_pool_runs_nothing_more():
     batches = [Batch(k, {"data": np.full((1, 3), k, dtype=np.float32)}, []) for k in range(4)]
     pool = ProcessPool(2, threads=1)
     sent: list[str] = []
-    for box in pool.inboxes:   # what each inbox is given, in order
-        box.put = (lambda message, put=box.put: (sent.append(message[0]), put(message))[1])
+    send = pool._send   # what each worker is sent, in order
+    pool._send = lambda w, message, index=None: (sent.append(message[0]), send(w, message, index))[1]
     try:
         pool.preload(blob)
         assert sent == ["model", "model"] and pool.loaded == ["preloaded", "preloaded"]
@@ -87,4 +87,106 @@ def test_a_preloaded_model_is_sent_once_and_a_stopped_pool_runs_nothing_more():
             list(pool.map(blob, batches))
     finally:
         pool.close()
-    assert not any(p.is_alive() for p in pool.processes)
+    assert all(p.poll() is not None for p in pool.processes)
+
+
+def test_in_process_names_the_batch_the_model_cannot_run():
+    """A batch shaped unlike the model's input is a WorkerError naming the batch and its
+    shapes, as a worker process says, not MXNet's bare error (newcomer audit, #42)."""
+    batches = [Batch(0, {"data": np.ones((1, 3), np.float32)}, []),
+               Batch(1, {"data": np.ones((1, 5), np.float32)}, [])]
+    got = InProcess().map(_blob(), batches)
+    assert next(got)[0].index == 0
+    with pytest.raises(WorkerError, match=r"cannot run batch 1 \(data \(1, 5\)\): .*[Ss]hape"):
+        next(got)
+
+
+def test_a_worker_killed_mid_run_is_a_worker_error_at_once_and_the_others_go_on():
+    """Worker 1 killed after the first outputs: the pass raises a WorkerError naming it and
+    its exit code (no wait: its pipe closes), and close() returns."""
+    import signal
+    import time
+
+    from mxnet_amp.auto.workers import ProcessPool
+    batches = [Batch(k, {"data": np.full((1, 3), k, dtype=np.float32)}, []) for k in range(40)]
+    pool = ProcessPool(2, threads=1)
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerError, match=r"worker process 1 .*died \(exit code -9\)"):
+            for batch, _ in pool.map(_blob(), batches):
+                if batch.index == 0:
+                    pool.processes[1].send_signal(signal.SIGKILL)
+    finally:
+        pool.close()
+    assert time.monotonic() - start < 60
+    assert all(p.poll() is not None for p in pool.processes)
+
+
+# a script with no __main__ guard, run as a user runs one: {0} is what it does with workers
+_SCRIPT = """
+import mxnet as mx, numpy as np
+from mxnet_amp import auto_convert_model
+from mxnet_amp.auto.workers import ProcessPool
+from mxnet_amp.auto.batches import Batch
+print("script body ran")
+rng = np.random.RandomState(0)
+d = mx.sym.var("data")
+h = mx.sym.relu(mx.sym.FullyConnected(d, num_hidden=32, name="fc1"), name="relu1")
+sym = mx.sym.FullyConnected(h, num_hidden=10, name="fc2")
+args = {{"fc1_weight": mx.nd.array(rng.randn(32, 16) * 0.3), "fc1_bias": mx.nd.zeros(32),
+        "fc2_weight": mx.nd.array(rng.randn(10, 32) * 0.3), "fc2_bias": mx.nd.zeros(10)}}
+x = rng.randn(64, 16).astype(np.float32)
+labels = mx.nd.FullyConnected(mx.nd.relu(mx.nd.FullyConnected(mx.nd.array(x), args["fc1_weight"],
+    args["fc1_bias"], num_hidden=32)), args["fc2_weight"], args["fc2_bias"], num_hidden=10).argmax(1)
+def batches():
+    for i in range(4):
+        yield x[16 * i:16 * i + 16], labels[16 * i:16 * i + 16].asnumpy()
+{0}
+"""
+_CONVERT = """
+_, _, _, report = auto_convert_model(sym, args, {}, target_dtype="bfloat16", eval_data=batches(),
+                                     metric=mx.metric.Accuracy(), max_drop=0.01, workers=2,
+                                     quiet=True)
+print("validated", report.validated, "workers", report.workers)
+"""
+_KILL = """
+import os, signal
+from mxnet_amp.auto.workers import ModelBlob
+blob = ModelBlob("m", sym, args, {"data": "float32"})
+pool = ProcessPool(2, threads=1)
+for batch, _ in pool.map(blob, [Batch(k, {"data": x[:4]}, []) for k in range(40)]):
+    if batch.index == 0:
+        os.kill(pool.processes[0].pid, signal.SIGKILL)
+"""
+
+
+def _run_script(tmp_path, body):
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "plain_script.py"
+    script.write_text(_SCRIPT.format(body))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root}
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=240, env=env, cwd=str(tmp_path))
+
+
+def test_a_script_without_a_main_guard_converts_over_eval_data_on_worker_processes(tmp_path):
+    """The issue's plain script (no ``if __name__ == '__main__':``): auto_convert_model with
+    eval_data, a metric and two worker processes converts, and the process exits (a hang
+    would be subprocess.TimeoutExpired). The workers never run the script: its body printed
+    once."""
+    done = _run_script(tmp_path, _CONVERT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("script body ran") == 1
+    assert "validated True workers 2" in done.stdout
+
+
+def test_a_script_whose_worker_is_killed_fails_typed_and_exits(tmp_path):
+    """A worker killed mid-run: the script ends with the WorkerError (exit code 1), not a
+    hang on workers that are gone."""
+    done = _run_script(tmp_path, _KILL)
+    assert done.returncode == 1
+    assert "mxnet_amp.auto.workers.WorkerError: worker process 0" in done.stderr
+    assert "died (exit code -9)" in done.stderr

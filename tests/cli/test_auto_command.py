@@ -72,3 +72,30 @@ def test_cmd_auto_checks_eval_data_against_its_labels(prefix, tmp_path):
         cmd_auto(parse("auto", prefix, "--labels", str(y)))
     with pytest.raises(CLIError, match="has 3 rows"):
         cmd_auto(parse("auto", prefix, "--eval-data", str(x), "--labels", str(y)))
+
+
+def test_cmd_auto_refuses_sample_inputs_that_cannot_fit_before_any_run(prefix, monkeypatch, tmp_path):
+    """A huge --input is refused up front, naming the flag and the memory (it ran 18 s, then
+    MXNet's "Failed to allocate CPU Memory"; newcomer audit, #42), as demo checks --batch."""
+    import mxnet_amp.cli.auto_command as auto_command
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.zeros((64, 3, 8, 8), "float32"))
+    monkeypatch.setattr(auto_command, "available_memory", lambda: 1000)
+    with pytest.raises(CLIError, match=r"--input: the model's tensors on these sample inputs take "
+                       r"at least .* GiB .* 0.0 GiB is available"):
+        cmd_auto(parse("auto", prefix, "--input", f"data:{npy}"))
+    assert not os.path.exists(prefix + "-amp-symbol.json")
+    with pytest.raises(CLIError, match=r"--input 'data:2000000000x16': drawing it takes 357.6 GiB"):
+        cmd_auto(parse("auto", prefix, "--input", "data:2000000000x16"))
+    monkeypatch.setattr(auto_command, "available_memory", lambda: 2**40)
+    assert cmd_auto(parse("auto", prefix, "--input", "data:2x3x8x8", "-q")) == 0
+
+
+def test_a_zero_std_rgb_is_refused_naming_the_flag(prefix, tmp_path):
+    """``--std-rgb 0,0,0`` divides every pixel by 0: refused naming --std-rgb (the inf inputs
+    were blamed on --input; newcomer audit, #42)."""
+    rec = tmp_path / "val.rec"
+    rec.write_bytes(b"")
+    with pytest.raises(CLIError, match="--std-rgb 0,0,0: the channels are divided by these; none may be 0"):
+        cmd_auto(parse("auto", prefix, "--eval-data", str(rec), "--data-shape", "3x8x8",
+                       "--std-rgb", "0,0,0", "--workers", "1"))

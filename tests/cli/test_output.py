@@ -83,3 +83,21 @@ def test_native_log_silenced_hides_fd2_and_restores_it(capfd):
     os.write(2, b"shown\n")
     err = capfd.readouterr().err
     assert "hidden" not in err and "shown" in err
+
+
+def test_a_report_that_cannot_be_written_after_the_checkpoint_says_what_is_on_disk(tmp_path):
+    """--report /dev/full fails after the checkpoint is written: the OutputPathError (exit 2)
+    names the cause and the files written and complete before it (newcomer audit, #42)."""
+    import pytest
+    from mxnet_amp.errors import OutputPathError
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    conv, report = _conversion_and_report()
+    rep = tmp_path / "r.json"
+    with pytest.raises(OutputPathError, match=r"cannot write /dev/full: No space left on device; "
+                       r"written and complete before it: m-symbol.json, m-0000.params$"):
+        finish(_args(report="/dev/full"), conv, report, on_disk=["m-symbol.json", "m-0000.params"])
+    # a report written before the failing page is named too
+    with pytest.raises(OutputPathError, match=r"complete before it: m-symbol.json, .*r.json$"):
+        finish(_args(report=str(rep), html="/dev/full"), conv, report, on_disk=["m-symbol.json"])
+    assert json.loads(rep.read_text())["model"] == "tiny"

@@ -64,3 +64,17 @@ def test_usage_puts_the_prefix_before_the_options():
     """convert's usage line starts 'convert PREFIX': after a many-valued option it would be read as a value."""
     sub = parser()._subparsers._group_actions[0].choices["convert"]
     assert " convert PREFIX " in sub.format_usage()
+
+
+def test_a_prefix_read_as_an_option_value_is_named_in_the_error(capsys):
+    """``convert --exclude fc1 PREFIX`` reads PREFIX as a second name: the error says so and
+    where PREFIX goes (it said only that PREFIX is required; newcomer audit, #42)."""
+    from mxnet_amp.cli.main import main
+    assert main(["convert", "--target-dtype", "float16", "--exclude", "fc1", "model"]) == 2
+    err = capsys.readouterr().err
+    assert ("'model' was read as one more value of --exclude; put PREFIX right after the "
+            "command (mxnet-amp convert PREFIX --exclude ...)") in err
+    assert main(["inspect"]) == 2
+    assert "the following arguments are required: PREFIX (see" in capsys.readouterr().err
+    assert main(["inspect", "--fp32-ops", "relu", "m2", "--target-dtype", "bfloat16"]) == 2
+    assert "'m2' was read as one more value of --fp32-ops" in capsys.readouterr().err

@@ -166,7 +166,7 @@ def test_unfolded_batchnorm_after_low_precision_conv_stays_unfused():
 
 def test_low_precision_conv_batchnorms_names_them():
     from mxnet_amp.convert import convert_model_full
-    from mxnet_amp.options import make_options
+    from mxnet_amp.options import OpLists, make_options
     data = mx.sym.var("data")
     conv = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), no_bias=True, name="conv")
     # a head BatchNorm is not folded (its output name would change): an activation follows
@@ -176,8 +176,7 @@ def test_low_precision_conv_batchnorms_names_them():
     unfolded = make_options("bfloat16", fold_batchnorm=False)
     *_, conversion = convert_model_full(sym, args, auxs, unfolded)
     assert low_precision_conv_batchnorms(conversion) == ["bn"]
-    *_, conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", fp32_ops=["Convolution"],
-                                                                      fold_batchnorm=False))
+    *_, conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", OpLists(fp32_ops=["Convolution"]), fold_batchnorm=False))
     assert low_precision_conv_batchnorms(conversion) == []
     *_, conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", fold_batchnorm=True))
     assert low_precision_conv_batchnorms(conversion) == []

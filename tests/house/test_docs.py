@@ -167,6 +167,34 @@ def test_cli_reference_matches_the_parser():
     assert cli_doc_problems(text, parser) == []
 
 
+def test_cli_reference_counts_and_tables_every_command():
+    """docs/cli.md's "N commands:" and its table hold every command of the parser (it said
+    "four commands" without export-onnx; newcomer audit, #42)."""
+    from mxnet_amp.cli.main import build_parser
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    subs = sorted(_subparsers(build_parser()))
+    count = re.search(r"\b(\w+) commands:", text)
+    assert count and count.group(1).lower() == words[len(subs) - 1], (count and count.group(0), subs)
+    after = text[count.end():].lstrip("\n")
+    table = re.findall(r"^\| `([\w-]+)[^`]*` \|", after[:after.find("\n\n")], re.M)
+    assert sorted(table) == subs
+
+
+def test_no_two_documented_commands_of_a_page_write_one_file():
+    """An ONNX file two ``mxnet-amp`` commands of a docs page write (``-o``, ``--onnx``) is
+    the same file both times (the same input shapes, both with or without a dynamic batch):
+    docs/onnx.md's ``export-onnx ... --opset 13`` line overwrote the dynamic-batch file its
+    onnxruntime snippet reads at batch 8 with a batch-1 one (newcomer audit, #42)."""
+    for page in sorted(DOCS.glob("*.md")):
+        text = page.read_text(encoding="utf-8").replace("\\\n", " ")
+        written: dict[str, tuple] = {}
+        for line in re.findall(r"^\s*mxnet-amp (?:export-onnx|convert) .*$", text, re.M):
+            shape = (sorted(re.findall(r"--input-shape\s+(\S+)", line)), "--dynamic-batch" in line)
+            for path in re.findall(r"(?:^|\s)(?:-o|--onnx)\s+(\S+\.onnx)", line):
+                assert written.setdefault(path, shape) == shape, (page.name, path, line)
+
+
 def test_cli_check_finds_unknown_commands_and_options():
     from mxnet_amp.cli.main import build_parser
     bad = ("```\nmxnet-amp frobnicate model\nmxnet-amp convert m --target-dtype float16 --fast\n```\n"

@@ -80,3 +80,21 @@ def test_output_names_follow_mxnet_exporter_rules():
                                    target_dtype="float16", cast_optional_params=False)
     assert onnx_output_names(graph_from_symbol(sym)) == ["prob"]
     assert onnx_output_names(graph_from_symbol(cast_head)) == ["fc"]
+
+
+def test_output_order_follows_the_nodes_that_make_the_heads_through_casts():
+    """``Group([b, a])`` with ``b = FC(a)``: MXNet's exporter writes a (made first) then b; in
+    a float16 conversion each head is followed through its cast to the node that makes it."""
+    from mxnet_amp.onnx.exporter import mxnet_output_order
+    d = mx.sym.var("data")
+    a = mx.sym.FullyConnected(d, num_hidden=4, name="a")
+    b = mx.sym.FullyConnected(a, num_hidden=3, name="b")
+    group = mx.sym.Group([b, a])
+    assert mxnet_output_order(graph_from_symbol(group)) == [1, 0]
+    shapes, _, _ = group.infer_shape(data=(2, 5))
+    args = {n: mx.nd.ones(s) for n, s in zip(group.list_arguments(), shapes) if n != "data"}
+    converted, _, _ = amp.convert_model(group, args, {}, target_dtype="float16")
+    graph = graph_from_symbol(converted)
+    assert any(graph.nodes[h.node].op == "amp_cast" for h in graph.heads)     # heads are casts
+    assert mxnet_output_order(graph) == [1, 0]
+    assert mxnet_output_order(graph_from_symbol(mx.sym.Group([a, b]))) == [0, 1]

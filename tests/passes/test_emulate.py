@@ -65,3 +65,26 @@ def test_the_input_graph_keeps_its_casts():
     before = [n.op for n in g.nodes]
     emulate_graph(g, {"data": "float32"})
     assert [n.op for n in g.nodes] == before and CAST_OPS & set(before)
+
+
+def test_golden_a_bfloat16_layer_rounds_its_input_weight_and_output():
+    """Rule (rounding 'nearest'): a cast to bfloat16 becomes a round trip (``<cast>_to_
+    bfloat16`` then float32 under the cast's own name); a bfloat16 weight becomes a float32
+    variable (``__dtype__`` 0) holding rounded values; a bfloat16 op output is rounded
+    (``<op>_round_bfloat16``, ``<op>_round_float32``); a cast to float32 stays as it is.
+
+        amp_cast(fc(amp_cast(x, bf16), w:bf16), f32)
+    """
+    from golden import assert_graph, cast, graph, op, var
+    from mxnet_amp.passes.emulate import EmulateGraph
+    given = graph(var("x"), var("w", __dtype__="12"), cast("x16", "x", "bfloat16"),
+                  op("fc", "FullyConnected", "x16", "w", num_hidden="2", no_bias="True"),
+                  cast("out", "fc", "float32"), heads=["out"])
+    expected = graph(var("x"), var("w", __dtype__="0"), cast("x16_to_bfloat16", "x", "bfloat16"),
+                     cast("x16", "x16_to_bfloat16", "float32"),
+                     op("fc", "FullyConnected", "x16", "w", num_hidden="2", no_bias="True"),
+                     cast("fc_round_bfloat16", "fc", "bfloat16"), cast("fc_round_float32", "fc_round_bfloat16", "float32"),
+                     cast("out", "fc_round_float32", "float32"), heads=["out"])
+    dtypes = [("float32",), ("bfloat16",), ("bfloat16",), ("bfloat16",), ("float32",)]
+    pass_ = EmulateGraph({"x": "float32", "w": "bfloat16"}, node_dtypes=dtypes)
+    assert_graph(pass_(given).graph, expected)

@@ -21,3 +21,17 @@ def test_expose_outputs_makes_every_used_op_output_a_head_and_keeps_values():
     outs = run(graph_to_symbol(exposed), args, auxs, {"data": x})
     np.testing.assert_array_equal(outs[-1], run(sym, args, auxs, {"data": x})[0])
     assert graph.heads == graph_from_symbol(sym).heads  # the input graph is unchanged
+
+
+def test_golden_every_used_op_output_becomes_a_head():
+    """Rule: the heads become every used output of every op node, in node order (a node's
+    outputs in order), then the old heads not among them; nodes are untouched."""
+    from golden import assert_graph, graph, op, var
+    given = graph(var("x"), op("split", "SliceChannel", "x", num_outputs="2"),
+                  op("a", "sin", ("split", 1)), op("b", "cos", "a"), heads=["b", "x"])
+    expected = graph(var("x"), op("split", "SliceChannel", "x", num_outputs="2"),
+                     op("a", "sin", ("split", 1)), op("b", "cos", "a"),
+                     heads=[("split", 0), ("split", 1), "a", "b", "x"])
+    got, keys = expose_outputs(given)
+    assert_graph(got, expected)
+    assert keys == [(1, 0), (1, 1), (2, 0), (3, 0), (0, 0)]

@@ -14,6 +14,7 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.params import recast_params
 from mxnet_amp.passes.fold_batchnorm import fold_batchnorm
 
 from helpers import init_params, rel_error, run
@@ -63,8 +64,9 @@ def _model(producer: str, bias: bool, fix_gamma: bool, groups: int = 1):
 def _fold(sym, args, auxs, **kw):
     result = fold_batchnorm(graph_from_symbol(sym), {**args, **auxs}, **kw)
     new = graph_to_symbol(result.graph)
-    new_args = {k: v for k, v in result.params.items() if k in new.list_arguments()}
-    new_auxs = {k: v for k, v in result.params.items() if k in new.list_auxiliary_states()}
+    written = recast_params(result.params, {})   # the folded weights, numpy until written
+    new_args = {k: v for k, v in written.items() if k in new.list_arguments()}
+    new_auxs = {k: v for k, v in written.items() if k in new.list_auxiliary_states()}
     return new, new_args, new_auxs, result
 
 
@@ -295,7 +297,34 @@ def test_a_batchnorm_reading_a_folded_batchnorm_is_folded_too():
     assert result.folded == (("bn1", "prod"), ("bn2", "prod")) and result.skipped == ()
     folded = graph_to_symbol(result.graph)
     assert "BatchNorm" not in folded.tojson()
-    new_aux = {k: v for k, v in result.params.items() if k in auxs}
-    new_args = {k: v for k, v in result.params.items() if k not in new_aux}
+    written = recast_params(result.params, {})
+    new_aux = {k: v for k, v in written.items() if k in auxs}
+    new_args = {k: v for k, v in written.items() if k not in new_aux}
     ref = run(sym, args, auxs, {"data": x})[0]
     assert rel_error(run(folded, new_args, new_aux, {"data": x})[0], ref) < FP32_TOL
+
+
+def test_golden_a_batchnorm_after_a_bias_free_convolution_becomes_its_bias():
+    """Rule: conv (no bias) -> BatchNorm -> relu becomes conv with a new bias variable
+    ``<conv>_bias`` (put in just before the conv, ``no_bias`` False) -> relu; the BatchNorm
+    and its four variables go; the weight is scaled by gamma / sqrt(var + eps) per output
+    channel, the bias is beta - mean * that scale (float32, numpy until written)."""
+    from golden import assert_graph, graph, op, var
+    conv_attrs = {"kernel": "(1, 1)", "num_filter": "2", "no_bias": "True"}
+    given = graph(var("x"), var("w"), op("conv", "Convolution", "x", "w", **conv_attrs),
+                  var("g"), var("b"), var("m"), var("v"),
+                  op("bn", "BatchNorm", "conv", "g", "b", "m", "v", fix_gamma="False", eps="0.001"),
+                  op("act", "relu", "bn"), heads=["act"])
+    expected = graph(var("x"), var("w"), var("conv_bias"),
+                     op("conv", "Convolution", "x", "w", "conv_bias", **{**conv_attrs, "no_bias": "False"}),
+                     op("act", "relu", "conv"), heads=["act"])
+    w = np.arange(6, dtype=np.float32).reshape(2, 3, 1, 1)
+    params = {"w": w, "g": np.array([2.0, 0.5], np.float32), "b": np.array([1.0, -1.0], np.float32),
+              "m": np.array([0.5, 2.0], np.float32), "v": np.array([3.999, 0.249], np.float32)}
+    result = fold_batchnorm(given, params)
+    assert_graph(result.graph, expected)
+    assert result.folded == (("bn", "conv"),) and result.skipped == ()
+    scale = np.array([2.0 / 2.0, 0.5 / 0.5], np.float32)     # gamma / sqrt(var + eps)
+    np.testing.assert_allclose(result.params["w"], w * scale.reshape(2, 1, 1, 1), rtol=1e-6)
+    np.testing.assert_allclose(result.params["conv_bias"], [1.0 - 0.5 * 1.0, -1.0 - 2.0 * 1.0], rtol=1e-6)
+    assert set(result.params) == {"w", "conv_bias"}

@@ -171,8 +171,8 @@ def test_kept_batchnorm_has_its_reason_in_conversion_report_and_inspect(tmp_path
 def test_excluded_batchnorm_or_producer_stays_with_its_reason():
     sym, args, auxs, _ = _conv_net()
     from mxnet_amp.convert import convert_model_full
-    from mxnet_amp.options import make_options
-    *_, conv = convert_model_full(sym, args, auxs, make_options("bfloat16", excluded_sym_names=["bn", "conv2"]))
+    from mxnet_amp.options import OpLists, make_options
+    *_, conv = convert_model_full(sym, args, auxs, make_options("bfloat16", OpLists(excluded_sym_names=["bn", "conv2"])))
     assert dict(conv.kept_batchnorms) == {
         "bn": "it stays float32: excluded by name (excluded_sym_names / --exclude)",
         "bn2": "its producer 'conv2' stays float32: excluded by name (excluded_sym_names / --exclude)"}
@@ -373,7 +373,10 @@ def test_a_variance_a_rounding_below_zero_folds():
     params = {k: v.data() for k, v in net.collect_params().items()}
     auxs = {k: v for k, v in params.items() if "running" in k}
     args = {k: v for k, v in params.items() if k not in auxs}
-    graph, fargs, fauxs, done, kept = fold_model(graph_from_symbol(sym), args, auxs)
-    assert [bn for bn, _ in done] == ["net_batchnorm0_fwd"] and kept == ()
-    out = run(graph_to_symbol(graph), fargs, fauxs, {"data": x.asnumpy()})[0]
+    model = fold_model(graph_from_symbol(sym), args, auxs)
+    graph, fargs, fauxs = model.graph, model.arg_params, model.aux_params
+    assert [bn for bn, _ in model.folded] == ["net_batchnorm0_fwd"] and model.kept == ()
+    from mxnet_amp.params import recast_params   # folded weights stay numpy until written
+    out = run(graph_to_symbol(graph), recast_params(fargs, {}), recast_params(fauxs, {}),
+              {"data": x.asnumpy()})[0]
     assert np.isfinite(out).all() and rel_error(out, ref) < 1e-5

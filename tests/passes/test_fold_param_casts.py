@@ -35,3 +35,32 @@ def test_prune_drops_only_what_no_head_reads():
     verify_graph(pruned)
     assert "unused" not in {n.name for n in pruned.nodes}
     assert {n.name for n in pruned.nodes} == {n.name for n in graph_from_symbol(fc_sin_fc()).nodes}
+
+
+def test_golden_a_weights_round_trip_becomes_a_variable_named_after_its_outer_cast():
+    """Rule: amp_cast(amp_cast(w, float16), float32) of a param w becomes one variable named
+    after the outer cast, with w's attributes less ``__dtype__``; the weight and its inner
+    cast, read by nothing else, are pruned; an activation's round trip stays.
+
+        fc(amp_cast(amp_cast(x, f16), f32), amp_cast(amp_cast(w, f16), f32))
+    """
+    from golden import assert_graph, cast, graph, op, var
+    given = graph(var("x"), var("w", __dtype__="0", __shape__="(2, 3)"), cast("w16", "w", "float16"),
+                  cast("w32", "w16", "float32"), cast("x16", "x", "float16"), cast("x32", "x16", "float32"),
+                  op("fc", "FullyConnected", "x32", "w32", num_hidden="2", no_bias="True"), heads=["fc"])
+    expected = graph(var("x"), var("w32", __shape__="(2, 3)"), cast("x16", "x", "float16"),
+                     cast("x32", "x16", "float32"),
+                     op("fc", "FullyConnected", "x32", "w32", num_hidden="2", no_bias="True"), heads=["fc"])
+    got, rounded = fold_param_casts(given, {"w": None})
+    assert_graph(got, expected)
+    assert rounded == {"w32": ("w", "float16")}
+
+
+def test_golden_prune_drops_what_no_head_depends_on():
+    """Rule: every node no head reaches goes; the others keep their order."""
+    from golden import assert_graph, graph, op, var
+    given = graph(var("x"), var("unused"), op("a", "sin", "x"), op("b", "cos", "unused"),
+                  op("c", "exp", "a"), heads=["c"])
+    assert_graph(prune(given), graph(var("x"), op("a", "sin", "x"), op("c", "exp", "a"), heads=["c"]))
+    kept = graph(var("x"), op("a", "sin", "x"), heads=["a"])
+    assert prune(kept) is kept

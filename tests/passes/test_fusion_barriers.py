@@ -142,3 +142,27 @@ def test_converted_bfloat16_model_is_right_on_the_fused_path(monkeypatch):
     emulated = run(*amp.emulate_model(csym, cargs, cauxs), inputs)
     assert _worst(fused, ref) <= 1.5 * _worst(emulated, ref) + 0.005
     assert _worst(plain, ref) <= 1.5 * _worst(emulated, ref) + 0.005
+
+
+def test_golden_a_shared_convolution_output_reaches_its_fusable_reader_through_a_barrier():
+    """Rule: a 2-d convolution read by a fusable op (Activation) and by another node gets
+    an identity amp_cast to its own dtype, ``<conv>_fusion_barrier``, right after it; each
+    fusable reader reads the barrier, a reader the fusion cannot take (sin) still reads the
+    convolution.
+
+        conv -> Activation(relu);  conv -> sin
+    """
+    from golden import assert_graph, cast, graph, op, var
+    from mxnet_amp.graph import Entry
+    conv = {"kernel": "(3, 3)", "num_filter": "4", "no_bias": "True"}
+    given = graph(var("x"), var("w"), op("conv", "Convolution", "x", "w", **conv),
+                  op("act", "Activation", "conv", act_type="relu"), op("s", "sin", "conv"),
+                  heads=["act", "s"])
+    expected = graph(var("x"), var("w"), op("conv", "Convolution", "x", "w", **conv),
+                     cast("conv_fusion_barrier", "conv", "bfloat16"),
+                     op("act", "Activation", "conv_fusion_barrier", act_type="relu"),
+                     op("s", "sin", "conv"), heads=["act", "s"])
+    result = insert_fusion_barriers(given, {Entry(2): "bfloat16"})
+    assert_graph(result.graph, expected)
+    assert result.decided.guarded == (("conv", ("act",)),)
+    assert dict(result.decided.barrier_dtypes) == {Entry(3): "bfloat16"}

@@ -29,3 +29,17 @@ def test_a_clash_names_the_node():
     g = graph_from_symbol(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc"))
     with pytest.raises(InferenceFailed, match="node 'fc' \\(FullyConnected\\)"):
         infer_dtypes(g, {"data": "float16", "fc_weight": "float32"}, OpTypes({}))
+
+
+def test_golden_dtypes_flow_through_casts_and_the_graph_is_the_same_object():
+    """Rule: each node's used outputs get MXNet's dtypes from its inputs' (a variable absent
+    from var_dtypes takes what its reader asks: the weight of a float16 FullyConnected is
+    float16); the pass changes no node, so its graph is its input itself."""
+    from golden import cast, graph, op, var
+    from mxnet_amp.passes.infer_dtypes import InferDtypes
+    given = graph(var("x"), var("w"), cast("x16", "x", "float16"),
+                  op("fc", "FullyConnected", "x16", "w", num_hidden="2", no_bias="True"),
+                  cast("out", "fc", "float32"), heads=["out"])
+    result = InferDtypes({"x": "float32"})(given)
+    assert result.graph is given and not result.changed
+    assert result.decided == [("float32",), ("float16",), ("float16",), ("float16",), ("float32",)]

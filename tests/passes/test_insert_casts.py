@@ -82,3 +82,31 @@ def test_a_converted_graph_is_refused():
     with pytest.raises(AlreadyConvertedError, match="converted to mixed precision already"):
         refuse_converted(result.graph)
     refuse_converted(graph_from_symbol(_fc_softmax()))
+
+
+def test_golden_target_follow_widest_and_fp32_ops_get_their_casts():
+    """Rule (float16, weights stored float32): a target op reads its data and weights
+    through one amp_cast each to float16 (``<input>_amp_cast_float16``, put in before it);
+    a follow op runs in its input's dtype with no cast; a widest op's float inputs go through
+    one ``<node>_amp_multicast`` to the widest of them; an fp32 op whose input is float32
+    already gets no cast; a float32 output needs no cast back.
+
+        fc(x, w, b) -> relu -> add(., y) -> softmax
+    """
+    from golden import assert_graph, cast, graph, op, var
+    given = graph(var("x"), var("w"), var("b"), op("fc", "FullyConnected", "x", "w", "b", num_hidden="4"),
+                  op("act", "relu", "fc"), var("y"), op("add", "elemwise_add", "act", "y"),
+                  op("sm", "softmax", "add"), heads=["sm"])
+    expected = graph(var("x"), var("w"), var("b"), cast("x_amp_cast_float16", "x", "float16"),
+                     cast("w_amp_cast_float16", "w", "float16"), cast("b_amp_cast_float16", "b", "float16"),
+                     op("fc", "FullyConnected", "x_amp_cast_float16", "w_amp_cast_float16",
+                        "b_amp_cast_float16", num_hidden="4"),
+                     op("act", "relu", "fc"), var("y"),
+                     op("add_amp_multicast", "amp_multicast", "act", "y", num_outputs="2", cast_narrow="False"),
+                     op("add", "elemwise_add", ("add_amp_multicast", 0), ("add_amp_multicast", 1)),
+                     op("sm", "softmax", "add"), heads=["sm"])
+    result = insert_casts(given, load_policy("float16"), data_dtypes={"x": "float32", "y": "float32"},
+                          param_dtypes={"w": "float32", "b": "float32"})
+    assert_graph(result.graph, expected)
+    assert dict(result.node_dtypes) == {"fc": "float16", "act": "float16", "add": "float32", "sm": "float32"}
+    assert sorted(result.inserted_casts.values()) == [CAST, CAST, CAST, MULTICAST]

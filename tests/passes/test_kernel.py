@@ -154,10 +154,12 @@ class _Wraps(GraphPass):
 
 def test_a_pipeline_runs_its_passes_in_order_each_on_the_last_ones_graph():
     g = small()
-    results = run_passes(g, [_Wraps(CastBeforeFC, "cast_before_fc"), StripCasts()])
-    assert [r.changed for r in results] == [True, True]
+    run = run_passes(g, [_Wraps(CastBeforeFC, "cast_before_fc"), StripCasts()])
+    results = run.results
+    assert [r.changed for r in results] == [True, True] and run.changed
     assert [n.name for n in results[0].graph.nodes] == ["x", "w", "fc_in16", "fc", "relu"]
-    assert results[1].graph == g
+    assert results[1].graph == g and run.graph is results[1].graph
+    assert run.names == ("cast_before_fc", "strip_casts") and run.result("strip_casts") is results[1]
 
 
 def test_a_pipeline_error_names_the_pass_and_the_passes_before_it():
@@ -186,3 +188,56 @@ def test_a_pipeline_error_names_the_pass_and_the_passes_before_it():
         run_passes(g, [StripCasts(), _Wraps(Rewriter, "copy"), Fails()])
     assert str(err.value).startswith("in pass fails, after [strip_casts, copy]: KeyError")
     assert isinstance(err.value.__cause__, KeyError)
+
+
+def test_unchanged_means_the_input_graph_itself():
+    """GraphPass enforces it for every pass: an equal copy said unchanged comes back as the
+    input object, a graph returned as is says unchanged, and a different graph said
+    unchanged is a PassNodeError naming the pass."""
+    g = small()
+
+    class Copies(GraphPass):
+        name = "copies"
+
+        def call(self, graph):
+            return PassResult(Rewriter(graph).run(), None, False)
+
+    class SaysChanged(GraphPass):
+        name = "says_changed"
+
+        def call(self, graph):
+            return PassResult(graph, None, True)
+
+    class Lies(GraphPass):
+        name = "lies"
+
+        def call(self, graph):
+            return PassResult(StripCasts()(graph).graph, None, False)
+
+    copied = Copies()(g)
+    assert copied.graph is g and not copied.changed
+    said = SaysChanged()(g)
+    assert said.graph is g and not said.changed
+    with pytest.raises(PassNodeError, match="pass lies says it changed nothing"):
+        Lies()(CastBeforeFC(g).run())
+
+
+def test_a_pass_in_a_list_reads_the_record_of_the_pass_before():
+    """run_passes hands each pass the result before it (call_after): the only channel."""
+    from mxnet_amp.passes.kernel import this_before_that
+    g = small()
+
+    class Counts(GraphPass):
+        name = "counts"
+
+        def call_after(self, previous):
+            return PassResult(previous.graph, (previous.decided or 0) + 1, False)
+
+    class Counts2(Counts):
+        name = "counts2"
+    run = run_passes(PassResult(g, 10, False), [Counts(), Counts2()],
+                     [this_before_that("counts", "counts2")])
+    assert [r.decided for r in run.results] == [11, 12] and run.graph is g and not run.changed
+    from mxnet_amp.errors import PassOrderError
+    with pytest.raises(PassOrderError, match="pass counts must run before pass counts2"):
+        run_passes(g, [Counts2(), Counts()], [this_before_that("counts", "counts2")])

@@ -32,3 +32,17 @@ def test_a_graph_without_the_old_dtype_is_returned_as_is():
     """Nothing names float64: the same graph object comes back."""
     g = _bf16_graph()
     assert relabel_dtype(g, "float64", "float32") is g
+
+
+def test_golden_one_dtype_is_renamed_in_every_attribute_naming_it():
+    """Rule: ``dtype=old`` becomes ``dtype=new`` and ``__dtype__`` old's code becomes new's
+    code, on every node; other dtypes and attributes stay."""
+    from golden import assert_graph, cast, graph, op, var
+    given = graph(var("x"), var("w", __dtype__="12"), cast("x16", "x", "bfloat16"),
+                  op("fc", "FullyConnected", "x16", "w", num_hidden="2"), cast("y", "fc", "float32"),
+                  heads=["y"])
+    expected = graph(var("x"), var("w", __dtype__="2"), cast("x16", "x", "float16"),
+                     op("fc", "FullyConnected", "x16", "w", num_hidden="2"), cast("y", "fc", "float32"),
+                     heads=["y"])
+    assert_graph(relabel_dtype(given, "bfloat16", "float16"), expected)
+    assert relabel_dtype(expected, "bfloat16", "float16") is expected

@@ -64,3 +64,23 @@ def test_casts_inside_subgraphs_go_too():
     outer = Graph((Node("null", "x"), Node("_foreach", "loop", (Entry(0),), subgraphs=(body,))), (Entry(1),))
     (inner,) = strip_casts(outer).nodes[1].subgraphs
     assert [n.name for n in inner.nodes] == ["v", "r"] and inner.nodes[1].inputs == (Entry(0),)
+
+
+def test_golden_every_amp_cast_goes_and_its_readers_read_its_input():
+    """Rule: each amp_cast / amp_multicast is removed; a reader of a cast (a head too) reads
+    the cast's input, output k of a multicast its input k; MXNet's own Cast stays.
+
+        x -> amp_cast(f16) -> fc(w) -> amp_multicast(fc, y) -> add -> Cast(f32) -> head
+    """
+    from golden import assert_graph, cast, graph, op, var
+    given = graph(var("x"), var("w"), var("y"), cast("x16", "x", "float16"),
+                  op("fc", "FullyConnected", "x16", "w", num_hidden="4"),
+                  op("mc", "amp_multicast", "fc", "y", num_outputs="2", cast_narrow="False"),
+                  op("add", "elemwise_add", ("mc", 0), ("mc", 1)),
+                  op("out", "Cast", "add", dtype="float32"), cast("head32", "out", "float32"),
+                  heads=["head32", ("mc", 1)])
+    expected = graph(var("x"), var("w"), var("y"), op("fc", "FullyConnected", "x", "w", num_hidden="4"),
+                     op("add", "elemwise_add", "fc", "y"), op("out", "Cast", "add", dtype="float32"),
+                     heads=["out", "y"])
+    assert_graph(strip_casts(given), expected)
+    assert strip_casts(expected) is expected   # nothing to strip: the same object

@@ -37,3 +37,15 @@ def test_the_input_graph_is_not_modified_and_mxnet_reads_the_tags():
     sym = graph_to_symbol(tagged)
     arg_types = dict(zip(sym.list_arguments(), sym.infer_type_partial()[0]))
     assert arg_types["fc_weight"] == np.float16
+
+
+def test_golden_each_named_variable_gets_its_dtype_code():
+    """Rule: every variable named gets ``__dtype__`` = MXNet's code of its dtype (other
+    attributes kept, an existing tag rewritten); ops and unnamed variables are untouched."""
+    from golden import assert_graph, graph, op, var
+    given = graph(var("x"), var("w", __dtype__="0", __shape__="(4, 3)"), var("b"),
+                  op("fc", "FullyConnected", "x", "w", "b", num_hidden="4"), heads=["fc"])
+    expected = graph(var("x"), var("w", __dtype__="2", __shape__="(4, 3)"), var("b", __dtype__="12"),
+                     op("fc", "FullyConnected", "x", "w", "b", num_hidden="4"), heads=["fc"])
+    assert_graph(tag_param_dtypes(given, {"w": "float16", "b": "bfloat16", "fc": "float16"}), expected)
+    assert tag_param_dtypes(expected, {"w": "float16", "b": "bfloat16"}) is expected

@@ -68,6 +68,41 @@ def test_forced_copy_gives_each_node_its_own_low_precision_error():
     assert not np.array_equal(forced, ref[(original.index_of("fc2"), 0)])
 
 
+def test_golden_forced_copies_read_reference_feeds_and_perturbed_copies_perturbed_ones():
+    """Rule: each forced node is copied reading its variables as they are, the casts the
+    conversion put before it (copied once) and, for an op input, a new variable
+    ``<producer>_out<k>_reference`` declared in the producer's dtype; then every op reading
+    another op's output gets a float32 copy ``<op>_perturbed`` reading
+    ``<producer>_out<k>_perturbed`` and its weights through float32 aliases ``<w>_float32``.
+    The heads are the forced copies' outputs, then the perturbed ones'.
+
+        original: fc2(fc1(x, w1), w2);  converted: cast(fc2(fc1(cast(x, f16), w1), w2), f32)
+    """
+    from golden import assert_graph, cast, graph, op, var
+    from mxnet_amp.graph import Entry
+    original = graph(var("x"), var("w1"), op("fc1", "FullyConnected", "x", "w1", num_hidden="3"),
+                     var("w2"), op("fc2", "FullyConnected", "fc1", "w2", num_hidden="2"), heads=["fc2"])
+    converted = graph(var("x"), var("w1"), cast("x_amp_cast_float16", "x", "float16"),
+                      op("fc1", "FullyConnected", "x_amp_cast_float16", "w1", num_hidden="3"),
+                      var("w2"), op("fc2", "FullyConnected", "fc1", "w2", num_hidden="2"),
+                      cast("fc2_amp_cast_float32", "fc2", "float32"), heads=["fc2_amp_cast_float32"])
+    expected = graph(var("x"), cast("x_amp_cast_float16", "x", "float16"), var("w1"),
+                     op("fc1", "FullyConnected", "x_amp_cast_float16", "w1", num_hidden="3"),
+                     var("fc1_out0_reference"), var("w2"),
+                     op("fc2", "FullyConnected", "fc1_out0_reference", "w2", num_hidden="2"),
+                     var("fc1_out0_perturbed"), var("w2_float32"),
+                     op("fc2_perturbed", "FullyConnected", "fc1_out0_perturbed", "w2_float32", num_hidden="2"),
+                     heads=["fc1", "fc2", "fc2_perturbed"])
+    forced = teacher_force(converted, original, {"fc1", "fc2"}, {Entry(3): "float16"}, {2, 6})
+    assert_graph(forced.graph, expected)
+    assert forced.var_dtypes == {"fc1_out0_reference": "float16", "fc1_out0_perturbed": "float32",
+                                 "w2_float32": "float32"}
+    assert forced.reference_feeds == {"fc1_out0_reference": ("fc1", 0)}
+    assert forced.perturbed_feeds == {"fc1_out0_perturbed": ("fc1", 0)}
+    assert forced.param_aliases == {"w2_float32": "w2"}
+    assert forced.outputs == [("forced", "fc1", 0), ("forced", "fc2", 0), ("perturbed", "fc2", 0)]
+
+
 def test_no_probes_gives_the_forced_copies_only():
     """``probes=0``: the forced copies alone, no perturbed copy and no float32 alias."""
     sym, args, auxs, conv = _converted()

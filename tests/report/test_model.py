@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_graph, convert_model_full
-from mxnet_amp.options import make_options
+from mxnet_amp.options import OpLists, make_options
 from mxnet_amp.errors import DrawError
 from mxnet_amp.report.draw import DTYPE_COLOURS, graph_dot, graph_svg, write_graph
 from mxnet_amp.report.picture import collapse, node_dtypes
@@ -41,8 +41,7 @@ def _dtype_str(t):
 def converted():
     sym, args, auxs = small_model()
     new_sym, new_args, new_aux, conv = convert_model_full(
-        sym, args, auxs, make_options("float16", excluded_sym_names=["conv2"], cast_optional_params=True,
-                                      fold_batchnorm=False))
+        sym, args, auxs, make_options("float16", OpLists(excluded_sym_names=["conv2"]), cast_optional_params=True, fold_batchnorm=False))
     return sym, args, auxs, new_sym, new_args, new_aux, conv
 
 
@@ -172,7 +171,7 @@ def resnet18():
     # gluon numbers its prefixes per process (resnetv10_, resnetv11_…): find the dense layer
     dense = next(n.name for n in graph.nodes if n.op == "FullyConnected")
     # weights cast in the graph (as mx.contrib.amp's default): the picture shows those casts
-    return convert_graph(graph, make_options("bfloat16", excluded_sym_names=[dense], cast_optional_params=False),
+    return convert_graph(graph, make_options("bfloat16", OpLists(excluded_sym_names=[dense]), cast_optional_params=False),
                          data_names=["data"])
 
 

@@ -252,7 +252,9 @@ def test_trained_accuracy_quick(tmp_path):
                 assert 0 <= r[dtype][side]["accuracy"] <= 1
     assert rows["cnn"]["float16"]["auto"]["executions"] == 2
     assert rows["overflow"]["float16"]["ours"]["finite"] is False
-    assert rows["overflow"]["float16"]["auto"]["kept_fp32"] == ["raw_dense0_fwd"]
+    # the search's culprit, and the BatchNorm the weight-range guard keeps (issue 41: the
+    # report lists every node kept float32)
+    assert rows["overflow"]["float16"]["auto"]["kept_fp32"] == ["raw_dense0_fwd", "raw_batchnorm0_fwd"]
     text = md.read_text()
     assert "| cnn | 450 |" in text and "## Automatic mode" in text
 
@@ -383,6 +385,8 @@ def test_onnx_export_quick(tmp_path):
         assert row["matches_cpu_ep_model"] and max(row["onnx_vs_cpu_ep_model"]) < 0.005, row
         assert row["opset"] == 13 and row["amp_casts"] >= 1 and row["onnx_bytes"] > 0
         assert len(row["onnx_err"]) == len(row["emulate_err"]) == len(row["outputs"])
+        if data["environment"]["reference_python"]:   # true float16 / bfloat16 (.ci/run sets it)
+            assert row["within_reference"] and row["bfloat16"]["within_reference"], row
 
 
 def test_memory_quick_onnx(tmp_path):
@@ -395,6 +399,47 @@ def test_memory_quick_onnx(tmp_path):
         assert r["exit_code"] == 0 and r["onnx_bytes"] > 0 and not r["onnx_external_data"], r
     # float32 weights: the file holds twice the float16 one's bytes
     assert 1.9 < rows[0]["onnx_bytes"] / rows[1]["onnx_bytes"] < 2.1
+
+
+def test_a_run_that_cannot_measure_natively_never_replaces_a_native_result(tmp_path, monkeypatch):
+    """On a CPU without native bfloat16, a shipped result JSON or docs section measured with
+    it is kept and the run is written beside it, saying why (following docs/benchmarks.md on
+    an AVX2 CPU overwrote them with "does not run natively"; newcomer audit, #42)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import _common as C
+    import mxnet_amp.hardware as hardware
+    shipped = tmp_path / "cpu_inference.json"
+    shipped.write_text(json.dumps({"environment": {"bf16_runs_natively": True}, "rows": [1]}))
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("a\n<!-- t:start -->\nMeasured on X (bf16 runs natively=True)\n<!-- t:end -->\nb\n")
+    monkeypatch.setattr(hardware, "bf16_runs_natively", lambda: False)
+    C.write_json(str(shipped), {"environment": {"bf16_runs_natively": False}, "rows": []})
+    assert json.loads(shipped.read_text())["rows"] == [1]
+    beside = tmp_path / "cpu_inference.no-native-bf16.json"
+    assert json.loads(beside.read_text())["rows"] == []
+    C.write_between_markers(str(doc), "t", "does not run natively")
+    assert "natively=True" in doc.read_text()
+    assert (tmp_path / "benchmarks.t.no-native-bf16.md").read_text() == "does not run natively\n"
+    # a file measured without native bfloat16, or a CPU that has it, is replaced as before
+    C.write_json(str(beside), {"rows": [2]})
+    assert json.loads(beside.read_text())["rows"] == [2]
+    monkeypatch.setattr(hardware, "bf16_runs_natively", lambda: True)
+    C.write_json(str(shipped), {"environment": {"bf16_runs_natively": True}, "rows": [3]})
+    assert json.loads(shipped.read_text())["rows"] == [3]
+
+
+def test_conversion_stages_times_a_base_revision_whatever_module_calls_the_stages(tmp_path):
+    """``conversion_stages.py --base a450558`` (docs/benchmarks.md) ran into AttributeError:
+    the stage functions moved out of convert.py; now every module binding one is timed."""
+    out = tmp_path / "stages.json"
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, os.path.join("benchmarks", "conversion_stages.py"),
+                           "--nodes", "300", "--rounds", "1", "--base", "a450558", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["median_s"]["now"]["insert_casts"] > 0 and data["median_s"]["base"]["insert_casts"] > 0
+    assert data["stages_not_found"]["base"] == [] and data["paired_ratio_now_over_base"] > 0
 
 
 def test_load_speed_quick(tmp_path, bf16_mode):

@@ -87,10 +87,10 @@ def test_warnings_are_not_lost_when_the_command_then_fails(opless, tmp_path, cap
 def test_picture_title_says_how_many_nodes_compute_in_which_dtype():
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.report.picture import collapse, node_dtypes
-    from mxnet_amp.options import make_options
+    from mxnet_amp.options import OpLists, make_options
     sym, args, auxs = small_model()
     *_, conversion = convert_model_full(sym, args, auxs,
-                                        make_options("bfloat16", excluded_sym_names=["fc", "conv2"]))
+                                        make_options("bfloat16", OpLists(excluded_sym_names=["fc", "conv2"])))
     graph, dtypes = conversion.graph, node_dtypes(conversion)
     ops = [i for i, n in enumerate(graph.nodes) if not n.is_variable and n.op not in ("amp_cast", "amp_multicast")]
     n32 = sum(dtypes[i] == "float32" for i in ops)

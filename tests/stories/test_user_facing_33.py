@@ -154,7 +154,7 @@ def test_demo_batch_beyond_memory_is_refused_before_any_work(capsys):
 
 def test_demo_batch_whose_activations_do_not_fit_is_refused(capsys, monkeypatch):
     # 64 MiB "available": the input of 1000 32x32 samples fits, their activations do not
-    monkeypatch.setattr(demo, "_available_memory", lambda: 64 * 2**20)
+    monkeypatch.setattr(demo, "available_memory", lambda: 64 * 2**20)
     code = main(["demo", "--batch", "1000", "--size", "32"])
     err = capsys.readouterr().err
     assert code == 2 and "--batch 1000" in err and "activations" in err and "at most" in err
@@ -276,10 +276,10 @@ def test_a_batchnorm_left_unfolded_by_auto_names_autos_reason_not_excluded_sym_n
 
 def test_a_batchnorm_the_user_kept_unfolded_says_excluded_by_name():
     from mxnet_amp.convert import convert_model_full
-    from mxnet_amp.options import make_options
+    from mxnet_amp.options import OpLists, make_options
     from mxnet_amp.report.model import build_report
     sym, args, auxs = _conv_bn()
-    conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", excluded_sym_names=["conv0"]))[3]
+    conversion = convert_model_full(sym, args, auxs, make_options("bfloat16", OpLists(excluded_sym_names=["conv0"])))[3]
     user = build_report(conversion)
     assert dict(user.kept_batchnorms)["bn0"] == ("its producer 'conv0' stays float32: excluded by name "
                                                  "(excluded_sym_names / --exclude)")
