@@ -5,7 +5,7 @@ MXNet 1.9.1's exporter needs ``onnx.mapping`` (gone after onnx 1.14), so the pro
 environment keeps onnx 1.14.1. onnx 1.23's ``onnx.reference.ReferenceEvaluator`` (numpy,
 ml_dtypes) computes each float16 op in float16 and runs bfloat16 graphs, but lives in a
 newer onnx: this file runs in either. Where onnx >= 1.23 is installed (a separate venv,
-``python3 -m venv .venv-onnxref && .venv-onnxref/bin/pip install 'onnx>=1.23' numpy``)
+``python3 -m venv .venv-onnxref && .venv-onnxref/bin/pip install onnx==1.23.2 'numpy<2.5'``)
 it is the command line; the project's side (tests, ``benchmarks/onnx_export.py``) imports it
 for :func:`reference_outputs`, which runs it there as a subprocess on files exported here,
 and for :func:`probe_model`, which it also runs in onnxruntime.

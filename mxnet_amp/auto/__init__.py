@@ -25,9 +25,12 @@ precision breaks it. The work is driven by one instrumented float32 run:
    dtype's subnormal range, then topologically) a binary search finds the shortest prefix
    whose exclusion validates; its last node is a culprit. Repeating on the prefix before
    it finds each of ``k`` culprits in ``ceil(log2 N) + 1`` executions: ``O(k log N)``.
-   The search never returns a configuration it has not seen validate. In all, ``k``
-   accuracy culprits among ``N`` low precision nodes cost at most
-   ``3 + k * (ceil(log2 N) + 1)`` executions.
+   The search never returns a configuration it has not seen validate, and shrinks what
+   validated to a 1-minimal set (:mod:`mxnet_amp.auto.culprits.shrink`: each kept node
+   returned alone to low precision fails, measured). In all, ``k`` accuracy culprits among
+   ``N`` low precision nodes cost at most ``3 + k * (ceil(log2 N) + 1) + k`` executions
+   (+ 2 for the attribution's run and validation before it); ``2 + k + 1`` and the
+   attribution's run when its picks are the culprits.
 
 Every model execution is counted in the report (:class:`AutoReport`).
 """

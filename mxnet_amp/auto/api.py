@@ -2,7 +2,6 @@
 and :func:`auto_convert` (the same under built options)."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -19,20 +18,19 @@ from ..io import graph_from_symbol
 from ..options import ConvertOptions, OpLists, make_options
 from ..params import check_data_names, label_inputs, model_inputs
 from ..policy import check_target_dtype
-from ..record import Conversion
 from ..shape_check.check import check_param_shapes
 from ..warn import warn_user
 from .batches import BatchSource, known_batches, one_batch_as_list
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
-from .kept import all_kept
 from .inputs import loss_labels, sample_inputs as sample_input_arrays
 from .measure import default_scale_tolerance, default_tolerances
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
-from .records import SEARCHES, AutoReport, AutoSettings, KeptNode, NodeError, OutputCheck, kept_reasons
+from .records import SEARCHES, AutoReport, AutoSettings, kept_reasons
+from .checks.config import RunConfig
 from .runner import Runs, context_of, execution_mode
-from .search import low_nodes, reference_and_search
+from .search import reference_and_search
 from .task_metric import task_metric
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -260,10 +258,10 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         notes = [mode_note] if mode_note else []
         progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", leave=False,
                         disable=True if quiet else None)   # None: on a terminal only, never a pipe
+        judge = _data_judge(source, settings, options.target_dtype, pool, quiet)
         runs = _checked_runs(sym, arg_params, aux_params, sample_inputs, original, options, settings,
-                             ctx=ctx, data_names=data_names, execution=mode, progress=progress)
-        if source is not None and pool is not None:
-            judge = runs.data = _data_judge(source, settings, options.target_dtype, pool, quiet)
+                             ctx=ctx, data_names=data_names, execution=mode, progress=progress,
+                             data=judge)
         with numpy_warnings_noted(runs.steps, notes):
             # the first conversion checks params against the symbol (typed errors) first
             runs.convert(options.excluded)
@@ -280,7 +278,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         for closing in [progress] + ([judge] if judge is not None else [source, pool]):
             if closing is not None:
                 closing.close()
-    report = _with_data_figures(_auto_report(runs, excluded, kept, model[3], notes, reference_finite,
+    report = _with_data_figures(runs.log.report(runs.config, excluded, kept, model[3], notes, reference_finite,
                                              tuple(errors)), judge, rows)
     if not report.validated:
         warn_user("auto_convert_model: the returned model did not validate "
@@ -290,16 +288,17 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
 
 def _checked_runs(sym: Symbol, arg_params: dict, aux_params: dict, sample_inputs: Any,
                   original: Graph, options: ConvertOptions, settings: AutoSettings, *,
-                  ctx: Context, data_names: list[str], execution: str, progress: Any) -> Runs:
+                  ctx: Context, data_names: list[str], execution: str, progress: Any,
+                  data: DataJudge | None = None) -> Runs:
     """The :class:`Runs` of a search, the sample inputs and exclusions checked first (the
     sample inputs' shapes reach every weight: a wrong one is named before any run)."""
     inputs = sample_input_arrays(sample_inputs, data_names, ctx, sym, original)
     check_param_shapes(sym, arg_params, aux_params, {k: v.shape for k, v in inputs.items()},
                        shapes_from="sample_inputs")
     options.check_excluded(original)
-    return Runs(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs, ctx=ctx,
-                options=options, data_names=data_names, settings=settings, execution=execution,
-                progress=progress)
+    return Runs(RunConfig.of(sym=sym, arg_params=arg_params, aux_params=aux_params, inputs=inputs,
+                             ctx=ctx, options=options, data_names=data_names, settings=settings,
+                             execution=execution), progress, data)
 
 
 def _checked_pool(workers: Any, attribution_samples: Any, client: Any) -> tuple[int | None, int]:
@@ -328,7 +327,8 @@ def _with_data_figures(report: AutoReport, judge: DataJudge | None, rows: int | 
         return report
     return replace(report, samples=judge.source.samples, batches=judge.source.batches,
                    attribution_samples=rows, workers=judge.pool.workers,
-                   pass_seconds=tuple(judge.pass_seconds))
+                   pass_seconds=tuple(judge.pass_seconds),
+                   sample_evaluations=judge.sample_evaluations)
 
 
 def _eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], original: Any,
@@ -374,35 +374,17 @@ def _check_eval_data(eval_data: Any, sample_inputs: Any, settings: AutoSettings)
                             f"batches, got {eval_data!r} (a .rec file: mxnet_amp.auto.batches.RecordBatches)")
 
 
-def _data_judge(source: BatchSource, settings: AutoSettings, target_dtype: str, pool: Any,
-                quiet: bool) -> DataJudge:
-    """The :class:`DataJudge` of the checks over ``source``, its batches run by ``pool``."""
+def _data_judge(source: BatchSource | None, settings: AutoSettings, target_dtype: str, pool: Any,
+                quiet: bool) -> DataJudge | None:
+    """The :class:`DataJudge` of the checks over ``source``, its batches run by ``pool``
+    (None without evaluation data)."""
+    if source is None or pool is None:
+        return None
     metric = settings.validate if isinstance(settings.validate, MetricCheck) else None
     return DataJudge(source, pool, target_dtype=target_dtype,
                      tolerance=settings.tolerance, rtol=settings.rtol, atol=settings.atol,
                      metric=metric.task if metric is not None else None,
                      validate=None if metric is not None else settings.validate, quiet=quiet)
-
-
-def _auto_report(runs: Runs, excluded: frozenset, kept: tuple[KeptNode, ...],
-                 conversion: Conversion, notes: list[str], reference_finite: bool,
-                 attribution: tuple[NodeError, ...] = ()) -> AutoReport:
-    """The :class:`AutoReport` of the returned model (``excluded`` kept in float32)."""
-    result = runs.results.get(excluded) or OutputCheck(
-        "scale" if runs.rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
-    return AutoReport(
-        target_dtype=runs.target_dtype, execution=runs.execution, context=str(runs.ctx),
-        kept_fp32=all_kept(kept, conversion), executions=runs.executions, validated=result.passed,
-        tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
-        rtol=runs.rtol, atol=runs.atol,
-        # the graph converted (BatchNorms folded by default), as low_precision_nodes counts
-        op_nodes=sum(1 for n in conversion.original.nodes if not n.is_variable),
-        low_precision_nodes=len(low_nodes(conversion)), criterion=result.criterion,
-        tolerance=runs.tolerance if result.criterion == "scale" else None,
-        relative_error=result.relative_error, top1_flips=result.top1_flips,
-        top1_rows=result.top1_rows, steps=tuple(runs.steps), notes=tuple(notes),
-        reference_finite=reference_finite, attribution=attribution,
-        metric=runs.metric_values.get(excluded), conversion=conversion)
 
 
 def auto_convert_block(block: HybridBlock, sample_inputs: Any, target_dtype: str = "float16",

@@ -103,6 +103,8 @@ class DataJudge:
         self.reference_score: float | None = None
         self.has_reference = False
         self.pass_seconds: list[float] = []
+        # samples run through a model, every pass counted (the float32 reference's included)
+        self.sample_evaluations = 0
 
     def _pass(self, blob: ModelBlob, stage: str) -> Iterator[tuple[Batch, list]]:
         bar = stage_bar(stage, self.source.samples, enabled=not self.quiet)
@@ -110,6 +112,7 @@ class DataJudge:
         try:
             for batch, outs in self.pool.map(blob, self.source):
                 bar.update(batch.size)
+                self.sample_evaluations += batch.size
                 yield batch, outs
         finally:
             bar.close()

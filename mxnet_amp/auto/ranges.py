@@ -76,7 +76,7 @@ def _costly(runs: Runs, original: Graph, offending: list, stats: Stats, limits: 
     they are used (:mod:`mxnet_amp.auto.underflow`); those are named in ``notes``. An
     underflow entry's value becomes ``(fraction flushed, cost)``."""
     params = {**runs.arg_params, **runs.aux_params}
-    bound = SHARE_OF_TOLERANCE * (runs.tolerance if runs.rtol is None else runs.rtol)
+    bound = SHARE_OF_TOLERANCE * (runs.config.tolerance if runs.config.rtol is None else runs.config.rtol)
     kept, ignored = [], []
     for key, reason, value in offending:
         if reason != "underflow":

@@ -100,7 +100,8 @@ class NodeError:
 class SearchStep:
     """One model execution of the auto mode."""
 
-    # 'reference', 'check', 'attribution', 'validate', 'trim', 'all-fp32', 'bisect', 'prefix'
+    # 'reference', 'reference data', 'check', 'attribution', 'validate', 'all-fp32', 'bisect',
+    # 'shrink'
     kind: str
     excluded: int              # nodes kept in float32 in the executed configuration
     passed: bool | None        # None for the reference run
@@ -181,6 +182,12 @@ class AutoReport:
         The worker processes (or Dask workers) the passes over ``eval_data`` ran on.
     pass_seconds : tuple of float
         With ``eval_data``: the wall time of each pass over it, the float32 reference first.
+    sample_evaluations : int or None
+        With ``eval_data``: the samples run through a model over every pass (the float32
+        reference's included): ``(passes) x samples`` (None without eval_data).
+    minimality : str or None
+        How the accuracy search's kept set was shown 1-minimal: each kept node returned
+        alone to low precision, measured to fail (:mod:`mxnet_amp.auto.culprits.shrink`).
     """
 
     target_dtype: str
@@ -215,6 +222,11 @@ class AutoReport:
     workers: int = 1
     # with eval_data: the wall seconds of each pass over it (the float32 reference first)
     pass_seconds: tuple[float, ...] = ()
+    # how the accuracy nodes kept were shown 1-minimal ("1-minimal: each of the 3 kept nodes
+    # fails alone (9 executions)"); None where no accuracy search ran
+    minimality: str | None = None
+    # with eval_data: samples run through a model over all passes (the reference's included)
+    sample_evaluations: int | None = None
     # the Conversion record of the returned model (what the pass decided, node by node)
     conversion: Conversion | None = field(default=None, repr=False, compare=False)
 
@@ -266,7 +278,9 @@ class AutoReport:
                          f"{self.workers} worker{'s' if self.workers != 1 else ''}) per run; "
                          "ranges and attribution on " + (
                              f"its first {self.attribution_samples} samples"
-                             if self.attribution_samples else "the sample inputs"))
+                             if self.attribution_samples else "the sample inputs")
+                         + (f"; {self.sample_evaluations} sample evaluations in all"
+                            if self.sample_evaluations is not None else ""))
         for k in self.kept_fp32:
             lines.append(f"  {k.name} ({k.op}): {k.reason}: {kept_text(k)}")
         lines.extend(f"  note: {n}" for n in self.notes)

@@ -11,20 +11,20 @@ import numpy as np
 from ..arguments import check_contexts
 from ..convert import convert_model_full
 from ..record import Conversion
-from ..dtypes import dtype_name
 from ..emulation import emulate_conversion
 from ..errors import ArgumentError, ParamError, TargetDtypeError, error_text
 from ..graph import Entry, Graph
 from ..hardware import bf16_runs_natively, fp16_runs_natively, refuse_not_native
 from ..io import graph_from_symbol, graph_to_symbol
-from ..options import ConvertOptions
 from ..policy import Reason, reason_kind
 from ..passes.fusion_barriers import insert_fusion_barriers
 from ..tune import TuneRecord, with_timings
 from .deployed import binds_fused, forward_bound
 from .measure import check_outputs
+from .checks.config import RunConfig
+from .checks.log import SearchLog
 from .metrics import MetricCheck, validate_passed
-from .records import AutoSettings, OutputCheck, SearchStep
+from .records import OutputCheck, SearchStep
 from .workers import ModelBlob, run_model
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -40,43 +40,95 @@ SEARCHING = "auto: kept float32 while the automatic mode searches"
 
 
 class Runs:
-    """Executes configurations, counts executions, caches check results per exclusion set."""
+    """The executor of a search: converts, runs and checks configurations of ``config``
+    (:class:`~mxnet_amp.auto.checks.config.RunConfig`, read only), caching the latest
+    conversion and every configuration's check, and writes each execution to ``log``
+    (:class:`~mxnet_amp.auto.checks.log.SearchLog`). ``data``: evaluation data of any size
+    (``eval_data=``): checks run over all of it, the reference and attribution on the
+    sample inputs (its first batches)."""
 
-    def __init__(self, *, sym: Symbol, arg_params: dict, aux_params: dict, inputs: dict,
-                 ctx: Context, options: ConvertOptions, data_names: Sequence[str],
-                 settings: AutoSettings, execution: str, progress: tqdm) -> None:
-        self.sym, self.arg_params, self.aux_params = sym, arg_params, aux_params
-        self.inputs, self.ctx = inputs, ctx
-        self.options, self.data_names = options, list(data_names)
-        self.target_dtype, self.execution = options.target_dtype, execution
-        self.tolerance, self.rtol, self.atol = settings.tolerance, settings.rtol, settings.atol
-        self.validate, self.max_executions = settings.validate, settings.max_executions
-        self.search = settings.search
+    def __init__(self, config: RunConfig, progress: tqdm, data: DataJudge | None = None) -> None:
+        self.config, self.progress, self.data = config, progress, data
+        self.log = SearchLog()
+        self.options = config.options   # tune= times once: the first conversion drops it
         # the checks bind the model as Module does where it will run through oneDNN's
         # fusions (mxnet_amp.auto.deployed), not op by op
-        self.bound = binds_fused(self.target_dtype, ctx, execution)
+        self.bound = binds_fused(config.target_dtype, config.ctx, config.execution)
         self.bind_error: str | None = None   # why binding failed (the checks ran op by op)
-        self.progress = progress
-        self.executions = 0
-        self.steps: list[SearchStep] = []
-        self.results: dict[frozenset, OutputCheck] = {}
         self.conversions: dict[frozenset, tuple] = {}
         self.tuned: TuneRecord | None = None    # what tune= timed (the first conversion's record)
         self.reference: list[np.ndarray] | None = None
-        # the user metric's figures per configuration (metric=...)
-        self.metric_values: dict[frozenset, dict] = {}
         # outputs after NMS / top-k / sorting: the checks judge these tensors instead,
-        # ``(node name, output)`` of the float32 graph (set by the search; empty: the heads)
+        # ``(node name, output)`` of the float32 graph (:meth:`judge_dense`; empty: the heads)
         self.judged: list[tuple[str, int]] = []
         self.after_reference: list[np.ndarray] = []   # the heads past such ops
-        # evaluation data of any size (eval_data=...): checks run over all of it, the
-        # reference and attribution on ``inputs`` (its first batches)
-        self.data: DataJudge | None = None
         self._reference_blob: ModelBlob | None = None
+
+    # what the attribution (mxnet_amp.auto.attribution) and the range search read here
+    @property
+    def sym(self) -> Symbol:
+        return self.config.sym
+
+    @property
+    def arg_params(self) -> Mapping:
+        return self.config.arg_params
+
+    @property
+    def aux_params(self) -> Mapping:
+        return self.config.aux_params
+
+    @property
+    def inputs(self) -> Mapping:
+        return self.config.inputs
+
+    @property
+    def ctx(self) -> Context:
+        return self.config.ctx
+
+    @property
+    def target_dtype(self) -> str:
+        return self.config.target_dtype
+
+    @property
+    def steps(self) -> list[SearchStep]:
+        return self.log.steps
+
+    @property
+    def results(self) -> dict[frozenset, OutputCheck]:
+        return self.log.results
+
+    @property
+    def executions(self) -> int:
+        return self.log.executions
+
+    @property
+    def max_executions(self) -> int | None:
+        return self.config.max_executions
+
+    @property
+    def accuracy_reason(self) -> str:
+        return self.config.accuracy_reason
+
+    def criterion_words(self) -> str:
+        """The check's bound in words (:meth:`RunConfig.criterion_words`)."""
+        return self.config.criterion_words()
+
+    def input_dtypes(self) -> dict[str, str]:
+        """The sample inputs' dtype names."""
+        return self.config.input_dtypes()
 
     @property
     def budget_left(self) -> bool:
-        return self.max_executions is None or self.executions < self.max_executions
+        return self.log.budget_left(self.config.max_executions)
+
+    def judge_dense(self, judged: list[tuple[str, int]], after_reference: list[np.ndarray]) -> None:
+        """Judge the tensors ``judged`` instead of the heads (outputs after NMS / top-k),
+        the heads only asked to stay finite where ``after_reference`` is."""
+        self.judged, self.after_reference = list(judged), list(after_reference)
+
+    def set_reference(self, reference: list[np.ndarray]) -> None:
+        """The float32 outputs the one-batch checks compare with."""
+        self.reference = list(reference)
 
     def convert(self, excluded: frozenset, reasons: Mapping[str, str] = MappingProxyType({})
                 ) -> tuple[Symbol, dict, dict, Conversion]:
@@ -85,7 +137,7 @@ class Runs:
         Emulated checks get its params uncast (float32, rounded in the graph: no low
         precision copy beside the caller's originals while a check runs); :meth:`final`
         casts them."""
-        user = self.options.fp32_nodes
+        user = self.config.options.fp32_nodes
         fp32_nodes = {n: user.get(n) or _searched(reasons.get(n) or SEARCHING) for n in sorted(excluded)}
         key = frozenset(fp32_nodes.items())
         hit = self.conversions.get(key)
@@ -95,10 +147,11 @@ class Runs:
             if self.tuned is not None:
                 # timed once: every later conversion starts from the choices made
                 options = with_timings(options, self.tuned)
-            hit = convert_model_full(self.sym, self.arg_params, self.aux_params, options,
-                                     data_names=self.data_names, sequential_casts=True,
+            hit = convert_model_full(self.config.sym, dict(self.config.arg_params),
+                                     dict(self.config.aux_params), options,
+                                     data_names=list(self.config.data_names), sequential_casts=True,
                                      # checked once, with the sample inputs' shapes
-                                     check_shapes=False, cast_params=self.execution == "native",
+                                     check_shapes=False, cast_params=self.config.execution == "native",
                                      data_shapes={k: v.shape for k, v in self.inputs.items()})
             if self.options.tuning is not None:
                 self.tuned = hit[3].tuning
@@ -114,7 +167,7 @@ class Runs:
         check (so the low precision copies never coexist with a check's temporaries)."""
         sym, args, auxs, conversion = self.convert(excluded, reasons)
         self.conversions = {}
-        if self.execution == "emulated":
+        if self.config.execution == "emulated":
             args, auxs = conversion.recast(args, auxs, sequential=True)
         return sym, args, auxs, conversion
 
@@ -132,8 +185,8 @@ class Runs:
                 ) -> tuple[list[str], dict]:
         """``sym``'s input names and a value for each (params on :attr:`ctx`, the sample
         inputs); :class:`ParamError` naming those with none."""
-        values = {k: v.as_in_context(self.ctx) for k, v in {**arg_params, **aux_params}.items()}
-        values.update(self.inputs)
+        values = {k: v.as_in_context(self.config.ctx) for k, v in {**arg_params, **aux_params}.items()}
+        values.update(self.config.inputs)
         names = sym.list_inputs()
         missing = [n for n in names if n not in values]
         if missing:
@@ -156,30 +209,31 @@ class Runs:
         """One model execution bound as ``Module`` binds it (oneDNN's fusions applied:
         :func:`mxnet_amp.auto.deployed.forward_bound`)."""
         _, values = self._values(sym, arg_params, aux_params)
-        result = forward_bound(sym, values, self.ctx)
+        result = forward_bound(sym, values, self.config.ctx)
         self._count()
         return result
 
     def _count(self) -> None:
-        self.executions += 1
+        self.log.executions += 1
         self.progress.update(1)
 
     def run_reference(self, instrumented_sym: Symbol) -> list[np.ndarray]:
         """Run the instrumented float32 model once (every used tensor an output)."""
-        outs = self.forward(instrumented_sym, self.arg_params, self.aux_params)
-        self.steps.append(SearchStep("reference", 0, None, None, None))
+        outs = self.forward(instrumented_sym, self.config.arg_params, self.config.aux_params)
+        self.log.step("reference")
         return outs
 
-    def check(self, excluded: frozenset, kind: str) -> tuple[bool, float, float]:
+    def check(self, excluded: frozenset, kind: str) -> OutputCheck:
         """Run the converted model without ``excluded`` in low precision; cached."""
         hit = self.results.get(excluded)
         if hit is not None:
-            return hit.passed, hit.tolerance_ratio, hit.max_abs_error
+            return hit
         sym, args, auxs, conversion = self.convert(excluded)
         if self.judged:
             conversion = _judged_conversion(conversion, self.judged, self.bound)
             sym = graph_to_symbol(conversion.graph)
-        if self.execution == "emulated":
+        config = self.config
+        if config.execution == "emulated":
             # no param copies: each check emulates once and runs once, so rounding weights
             # in the graph costs what rounding them ahead would, without holding a copy; the
             # conversion's record gives the graph and every dtype (no inference again)
@@ -191,27 +245,24 @@ class Runs:
         reference = self.reference
         after = outs[len(reference):] if self.judged else []
         outs = outs[:len(reference)]
-        result = check_outputs(reference, outs, self.target_dtype, self.tolerance,
-                               self.rtol, self.atol)
+        result = check_outputs(reference, outs, config.target_dtype, config.tolerance,
+                               config.rtol, config.atol)
         if not _finite_where(self.after_reference, after):
             result = replace(result, passed=False)
-        if self.validate is not None:
-            passed = validate_passed(self.validate([r.copy() for r in reference], outs))
-            metric = self.validate if isinstance(self.validate, MetricCheck) else None
+        if config.validate is not None:
+            passed = validate_passed(config.validate([r.copy() for r in reference], outs))
+            metric = config.validate if isinstance(config.validate, MetricCheck) else None
             result = replace(result, criterion="validate" if metric is None else "metric",
                              passed=passed)
             if metric is not None:
-                self.metric_values[excluded] = dict(metric.last or {})
+                self.log.metric_values[excluded] = dict(metric.last or {})
         return self._record(excluded, kind, result)
 
-    def _record(self, excluded: frozenset, kind: str, result: OutputCheck) -> tuple[bool, float, float]:
+    def _record(self, excluded: frozenset, kind: str, result: OutputCheck) -> OutputCheck:
         """Cache and log the check of ``excluded``."""
-        self.results[excluded] = result
-        self.steps.append(SearchStep(kind, len(excluded), result.passed, result.tolerance_ratio,
-                                     result.max_abs_error, result.relative_error,
-                                     result.top1_flips))
+        self.log.record(excluded, kind, result)
         self.progress.set_postfix(kept_fp32=len(excluded), ok=result.passed, refresh=False)
-        return result.passed, result.tolerance_ratio, result.max_abs_error
+        return result
 
     def _check_data(self, excluded: frozenset, sym: Symbol, params: dict) -> OutputCheck:
         """The check of one configuration over the evaluation data (``self.data``); the
@@ -222,7 +273,7 @@ class Runs:
         if not data.has_reference:
             data.reference(self.reference_blob(), len(self.judged))
             self._count()
-            self.steps.append(SearchStep("reference data", 0, None, None, None))
+            self.log.step("reference data")
         try:
             # bound fused where the one-batch checks bind (the written model's path), decided
             # here once: the blob carries it to every worker
@@ -237,11 +288,12 @@ class Runs:
             result, score = data.judge(ModelBlob(("check", excluded, False), sym, params,
                                                  self.input_dtypes(), zeros), len(self.judged))
         self._count()
-        if isinstance(self.validate, MetricCheck) and score is not None:
-            self.validate.reference_score = data.reference_score
-            result = replace(result, criterion="metric", passed=self.validate.compare(score))
-            self.metric_values[excluded] = dict(self.validate.last or {})
-        elif self.validate is not None:
+        validate = self.config.validate
+        if isinstance(validate, MetricCheck) and score is not None:
+            validate.reference_score = data.reference_score
+            result = replace(result, criterion="metric", passed=validate.compare(score))
+            self.log.metric_values[excluded] = dict(validate.last or {})
+        elif validate is not None:
             result = replace(result, criterion="validate")
         return result
 
@@ -255,7 +307,7 @@ class Runs:
         judged tensors must be known, :func:`~mxnet_amp.auto.search.reference_and_search`)."""
         if self._reference_blob is None:
             self._reference_blob = ModelBlob("float32", self._reference_symbol(),
-                                             {**self.arg_params, **self.aux_params},
+                                             {**self.config.arg_params, **self.config.aux_params},
                                              self.input_dtypes(), self._zero_inputs())
         return self._reference_blob
 
@@ -268,18 +320,12 @@ class Runs:
         heads = tuple(Entry(index[name], k) for name, k in self.judged) + tuple(graph.heads)
         return graph_to_symbol(Graph(graph.nodes, heads, graph.attrs))
 
-    @property
-    def accuracy_reason(self) -> str:
-        """The reason of a node kept because the check failed: ``'metric'`` under a user
-        metric, else ``'accuracy'``."""
-        return "metric" if isinstance(self.validate, MetricCheck) else "accuracy"
-
     def verdict_words(self, excluded: frozenset) -> str:
         """What the check of ``excluded`` measured, in the terms of the criterion that decided
         it: a metric's drop, the caller's validate(), else the relative error (allclose:
         its error in units of the bound) and the top-1 changes, never a figure it met."""
-        result = self.results[excluded]
-        metric = self.metric_values.get(excluded)
+        result = self.log.results[excluded]
+        metric = self.log.metric_values.get(excluded)
         if result.criterion == "metric" and metric:
             return f"{metric['name']} drop {metric['drop']:.3g}"
         if result.criterion == "validate":
@@ -289,21 +335,6 @@ class Runs:
         if result.top1_flips:
             words += f", top-1 changed on {result.top1_flips} of {result.top1_rows} rows"
         return words
-
-    def criterion_words(self) -> str:
-        """The check's bound in words ("tolerance 0.01", "rtol 0.01, atol 0.001", ...)."""
-        if isinstance(self.validate, MetricCheck):
-            v = self.validate
-            return f"{v.name} drop allowed {v.max_drop:g} ({v.drop})"
-        if self.validate is not None:
-            return "the caller's validate()"
-        if self.rtol is not None:
-            return f"allclose rtol {self.rtol:g}, atol {self.atol:g}"
-        return f"tolerance {self.tolerance:g}"
-
-    def input_dtypes(self) -> dict[str, str]:
-        """The sample inputs' dtype names."""
-        return {k: dtype_name(v.dtype) for k, v in self.inputs.items()}
 
 
 def _finite_where(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> bool:

@@ -1,9 +1,10 @@
 """The search (steps 1-4 of :mod:`mxnet_amp.auto`): the float32 reference run, the range
 culprits it shows (:mod:`mxnet_amp.auto.ranges`), then the attribution or the bisection for
-accuracy culprits (:mod:`mxnet_amp.auto.bisection`)."""
+accuracy culprits (:mod:`mxnet_amp.auto.culprits.bisection`)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -17,7 +18,8 @@ from ..passes.expose_outputs import expose_outputs
 from ..policy import Category
 from ..record import Conversion
 from .attribution import attribute
-from .bisection import Prefixes, along_ranking, bisect, known_failing
+from .culprits.bisection import Prefixes, bisect, known_failing
+from .culprits.shrink import Shrunk, shrink
 from .degenerate import batchnorms, degenerate_params, nonfinite_origins
 from .measure import reference_ranges
 from .ranges import Stats, range_exclusions, tensor_name
@@ -31,6 +33,10 @@ Tensors = Mapping[tuple[int, int], Any]
 _AIM = 0.8
 # at most this many node errors are kept in the report
 _ATTRIBUTION_REPORTED = 200
+# what the report says of nodes kept for their ranges (step 2): found without an execution
+_RANGES_NOT_SHRUNK = ("the nodes kept for their float32 ranges (overflow/underflow, step 2) were "
+                     "found from the reference run's tensors without an execution and are "
+                     "not shrunk: each holds a value the dtype cannot")
 
 
 def low_nodes(conversion: Conversion) -> list[str]:
@@ -46,11 +52,14 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
     step 4), over the low precision nodes in the attribution's order (``errors``: its
     ranking, largest estimate first; without one, the most subnormal first).
 
-    ``failed``: the picks it validated, measured to fail. Put first, the shortest passing
-    prefix of the ranking past them is searched for
-    (:func:`~mxnet_amp.auto.bisection.along_ranking`), and checked once more without them
-    where they changed the error by less than 1%; without picks, the bisection
-    (:func:`~mxnet_amp.auto.bisection.bisect`).
+    ``failed``: the picks it validated, measured to fail. Put first, they are a prefix known
+    to fail, from which the bisection (:func:`~mxnet_amp.auto.culprits.bisection.bisect`)
+    starts: the attribution's order can make it cheaper (each culprit after the first is
+    searched for among the nodes ranked before the last one found), never dearer than the
+    bisection in any other order. :func:`_minimal` then shrinks what passed to a 1-minimal
+    set. (The shortest passing prefix searched by doubling from the picks cost ``2 log2 m``
+    where the last culprit is ranked m-th, beyond the bisection's ``log2 N + 1`` for one
+    culprit ranked late; and kept every node before it: issue 41.)
 
     Returns the exclusion set to use (always one that was seen to pass, or ``base`` when
     nothing passed) and the accuracy culprits."""
@@ -68,41 +77,15 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
     # the failed picks first (the ops they left out as following their inputs' dtype, ranked
     # among them, had split them: no prefix was the configuration measured)
     cands = [n for n in cands if n in failed] + [n for n in cands if n not in failed]
+    if failed:
+        # the ranking past the picks, less the ops whose dtype their producers decide (a
+        # slice of a culprit's output, ranked beside it: keeping it alone changes nothing)
+        decided = _decided_by_producers(original, conversion.result.categories, set(cands))
+        cands = [n for n in cands if n in failed or n not in decided]
     prefixes = Prefixes(runs, original, base, cands, notes)
-    known = known_failing(prefixes, failed)
-    if not (known and runs.budget_left):
-        return bisect(prefixes, known)
-    helped = _picks_helped(runs, base, prefixes.config(known))
-    # the ranking past the picks, less the ops whose dtype their producers decide (a slice
-    # of a culprit's output, ranked beside it: keeping it alone changes nothing, and it took
-    # a place in the prefixes)
-    decided = _decided_by_producers(original, conversion.result.categories, set(cands))
-    ranked = [n for n in cands if n in failed] + [n for n in cands
-                                                   if n not in failed and n not in decided]
-    config, kept = along_ranking(Prefixes(runs, original, base, ranked, notes), known,
-                                 {e.name: e.contribution for e in errors})
-    if helped or config == base or not runs.budget_left:
-        return config, kept
-    # the picks changed nothing measurable (a harmless node ranked first, or an error
-    # spread over many nodes): one more check, the prefix without them
-    lean = config - failed
-    if lean != config and runs.check(lean, "prefix")[0]:
-        return lean, {n: k for n, k in kept.items() if n not in failed}
-    return config, kept
-
-
-def _picks_helped(runs: Runs, base: frozenset, picks: frozenset) -> bool:
-    """Whether keeping the attribution's failed picks in float32 changed the error measured
-    without them by more than 1% (in the criterion's units). Then they hold culprits and a
-    few more of the ranking's nodes are what they lacked. A harmless node changes it by its
-    own rounding (~1e-4 of an error that fails): the ranking misled from its top, and the
-    shortest passing prefix is checked once more without the picks. (The bisection past
-    them instead took 105 executions on a random-weight SSD, whose error is spread over
-    ~20 nodes, where the picks changed it by less than 1%.) (Not "lowered by a tenth": one
-    of 4 culprits of equal size kept, the largest error of the outputs rose by 10%: the
-    others' errors had partly cancelled it.)"""
-    before, after = runs.results[base].tolerance_ratio, runs.results[picks].tolerance_ratio
-    return abs(after - before) > 0.01 * before
+    # the bisection in the ranking's order, from the failed picks (a prefix measured to
+    # fail): no more executions than the bisection alone, whatever the ranking
+    return bisect(prefixes, known_failing(prefixes, failed))
 
 
 def _decided_by_producers(original: Graph, categories: Mapping[str, Category],
@@ -138,9 +121,10 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
                        notes: list[str]) -> tuple[frozenset | None, dict[str, KeptNode],
                                                   list[NodeError], frozenset]:
     """Step 4 of the module doc: one attribution run, the top nodes kept in float32,
-    validated. ``(exclusions, culprits, node errors, failed picks)``; exclusions None when
-    the picks did not validate: the search for the shortest passing prefix of the
-    attribution's ranking past the failed picks takes over (:func:`_accuracy_search`). No
+    validated (then shrunk to a 1-minimal set by :func:`_minimal`). ``(exclusions, culprits,
+    node errors, failed picks)``; exclusions None when the picks did not validate: the
+    bisection in the attribution's order from the failed picks takes over
+    (:func:`_accuracy_search`). No
     second round of picks: each would add an execution to what that search then spends
     (with up to three re-picks, a 400-node DAG of benchmarks/planted_culprits_structured.py
     with 3 culprits failed four validations before its bisection: 31 executions)."""
@@ -151,7 +135,7 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
         notes.append(f"the attribution run failed ({error_text(err, 200)}); "
                      "the accuracy search bisected")
         return None, {}, [], frozenset()
-    tolerance = runs.tolerance if runs.rtol is None else runs.rtol
+    tolerance = runs.config.tolerance if runs.config.rtol is None else runs.config.rtol
     # the ops' own categories (nothing but ``base`` excluded), read once: every pick below
     # is judged against them
     categories = runs.convert(base)[3].result.categories
@@ -159,15 +143,12 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
     if not runs.budget_left:
         return None, {}, errors, frozenset()
     config = base | frozenset(_needed(runs, base, categories, picks))
-    ok, _, _ = runs.check(config, "validate")
-    if ok:
-        kept = _trim(runs, base, categories,
-                     [e for e in errors if e.name in config and e.name in picks], tolerance)
-        config = base | frozenset(kept)
+    if runs.check(config, "validate").passed:
+        kept = [e.name for e in errors if e.name in config and e.name in picks]
         return config, _attributed(errors, {n: None for n in kept}, runs, base), errors, frozenset()
     notes.append(f"the {len(picks)} nodes the attribution ranked first did not validate "
-                 f"({runs.verdict_words(config)}); the accuracy "
-                 "search went on in the attribution's order, past them")
+                 f"({runs.verdict_words(config)}); the accuracy search bisected in the "
+                 "attribution's order, from them")
     return None, {}, errors, config - base
 
 
@@ -188,33 +169,13 @@ def _needed(runs: Runs, base: frozenset, categories: Mapping[str, Category],
     return [n for n in picks if n in core or dtypes.get(n) in LOW_PRECISION]
 
 
-def _trim(runs: Runs, base: frozenset, categories: Mapping[str, Category], picks: list[NodeError],
-          tolerance: float) -> list[str]:
-    """The picks that validated, less those the check does not need: a node estimated
-    beyond the tolerance alone stays; of the others (estimated to matter only together), the
-    fewest top-ranked ones that still validate, found by a binary search over how many
-    (``ceil(log2(n + 1))`` executions; a diffuse error, spread over many nodes, makes the
-    estimate keep more than it needs). Returns names, ranked; the configuration returned
-    was measured to pass."""
-    alone = [e.name for e in picks if e.contribution > tolerance]
-    together = [e.name for e in picks if e.contribution <= tolerance]
-    lo, hi = 0, len(together)    # keeping ``hi`` of them passes (measured)
-    while lo < hi and runs.budget_left:
-        mid = (lo + hi) // 2
-        ok, _, _ = runs.check(
-            base | frozenset(_needed(runs, base, categories, alone + together[:mid])), "trim")
-        lo, hi = (lo, mid) if ok else (mid + 1, hi)
-    return _needed(runs, base, categories,
-                   [e.name for e in picks if e.name in set(alone + together[:hi])])
-
-
 def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
                 runs: Runs, base: frozenset) -> dict[str, KeptNode]:
     """The :class:`KeptNode` of each culprit the attribution found (``rounds``: its name ->
     None for a first pick, else the error measured with the picks before it). An estimate
     beyond the tolerance is the reason only where the check of ``base`` failed on its
     error; else (a metric's drop, validate(), top-1 changes) that failure is."""
-    tolerance = runs.tolerance if runs.rtol is None else runs.rtol
+    tolerance = runs.config.tolerance if runs.config.rtol is None else runs.config.rtol
     first = [e for e in errors if e.name in rounds and rounds[e.name] is None]
     together = math.sqrt(sum(e.contribution ** 2 for e in first))
     failed = runs.results[base]
@@ -241,6 +202,36 @@ def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
     return kept
 
 
+def _minimal(runs: Runs, original: Graph, base: frozenset, config: frozenset,
+             kept: dict[str, KeptNode], ranked: Sequence[str], notes: list[str]
+             ) -> tuple[frozenset, dict[str, KeptNode]]:
+    """``config`` (measured to pass; ``base`` measured to fail) shrunk to a 1-minimal set
+    (:func:`~mxnet_amp.auto.culprits.shrink.shrink`, in the attribution's order ``ranked``,
+    then graph order): ``(exclusions, kept nodes)``, how minimality was shown in ``notes``
+    and ``runs.log``. Left as it is where nothing passed or the budget ran out."""
+    proposed = config - base
+    result = runs.results.get(config)
+    if (not proposed or result is None or not result.passed
+            or any(k.reason == "budget" for k in kept.values())):
+        return config, kept
+    position = {n.name: i for i, n in enumerate(original.nodes)}
+    rank = {n: i for i, n in enumerate(ranked)}
+    shrunk = shrink(runs, base, sorted(proposed, key=lambda n: (rank.get(n, len(rank)),
+                                                                position.get(n, -1))))
+    runs.log.minimality = shrunk.text()
+    notes.append(shrunk.text())
+    return base | frozenset(shrunk.kept), {n: _alone(k, shrunk) for n, k in kept.items()
+                                           if n in shrunk.kept}
+
+
+def _alone(k: KeptNode, shrunk: Shrunk) -> KeptNode:
+    """``k`` saying that returning it alone to low precision was measured to fail."""
+    if not shrunk.shown:
+        return k
+    return replace(k, detail=f"{k.detail or ''}; returning it alone to low precision fails the "
+                             "check (measured)")
+
+
 def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, underflow_fraction: float,
             user_excluded: frozenset, notes: list[str], tensors: Tensors | None = None
             ) -> tuple[frozenset, tuple[KeptNode, ...], list[NodeError]]:
@@ -250,20 +241,26 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     excluded, kept = range_exclusions(runs, original, stats, limits, underflow_fraction,
                                        user_excluded, notes)
     # 3. one converted check
-    ok, _, _ = runs.check(excluded, "check")
+    ok = runs.check(excluded, "check").passed
     errors: list[NodeError] = []
     # 4. only when the ranges do not explain the error: attribution, then bisection
     if not ok:
         found_set = None
         failed: frozenset = frozenset()
-        if tensors is not None and runs.budget_left and runs.search == "attribution":
+        if tensors is not None and runs.budget_left and runs.config.search == "attribution":
             found_set, found, errors, failed = _attributed_search(runs, original, excluded,
                                                                   tensors, notes)
         if found_set is None:
             found_set, found = _accuracy_search(runs, original, excluded, stats, notes, errors,
                                                 failed)
-        excluded = found_set
+        ranges = bool(kept)
+        excluded, found = _minimal(runs, original, excluded, found_set, found,
+                                   [e.name for e in errors], notes)
         kept.update(found)
+        if ranges:
+            notes.append(_RANGES_NOT_SHRUNK)
+    elif kept:
+        notes.append(_RANGES_NOT_SHRUNK)
     ops = {n.name: n.op for n in original.nodes}
     kept_nodes = [KeptNode(n, ops[n], "user") for n in sorted(user_excluded)]
     position = {n.name: i for i, n in enumerate(original.nodes)}
@@ -283,8 +280,8 @@ def _judge_dense(runs: Runs, original: Graph, tensors: Tensors,
     keys = [(original.heads[k].node, original.heads[k].output) for k in split.dense]
     keys += [(e.node, e.output) for e in split.feeds if (e.node, e.output) not in keys]
     keys = [k for k in keys if k in tensors and tensors[k].dtype.kind == "f"]
-    runs.judged = [(original.nodes[i].name, k) for i, k in keys]
-    runs.after_reference = [tensors[(e.node, e.output)] for e in original.heads]
+    runs.judge_dense([(original.nodes[i].name, k) for i, k in keys],
+                     [tensors[(e.node, e.output)] for e in original.heads])
     shown = ", ".join(tensor_name(original, k) for k in keys[:6]) + (", ..." if len(keys) > 6 else "")
     notes.append(f"{len(split.after)} of the {len(original.heads)} outputs follow "
                  f"{', '.join(sorted({original.nodes[original.index_of(n)].op for n in split.ops}))}"
@@ -338,7 +335,7 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
     outs = runs.run_reference(graph_to_symbol(probe))
     # every tensor is kept for the attribution run (it feeds them back as inputs)
     tensors = dict(zip(keys, outs))
-    dense = _judge_dense(runs, original, tensors, notes) if runs.validate is None else None
+    dense = _judge_dense(runs, original, tensors, notes) if runs.config.validate is None else None
     if runs.data is not None:
         # the workers load MXNet and the float32 model while this process reads the ranges
         # (not during the reference run, which uses every core)
@@ -347,7 +344,8 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
                                     {**runs.arg_params, **runs.aux_params}, limits)
     del outs
     # the heads, unless the dense tensors before NMS / top-k are the reference
-    reference = runs.reference = dense if dense is not None else heads
+    reference = dense if dense is not None else heads
+    runs.set_reference(reference)
     reference_finite = all(np.isfinite(r).all() for r in reference)
     if not reference_finite:
         origins = _degenerate_reference(runs, original, tensors)
@@ -355,7 +353,7 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
                      "those elements were not judged (float32 itself lost them; first at "
                      f"{', '.join(origins[:5]) + (', ...' if len(origins) > 5 else '')})")
     excluded, kept, errors = _search(runs, original, stats, limits, settings.underflow_fraction,
-                                     runs.options.excluded, notes, tensors)
+                                     runs.config.options.excluded, notes, tensors)
     return excluded, kept, reference_finite, errors
 
 

@@ -2,6 +2,7 @@
 not drift with depth, each node's local error is its own (measured on its inputs as they
 arrive), a failed validation searches the ranking's shortest passing prefix, and the
 long-accumulation culprits of benchmarks/planted_culprits_structured.py are found."""
+import math
 import os
 import sys
 
@@ -30,7 +31,8 @@ def test_culprit_estimates_do_not_drift_with_depth(shape):
     p = planted_structured(400, 8, shape, seed=408)
     report = auto_planted(p)
     assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
-    assert report.executions == 4
+    # the picks validate; then one check of each culprit returned alone (1-minimal)
+    assert report.executions == 4 + len(p.culprits)
     estimates = {e.name: e.contribution for e in report.attribution}
     culprits = [estimates[c] for c in p.culprits]
     assert max(culprits) < 3 * min(culprits)
@@ -58,19 +60,22 @@ def test_teacher_force_copies_every_op_once_per_probe():
     assert by_probe[0] == by_probe[1] == by_probe[2]
 
 
-def test_failed_validation_searches_the_rankings_shortest_prefix(monkeypatch):
+def test_failed_validation_bisects_in_the_rankings_order(monkeypatch):
     """Picks that stop short (only the top one of 4 culprits): the one failed validation,
-    then prefixes of the ranking, doubling, and a binary search: the culprits exactly, in at
-    most 2 + k + 1 executions (the bisection from there took ~5 per culprit)."""
+    then the bisection in the ranking's order from the pick: the culprits exactly, each
+    shown to fail alone, within the bisection's bound plus the attribution's two executions
+    and the shrinking's k (docs/emulation_and_auto.md, "Execution bounds")."""
     import mxnet_amp.auto.search as search
     p = planted_structured(50, 4, "chain", seed=54)
     monkeypatch.setattr(search, "_select", lambda errors, tolerance, scale=1.0: list(errors[:1]))
     report = auto_planted(p)
     kinds = [s.kind for s in report.steps]
-    assert kinds.count("validate") == 1 and "prefix" in kinds and "bisect" not in kinds
+    assert kinds.count("validate") == 1 and "bisect" in kinds and "prefix" not in kinds
     assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
-    assert report.executions <= 2 + 4 + 1
-    assert any("past them" in n for n in report.notes)
+    k, n = 4, report.op_nodes
+    assert report.executions <= 3 + k * (math.ceil(math.log2(n)) + 1) + 2 + k
+    assert any("bisected in the attribution's order" in n for n in report.notes)
+    assert report.minimality.startswith("1-minimal: each of the 4 kept nodes fails alone")
     last = max((k for k in report.by_reason("accuracy")), key=lambda k: "measured" in k.detail)
     assert "measured" in last.detail
 
@@ -107,7 +112,7 @@ def test_long_accumulation_culprit_found_beside_its_lookalikes():
     assert alone.steps[1].relative_error > PLANTED_TOLERANCE
     report = auto_planted(p)
     assert accuracy_culprits(report) == sorted(p.culprits) and report.validated
-    assert report.executions <= 2 + len(p.culprits) + 1
+    assert report.executions - 1 <= 2 + len(p.culprits) + 1   # the attribution's run aside
 
 
 def test_local_errors_are_each_nodes_own_on_its_inputs_as_they_arrive():

@@ -149,6 +149,9 @@ def test_a_generator_is_read_once_spilled_and_deleted(tmp_path, monkeypatch):
                                          max_drop=0.01, workers=1, quiet=True)
     assert reads == list(range(0, 200, 25))                 # the generator ran once
     assert report.samples == 200 and report.executions == 3
+    # the float32 pass and the check's, over all 200 (the ranges ran on sample rows)
+    assert report.sample_evaluations == 2 * 200 and report.to_dict()["sample_evaluations"] == 400
+    assert "400 sample evaluations in all" in report.summary()
     assert report.metric["value"] == pytest.approx(float(np.mean(logits.argmax(1) == y)))
     assert os.listdir(tmp_path) == []                       # spilled batches deleted
 

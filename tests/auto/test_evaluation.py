@@ -57,6 +57,8 @@ def test_closeness_is_judged_on_every_stored_batch_and_the_files_go_on_close():
     same, _ = judge.judge(_blob("same", [0, 0]))
     shifted, _ = judge.judge(_blob("shifted", [100, 0]))
     assert same.passed and not shifted.passed
+    # three passes over six samples: every sample evaluation counted
+    assert judge.sample_evaluations == 3 * 6 and len(judge.pass_seconds) == 3
     folder = judge.spill_dir
     judge.close()
     assert judge.stored_files() == 0 and folder is not None

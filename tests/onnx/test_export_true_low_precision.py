@@ -27,7 +27,7 @@ PYTHON = ref.reference_python()
 needs_reference = pytest.mark.skipif(
     PYTHON is None, reason=f"{ref.ENV_VAR} is not set: the true float16/bfloat16 check needs a python with "
                            "onnx>=1.23 (python3 -m venv .venv-onnxref && .venv-onnxref/bin/pip install "
-                           "'onnx>=1.23' numpy; .ci/run does it)")
+                           "onnx==1.23.2 'numpy<2.5'; .ci/run does it)")
 IMAGES = 64
 
 

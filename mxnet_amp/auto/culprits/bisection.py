@@ -1,25 +1,18 @@
 """The measured part of the accuracy search (step 4 of :mod:`mxnet_amp.auto`): over
 candidates in a fixed order, configurations that keep a prefix of them in float32, checked
-one execution each.
-
-Two searches share :class:`Prefixes`:
-
-* :func:`bisect`: the bisection for the last candidate that a passing prefix needs, repeated
-  per culprit (``~k (log2 N + 1)`` executions for k culprits among N candidates);
-* :func:`along_ranking`: where the attribution ranked the candidates and its first picks
-  (a prefix) failed, the shortest prefix of its ranking that passes, by an exponential
-  search from the failed picks (prefix sizes doubling) and a binary search inside the
-  bracket found: ``<= 2 ceil(log2 m)`` executions where the ranking's m-th candidate is the
-  last one needed, however many culprits come before it.
+one execution each (:class:`Prefixes`), and :func:`bisect`: the bisection for the last
+candidate that a passing prefix needs, repeated per culprit (at most ``1 + k (ceil(log2 N)
++ 1)`` executions for k culprits among N candidates). In the attribution's order, from its
+failed picks (:func:`known_failing`), each culprit after the first is searched for among the
+candidates ranked before the last one found.
 """
 from __future__ import annotations
 
-import math
-from typing import Mapping, Sequence
+from typing import Sequence
 
-from ..graph import Graph
-from .records import KeptNode
-from .runner import Runs
+from ...graph import Graph
+from ..records import KeptNode
+from ..runner import Runs
 
 
 class Prefixes:
@@ -52,7 +45,7 @@ class Prefixes:
 
     def passes(self, prefix: int, kind: str) -> bool:
         """Check the configuration of ``prefix`` (one execution unless measured before)."""
-        return self.runs.check(self.config(prefix), kind)[0]
+        return bool(self.runs.check(self.config(prefix), kind).passed)
 
     def undecided(self, prefix: int) -> tuple[frozenset, dict[str, KeptNode]]:
         """Out of budget: keep the candidates not yet cleared in float32 (that passed)."""
@@ -111,47 +104,6 @@ def bisect(p: Prefixes, lo: int = 0) -> tuple[frozenset, dict[str, KeptNode]]:
         if p.passes(0, "bisect"):
             return p.config(0), p.kept
         lo, hi = 0, len(p.cands)
-
-
-def along_ranking(p: Prefixes, failed: int, estimates: Mapping[str, float]
-                  ) -> tuple[frozenset, dict[str, KeptNode]]:
-    """The shortest prefix of the attribution's ranking that passes, past its ``failed``
-    first picks (``config(failed)`` measured to fail, ``failed >= 1``): prefixes of twice,
-    four times, ... that size until one passes (the last: every candidate), then a binary
-    search between the last that failed and the one that passed. The ranking's estimates
-    were off in size, not in order (they place the culprits first), so a few more of its
-    nodes are what the picks lacked: on a 5000-node graph with 8 culprits the bisection took
-    ~5 executions per culprit, this ~2 log2 of the prefix in all. ``estimates``: each
-    node's estimated contribution (the report's value for the nodes kept before the last)."""
-    runs, lo, hi = p.runs, failed, None
-    while runs.budget_left:
-        size = min(2 * lo, len(p.cands))
-        if size == len(p.cands):
-            if p.all_fp32_fails():
-                return p.base, p.kept
-        elif not p.passes(size, "prefix"):
-            lo = size
-            continue
-        hi = size
-        break
-    if hi is None:
-        p.notes.append("the execution budget ran out before any configuration of the accuracy "
-                       "search passed")
-        return p.base, p.kept
-    while hi - lo > 1 and runs.budget_left:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if p.passes(mid, "prefix") else (mid, hi)
-    if hi - lo > 1:
-        return p.undecided(hi)
-    last = p.measured(lo, hi)
-    for rank, name in enumerate(p.cands[:hi - 1]):
-        estimate = estimates.get(name, math.nan)
-        p.kept[name] = KeptNode(
-            name, p.ops[name], runs.accuracy_reason, estimate, name,
-            f"ranked {rank + 1} by the attribution (relative error ~{estimate:.3g} at outputs, "
-            f"estimated); the shortest prefix of its ranking that validated ends at {last}, "
-            f"ranked {hi}")
-    return p.config(hi), p.kept
 
 
 def known_failing(p: Prefixes, failed: frozenset) -> int:

@@ -1,49 +1,13 @@
-"""The measured part of the accuracy search (mxnet_amp.auto.bisection): prefixes of a fixed
+"""The measured part of the accuracy search (mxnet_amp.auto.culprits.bisection): prefixes of a fixed
 candidate order, the bisection per culprit and the shortest passing prefix of a ranking, on a
 fake check that passes exactly when every planted culprit is kept, so the culprits found and
-the executions spent are known exactly."""
+the executions spent are known exactly (tests/support/fake_checks.py)."""
 import math
 from types import SimpleNamespace
 
-from mxnet_amp.auto.bisection import Prefixes, along_ranking, bisect, known_failing
+from fake_checks import FakeRuns
 
-
-class FakeRuns:
-    """The part of :class:`~mxnet_amp.auto.runner.Runs` the search uses: a configuration
-    passes when it keeps every culprit in float32; its error is the number of culprits it
-    leaves in low precision (0.5 of the tolerance once none is left). Cached like Runs, so
-    ``executions`` counts distinct configurations checked."""
-
-    accuracy_reason = "accuracy"
-
-    def __init__(self, culprits, max_executions=None):
-        self.culprits = frozenset(culprits)
-        self.max_executions = max_executions
-        self.executions = 0
-        self.results = {}
-        self.kinds = []
-
-    @property
-    def budget_left(self):
-        return self.max_executions is None or self.executions < self.max_executions
-
-    def check(self, excluded, kind):
-        if excluded not in self.results:
-            self.executions += 1
-            self.kinds.append(kind)
-            missing = len(self.culprits - excluded)
-            ratio = float(missing) if missing else 0.5
-            self.results[excluded] = SimpleNamespace(passed=not missing, tolerance_ratio=ratio,
-                                                     relative_error=0.01 * ratio,
-                                                     max_abs_error=ratio)
-        hit = self.results[excluded]
-        return hit.passed, hit.tolerance_ratio, hit.max_abs_error
-
-    def criterion_words(self):
-        return "relative error <= 0.01"
-
-    def verdict_words(self, excluded):
-        return f"relative error {self.results[excluded].relative_error:.3g}"
+from mxnet_amp.auto.culprits.bisection import Prefixes, bisect, known_failing
 
 
 def prefixes(runs, cands, base=frozenset()):
@@ -67,25 +31,6 @@ def test_bisect_finds_each_culprit_within_its_bound():
     k, n = len(culprits), len(cands)
     assert runs.executions - 1 <= 1 + k * (math.ceil(math.log2(n)) + 1)
     assert set(runs.kinds[1:]) == {"all-fp32", "bisect"}
-
-
-def test_along_ranking_stops_at_the_shortest_passing_prefix():
-    """The ranking's first pick failed; the last culprit needed is ranked m = 11th: the
-    prefix of 11 is returned, found in at most ``2 ceil(log2 m)`` executions, every node
-    before it kept with its rank and the last one measured."""
-    cands = [f"n{i}" for i in range(100)]
-    culprits = {"n0", "n2", "n5", "n10"}
-    runs = FakeRuns(culprits)
-    p = prefixes(runs, cands)
-    runs.check(p.config(1), "validate")            # the failed picks
-    estimates = {n: 0.1 for n in cands}
-    config, kept = along_ranking(p, known_failing(p, frozenset({"n0"})), estimates)
-    assert config == frozenset(cands[:11]) and runs.results[config].passed
-    assert set(kept) == set(cands[:11])
-    assert "measured" in kept["n10"].detail
-    assert kept["n4"].detail.startswith("ranked 5 by the attribution") and kept["n4"].value == 0.1
-    assert runs.executions - 1 <= 2 * math.ceil(math.log2(11))
-    assert set(runs.kinds[1:]) == {"prefix"}
 
 
 def test_known_failing_counts_only_picks_measured_to_fail_at_the_front():
@@ -123,6 +68,5 @@ def test_a_check_that_fails_even_all_float32_returns_the_base():
     runs.check(frozenset(), "check")
     p = prefixes(runs, ["a", "b", "c"])
     assert bisect(p) == (frozenset(), {})
-    assert along_ranking(prefixes(runs, ["a", "b"]), 1, {}) == (frozenset(), {})
-    assert runs.executions == 3
+    assert runs.executions == 2
     assert any("even with every low precision node kept in float32" in n for n in p.notes)
