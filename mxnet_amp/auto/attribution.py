@@ -196,8 +196,11 @@ def attribute(runs: Runs, original: Graph, excluded: frozenset,
     positions = {n.name: i for i, n in enumerate(original.nodes)}
     judged = [(positions[n], k) for n, k in runs.judged] or \
         [(e.node, e.output) for e in original.heads]
+    # an integer output (indices, counts) carries no gradient and is judged for equality
+    judged = [key for key in judged if np.asarray(tensors[key]).dtype.kind == "f"]
     reach = propagated(runs, original, measured.errors, judged,
-                       [np.asarray(tensors[key]) for key in judged]) if measured.errors else {}
+                       [np.asarray(tensors[key]) for key in judged]) \
+        if measured.errors and judged else {}
     by_node: dict[str, float] = {}
     for key, value in reach.items():   # a node's outputs beyond the first: 'name\0k'
         name = key.split("\0")[0]

@@ -235,6 +235,8 @@ class BatchSource:
         if raw is None:
             raise InputValueError(f"batch {index} is None; a batch is an array, a tuple of "
                                   f"arrays ({', '.join(self.names)}, then labels) or a dict")
+        if _is_data_batch(raw):
+            raw = _data_batch_arrays(raw)
         if isinstance(raw, Mapping):
             inputs = {k: _numpy(v) for k, v in raw.items() if k not in LABEL_KEYS}
             labels = [_numpy(raw[k]) for k in LABEL_KEYS if k in raw]
@@ -313,6 +315,17 @@ def _data_iter_batches(data: Any) -> Iterator[tuple]:
     """An mx.io.DataIter's batches as ``(data..., labels...)`` tuples, the padding rows of
     the last batch dropped."""
     for batch in data:
-        keep = batch.data[0].shape[0] - (batch.pad or 0)
-        arrays = list(batch.data) + list(batch.label or [])
-        yield tuple(_numpy(a)[:keep] for a in arrays)
+        yield _data_batch_arrays(batch)
+
+
+def _is_data_batch(raw: Any) -> bool:
+    """True for an ``mx.io.DataBatch`` (what a DataIter yields, and what scripts written for
+    Module often yield from a generator of their own)."""
+    return hasattr(raw, "data") and hasattr(raw, "label") and hasattr(raw, "pad")
+
+
+def _data_batch_arrays(batch: Any) -> tuple:
+    """An ``mx.io.DataBatch`` as a ``(data..., labels...)`` tuple, its padding rows dropped."""
+    keep = batch.data[0].shape[0] - (batch.pad or 0)
+    arrays = list(batch.data) + list(batch.label or [])
+    return tuple(_numpy(a)[:keep] for a in arrays)

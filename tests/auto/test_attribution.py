@@ -1,7 +1,7 @@
-"""The attribution's estimates on deep graphs (issue 32, item 5): the culprits' estimated
-contributions do not drift with depth, the gains follow structure-keeping moves, a failed
-validation searches the ranking's shortest passing prefix, and the long-accumulation
-culprits of benchmarks/planted_culprits_structured.py are found."""
+"""The attribution on deep graphs (issues 32 and 41): the culprits' measured contributions do
+not drift with depth, each node's local error is its own (measured on its inputs as they
+arrive), a failed validation searches the ranking's shortest passing prefix, and the
+long-accumulation culprits of benchmarks/planted_culprits_structured.py are found."""
 import math
 import os
 import sys

@@ -425,3 +425,19 @@ def test_cli_refuses_an_absurd_worker_count(tmp_path, capsys):
     np.save(folder / "1.npy", x[4:])
     assert main(["auto", prefix, "--eval-data", str(folder), "--workers", "1000", "-q"]) == 2
     assert "--workers 1000: this machine has" in capsys.readouterr().err
+
+
+def test_a_generator_of_data_batches_is_read_as_a_data_iter_is():
+    """A generator yielding ``mx.io.DataBatch`` values (as scripts written for Module do),
+    the last one padded: read as the DataIter it came from, its padding rows dropped (an
+    IndexError in ``Batch.size`` before)."""
+    sym, args, _ = classifier()
+    x, y, logits = labelled()
+
+    def data_batches():
+        for batch in mx.io.NDArrayIter(x, y, batch_size=32):     # 7 batches, 24 rows padded
+            yield mx.io.DataBatch(data=batch.data, label=batch.label, pad=batch.pad)
+    report = auto_convert_model(sym, args, {}, eval_data=data_batches(), metric="acc",
+                                max_drop=0.01, workers=1, quiet=True)[3]
+    assert report.samples == 200 and report.batches == 7
+    assert report.metric["reference"] == pytest.approx(float(np.mean(logits.argmax(1) == y)))
