@@ -95,6 +95,7 @@ def one(name: str, dtype: str) -> dict:
     return {"model": name, "dtype": dtype, "input_shape": model.rec["input_shape"],
             "calibrated_batchnorms": model.rec["calibrated_batchnorms"],
             "executions": report.executions, "validated": report.validated,
+            "minimality": report.minimality,
             "kept": len(report.kept_fp32), "kept_by_reason": reasons,
             "candidates": report.low_precision_nodes + len(report.kept_fp32),
             "op_nodes": report.op_nodes, "error_all_low": first.relative_error if first else None,

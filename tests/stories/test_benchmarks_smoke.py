@@ -5,6 +5,7 @@ runs as its documented command, and that its result file has the structure the d
 with the figures of each measured case present and consistent.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -355,13 +356,21 @@ def test_auto_deployed_quick(tmp_path):
 
 
 def test_auto_detectors_quick(tmp_path):
-    """A random-weight gluoncv SSD, BatchNorm calibrated as the zoo sweep does: auto
-    converges in at most 20 executions, validated, judged on the tensors before NMS."""
+    """A random-weight gluoncv SSD, BatchNorm calibrated as the zoo sweep does: its error is
+    spread over many nodes, so the attribution's picks fail and the search bisects; it
+    returns a validated, 1-minimal set within the documented bound of that case (the plain
+    bisection's 3 + k (ceil(log2 N) + 1), plus the attribution's run and failed validation,
+    plus the shrinking's k: docs/emulation_and_auto.md, "Execution bounds"), judged on the
+    tensors before NMS. (The search before issue 41 took 7 executions here by keeping an
+    unshrunk prefix.)"""
     pytest.importorskip("gluoncv")
     _, out = run_script("auto_detectors", tmp_path)
     (row,) = load(out)["rows"]
     assert row["model"] == "ssd_512_mobilenet1.0_voc" and row["calibrated_batchnorms"] > 0
-    assert row["validated"] and row["executions"] <= 20 and row["judged_before_nms"]
+    k = row["kept"]
+    bound = 3 + k * (math.ceil(math.log2(row["op_nodes"])) + 1) + 2 + k
+    assert row["validated"] and row["executions"] <= bound and row["judged_before_nms"]
+    assert row["minimality"].startswith("1-minimal")
     assert row["error_returned"] <= row["tolerance"] < row["error_all_low"]
     assert 0 < row["kept"] < row["candidates"]
 
