@@ -73,7 +73,7 @@ def round_array(array: NDArray, dtype: str) -> NDArray:
     rounding is done in numpy, some 10x faster than MXNet's CPU kernel."""
     if dtype == "bfloat16" and array_dtype(array) == "float32":
         import mxnet as mx
-        return mx.nd.array(_bf16_round_np(array.asnumpy()), ctx=array.context, dtype="float32")
+        return mx.nd.array(_bf16_round_np(array.asnumpy()), ctx=array.ctx, dtype="float32")
     return cast_array(cast_array(array, dtype), "float32")
 
 

@@ -40,7 +40,7 @@ def cast_array(array: NDArray, dtype: str) -> NDArray:
         # without oneDNN's bf16 kernels MXNet's amp_cast to bfloat16 runs ~50 ns an element
         # (0.11 s for a 2.4M weight; numpy: 3 ms), asynchronously: its cost surfaced in the
         # next synchronous call, BatchNorm folding's array copies (issue 42)
-        return _bf16_ndarray(bfloat16_bits(array.asnumpy()), array.context)
+        return _bf16_ndarray(bfloat16_bits(array.asnumpy()), array.ctx)
     source = _invoke("_copy", [array], ())[0] if dtype == "bfloat16" else array
     return _invoke("amp_cast", [source], (("dtype", dtype),))[0]
 
@@ -122,7 +122,10 @@ def _zero_signs() -> tuple[int, int]:
     """What MXNet's ``amp_cast`` gives -0.0 and a negative float32 subnormal in bfloat16 on
     this machine (0x8000 or 0); asked of MXNet once."""
     import mxnet as mx
-    tiny = mx.nd.array(np.array([-0.0, -1e-40], dtype=np.float32))
+    # filled in place: mx.nd.array would raise scipy's DeprecationWarning (MXNet's own
+    # sparse check) inside a caller's warnings-as-errors block
+    tiny = mx.nd.empty((2,), dtype="float32")
+    tiny[:] = np.array([-0.0, -1e-40], dtype=np.float32)
     got = _invoke("amp_cast", [tiny], (("dtype", "bfloat16"),))[0].asnumpy().view(np.uint16).reshape(-1)
     return int(got[0]), int(got[1])
 

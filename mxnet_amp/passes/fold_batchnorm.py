@@ -294,10 +294,10 @@ def _like(value: np.ndarray, template: Any) -> Any:
     CPU, until the conversion writes it (:func:`mxnet_amp.params.write_array`, once, in its
     stored dtype: an NDArray made here would be copied again by the cast); an NDArray on
     ``template``'s context otherwise (a GPU)."""
-    if isinstance(template, np.ndarray) or template.context.device_type == "cpu":
+    if isinstance(template, np.ndarray) or template.ctx.device_type == "cpu":
         return value
     import mxnet as mx
-    return mx.nd.array(value, ctx=template.context, dtype="float32")
+    return mx.nd.array(value, ctx=template.ctx, dtype="float32")
 
 
 def _scale_shift(bn: Node, graph_params: Mapping[str, Any],
