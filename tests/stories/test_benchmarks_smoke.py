@@ -518,6 +518,8 @@ def test_planted_resnet_culprits_behave_as_planted():
     both, _ = float16(planted.culprits)
     overflow_left, y_overflow = float16([planted.accuracy])
     accuracy_left, y_accuracy = float16([planted.overflow])
-    assert both >= 0.9, both
-    assert overflow_left <= 0.5 and np.isinf(y_overflow).any(), overflow_left
-    assert accuracy_left <= 0.5 and np.isfinite(y_accuracy).all(), accuracy_left
+    # float16 elsewhere flips the few top-1s of small margin (0.94 kept at 224 px on 256
+    # images); a culprit left in float16 flips nearly all (at most 0.02 kept there)
+    figures = (both, overflow_left, accuracy_left)
+    assert both >= 0.75 and overflow_left <= 0.25 and accuracy_left <= 0.25, figures
+    assert np.isinf(y_overflow).any() and np.isfinite(y_accuracy).all()
