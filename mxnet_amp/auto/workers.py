@@ -122,11 +122,11 @@ class ModelBlob:
         values = {**self.params, **fed}
         if self._op is None:
             # an emulated model's roundings by the compiled kernels where they load here
-            # (the same bits; emulation.with_kernels)
-            self.sym = with_kernels(self.sym, {k: v.shape for k, v in values.items()},
-                                    {k: array_dtype(v) for k, v in values.items()})[0]
-            self._op = mx.nd.CachedOp(self.sym)
-        return run_model(self._op, self.sym.list_inputs(), values)
+            # (the same bits; emulation.with_kernels); self.sym stays the model given
+            run = with_kernels(self.sym, {k: v.shape for k, v in values.items()},
+                               {k: array_dtype(v) for k, v in values.items()})[0]
+            self._op = (mx.nd.CachedOp(run), run.list_inputs(), run)
+        return run_model(self._op[0], self._op[1], values)
 
     def _run_fused(self, fed: dict, ctx: Context) -> list[np.ndarray]:
         """One batch through the executor bound fused (rebound when the shapes change)."""

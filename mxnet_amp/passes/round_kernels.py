@@ -8,8 +8,12 @@ float16 conv / dense layer's bias step (``_bias_step``: the product rounded, the
 * a round trip becomes ``mxnet_amp_round(x; dtype)`` (named as its outer cast);
 * a bias step (the product's round trip read by ``broadcast_add`` and by
   ``_identity_with_attr_like_rhs``, which reads the sum and whose round trip ends the step)
-  becomes ``mxnet_amp_round_bias(product, bias; dtype)``, and ``_identity_with_attr_like_rhs``
-  of it and the unrounded product keeps tying the step's shape to the product's.
+  becomes ``mxnet_amp_round_bias(product, bias; dtype)`` (named as the step's last cast).
+
+The kernels' ops infer their output's shape from their first input only, never backwards
+(the step's ``_identity_with_attr_like_rhs`` did both, at the cost of a copy of the sum):
+a graph whose shapes need that (an unrolled LSTM's begin state) must run as it was
+(:func:`mxnet_amp.emulation.with_kernels` compares the shapes both infer).
 
 The same bits (the kernels round as MXNet's casts do, NaNs included; the add is float32's);
 the graph must run where the library is loaded. Only ``amp_cast`` round trips are replaced:
@@ -137,7 +141,5 @@ class _Rounder(Rewriter):
     def _emit_bias_step(self, node: Node, product: Entry, bias: Entry, add: Node,
                         low: str) -> Outputs:
         self.count += 1
-        p = self.entry(product)
-        fused = Entry(self.emit(Node(ROUND_BIAS_OP, add.name, (p, self.entry(bias)), self._attrs(low))))
-        return [Entry(self.emit(Node("_identity_with_attr_like_rhs", node.name, (fused, p),
-                                     MappingProxyType({}))))]
+        inputs = (self.entry(product), self.entry(bias))
+        return [Entry(self.emit(Node(ROUND_BIAS_OP, node.name, inputs, self._attrs(low))))]
