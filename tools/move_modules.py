@@ -1,0 +1,668 @@
+"""Move the package's flat modules into rank folders (issue 43, item 4), reproducibly.
+
+    python tools/move_modules.py            # on a clean checkout of the repository root
+    python tools/move_modules.py --dry-run  # say what would move, change nothing
+
+Other work changes the same files until the move lands, so the move is this script, not a
+commit: it is run again on the then-current tree. In order it
+
+1. splits out the definitions that change module (``SPLITS``: the atomic writes leave
+   ``io.py`` for ``files/atomic.py``, ``name_list`` leaves ``options.py`` for
+   ``mx/arguments.py``, the atomic-write test leaves ``tests/test_io.py``), their imports
+   computed from the names they use;
+2. ``git mv``s each module of ``MODULES`` and its mirrored tests
+   (``tests/test_<m>.py``, ``tests/test_<m>_<aspect>.py``) into the folders, each folder
+   given an ``__init__.py`` (docstring and ``__all__``) and a place in setup.py;
+3. rewrites every reference in the repository's Python and Markdown files: imports, read
+   from the AST (relative ones re-expressed from each file's new place, a statement split
+   where its names now come from two modules), then text: dotted names (``mxnet_amp.io``
+   in docstrings, ``-m`` commands, mock targets, code strings), file paths
+   (``mxnet_amp/io.py``, ``tests/test_io.py``, a bare ``io.py`` in prose), and the
+   ``__file__``-relative roots of the moved tests;
+4. applies ``EDITS``: exact text replacements the rules above cannot derive (each must
+   match, or the script stops and says which).
+
+It refuses a dirty tree or a tree where a target exists, and prints every file it changed.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+PKG = "mxnet_amp"
+
+# old module (under mxnet_amp) -> new module; a module's tests move with it
+MODULES = {
+    "graph": "ir.graph", "dtypes": "ir.dtypes", "verify": "ir.verify", "gcpause": "ir.gcpause",
+    "atomic": "files.atomic", "paths": "files.paths", "progress": "files.progress",
+    "interrupts": "files.interrupts",
+    "registry": "mx.registry", "arguments": "mx.arguments", "optypes": "mx.optypes",
+    "entries": "mx.entries", "hardware": "mx.hardware", "fused": "mx.fused",
+    "params": "mx.params", "io": "mx.io",
+    "tuning": "tune.tuning", "tune_cache": "tune.cache", "tune": "tune.timing",
+    "weight_range": "passes.weight_range",
+}
+
+PACKAGES = {
+    "ir": "The graph as plain data: :class:`~mxnet_amp.ir.graph.Graph` and its builders, dtype "
+          "names and codes,\nthe invariant checker, the collector pause. Imports no MXNet "
+          "(tests/house/test_imports.py\nchecks it): everything above reads and writes this.",
+    "files": "Files the package writes and reads: atomic writes, output paths, progress bars, "
+             "interrupts.\nNo MXNet: the report and the timing cache write through here.",
+    "mx": "The MXNet boundary: the op registry and its type inference, argument checks, a "
+          "graph's\nentries, the machine (hardware), fused ops, params and symbol / checkpoint "
+          "I/O.",
+    "tune": "The timed choice (``tune=``): what it asks for (tuning), the timings per machine "
+            "(cache)\nand the kernel timing itself (timing).",
+}
+
+_ATOMIC_DOC = '''"""Files written all at once: a temporary file beside the target, renamed over it when
+complete, so an interrupted or failed write never leaves a truncated file under the final
+name. Streams (standard output, devices, FIFOs) are written through, never replaced."""'''
+
+_ATOMIC_TEST_DOC = '''"""mxnet_amp.files.atomic: files written all at once."""'''
+
+# (source file, destination file, top-level names, renames, docstring of a new destination)
+SPLITS = [
+    ("mxnet_amp/io.py", "mxnet_amp/atomic.py",
+     ["atomic_write", "atomic_writes", "_filled", "_write_refusal", "_check_complete",
+      "_write_stream", "_write_all", "_temp_beside", "_text_writer"],
+     {"_text_writer": "text_writer"}, _ATOMIC_DOC),
+    ("mxnet_amp/options.py", "mxnet_amp/arguments.py", ["name_list"], {}, None),
+    ("tests/test_io.py", "tests/test_atomic.py",
+     ["test_a_write_killed_by_sigkill_leaves_a_temporary_the_next_write_removes"], {},
+     _ATOMIC_TEST_DOC),
+]
+
+# dotted names left as they are: documented public spellings the package still answers
+# (``mxnet_amp/__init__.py`` binds ``hardware``)
+KEEP = ("mxnet_amp.hardware.bf16_runs_natively",)
+
+# what the text rules do not reach: (file, old text, new text), applied after them
+EDITS: list[tuple[str, str, str]] = [
+    ("tests/stories/test_user_facing_21.py",
+     "import mxnet_amp.mx.io as io   # atomic_writes looks check_writable up there",
+     "import mxnet_amp.files.atomic as atomic   # atomic_writes looks check_writable up there"),
+    ("tests/stories/test_user_facing_21.py",
+     'monkeypatch.setattr(io, "check_writable"', 'monkeypatch.setattr(atomic, "check_writable"'),
+    # ir/ imports no MXNet, not even for the type checker (MXNet has no stubs: NDArray is Any)
+    ("mxnet_amp/ir/dtypes.py",
+     "from typing import TYPE_CHECKING, Any, Iterable\n\nimport numpy as np\n\n"
+     "if TYPE_CHECKING:\n    from mxnet.ndarray import NDArray\n",
+     "from typing import Any, Iterable\n\nimport numpy as np\n"),
+    ("mxnet_amp/ir/dtypes.py", "def array_dtype(array: NDArray) -> str:",
+     "def array_dtype(array: Any) -> str:"),
+    ("mxnet_amp/ir/dtypes.py", "def array_nbytes(array: NDArray) -> int:",
+     "def array_nbytes(array: Any) -> int:"),
+]
+
+TEXT_SUFFIXES = (".py", ".md", ".ini")
+SKIP = ("tools/move_modules.py", "benchmarks/results/")
+LINE = 110
+
+
+# ----------------------------------------------------------------------------- names
+
+def new_module(old: str) -> str:
+    """``mxnet_amp.io`` -> ``mxnet_amp.mx.io``; a name no move touches stays."""
+    parts = old.split(".")
+    if len(parts) >= 2 and parts[0] == PKG and parts[1] in MODULES:
+        return ".".join([PKG, *MODULES[parts[1]].split("."), *parts[2:]])
+    return old
+
+
+def symbol_moves() -> dict[tuple[str, str], tuple[str, str]]:
+    """``(old module, name) -> (old module, new name)`` of each definition ``SPLITS`` moves."""
+    moves = {}
+    for src, dst, names, renames, _ in SPLITS:
+        if src.startswith(PKG + "/"):
+            for name in names:
+                moves[(_dotted(src), name)] = (_dotted(dst), renames.get(name, name))
+    return moves
+
+
+def _dotted(path: str) -> str:
+    parts = list(Path(path).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _path_of(module: str, package: bool = False) -> str:
+    return module.replace(".", "/") + ("/__init__.py" if package else ".py")
+
+
+# ----------------------------------------------------------------------------- splits
+
+def _top_level(tree: ast.Module) -> dict[str, ast.stmt]:
+    found: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        found[n.id] = node
+    return found
+
+
+def _bindings(tree: ast.Module, module: str, is_init: bool) -> dict[str, tuple[str, str | None, str | None]]:
+    """Name bound by a top-level import -> ``(absolute module, imported name or None, asname)``;
+    imports under ``if TYPE_CHECKING:`` are marked by a module prefixed with ``?``."""
+    found: dict[str, tuple[str, str | None, str | None]] = {}
+
+    def visit(body: list[ast.stmt], checking: bool) -> None:
+        for node in body:
+            mark = "?" if checking else ""
+            if isinstance(node, ast.ImportFrom):
+                target = _absolute(node, module, is_init)
+                for a in node.names:
+                    found[a.asname or a.name] = (mark + target, a.name, a.asname)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    found[a.asname or a.name.split(".")[0]] = (mark + a.name, None, a.asname)
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.body, True)
+    visit(tree.body, False)
+    return found
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_init: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if is_init else module.split(".")[:-1]
+    base = package[:len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _used_names(nodes: list[ast.stmt]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _segment(lines: list[str], node: ast.stmt) -> tuple[int, int]:
+    """0-based ``[start, end)`` lines of a definition, its decorators and the comment block
+    right above it."""
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+    while start > 0 and lines[start - 1].lstrip().startswith("#"):
+        start -= 1
+    return start, node.end_lineno
+
+
+def _spelled(target: str, here: str) -> str:
+    """``target`` as module ``here`` imports it: relative inside the package."""
+    if target.split(".")[0] == PKG and here.split(".")[0] == PKG:
+        return relative(target, here, False)
+    return target
+
+
+def _import_line(target: str, names: list[str], here: str, is_init: bool) -> str:
+    return wrap(f"from {_spelled(target, here)} import ", names, "")
+
+
+def relative(target: str, here: str, is_init: bool) -> str:
+    """``target`` as a relative module name seen from module ``here``."""
+    package = here.split(".") if is_init else here.split(".")[:-1]
+    parts = target.split(".")
+    common = 0
+    while common < min(len(package), len(parts)) and package[common] == parts[common]:
+        common += 1
+    return "." * (len(package) - common + 1) + ".".join(parts[common:])
+
+
+def wrap(head: str, names: list[str], indent: str, paren: bool = True) -> str:
+    """``head`` and ``names`` on one line, or wrapped at ``LINE`` columns (``indent`` is the
+    statement's own, which the caller adds to the continuation lines): in parentheses for an
+    import, bare for a list whose bracket ``head`` opens."""
+    line = head + ", ".join(names)
+    if len(indent + line) <= LINE:
+        return line
+    first = head + ("(" if paren else "")
+    pad = " " * len(first)
+    rows, current = [], first
+    for i, name in enumerate(names):
+        piece = name + (", " if i < len(names) - 1 else (")" if paren else ""))
+        if current.strip() != first.strip() and len(indent + current + piece.rstrip()) > LINE:
+            rows.append(current.rstrip())
+            current = pad
+        current += piece
+    rows.append(current)
+    return "\n".join(rows)
+
+
+def split_out(root: Path, src: str, dst: str, names: list[str], renames: dict[str, str],
+              doc: str | None) -> None:
+    """Move the top-level definitions ``names`` of ``src`` to ``dst`` (created with ``doc``
+    when new), with the imports they need; ``src`` imports back what it still uses."""
+    text = (root / src).read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    here, there = _dotted(src), _dotted(dst)
+    defs = _top_level(tree)
+    missing = [n for n in names if n not in defs]
+    if missing:
+        raise SystemExit(f"{src}: no top-level definition of {missing}")
+    nodes = sorted({id(defs[n]): defs[n] for n in names}.values(), key=lambda n: n.lineno)
+    spans = [_segment(lines, n) for n in nodes]
+    moved_text = "\n\n".join("".join(lines[a:b]).rstrip("\n") + "\n" for a, b in spans)
+    for old, new in renames.items():
+        moved_text = re.sub(rf"\b{re.escape(old)}\b", new, moved_text)
+    bound = _bindings(tree, here, src.endswith("__init__.py"))
+    used = _used_names(nodes)
+    local = {n for n in defs if n not in names and n != "__all__"}
+    stray = sorted(used & local)
+    if stray:
+        raise SystemExit(f"{src}: the moved code uses {stray}, defined there and not moved: "
+                         f"add them to SPLITS")
+    needed: dict[str, list[str]] = {}
+    plain: list[str] = []
+    for name in sorted(used & set(bound)):
+        module, imported, asname = bound[name]
+        if module.startswith("?"):
+            raise SystemExit(f"{src}: the moved code uses {name}, imported for type checking only")
+        if imported is None:
+            plain.append(f"import {module}" + (f" as {asname}" if asname else ""))
+        else:
+            needed.setdefault(module, []).append(imported + (f" as {asname}" if asname else ""))
+    keep_lines = [i for i in range(len(lines)) if not any(a <= i < b for a, b in spans)]
+    rest = "".join(lines[i] for i in keep_lines)
+    rest_tree = ast.parse(rest)
+    still = {n.id for n in ast.walk(rest_tree) if isinstance(n, ast.Name)}
+    back = sorted(renames.get(n, n) for n in names if n in still)
+    private_back = [n for n in back if n.startswith("_")]
+    if private_back:
+        raise SystemExit(f"{src} still uses {private_back} after the split: rename them in SPLITS")
+    rest = _drop_unused_imports(rest, used - still, here, src.endswith("__init__.py"))
+    rest = _drop_from_all(rest, names)
+    if back:
+        rest = _add_from(rest, _spelled(there, here), back)
+    (root / src).write_text(re.sub(r"\n{4,}", "\n\n\n", rest).rstrip("\n") + "\n", encoding="utf-8")
+    public = [renames.get(n, n) for n in names if not renames.get(n, n).startswith("_")
+              and not renames.get(n, n).startswith("test_")]
+    target = root / dst
+    if target.exists():
+        body = target.read_text(encoding="utf-8")
+        have = _bindings(ast.parse(body), there, False)
+        for module, imported in sorted(needed.items()):
+            new = [n for n in imported if n.split(" as ")[-1] not in have]
+            if new:
+                body = _add_from(body, _spelled(module, there), new)
+        for line in plain:
+            if line.split()[-1] not in have:
+                body = _add_plain(body, line)
+        body = _add_to_all(body, public)
+        target.write_text(body.rstrip("\n") + "\n\n\n" + moved_text, encoding="utf-8")
+        return
+    std = sorted(plain) + sorted(_import_line(m, i, there, False) for m, i in needed.items()
+                                 if m.split(".")[0] != PKG)
+    ours = sorted(_import_line(m, i, there, False) for m, i in needed.items() if m.split(".")[0] == PKG)
+    head = [doc, "from __future__ import annotations", ""]
+    if std:
+        head += std + [""]
+    if ours:
+        head += ours + [""]
+    if public:
+        head += [wrap("__all__ = [", [f'"{n}"' for n in public], "", False) + "]", ""]
+    target.write_text("\n".join(head) + "\n" + moved_text, encoding="utf-8")
+
+
+def _drop_unused_imports(text: str, candidates: set[str], module: str, is_init: bool) -> str:
+    """Remove the names in ``candidates`` from the top-level imports that bind them."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    edits = []
+    for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or isinstance(node, ast.ImportFrom) \
+                and node.module == "__future__":
+            continue
+        names = [a for a in node.names if (a.asname or a.name.split(".")[0]) in candidates]
+        if not names:
+            continue
+        left = [a for a in node.names if a not in names]
+        if not left:
+            new = ""
+        elif isinstance(node, ast.ImportFrom):
+            head = f"from {'.' * node.level}{node.module or ''} import "
+            new = wrap(head, [a.name + (f" as {a.asname}" if a.asname else "") for a in left], "") + "\n"
+        else:
+            new = "import " + ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in left) + "\n"
+        edits.append((node.lineno - 1, node.end_lineno, new))
+    for start, end, new in sorted(edits, reverse=True):
+        lines[start:end] = [new] if new else []
+    return "".join(lines)
+
+
+def _drop_from_all(text: str, names: list[str]) -> str:
+    tree = ast.parse(text)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                for t in node.targets):
+            keep = [e.value for e in node.value.elts if isinstance(e, ast.Constant)  # type: ignore[attr-defined]
+                    and e.value not in names]
+            lines = text.splitlines(keepends=True)
+            new = wrap("__all__ = [", [f'"{n}"' for n in keep], "", False) + "]\n"
+            lines[node.lineno - 1:node.end_lineno] = [new]
+            return "".join(lines)
+    return text
+
+
+def _add_to_all(text: str, names: list[str]) -> str:
+    if not names:
+        return text
+    tree = ast.parse(text)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                for t in node.targets):
+            have = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]  # type: ignore[attr-defined]
+            lines = text.splitlines(keepends=True)
+            new = wrap("__all__ = [", [f'"{n}"' for n in have + [x for x in names if x not in have]], "", False) + "]\n"
+            lines[node.lineno - 1:node.end_lineno] = [new]
+            return "".join(lines)
+    raise SystemExit("a destination without __all__")
+
+
+def _add_from(text: str, module: str, names: list[str]) -> str:
+    """``from <module> import names`` (``module`` as spelled in this file): added to the
+    top-level import of that module when there is one, else a line after the last top-level
+    import (outside ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and "." * node.level + (node.module or "") == module:
+            have = [_alias_text(a.name, a.asname) for a in node.names]
+            line = wrap(f"from {module} import ", sorted(set(have) | set(names), key=str.lower), "")
+            lines[node.lineno - 1:node.end_lineno] = [line + "\n"]
+            return "".join(lines)
+    last = max((n.end_lineno or 0 for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))),
+               default=0)
+    lines[last:last] = [wrap(f"from {module} import ", names, "") + "\n"]
+    return "".join(lines)
+
+
+def _add_plain(text: str, line: str) -> str:
+    tree = ast.parse(text)
+    last = max((n.end_lineno or 0 for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))),
+               default=0)
+    lines = text.splitlines(keepends=True)
+    lines[last:last] = [line + "\n"]
+    return "".join(lines)
+
+
+# ----------------------------------------------------------------------------- imports
+
+def _alias_text(name: str, asname: str | None) -> str:
+    return name + (f" as {asname}" if asname else "")
+
+
+def rewrite_from(target: str, aliases: list[tuple[str, str | None]],
+                 symbols: dict[tuple[str, str], tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """Where each name of ``from <target> import <aliases>`` (old names) comes from now:
+    ``[(new module, [alias text])]`` in first-seen order."""
+    groups: dict[str, list[str]] = {}
+    for name, asname in aliases:
+        full = f"{target}.{name}"
+        if name != "*" and new_module(full) != full and target == PKG:
+            module, new = new_module(full).rsplit(".", 1)
+            text = _alias_text(new, asname or (name if new != name else None))
+        elif (target, name) in symbols:
+            moved, new = symbols[(target, name)]
+            module = new_module(moved)
+            text = _alias_text(new, asname or (name if new != name else None))
+        else:
+            module, text = new_module(target), _alias_text(name, asname)
+        groups.setdefault(module, []).append(text)
+    return list(groups.items())
+
+
+def rewrite_python(text: str, old_module: str | None, new_module_name: str | None, is_init: bool,
+                   symbols: dict[tuple[str, str], tuple[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+    """The file's import statements rewritten; returns the text and the (line, col) spans of
+    its import statements (which the text rules then leave alone)."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    edits: list[tuple[int, int, str]] = []
+    spans: list[tuple[int, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        start = offsets[node.lineno - 1] + node.col_offset
+        end = offsets[node.end_lineno - 1] + node.end_col_offset
+        spans.append((start, end))
+        old = text[start:end]
+        new = _rewrite_statement(node, old, lines[node.lineno - 1][:node.col_offset], old_module,
+                                 new_module_name, is_init, symbols)
+        if new != old:
+            edits.append((start, end, new))
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    # spans shift with the edits; recompute them on the new text
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    spans = [(offsets[n.lineno - 1] + n.col_offset, offsets[n.end_lineno - 1] + n.end_col_offset)
+             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return text, spans
+
+
+def _rewrite_statement(node: ast.Import | ast.ImportFrom, old: str, prefix: str, old_module: str | None,
+                       here: str | None, is_init: bool,
+                       symbols: dict[tuple[str, str], tuple[str, str]]) -> str:
+    if isinstance(node, ast.Import):
+        if all(new_module(a.name) == a.name for a in node.names):
+            return old
+        return "import " + ", ".join(_alias_text(new_module(a.name), a.asname) for a in node.names)
+    if node.level and old_module is None:
+        return old   # a relative import outside the package: not ours
+    if node.level:
+        target = _absolute(node, old_module, is_init)   # type: ignore[arg-type]
+    else:
+        target = node.module or ""
+    if target.split(".")[0] != PKG and not node.level:
+        return old
+    groups = rewrite_from(target, [(a.name, a.asname) for a in node.names], symbols)
+
+    def spelled(module: str) -> str:
+        if node.level:
+            return relative(module, here, is_init)   # type: ignore[arg-type]
+        return module
+
+    original = [_alias_text(a.name, a.asname) for a in node.names]
+    if len(groups) == 1 and groups[0][1] == original:
+        module = spelled(groups[0][0])
+        head = re.match(r"from\s+(\S+)\s+import", old)
+        assert head is not None, old
+        if head.group(1) == module:
+            return old
+        return old[:head.start(1)] + module + old[head.end(1):]
+    joiner = "\n" + prefix if not prefix.strip() else "; "
+    indent = prefix if not prefix.strip() else ""
+    return joiner.join(wrap(f"from {spelled(m)} import ", names, indent).replace("\n", "\n" + indent)
+                       for m, names in groups)
+
+
+# ----------------------------------------------------------------------------- text rules
+
+def text_rules(moved_tests: dict[str, str]) -> tuple[re.Pattern[str], dict[str, str]]:
+    """One pattern of every dotted name and path that moves, and what each match becomes."""
+    table: dict[str, str] = {}
+    for keep in KEEP:
+        table[keep] = keep
+    for (module, name), (moved, new) in symbol_moves().items():
+        table[f"{module}.{name}"] = f"{new_module(moved)}.{new}"
+    for old in MODULES:
+        table[f"{PKG}.{old}"] = new_module(f"{PKG}.{old}")
+    dotted = sorted(table, key=len, reverse=True)
+    paths: dict[str, str] = {}
+    for old, new in MODULES.items():
+        paths[f"{PKG}/{old}.py"] = f"{PKG}/{new.replace('.', '/')}.py"
+    for old, new in moved_tests.items():
+        paths[old] = new
+    bare = {f"{old}.py": f"{new.replace('.', '/')}.py" for old, new in MODULES.items()
+            if "." in new and old != "atomic"}
+    parts = [r"(?P<from>from (?P<fmod>mxnet_amp(?:\.\w+)*) import (?P<fnames>\w+(?: as \w+)?(?:, *\w+(?: as \w+)?)*))",
+             r"(?<![\w.])(?P<dot>" + "|".join(re.escape(d) for d in dotted) + r")(?![\w])",
+             r"(?<![\w.-])(?P<path>" + "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
+             + r")(?![\w])",
+             r"(?<![\w./-])(?P<bare>" + "|".join(re.escape(b) for b in sorted(bare, key=len, reverse=True))
+             + r")(?![\w])"]
+    return re.compile("|".join(parts)), {**table, **paths, **bare}
+
+
+def apply_text_rules(text: str, pattern: re.Pattern[str], table: dict[str, str],
+                     skip: list[tuple[int, int]], symbols: dict[tuple[str, str], tuple[str, str]]) -> str:
+    out, last = [], 0
+    skip = sorted(skip)
+
+    def inside(pos: int) -> bool:
+        return any(a <= pos < b for a, b in skip)
+
+    for m in pattern.finditer(text):
+        if inside(m.start()):
+            continue
+        if m.group("from"):
+            aliases = []
+            for piece in m.group("fnames").split(","):
+                bits = piece.split(" as ")
+                aliases.append((bits[0].strip(), bits[1].strip() if len(bits) > 1 else None))
+            groups = rewrite_from(m.group("fmod"), aliases, symbols)
+            new = "; ".join(f"from {mod} import {', '.join(names)}" for mod, names in groups)
+        else:
+            new = table[m.group(0)]
+        out.append(text[last:m.start()])
+        out.append(new)
+        last = m.end()
+    out.append(text[last:])
+    return "".join(out)
+
+
+_ROOTS = [
+    (re.compile(r"os\.path\.dirname\(os\.path\.dirname\(os\.path\.abspath\(__file__\)\)\)"),
+     "os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))"),
+    (re.compile(r"Path\(__file__\)\.resolve\(\)\.parent\.parent\b"), "Path(__file__).resolve().parents[2]"),
+]
+
+
+def deeper_roots(text: str) -> str:
+    """A test moved one folder down finds the repository one more level up."""
+    for pattern, new in _ROOTS:
+        text = pattern.sub(new, text)
+    return re.sub(r"(Path\(__file__\)\.resolve\(\)\.parents)\[(\d)\]",
+                  lambda m: f"{m.group(1)}[{int(m.group(2)) + 1}]", text)
+
+
+# ----------------------------------------------------------------------------- the move
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+def test_moves(root: Path) -> dict[str, str]:
+    """``tests/test_<m>[_<aspect>].py`` -> its place beside the moved module's mirror (the
+    longest module name wins: test_tune_cache.py is tune_cache's)."""
+    moves = {}
+    names = sorted(MODULES, key=len, reverse=True)
+    for path in sorted((root / "tests").glob("test_*.py")):
+        stem = path.stem[len("test_"):]
+        owner = next((n for n in names if stem == n or stem.startswith(n + "_")), None)
+        if owner is None:
+            continue
+        new = MODULES[owner].split(".")
+        aspect = stem[len(owner):]
+        moves[f"tests/{path.name}"] = f"tests/{'/'.join(new[:-1])}/test_{new[-1]}{aspect}.py"
+    return moves
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", default=".")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args()
+    root = Path(args.root).resolve()
+    if git(root, "status", "--porcelain", "--untracked-files=no").strip() and not args.dry_run:
+        raise SystemExit("the tree has uncommitted changes: commit or stash them first")
+    missing = [o for o in MODULES if o != "atomic" and not (root / PKG / f"{o}.py").exists()]
+    taken = [n for n in PACKAGES if (root / PKG / n / "__init__.py").exists()]
+    if missing or taken:
+        raise SystemExit(f"not the tree this move is for: missing {missing}, already there {taken}")
+    if args.dry_run:
+        for old, new in MODULES.items():
+            print(f"{PKG}/{old}.py -> {_path_of(PKG + '.' + new)}")
+        for old, new in test_moves(root).items():
+            print(f"{old} -> {new}")
+        return
+    symbols = symbol_moves()
+    for src, dst, names, renames, doc in SPLITS:
+        split_out(root, src, dst, names, renames, doc)
+        git(root, "add", dst)
+    tests = test_moves(root)
+    old_of: dict[str, str] = {}   # new path -> old module name (package files)
+    for name in PACKAGES:
+        (root / PKG / name).mkdir(exist_ok=True)
+    for old, new in MODULES.items():
+        src, dst = f"{PKG}/{old}.py", _path_of(f"{PKG}.{new}")
+        git(root, "mv", src, dst)
+        old_of[dst] = f"{PKG}.{old}"
+    for old, new in tests.items():
+        (root / new).parent.mkdir(parents=True, exist_ok=True)
+        git(root, "mv", old, new)
+    for name, doc in PACKAGES.items():
+        init = root / PKG / name / "__init__.py"
+        init.write_text(f'"""{doc}"""\nfrom __future__ import annotations\n\n__all__: list[str] = []\n',
+                        encoding="utf-8")
+        git(root, "add", str(init.relative_to(root)))
+    pattern, table = text_rules(tests)
+    changed = []
+    for rel in git(root, "ls-files").splitlines():
+        if not rel.endswith(TEXT_SUFFIXES) or rel.startswith(SKIP) or not (root / rel).exists():
+            continue
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        new = text
+        spans: list[tuple[int, int]] = []
+        if rel.endswith(".py"):
+            if rel.startswith(PKG + "/"):
+                old_module = old_of.get(rel, _dotted(rel))
+                new, spans = rewrite_python(new, old_module, _dotted(rel), rel.endswith("__init__.py"), symbols)
+            else:
+                new, spans = rewrite_python(new, None, None, False, symbols)
+        new = apply_text_rules(new, pattern, table, spans, symbols)
+        if rel in tests.values():
+            new = deeper_roots(new)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(rel)
+    _setup_packages(root)
+    for rel, old, new in EDITS:
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        if old not in text:
+            raise SystemExit(f"EDITS: {rel} holds no {old!r}")
+        path.write_text(text.replace(old, new), encoding="utf-8")
+    print("\n".join(f"rewrote {c}" for c in changed))
+    print(f"moved {len(MODULES)} modules and {len(tests)} test files; rewrote {len(changed)} files")
+
+
+def _setup_packages(root: Path) -> None:
+    """setup.py's ``packages`` gains the new folders."""
+    path = root / "setup.py"
+    text = path.read_text(encoding="utf-8")
+    match = re.search(r"packages=\[(.*?)\]", text, re.S)
+    if match is None:
+        raise SystemExit("setup.py: no packages=[...] list")
+    have = [p.strip().strip('"') for p in match.group(1).replace("\n", " ").split(",") if p.strip()]
+    every = sorted(set(have) | {f"{PKG}.{n}" for n in PACKAGES})
+    listed = wrap("packages=[", [f'"{p}"' for p in every], "    ", False).replace("\n", "\n    ")
+    text = text[:match.start()] + listed + "]" + text[match.end():]
+    path.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
