@@ -269,6 +269,8 @@ def split_out(root: Path, src: str, dst: str, names: list[str], renames: dict[st
             needed.setdefault(module, []).append(imported + (f" as {asname}" if asname else ""))
     keep_lines = [i for i in range(len(lines)) if not any(a <= i < b for a, b in spans)]
     rest = "".join(lines[i] for i in keep_lines)
+    for old, new in renames.items():
+        rest = re.sub(rf"\b{re.escape(old)}\b", new, rest)
     rest_tree = ast.parse(rest)
     still = {n.id for n in ast.walk(rest_tree) if isinstance(n, ast.Name)}
     back = sorted(renames.get(n, n) for n in names if n in still)
@@ -306,7 +308,7 @@ def split_out(root: Path, src: str, dst: str, names: list[str], renames: dict[st
         head += ours + [""]
     if public:
         head += [wrap("__all__ = [", [f'"{n}"' for n in public], "", False) + "]", ""]
-    target.write_text("\n".join(head) + "\n" + moved_text, encoding="utf-8")
+    target.write_text("\n".join(head).rstrip("\n") + "\n\n\n" + moved_text, encoding="utf-8")
 
 
 def _drop_unused_imports(text: str, candidates: set[str], module: str, is_init: bool) -> str:
@@ -481,11 +483,65 @@ def _rewrite_statement(node: ast.Import | ast.ImportFrom, old: str, prefix: str,
         assert head is not None, old
         if head.group(1) == module:
             return old
-        return old[:head.start(1)] + module + old[head.end(1):]
+        return _realign(old[:head.start(1)] + module + old[head.end(1):], len(module) - len(head.group(1)))
     joiner = "\n" + prefix if not prefix.strip() else "; "
     indent = prefix if not prefix.strip() else ""
     return joiner.join(wrap(f"from {spelled(m)} import ", names, indent).replace("\n", "\n" + indent)
                        for m, names in groups)
+
+
+def _realign(statement: str, delta: int) -> str:
+    """A wrapped statement's continuation lines kept under its opening parenthesis after the
+    module name before it grew or shrank by ``delta`` characters."""
+    first, *rest = statement.split("\n")
+    if not rest or "(" not in first:
+        return statement
+    moved = []
+    for line in rest:
+        if delta > 0:
+            moved.append(" " * delta + line)
+        else:
+            spaces = len(line) - len(line.lstrip(" "))
+            moved.append(line[min(spaces, -delta):])
+    return "\n".join([first, *moved])
+
+
+def tidy_imports(text: str) -> str:
+    """Each run of adjacent top-level imports of package modules (relative, or absolute
+    ``mxnet_amp.``) sorted by module, deepest relative level first, two imports of one
+    module merged: the order a reader expects after names changed under them."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    runs: list[list[ast.ImportFrom]] = []
+    previous = None
+    for node in tree.body:
+        ours = isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] == PKG)
+        if ours and previous is not None and node.lineno == (previous.end_lineno or 0) + 1:
+            runs[-1].append(node)   # type: ignore[arg-type]
+        elif ours:
+            runs.append([node])   # type: ignore[list-item]
+        previous = node if ours else None
+    for run in reversed(runs):
+        merged: dict[tuple[int, str], list[ast.ImportFrom]] = {}
+        for node in run:
+            merged.setdefault((node.level, node.module or ""), []).append(node)
+        keys = sorted(merged, key=lambda k: (-k[0], k[1].lower()))
+        if keys == [(n.level, n.module or "") for n in run]:
+            continue
+        out = []
+        for key in keys:
+            nodes = merged[key]
+            if len(nodes) == 1:
+                out.append("".join(lines[nodes[0].lineno - 1:nodes[0].end_lineno]))
+                continue
+            names = []
+            for node in nodes:
+                names += [_alias_text(a.name, a.asname) for a in node.names
+                          if _alias_text(a.name, a.asname) not in names]
+            head = f"from {'.' * key[0]}{key[1]} import "
+            out.append(wrap(head, sorted(names, key=str.lower), "") + "\n")
+        lines[run[0].lineno - 1:run[-1].end_lineno] = out
+    return "".join(lines)
 
 
 # ----------------------------------------------------------------------------- text rules
@@ -636,6 +692,8 @@ def main() -> None:
         new = apply_text_rules(new, pattern, table, spans, symbols)
         if rel in tests.values():
             new = deeper_roots(new)
+        if rel.endswith(".py") and new != text:
+            new = tidy_imports(new)
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(rel)
