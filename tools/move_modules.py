@@ -100,6 +100,186 @@ EDITS: list[tuple[str, str, str]] = [
      "def array_nbytes(array: Any) -> int:"),
 ]
 
+# ----------------------------------------------------------------------------- texts
+
+_RANKS_DOC = """The ranks (docs/architecture.md lists the folders), lowest first; a module imports its own
+rank and those below, a folder or module of the package being one name of the table:
+
+- ir/ (the graph as plain data: no MXNet, checked here), errors, warn
+- files/ (atomic writes, paths, progress, interrupts: no MXNet either), policy
+- mx/: the MXNet boundary (registry, arguments, optypes, entries, hardware, fused, params, io)
+- policy_load, options, tune/ (the lists read, the options of a conversion, the timed choice)
+- passes/ (one pass per file on passes/kernel.py), then shape_check/
+- pipelines: convert, record, pipeline, checkpoint, bucketing, emulation, stripped_casts
+- gluon/, report/ and onnx/ (none imports another of the three)
+- auto/, then cli/ and the package's ``__init__`` (nothing imports cli but ``__main__``)
+\"\"\"
+"""
+
+_RANKS_CODE = """# the ranks, lowest first: each top-level folder of the package (with all its modules) or
+# top-level module; a module may import its own rank and those below, and the folders of the
+# applications' rank (gluon, report, onnx) not one another. "" is the package's __init__
+# (public re-exports and ``__version__``, which cli reads).
+_RANKS = (
+    ("ir", "errors", "warn"),
+    ("files", "policy"),
+    ("mx",),
+    ("policy_load", "options", "tune"),
+    ("passes",),
+    ("shape_check",),
+    ("convert", "record", "pipeline", "checkpoint", "bucketing", "emulation", "stripped_casts"),
+    ("gluon", "report", "onnx"),
+    ("auto",),
+    ("cli", ""),
+    ("__main__",),
+)
+_RANK = {name: rank for rank, names in enumerate(_RANKS) for name in names}
+_APPS = _RANK["gluon"]
+
+
+def _layer(module: str) -> tuple[str, int]:
+    \"\"\"``(top-level name, rank)`` of ``mxnet_amp.x.y``.\"\"\"
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    return top, _RANK[top]
+
+
+def _upward(edges: dict[str, set[str]]) -> list[str]:
+    \"\"\"Each import of a higher rank, or of a sibling among gluon/report/onnx.\"\"\"
+    wrong = []
+    for source, targets in sorted(edges.items()):
+        top, rank = _layer(source)
+        for target in sorted(targets):
+            other, other_rank = _layer(target)
+            if other_rank > rank or (other_rank == rank == _APPS and other != top):
+                wrong.append(f"{source} imports {target}")
+    return wrong
+
+
+"""
+
+_IR_TESTS = """
+
+def _mxnet_imports(path: Path) -> list[str]:
+    \"\"\"Each import of MXNet in ``path``: module level, in functions and under TYPE_CHECKING.\"\"\"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found += [f"{path.relative_to(PKG.parent)}:{node.lineno} imports {n}" for n in names
+                  if n.split(".")[0] == "mxnet"]
+    return found
+
+
+def test_ir_imports_no_mxnet():
+    \"\"\"ir/ and every package module it imports, however deep, import no MXNet: the graph is
+    plain data (issue 43).\"\"\"
+    edges, _ = _graph()
+    seen = {m for m in edges if m == "mxnet_amp.ir" or m.startswith("mxnet_amp.ir.")}
+    todo = sorted(seen)
+    while todo:
+        for target in edges[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    assert "mxnet_amp.ir.graph" in seen and "mxnet_amp.errors" in seen
+    paths = {_module_name(p): p for p in PKG.rglob("*.py")}
+    assert [line for m in sorted(seen) for line in _mxnet_imports(paths[m])] == []
+
+
+def test_the_mxnet_check_sees_every_kind_of_import(tmp_path):
+    source = PKG / "ir" / "_probe_written_by_a_test.py"
+    try:
+        source.write_text("import mxnet as mx\\nif TYPE_CHECKING:\\n    from mxnet.ndarray import NDArray\\n"
+                          "def f():\\n    import mxnet.symbol\\n    from . import graph\\n")
+        assert [line.split(" ", 1)[1] for line in _mxnet_imports(source)] == [
+            "imports mxnet", "imports mxnet.ndarray", "imports mxnet.symbol"]
+    finally:
+        source.unlink()
+"""
+
+_LAYOUT_TESTS = """
+
+# issue 43: the top level is a listing of rank folders (ir/, files/, mx/, tune/, ...) and few modules
+MAX_TOP_LEVEL = 15
+
+
+def test_the_top_level_holds_at_most_15_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert "__init__.py" in top and len(top) <= MAX_TOP_LEVEL, top
+"""
+
+_LAYOUT_DOC = """## The package layout
+
+Each folder is a rank: a module imports its own rank and those below (the `->` notes), never
+above; `tests/house/test_imports.py` holds the table.
+
+```
+mxnet_amp/
+  __init__.py __main__.py   the public API (re-exports only) and `python -m mxnet_amp`
+  errors.py warn.py         the typed errors (AMPError and its kinds) and warnings attributed to
+                            the caller's line
+  ir/                       the graph as plain data, imports no MXNet: graph (Graph, Node, Entry,
+                            the cast nodes), dtypes (names and MXNet's codes), verify (what every
+                            pass keeps), gcpause (the collector paused while a big graph is built);
+                            -> errors, warn
+  files/                    what is written and read: atomic (files written all at once), paths
+                            (outputs checked before any work), progress (bars), interrupts (Ctrl-C
+                            and SIGTERM unwind); no MXNet; -> ir
+  policy.py                 the op policy: categories, decisions and their reasons; -> ir
+  mx/                       the MXNet boundary: registry (ops, type inference), arguments (checks of
+                            the public arguments), optypes, entries, hardware (the machine), fused
+                            (fused ops), params, io (symbol JSON <-> Graph, checkpoints); -> files
+  policy_load.py options.py the op lists read (lists/*.toml); the options of one conversion
+  tune/                     the timed choice (`tune=`): tuning (what it asks for), cache (timings
+                            per machine), timing (the kernels timed); -> mx
+  passes/                   kernel.py (Rewriter, GraphPass, PassResult, run_passes) + one pass per
+                            file, weight_range (weights float16 cannot hold); -> the ranks above
+  shape_check/              check, guess, cuts, infer, messages: params' shapes against the symbol
+                            before any work; -> passes
+  convert record pipeline checkpoint bucketing emulation stripped_casts .py
+                            pipelines: pipeline.py is the pass list, record.py what a conversion
+                            returns, convert.py the public API; files, modules; -> all of the above
+  gluon/                    adapter (convert_hybrid_block), block (AMPSymbolBlock), model (a block
+                            read as a model); -> pipelines and below
+  report/                   model (ConversionReport), tables, pages (text and HTML), picture, layout,
+                            draw (SVG/DOT/PNG), op_costs, precision_map and precision_svg (the
+                            one-screen map); -> pipelines and below, never auto
+  onnx/                     export, exporter, converters, weights, constants, retype, tidy; -> pipelines and below
+  auto/                     automatic mode; -> gluon, report, pipelines and below
+  cli/                      main (dispatch), parser, checks, auto_command, demo, output; -> everything;
+                            nothing imports it but __main__
+tests/                      mirrors the package: tests/<folder>/test_<module>.py for every module
+                            (tests/house/test_layout.py checks it), plus stories/ (end-to-end user
+                            stories), house/ (import order, mypy, AST rules, docs, packaging),
+                            support/ (builders and trained models the tests share), upstream/
+                            (MXNet's own AMP tests, ported)
+```
+
+Imports flow downwards only, and gluon/, report/ and onnx/ do not import one another:
+`tests/house/test_imports.py` reads every import from the source (module level, in functions and
+under `TYPE_CHECKING` alike) and checks this order, that there is no import circle, that `ir/`
+and everything it imports import no MXNet (not even for the type checker), and that
+each module's `__all__` lists only what it defines (one home per name; a package's
+`__init__` is its public face). `tests/house/test_layout.py` keeps the top level at 15 modules
+at most. The report writes its files through `files/atomic.py`, not the MXNet boundary. The
+public spellings stay: `mxnet_amp.hardware.bf16_runs_natively()` (the package binds
+`hardware`), `mxnet_amp.save_checkpoint`, `python -m mxnet_amp.auto.worker_process`.
+"""
+
+# (file, start pattern, end pattern, replacement): the text from the start match up to the end
+# match (excluded) is replaced; both must match once
+REGIONS = [
+    ("tests/house/test_imports.py", r"^The layers \(docs/architecture\.md draws them\)", r'^from __future__',
+     _RANKS_DOC),
+    ("tests/house/test_imports.py", r"^_CORE = \(", r"^def test_every_module_has_a_layer", _RANKS_CODE),
+    ("docs/architecture.md", r"^## The package layout\n", r"^The report never imports the automatic mode",
+     _LAYOUT_DOC),
+]
+# (file, text appended)
+APPENDS = [("tests/house/test_imports.py", _IR_TESTS), ("tests/house/test_layout.py", _LAYOUT_TESTS)]
+
+
 TEXT_SUFFIXES = (".py", ".md", ".ini")
 SKIP = ("tools/move_modules.py", "benchmarks/results/")
 LINE = 110
@@ -698,6 +878,18 @@ def main() -> None:
             path.write_text(new, encoding="utf-8")
             changed.append(rel)
     _setup_packages(root)
+    for rel, start, end, replacement in REGIONS:
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        a = list(re.finditer(start, text, re.M))
+        b = [m for m in re.finditer(end, text, re.M) if a and m.start() > a[0].start()]
+        if len(a) != 1 or not b:
+            raise SystemExit(f"REGIONS: {rel}: {start!r} .. {end!r} not found once")
+        print(f"replaced in {rel}:\n" + text[a[0].start():b[0].start()])
+        path.write_text(text[:a[0].start()] + replacement + text[b[0].start():], encoding="utf-8")
+    for rel, extra in APPENDS:
+        path = root / rel
+        path.write_text(path.read_text(encoding="utf-8").rstrip("\n") + "\n" + extra, encoding="utf-8")
     for rel, old, new in EDITS:
         path = root / rel
         text = path.read_text(encoding="utf-8")
