@@ -89,6 +89,9 @@ EDITS: list[tuple[str, str, str]] = [
      "import mxnet_amp.files.atomic as atomic   # atomic_writes looks check_writable up there"),
     ("tests/stories/test_user_facing_21.py",
      'monkeypatch.setattr(io, "check_writable"', 'monkeypatch.setattr(atomic, "check_writable"'),
+    ("mxnet_amp/files/atomic.py", "def text_writer(text: str) -> Callable[[str], None]:\n",
+     "def text_writer(text: str) -> Callable[[str], None]:\n"
+     '    """A ``write`` for :func:`atomic_writes` that writes ``text`` (a symbol\'s JSON)."""\n'),
     # ir/ imports no MXNet, not even for the type checker (MXNet has no stubs: NDArray is Any)
     ("mxnet_amp/ir/dtypes.py",
      "from typing import TYPE_CHECKING, Any, Iterable\n\nimport numpy as np\n\n"
