@@ -81,6 +81,8 @@ SPLITS = [
 # dotted names left as they are: documented public spellings the package still answers
 # (``mxnet_amp/__init__.py`` binds ``hardware``)
 KEEP = ("mxnet_amp.hardware.bf16_runs_natively",)
+# ... and in the Markdown pages, every public spelling under these (users were told them)
+KEEP_IN_PAGES = ("mxnet_amp.hardware",)
 
 # what the text rules do not reach: (file, old text, new text), applied after them
 EDITS: list[tuple[str, str, str]] = [
@@ -745,7 +747,7 @@ def text_rules(moved_tests: dict[str, str]) -> tuple[re.Pattern[str], dict[str, 
             if "." in new and old != "atomic"}
     parts = [r"(?P<from>from (?P<fmod>mxnet_amp(?:\.\w+)*) import (?P<fnames>\w+(?: as \w+)?(?:, *\w+(?: as \w+)?)*))",
              r"(?<![\w.])(?P<dot>" + "|".join(re.escape(d) for d in dotted) + r")(?![\w])",
-             r"(?<![\w.-])(?P<path>" + "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
+             r"(?<![\w.-])(?<!\w/)(?P<path>" + "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
              + r")(?![\w])",
              r"(?<![\w./-])(?P<bare>" + "|".join(re.escape(b) for b in sorted(bare, key=len, reverse=True))
              + r")(?![\w])"]
@@ -753,7 +755,11 @@ def text_rules(moved_tests: dict[str, str]) -> tuple[re.Pattern[str], dict[str, 
 
 
 def apply_text_rules(text: str, pattern: re.Pattern[str], table: dict[str, str],
-                     skip: list[tuple[int, int]], symbols: dict[tuple[str, str], tuple[str, str]]) -> str:
+                     skip: list[tuple[int, int]], symbols: dict[tuple[str, str], tuple[str, str]],
+                     page: bool = False) -> str:
+    """Every match of ``pattern`` outside ``skip`` replaced (a path under another folder, such
+    as a profile's ``/work/x/mxnet_amp/io.py``, is a record and stays); in a ``page``, the
+    public spellings of ``KEEP_IN_PAGES`` stay."""
     out, last = [], 0
     skip = sorted(skip)
 
@@ -770,6 +776,8 @@ def apply_text_rules(text: str, pattern: re.Pattern[str], table: dict[str, str],
                 aliases.append((bits[0].strip(), bits[1].strip() if len(bits) > 1 else None))
             groups = rewrite_from(m.group("fmod"), aliases, symbols)
             new = "; ".join(f"from {mod} import {', '.join(names)}" for mod, names in groups)
+        elif page and m.group("dot") and m.group(0).startswith(KEEP_IN_PAGES):
+            new = m.group(0)
         else:
             new = table[m.group(0)]
         out.append(text[last:m.start()])
@@ -869,7 +877,7 @@ def main() -> None:
                 new, spans = rewrite_python(new, old_module, _dotted(rel), rel.endswith("__init__.py"), symbols)
             else:
                 new, spans = rewrite_python(new, None, None, False, symbols)
-        new = apply_text_rules(new, pattern, table, spans, symbols)
+        new = apply_text_rules(new, pattern, table, spans, symbols, rel.endswith(".md"))
         if rel in tests.values():
             new = deeper_roots(new)
         if rel.endswith(".py") and new != text:
