@@ -81,6 +81,8 @@ SPLITS = [
 # dotted names left as they are: documented public spellings the package still answers
 # (``mxnet_amp/__init__.py`` binds ``hardware``)
 KEEP = ("mxnet_amp.hardware.bf16_runs_natively",)
+# dotted names of a re-imported name, sent to its home (the rest follow their module)
+DOTTED = {"mxnet_amp.tune.Tuning": "mxnet_amp.tune.tuning.Tuning"}
 # ... and in the Markdown pages, every public spelling under these (users were told them)
 KEEP_IN_PAGES = ("mxnet_amp.hardware",)
 
@@ -733,6 +735,7 @@ def text_rules(moved_tests: dict[str, str]) -> tuple[re.Pattern[str], dict[str, 
     table: dict[str, str] = {}
     for keep in KEEP:
         table[keep] = keep
+    table.update(DOTTED)
     for (module, name), (moved, new) in symbol_moves().items():
         table[f"{module}.{name}"] = f"{new_module(moved)}.{new}"
     for old in MODULES:
