@@ -114,7 +114,8 @@ rank and those below, a folder or module of the package being one name of the ta
 
 - ir/ (the graph as plain data: no MXNet, checked here), errors, warn
 - files/ (atomic writes, paths, progress, interrupts: no MXNet either), policy
-- mx/: the MXNet boundary (registry, arguments, optypes, entries, hardware, fused, params, io)
+- mx/: the MXNet boundary (registry, arguments, optypes, entries, hardware, fused, params, io),
+  and kernels/ (the compiled rounding ops)
 - policy_load, options, tune/ (the lists read, the options of a conversion, the timed choice)
 - passes/ (one pass per file on passes/kernel.py), then shape_check/
 - pipelines: convert, record, pipeline, checkpoint, bucketing, emulation, stripped_casts
@@ -130,7 +131,7 @@ _RANKS_CODE = """# the ranks, lowest first: each top-level folder of the package
 _RANKS = (
     ("ir", "errors", "warn"),
     ("files", "policy"),
-    ("mx",),
+    ("mx", "kernels"),
     ("policy_load", "options", "tune"),
     ("passes",),
     ("shape_check",),
@@ -233,6 +234,8 @@ mxnet_amp/
   mx/                       the MXNet boundary: registry (ops, type inference), arguments (checks of
                             the public arguments), optypes, entries, hardware (the machine), fused
                             (fused ops), params, io (symbol JSON <-> Graph, checkpoints); -> files
+  kernels/                  round.cc (the emulation's rounding as MXNet external ops) and build
+                            (compiles, caches and loads it); beside mx/
   policy_load.py options.py the op lists read (lists/*.toml); the options of one conversion
   tune/                     the timed choice (`tune=`): tuning (what it asks for), cache (timings
                             per machine), timing (the kernels timed); -> mx
