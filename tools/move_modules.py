@@ -19,8 +19,11 @@ commit: it is run again on the then-current tree. In order it
    in docstrings, ``-m`` commands, mock targets, code strings), file paths
    (``mxnet_amp/io.py``, ``tests/test_io.py``, a bare ``io.py`` in prose), and the
    ``__file__``-relative roots of the moved tests;
-4. applies ``EDITS``: exact text replacements the rules above cannot derive (each must
-   match, or the script stops and says which).
+4. writes what is new (``REGIONS``: the rank table of tests/house/test_imports.py, the
+   layout section of docs/architecture.md; ``APPENDS``: the tests that ``ir/`` imports no
+   MXNet and that the top level holds at most 15 modules) and applies ``EDITS``: exact text
+   replacements the rules above cannot derive (each must match, or the script stops and
+   says which).
 
 It refuses a dirty tree or a tree where a target exists, and prints every file it changed.
 """
