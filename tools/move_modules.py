@@ -629,15 +629,17 @@ def rewrite_python(text: str, old_module: str | None, new_module_name: str | Non
             edits.append((start, end, new))
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
-    # spans shift with the edits; recompute them on the new text
-    tree = ast.parse(text)
+    return text, import_spans(text)   # the spans moved with the edits
+
+
+def import_spans(text: str) -> list[tuple[int, int]]:
+    """``[start, end)`` character offsets of every import statement of ``text``."""
     lines = text.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
-    spans = [(offsets[n.lineno - 1] + n.col_offset, offsets[n.end_lineno - 1] + n.end_col_offset)
-             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    return text, spans
+    return [(offsets[n.lineno - 1] + n.col_offset, offsets[(n.end_lineno or n.lineno) - 1] + (n.end_col_offset or 0))
+            for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 def _rewrite_statement(node: ast.Import | ast.ImportFrom, old: str, prefix: str, old_module: str | None,
@@ -792,6 +794,27 @@ def apply_text_rules(text: str, pattern: re.Pattern[str], table: dict[str, str],
     return "".join(out)
 
 
+def package_aliases(text: str) -> list[str]:
+    """The names ``import mxnet_amp as <name>`` binds in a file."""
+    return sorted({a.asname for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Import)
+                   for a in n.names if a.name == PKG and a.asname})
+
+
+def rewrite_aliases(text: str, aliases: list[str], skip: list[tuple[int, int]]) -> str:
+    """``amp.io.x`` after ``import mxnet_amp as amp``: the module by its new path."""
+    if not aliases:
+        return text
+    olds = sorted(MODULES, key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, aliases)) + r")\.("
+                         + "|".join(map(re.escape, olds)) + r")(?![\w])")
+
+    def new(m: re.Match[str]) -> str:
+        if any(a <= m.start() < b for a, b in skip):
+            return m.group(0)
+        return f"{m.group(1)}.{MODULES[m.group(2)]}"
+    return pattern.sub(new, text)
+
+
 _ROOTS = [
     (re.compile(r"os\.path\.dirname\(os\.path\.dirname\(os\.path\.abspath\(__file__\)\)\)"),
      "os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))"),
@@ -883,6 +906,8 @@ def main() -> None:
             else:
                 new, spans = rewrite_python(new, None, None, False, symbols)
         new = apply_text_rules(new, pattern, table, spans, symbols, rel.endswith(".md"))
+        if rel.endswith(".py"):
+            new = rewrite_aliases(new, package_aliases(new), import_spans(new))
         if rel in tests.values():
             new = deeper_roots(new)
         if rel.endswith(".py") and new != text:
