@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
@@ -19,6 +19,7 @@ from ..graph import Graph
 from ..hardware import cpu_summary
 from ..passes.insert_casts import MULTICAST
 from ..policy import Category, Decision, reason_kind
+from .sections import AutoSection, DemoSection, OnnxSection, sections_dict
 
 if TYPE_CHECKING:   # only annotations name it
     from ..record import Conversion
@@ -103,6 +104,12 @@ class ConversionReport:
     cpu : str or None
         The CPU the report was made on (:func:`mxnet_amp.hardware.cpu_summary`: its ISA
         flags, ``DNNL_MAX_CPU_ISA``, whether bfloat16 runs natively).
+    notes : tuple of str
+        What the command adds for the reader (the machine cannot run the dtype, emulation
+        used, degenerate outputs, the ONNX export's lines).
+    onnx, demo, auto : OnnxSection, DemoSection, AutoSection or None
+        What ``convert --onnx``, ``demo`` and ``auto`` add (:mod:`mxnet_amp.report.sections`;
+        the JSON report writes them, with the notes, as its ``extra`` object).
     """
 
     target_dtype: str
@@ -121,13 +128,16 @@ class ConversionReport:
     excluded: tuple[str, ...] = ()
     fallbacks: tuple[tuple[str, str], ...] = ()
     unlisted_ops: tuple[str, ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
     folded_batchnorms: tuple[str, ...] = ()
     kept_batchnorms: tuple[tuple[str, str], ...] = ()
     input_model: Mapping[str, Any] | None = None
     fusion_barriers: tuple[str, ...] = ()
     tuning: Mapping[str, Any] | None = None
     cpu: str | None = None
+    notes: tuple[str, ...] = ()
+    onnx: OnnxSection | None = None
+    demo: DemoSection | None = None
+    auto: AutoSection | None = None
 
     def fp32_reasons(self) -> dict[str, list[str]]:
         """Reason -> names of the float32 nodes kept for it (in graph order)."""
@@ -138,6 +148,7 @@ class ConversionReport:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (plain types only)."""
+        extra = sections_dict(self.notes, self.onnx, self.demo, self.auto)
         return {
             "model": self.model,
             "target_dtype": self.target_dtype,
@@ -162,7 +173,7 @@ class ConversionReport:
             "fusion_barriers": list(self.fusion_barriers),
             **({"tuning": dict(self.tuning)} if self.tuning is not None else {}),
             **({"cpu": self.cpu} if self.cpu is not None else {}),
-            **({"extra": dict(self.extra)} if self.extra else {}),
+            **({"extra": extra} if extra else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
