@@ -130,7 +130,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _inspect_stripped(args: argparse.Namespace) -> int:
     """A converted model saved without its amp casts: say so, and report on the model with
     its casts restored (a StrippedCastsError where they cannot be)."""
-    _, arg_params, aux_params, conversion = restoring_load(args.prefix, args.epoch, progress=None)
+    loaded = restoring_load(args.prefix, args.epoch, progress=None)
+    arg_params, aux_params, conversion = loaded.arg_params, loaded.aux_params, loaded.conversion
     if conversion is None:   # nothing was stripped: the plain inspect would have run
         raise CLIError(f"{args.prefix}: not a model saved without its amp casts")
     report = build_report(conversion, new_arg_params=arg_params, new_aux_params=aux_params,

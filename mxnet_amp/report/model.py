@@ -294,26 +294,16 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
     -------
     ConversionReport
     """
-    total, by_dtype, by_op, cats, fp32_nodes = _node_figures(conversion)
-    casts_by, n_multi, n_weight_casts = _cast_counts(conversion)
-    n_casts = sum(casts_by.values())
 
     before, after = _params_before_after(conversion, arg_params, aux_params,
                                          new_arg_params, new_aux_params)
     return ConversionReport(
         target_dtype=conversion.policy.target_dtype,
         model=model,
-        total_nodes=total,
-        nodes_by_dtype=dict(by_dtype),
-        nodes_by_op={op: dict(c) for op, c in by_op.items()},
-        categories=dict(cats),
-        casts=n_casts,
-        multicasts=n_multi,
-        casts_by_dtype=dict(casts_by),
+        **_node_figures(conversion),
+        **_cast_counts(conversion),
         params_before=before,
-        weight_casts=n_weight_casts,
         params_after=after,
-        fp32_nodes=tuple(fp32_nodes),
         excluded=tuple(sorted(k for k, why in conversion.fp32_nodes.items()
                               if reason_kind(why) == "user exclusion")),
         fallbacks=tuple(conversion.result.fallbacks),
@@ -323,9 +313,9 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
     )
 
 
-def _node_figures(conversion: Conversion) -> tuple[int, Counter, dict[str, Counter], Counter, list[FP32Node]]:
-    """``(op nodes, nodes per dtype, per op and dtype, per category, the float32 nodes with
-    their reasons)`` of the graph converted."""
+def _node_figures(conversion: Conversion) -> dict[str, Any]:
+    """The report's fields on the graph converted: op nodes, nodes per dtype, per op and
+    dtype, per category, the float32 nodes with their reasons."""
     result = conversion.result
     original: Graph = conversion.original
     fallbacks: dict[str, str] = {}
@@ -348,12 +338,14 @@ def _node_figures(conversion: Conversion) -> tuple[int, Counter, dict[str, Count
             cats[decision.category.value] += 1
         if dt == "float32":
             fp32_nodes.append(FP32Node(node.name, node.op, _fp32_reason(node.name, decision, fallbacks)))
-    return total, by_dtype, by_op, cats, fp32_nodes
+    return {"total_nodes": total, "nodes_by_dtype": dict(by_dtype),
+            "nodes_by_op": {op: dict(c) for op, c in by_op.items()}, "categories": dict(cats),
+            "fp32_nodes": tuple(fp32_nodes)}
 
 
-def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
-    """``(amp_casts by dtype, amp_multicasts, amp_casts of a stored weight)`` among the casts
-    the conversion inserted (its record: a model's own casts are not counted; fusion
+def _cast_counts(conversion: Conversion) -> dict[str, Any]:
+    """The report's fields on the casts: ``amp_cast`` and ``amp_multicast`` nodes, the
+    amp_casts by dtype and those of a stored weight, among the casts the conversion inserted (its record: a model's own casts are not counted; fusion
     barriers are amp_casts)."""
     graph, data = conversion.graph, set(conversion.data_names)
     casts_by: Counter = Counter()
@@ -366,7 +358,8 @@ def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
         casts_by[node.attrs.get("dtype", "?")] += 1
         source = graph.nodes[node.inputs[0].node]
         n_weight += source.is_variable and source.name not in data
-    return casts_by, n_multi, n_weight
+    return {"casts": sum(casts_by.values()), "multicasts": n_multi, "casts_by_dtype": dict(casts_by),
+            "weight_casts": n_weight}
 
 
 def _folding(conversion: Conversion) -> dict:
