@@ -314,7 +314,7 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str | None],
             raise TypeError(f"recast_params(in_place=True) needs a dict, got {type(params).__name__}")
         return _recast_in_place(params, dtypes, each)
     out = {}
-    todo: dict[tuple, list[str]] = {}
+    todo: dict[_BatchKey, list[str]] = {}
     for name, value in params.items():
         want = dtypes.get(name)
         have = current[name] if current is not None else array_dtype(value)
