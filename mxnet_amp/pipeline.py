@@ -72,8 +72,10 @@ class Prepared:
     # (BatchNorm, producer) folded and (BatchNorm, why) kept by folding
     folded: tuple[tuple[str, str], ...] = ()
     kept: tuple[tuple[str, str], ...] = ()
-    # what tune= timed and chose (mxnet_amp.tune.TuneRecord), None without tune
+    # what tune= timed and chose (mxnet_amp.tune.TuneRecord), None without tune, and the
+    # options before it chose (the whole-model check after the conversion converts them too)
     tuning: Any = None
+    untuned: ConvertOptions | None = None
 
 
 def _prepared(previous: PassResult[Any]) -> Prepared:
