@@ -28,7 +28,7 @@ from .params import (check_params, default_data_names, label_inputs, model_input
                      with_labels)
 from .passes.insert_casts import refuse_converted
 from .passes.kernel import GraphPass, PassResult, run_passes
-from .pipeline import ORDER, Prepared, convert_passes, prepare_passes
+from .pipeline import ORDER, TUNE, Prepared, convert_passes, prepare_passes
 from .record import Conversion, input_figures
 from .shape_check.check import check_param_shapes
 from .shape_check.messages import input_shapes
@@ -272,7 +272,7 @@ class _Tune(GraphPass[Prepared]):
     conversion: options in, options out; it converts nothing (the whole-model check runs
     after the conversion, :func:`_checked_tuning`)."""
 
-    name = "tune"
+    name = TUNE
 
     def __init__(self, data_shapes: Mapping[str, Sequence[int]] | None) -> None:
         super().__init__(verify=False)

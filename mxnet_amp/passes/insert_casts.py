@@ -141,7 +141,7 @@ class InsertCasts(GraphPass[CastResult]):
     def call(self, graph: Graph) -> PassResult[CastResult]:
         """Run the pass on ``graph`` (see the class)."""
         refuse_converted(graph)
-        result = _CastInserter(graph, self.policy, self.data_dtypes, self.param_dtypes, self.fp32_nodes,
+        result = _CastInserter(graph, self.name, self.policy, self.data_dtypes, self.param_dtypes, self.fp32_nodes,
                                self.output_dtype, self.op_types or OpTypes()).result()
         return PassResult(result.graph, result, True)
 
@@ -183,12 +183,10 @@ class _CastInserter(Rewriter):
     """One forward walk over ``graph``'s nodes building the converted graph (module doc)."""
     names_new_nodes = True
 
-    name = "insert_casts"
-
-    def __init__(self, graph: Graph, policy: OpPolicy, data_dtypes: Mapping[str, str],
+    def __init__(self, graph: Graph, name: str, policy: OpPolicy, data_dtypes: Mapping[str, str],
                  param_dtypes: Mapping[str, str | None], fp32_nodes: Mapping[str, str],
                  output_dtype: str | None, op_types: OpTypes) -> None:
-        super().__init__(graph)
+        super().__init__(graph, name)
         self.policy, self.op_types, self.fp32_nodes = policy, op_types, fp32_nodes
         self.data_dtypes, self.param_dtypes = data_dtypes, param_dtypes
         self.output_dtype = output_dtype
