@@ -19,8 +19,11 @@ commit: it is run again on the then-current tree. In order it
    in docstrings, ``-m`` commands, mock targets, code strings), file paths
    (``mxnet_amp/io.py``, ``tests/test_io.py``, a bare ``io.py`` in prose), and the
    ``__file__``-relative roots of the moved tests;
-4. applies ``EDITS``: exact text replacements the rules above cannot derive (each must
-   match, or the script stops and says which).
+4. writes what is new (``REGIONS``: the rank table of tests/house/test_imports.py, the
+   layout section of docs/architecture.md; ``APPENDS``: the tests that ``ir/`` imports no
+   MXNet and that the top level holds at most 15 modules) and applies ``EDITS``: exact text
+   replacements the rules above cannot derive (each must match, or the script stops and
+   says which).
 
 It refuses a dirty tree or a tree where a target exists, and prints every file it changed.
 """
@@ -114,7 +117,8 @@ rank and those below, a folder or module of the package being one name of the ta
 
 - ir/ (the graph as plain data: no MXNet, checked here), errors, warn
 - files/ (atomic writes, paths, progress, interrupts: no MXNet either), policy
-- mx/: the MXNet boundary (registry, arguments, optypes, entries, hardware, fused, params, io)
+- mx/: the MXNet boundary (registry, arguments, optypes, entries, hardware, fused, params, io),
+  and kernels/ (the compiled rounding ops)
 - policy_load, options, tune/ (the lists read, the options of a conversion, the timed choice)
 - passes/ (one pass per file on passes/kernel.py), then shape_check/
 - pipelines: convert, record, pipeline, checkpoint, bucketing, emulation, stripped_casts
@@ -130,7 +134,7 @@ _RANKS_CODE = """# the ranks, lowest first: each top-level folder of the package
 _RANKS = (
     ("ir", "errors", "warn"),
     ("files", "policy"),
-    ("mx",),
+    ("mx", "kernels"),
     ("policy_load", "options", "tune"),
     ("passes",),
     ("shape_check",),
@@ -233,6 +237,8 @@ mxnet_amp/
   mx/                       the MXNet boundary: registry (ops, type inference), arguments (checks of
                             the public arguments), optypes, entries, hardware (the machine), fused
                             (fused ops), params, io (symbol JSON <-> Graph, checkpoints); -> files
+  kernels/                  round.cc (the emulation's rounding as MXNet external ops) and build
+                            (compiles, caches and loads it); beside mx/
   policy_load.py options.py the op lists read (lists/*.toml); the options of one conversion
   tune/                     the timed choice (`tune=`): tuning (what it asks for), cache (timings
                             per machine), timing (the kernels timed); -> mx
@@ -623,15 +629,17 @@ def rewrite_python(text: str, old_module: str | None, new_module_name: str | Non
             edits.append((start, end, new))
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
-    # spans shift with the edits; recompute them on the new text
-    tree = ast.parse(text)
+    return text, import_spans(text)   # the spans moved with the edits
+
+
+def import_spans(text: str) -> list[tuple[int, int]]:
+    """``[start, end)`` character offsets of every import statement of ``text``."""
     lines = text.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
-    spans = [(offsets[n.lineno - 1] + n.col_offset, offsets[n.end_lineno - 1] + n.end_col_offset)
-             for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    return text, spans
+    return [(offsets[n.lineno - 1] + n.col_offset, offsets[(n.end_lineno or n.lineno) - 1] + (n.end_col_offset or 0))
+            for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 def _rewrite_statement(node: ast.Import | ast.ImportFrom, old: str, prefix: str, old_module: str | None,
@@ -786,6 +794,27 @@ def apply_text_rules(text: str, pattern: re.Pattern[str], table: dict[str, str],
     return "".join(out)
 
 
+def package_aliases(text: str) -> list[str]:
+    """The names ``import mxnet_amp as <name>`` binds in a file."""
+    return sorted({a.asname for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Import)
+                   for a in n.names if a.name == PKG and a.asname})
+
+
+def rewrite_aliases(text: str, aliases: list[str], skip: list[tuple[int, int]]) -> str:
+    """``amp.io.x`` after ``import mxnet_amp as amp``: the module by its new path."""
+    if not aliases:
+        return text
+    olds = sorted(MODULES, key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, aliases)) + r")\.("
+                         + "|".join(map(re.escape, olds)) + r")(?![\w])")
+
+    def new(m: re.Match[str]) -> str:
+        if any(a <= m.start() < b for a, b in skip):
+            return m.group(0)
+        return f"{m.group(1)}.{MODULES[m.group(2)]}"
+    return pattern.sub(new, text)
+
+
 _ROOTS = [
     (re.compile(r"os\.path\.dirname\(os\.path\.dirname\(os\.path\.abspath\(__file__\)\)\)"),
      "os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))"),
@@ -877,6 +906,8 @@ def main() -> None:
             else:
                 new, spans = rewrite_python(new, None, None, False, symbols)
         new = apply_text_rules(new, pattern, table, spans, symbols, rel.endswith(".md"))
+        if rel.endswith(".py"):
+            new = rewrite_aliases(new, package_aliases(new), import_spans(new))
         if rel in tests.values():
             new = deeper_roots(new)
         if rel.endswith(".py") and new != text:
