@@ -139,6 +139,7 @@ class EmulateGraph(GraphPass[None]):
         return PassResult(self.node_loop(graph, state).run(), None, True)
 
     def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A variable, a cast to low precision or an op, emulated in float32 (see the class)."""
         if node.is_variable:
             return self._variable(loop, node)
         # a single cast (a multicast has no dtype attr) to low precision: round there

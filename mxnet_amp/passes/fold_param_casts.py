@@ -44,6 +44,7 @@ class FoldParamCasts(GraphPass[dict[str, tuple[str, str]]]):
         return PassResult(Prune().call(folded).graph, rounded, True)
 
     def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """The outer cast of a weight's round trip becomes a variable; other nodes are copied."""
         source = self._rounded_weight(loop.graph, node)
         if source is None:
             return loop.copy(node)
@@ -86,6 +87,7 @@ class Prune(GraphPass[None]):
         return PassResult(self.node_loop(graph, keep).run(), None, True)
 
     def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A node the heads depend on is copied; any other dropped."""
         # a dropped node's outputs go nowhere: nothing kept reads them (the loop's state:
         # which nodes the heads depend on)
         return loop.copy(node) if loop.state[i] else ()

@@ -138,6 +138,7 @@ class InsertFusionBarriers(GraphPass[Barriers]):
                                         MappingProxyType(state.barrier_dtypes)), True)
 
     def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A guarded convolution gets its barrier; its guarded readers read the barrier."""
         state: _Guarding = loop.state
         if i in state.targets:
             new = loop.copy(node)

@@ -59,6 +59,7 @@ class RoundWithKernels(GraphPass[int]):
         return PassResult(new, loop.state.count, True)
 
     def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A round trip or bias step found before the loop becomes a kernel op; what it made dead goes."""
         found: _Found = loop.state
         if i in found.dead:
             return ()   # only the replacement below read it

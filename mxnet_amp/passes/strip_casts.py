@@ -29,12 +29,14 @@ class StripCasts(GraphPass[None]):
         return PassResult(new if changed else graph, None, changed)
 
     def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A cast is replaced by its input(s); any other node is copied."""
         if node.op in CAST_OPS:
             # whatever read the cast reads its input (a multicast's output k: its input k)
             return loop.inputs(node)
         return loop.copy(node)
 
     def rewrite_subgraph(self, loop: Rewriter, body: Graph) -> Graph:
+        """A loop/cond body: its casts go too."""
         return self.node_loop(body).run()
 
 
