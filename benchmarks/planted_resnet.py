@@ -14,13 +14,14 @@ then two culprits planted so that the float32 model's top-1 stays what it was:
   (so the two are equal: built before the calibration, their BatchNorm statistics made equal),
   and ``conv3`` reads the pair with weights ``w + L`` and ``w' - L`` (``L`` = ``2**14`` times
   the layer's weight spread): in float32 the ``L`` terms cancel and ``conv3`` computes
-  ``(w + w') x``, as before; float16 stores ``w + L`` to a spacing of ~8 weights' spread, so
-  the small signal ``w + w'`` is lost in the rounding, several times the block's signal.
+  ``(w + w') x``, as before; float16 stores ``w + L`` (~460) to a spacing of 0.25, ~9 weight
+  spreads, so the small signal ``w + w'`` (~1.4 spreads) is lost in the rounding.
   Kept float32, ``conv3`` reads the (equal, equally rounded) pair and cancels ``L`` again.
-  No tensor leaves float16's range (the weights reach ~700, the outputs stay O(10)).
+  No tensor leaves float16's range (the search's range step flags only ``output``).
 
-Labels are the float32 model's own top-1 (:func:`label_rec`), so float32 scores 1.0 and a
-float16 model's accuracy is the share of samples whose top-1 it keeps.
+Labels are the float32 model's own top-1 (:func:`label_rec`), so float32 scores ~1.0 (0.992
+in the search's own float32 pass over 256 images: docs/benchmarks.md) and a float16 model's
+accuracy is the share of samples whose top-1 it keeps.
 """
 from __future__ import annotations
 
