@@ -45,7 +45,8 @@ class Planted:
     auxs: dict
     overflow: str          # the output FullyConnected
     accuracy: str          # the paired convolution
-    base: tuple | None     # (sym, args, auxs) before the two plantings (duplicates made, calibrated)
+    # (sym, args, auxs) before the two plantings (the duplicates made, calibrated)
+    base: tuple | None
 
     @property
     def culprits(self) -> list[str]:
@@ -99,7 +100,8 @@ def build(calibration: np.ndarray, seed: int = 0, keep_base: bool = False) -> Pl
     net = vision.resnet50_v1(pretrained=False)
     net.initialize(mx.init.Xavier())
     net(mx.nd.zeros((1,) + calibration.shape[1:]))
-    body = net.features[7][2].body          # the last bottleneck: conv1 bn relu conv2 bn relu conv3 bn
+    # the last bottleneck: conv1 bn relu conv2 bn relu conv3 bn
+    body = net.features[7][2].body
     conv2, bn2, conv3 = body[3], body[4], body[6]
     w2 = conv2.weight.data().asnumpy()
     w2[1::2] = w2[0::2]                     # channel 2k + 1 computes as channel 2k
