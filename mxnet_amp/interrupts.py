@@ -90,17 +90,18 @@ def interruptible(call: Callable[..., _T], *args: Any) -> _T:
     """
     if threading.current_thread() is not threading.main_thread():
         return call(*args)
-    outcome: dict[str, Any] = {}
+    values: list[_T] = []
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
-            outcome["value"] = call(*args)
+            values.append(call(*args))
         except BaseException as err:   # noqa: BLE001 - raised again in the caller's thread
-            outcome["error"] = err
+            errors.append(err)
     helper = threading.Thread(target=target, name="mxnet-amp-interruptible", daemon=True)
     helper.start()
     while helper.is_alive():
         helper.join(0.05)   # a Ctrl-C raises here, between two short waits
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    if errors:
+        raise errors[0]
+    return values[0]

@@ -48,6 +48,12 @@ def _children(pid):
         return []
 
 
+def _sigint_default():
+    """SIGINT back to its default in the child: a test run in the background (``cmd &``)
+    inherits it ignored, and Python then sets no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _digest(folder):
     return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
             for name in sorted(os.listdir(folder)) if (folder / name).is_file()}
@@ -69,7 +75,8 @@ def test_ctrl_c_with_worker_processes_ends_at_once_and_leaves_nothing(tmp_path, 
     proc = subprocess.Popen(
         [sys.executable, "-m", "mxnet_amp", "auto", prefix, "--eval-data", batches, "--workers", "2",
          "--target-dtype", "bfloat16", "--out", str(work / "out")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        preexec_fn=_sigint_default)
     try:
         deadline = time.monotonic() + 120
         while len(_children(proc.pid)) < 2 and proc.poll() is None and time.monotonic() < deadline:
