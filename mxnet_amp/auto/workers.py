@@ -23,6 +23,7 @@ import numpy as np
 from ..emulation import round_weights_once, with_kernels
 from ..dtypes import array_dtype
 from ..errors import AMPError, error_text
+from ..interrupts import interruptible
 from ..io import symbol_json
 from .deployed import bind_fused, float32_outputs
 from .worker_process import receive, send
@@ -80,10 +81,11 @@ class ModelBlob:
         # serialised once, however many workers it goes to; each array by itself (MXNet's
         # own pickling of an NDArray: its raw bytes, any dtype), not the whole dict in one
         # mx.nd.save: one C call over a 1 GB model took seconds that Ctrl-C had to wait for
-        # (here it acts between arrays), and it went through a temporary file
+        # (each array's copy runs on a helper thread: interruptible), and it went through a
+        # temporary file
         if self._state is None:
             self._state = {"key": self.key, "json": symbol_json(self.sym),
-                           "params": {name: pickle.dumps(array, protocol=pickle.HIGHEST_PROTOCOL)
+                           "params": {name: interruptible(pickle.dumps, array, pickle.HIGHEST_PROTOCOL)
                                       for name, array in self.params.items()},
                            "input_dtypes": self.input_dtypes, "zero_inputs": self.zero_inputs,
                            "fused": self.fused}

@@ -368,7 +368,8 @@ def _duration(seconds: float) -> str:
     """``seconds`` as a person says it: 40 s, 12 min, 3.5 h, 2.1 days."""
     for unit, length in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
         if seconds >= 1.5 * length:
-            return f"{seconds / length:.2g} {unit}" if seconds < 10 * length else f"{seconds / length:.0f} {unit}"
+            count = seconds / length
+            return f"{count:.2g} {unit}" if count < 10 else f"{count:.0f} {unit}"
     return f"{seconds:.0f} s"
 
 

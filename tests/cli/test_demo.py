@@ -47,7 +47,8 @@ def test_a_batch_run_chunk_by_chunk_gives_the_figures_of_one_run_and_binds_only_
     from mxnet_amp.cli import demo
     bound = []
     bind = demo._bind
-    monkeypatch.setattr(demo, "_bind", lambda model, chunk, size: (bound.append(chunk), bind(model, chunk, size))[1])
+    monkeypatch.setattr(demo, "_bind",
+                        lambda model, chunk, size: (bound.append(chunk), bind(model, chunk, size))[1])
     figures = []
     for chunk in ("2", "5"):
         report = tmp_path / f"demo{chunk}.json"
