@@ -3,6 +3,7 @@ run in float32 against low precision (natively where this machine can, else emul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
@@ -15,7 +16,8 @@ from ..errors import CLIError, error_text
 from ..hardware import bf16_runs_natively, fp16_runs_natively
 from ..options import make_options
 from ..report.model import build_report
-from .output import PROG, finish, native_log_silenced, say, with_extra, with_hardware_note, with_note
+from ..report.sections import DemoSection, DemoSpeed
+from .output import PROG, finish, native_log_silenced, say, with_hardware_note, with_note
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -83,11 +85,12 @@ def _demo(args: argparse.Namespace) -> int:
     compared, fp32_times, low_times = _timed_runs((sym, arg_params, aux_params), low_model, samples,
                                                   args.runs if native else 0, args.model)
     report, rel, agree = _accuracy_lines(compared, how, conversion, lines, report)
+    demo = DemoSection(native=native, execution=how, input=shape, relative_max_error=rel,
+                       top1_agreement=agree, chunk=chunk)
     if native:
-        report = _speed_line(args, samples, fp32_times, low_times, lines, report)
-    report = with_extra(report, {"native": native, "execution": how, "input": shape, "chunk": chunk,
-                                  "relative_max_error": rel, "top1_agreement": agree})
-    finish(args, conversion, report, lines)
+        demo = dataclasses.replace(demo, speed=_speed_line(args, samples, fp32_times, low_times,
+                                                           lines))
+    finish(args, conversion, dataclasses.replace(report, demo=demo), lines)
     return 0
 
 
@@ -114,9 +117,9 @@ def _accuracy_lines(compared: _Comparison, how: str, conversion: Conversion, lin
 
 
 def _speed_line(args: argparse.Namespace, samples: _Samples, fp32_times: list[float],
-                low_times: list[float], lines: list[str], report: ConversionReport) -> ConversionReport:
-    """Add the measured speed-up to ``lines`` and ``report`` (a run: one pass over the
-    ``--batch`` samples, chunk by chunk)."""
+                low_times: list[float], lines: list[str]) -> DemoSpeed:
+    """Add the measured speed-up to ``lines`` (a run: one pass over the ``--batch``
+    samples, chunk by chunk); returns it."""
     t32, t16 = float(np.median(fp32_times)), float(np.median(low_times))
     over = (f"{args.runs} runs" if samples.chunks == 1 else
             f"{args.runs} passes over {samples.batch} samples in chunks of {samples.chunk}")
@@ -124,8 +127,7 @@ def _speed_line(args: argparse.Namespace, samples: _Samples, fp32_times: list[fl
                                           f"{t16 * 1e3 / samples.batch:.2f} ms a sample)")
     lines.append(f"Speed (median of {over}, same process): float32 {t32 * 1e3:.1f} ms, "
                  f"{args.target_dtype} {t16 * 1e3:.1f} ms{per}, speed-up x{t32 / t16:.2f}")
-    return with_extra(report, {"speedup": t32 / t16, "fp32_ms": t32 * 1e3, "low_ms": t16 * 1e3,
-                                "runs": args.runs})
+    return DemoSpeed(speedup=t32 / t16, fp32_ms=t32 * 1e3, low_ms=t16 * 1e3, runs=args.runs)
 
 
 def _demo_model(name: str, size: int, seed: int) -> Any:

@@ -135,11 +135,10 @@ class EmulateGraph(GraphPass[None]):
 
 
 class _Emulator(Rewriter):
-    name = "emulate_graph"
     names_new_nodes = True
 
     def __init__(self, graph: Graph, options: EmulateGraph) -> None:
-        super().__init__(graph)
+        super().__init__(graph, options.name)
         self.var_dtypes, self.rounding = options.var_dtypes, options.rounding
         self.bias_rounding = options.bias_rounding
         self.keep_low_variables = options.keep_low_variables

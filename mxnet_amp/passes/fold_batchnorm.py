@@ -120,7 +120,7 @@ class FoldBatchnorm(GraphPass[FoldResult]):
                 _check_statistics(current, current.nodes[plan.bn], params)
             if not plans:
                 break
-            folder = _Folder(current, params, plans)
+            folder = _BatchNormFolder(current, self.name, params, plans)
             new = folder.run()
             folded += [(current.nodes[b].name, current.nodes[p.producer].name) for b, p in plans.items()]
             current, params = new, folder.new_params
@@ -129,15 +129,13 @@ class FoldBatchnorm(GraphPass[FoldResult]):
         return PassResult(current, FoldResult(current, params, tuple(folded), tuple(skipped)), True)
 
 
-class _Folder(Rewriter):
+class _BatchNormFolder(Rewriter):
     """The node loop of a fold: drops the folded BatchNorms and their variables, and rewrites
     each producer with its folded weights."""
     names_new_nodes = True
 
-    name = "fold_batchnorm"
-
-    def __init__(self, graph: Graph, params: Mapping[str, Any], plans: dict[int, _Plan]) -> None:
-        super().__init__(graph)
+    def __init__(self, graph: Graph, name: str, params: Mapping[str, Any], plans: dict[int, _Plan]) -> None:
+        super().__init__(graph, name)
         self.params, self.plans = params, plans
         self.new_params = dict(params)
         self.dropped = _dropped_variables(graph, plans)

@@ -24,11 +24,9 @@ def fold_param_casts(graph: Graph, params: Mapping) -> tuple[Graph, dict[str, tu
     return result.graph, result.decided
 
 
-class _Folder(Rewriter):
-    name = "fold_param_casts"
-
-    def __init__(self, graph: Graph, params: Mapping) -> None:
-        super().__init__(graph)
+class _ParamCastFolder(Rewriter):
+    def __init__(self, graph: Graph, name: str, params: Mapping) -> None:
+        super().__init__(graph, name)
         self.params = params
         self.rounded: dict[str, tuple[str, str]] = {}
 
@@ -68,7 +66,7 @@ class FoldParamCasts(GraphPass[dict[str, tuple[str, str]]]):
 
     def call(self, graph: Graph) -> PassResult[dict[str, tuple[str, str]]]:
         """Run the pass on ``graph`` (see the class)."""
-        folder = _Folder(graph, self.params)
+        folder = _ParamCastFolder(graph, self.name, self.params)
         folded = folder.run()
         if not folder.rounded:
             return PassResult(graph, {}, False)
@@ -76,10 +74,8 @@ class FoldParamCasts(GraphPass[dict[str, tuple[str, str]]]):
 
 
 class _Pruner(Rewriter):
-    name = "prune"
-
     def __init__(self, graph: Graph, keep: list[bool]) -> None:
-        super().__init__(graph)
+        super().__init__(graph, Prune.name)
         self.keep = keep
 
     def rewrite_node(self, i: int, node: Node) -> Outputs:

@@ -96,11 +96,10 @@ def guarded_readers(graph: Graph) -> dict[int, list[int]]:
 
 
 class _Guard(Rewriter):
-    name = "insert_fusion_barriers"
     names_new_nodes = True
 
-    def __init__(self, graph: Graph, tensor_dtypes: Mapping[Entry, str | None]) -> None:
-        super().__init__(graph)
+    def __init__(self, graph: Graph, name: str, tensor_dtypes: Mapping[Entry, str | None]) -> None:
+        super().__init__(graph, name)
         self.tensor_dtypes = tensor_dtypes
         self.targets = guarded_readers(graph)
         self.readers = {c for cs in self.targets.values() for c in cs}
@@ -141,7 +140,7 @@ class InsertFusionBarriers(GraphPass[Barriers]):
 
     def call(self, graph: Graph) -> PassResult[Barriers]:
         """Run the pass on ``graph`` (see the module doc)."""
-        guard = _Guard(graph, self.tensor_dtypes)
+        guard = _Guard(graph, self.name, self.tensor_dtypes)
         if not guard.targets:
             return PassResult(graph, Barriers((), MappingProxyType({}), MappingProxyType({})), False)
         new = guard.run()

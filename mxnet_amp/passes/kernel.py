@@ -69,15 +69,20 @@ class Rewriter:
     ----------
     graph : Graph
         The graph to rewrite; not modified.
+    name : str, optional
+        The pass it runs for (its errors name it): the pass's own name, written once, on
+        its :class:`GraphPass`.
     """
 
-    name: ClassVar[str] = "rewrite"
+    name: str = "rewrite"
     # the pass names new nodes (builder.fresh_name): every name of its input graph is taken
     # first, so a new name clashes with none, not even a node's the loop has not reached
     names_new_nodes: ClassVar[bool] = False
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, name: str | None = None) -> None:
         self.graph = graph
+        if name is not None:
+            self.name = name
         self.builder = GraphBuilder()
         # old node index -> where its outputs went (see Outputs)
         self.env: list[Outputs] = []

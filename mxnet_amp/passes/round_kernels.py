@@ -23,6 +23,7 @@ machine's ``amp_cast`` to bfloat16 flushes a negative float32 subnormal (True: t
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import NamedTuple
 
 from ..dtypes import LOW_PRECISION
 from ..graph import Entry, Graph, Node
@@ -50,7 +51,7 @@ class RoundWithKernels(GraphPass[int]):
 
     def call(self, graph: Graph) -> PassResult[int]:
         """Run the pass on ``graph`` (see the class)."""
-        rounder = _Rounder(graph, self.flush_sign)
+        rounder = _Rounder(graph, self.name, self.flush_sign)
         new = rounder.run()
         if not rounder.count:
             return PassResult(graph, 0, False)
@@ -72,18 +73,24 @@ def _round_trip(graph: Graph, i: int, readers: list[list[tuple[int, int]]]) -> t
     return inner.inputs[0], inner.attrs["dtype"]
 
 
-class _Rounder(Rewriter):
-    name = "round_with_kernels"
+class _BiasStep(NamedTuple):
+    """A bias step the fused op replaces: the rounded product, the bias, its broadcast_add."""
 
-    def __init__(self, graph: Graph, flush_sign: bool) -> None:
-        super().__init__(graph)
+    product: Entry
+    bias: Entry
+    add: Node
+
+
+class _Rounder(Rewriter):
+    def __init__(self, graph: Graph, name: str, flush_sign: bool) -> None:
+        super().__init__(graph, name)
         self.flush_sign, self.count = flush_sign, 0
         self.readers = graph.consumers()
         # found first, so that the nodes a replacement makes dead are never emitted: each
         # round trip's outer cast -> (x, low), each bias step's last cast -> (product, bias,
         # its broadcast_add)
         self.trips: dict[int, tuple[Entry, str]] = {}
-        self.steps: dict[int, tuple[Entry, Entry, Node]] = {}
+        self.steps: dict[int, _BiasStep] = {}
         for i in range(len(graph.nodes)):
             trip = _round_trip(graph, i, self.readers)
             if trip is not None:
@@ -113,7 +120,7 @@ class _Rounder(Rewriter):
             attrs["flush_sign"] = "1" if self.flush_sign else "0"
         return MappingProxyType(attrs)
 
-    def _bias_step(self, total: Entry, low: str) -> tuple[Entry, Entry, Node] | None:
+    def _bias_step(self, total: Entry, low: str) -> _BiasStep | None:
         """``(product, bias, add node)`` when ``total`` (what a round trip rounds) is the
         sum of a bias step (``_bias_step`` in :mod:`mxnet_amp.passes.emulate`): an
         ``_identity_with_attr_like_rhs(broadcast_add(r, bias), r)`` with ``r`` the
@@ -136,7 +143,7 @@ class _Rounder(Rewriter):
                 or readers[added.node] != [(total.node, 0)]
                 or sorted(readers[rounded.node]) != sorted([(added.node, 0), (total.node, 1)])):
             return None
-        return trip[0], add.inputs[1], add
+        return _BiasStep(trip[0], add.inputs[1], add)
 
     def _emit_bias_step(self, node: Node, product: Entry, bias: Entry, add: Node,
                         low: str) -> Outputs:

@@ -18,8 +18,6 @@ __all__ = ["strip_casts", "StripCasts"]
 
 
 class _Stripper(Rewriter):
-    name = "strip_casts"
-
     def rewrite_node(self, i: int, node: Node) -> Outputs:
         if node.op in CAST_OPS:
             # whatever read the cast reads its input (a multicast's output k: its input k)
@@ -27,7 +25,7 @@ class _Stripper(Rewriter):
         return super().rewrite_node(i, node)
 
     def rewrite_subgraph(self, body: Graph) -> Graph:
-        return _Stripper(body).run()
+        return _Stripper(body, self.name).run()
 
 
 class StripCasts(GraphPass[None]):
@@ -37,7 +35,7 @@ class StripCasts(GraphPass[None]):
 
     def call(self, graph: Graph) -> PassResult[None]:
         """Run the pass on ``graph`` (see the class)."""
-        new = _Stripper(graph).run()
+        new = _Stripper(graph, self.name).run()
         changed = new != graph
         return PassResult(new if changed else graph, None, changed)
 

@@ -76,12 +76,10 @@ class _Forcer(Rewriter):
     reading new variables (or the casts the conversion put before it, copied once)."""
     names_new_nodes = True
 
-    name = "teacher_force"
-
-    def __init__(self, converted: Graph, original: Graph, forced: Collection[str],
+    def __init__(self, converted: Graph, name: str, original: Graph, forced: Collection[str],
                  tensor_dtypes: Mapping[Entry, str | None],
                  inserted_casts: Collection[int]) -> None:
-        super().__init__(converted)
+        super().__init__(converted, name)
         self.original, self.forced, self.dtypes = original, set(forced), tensor_dtypes
         self.inserted = set(inserted_casts)
         self.reserve_names(original.nodes)   # the converted graph's are (names_new_nodes)
@@ -148,10 +146,8 @@ class _Perturber(Rewriter):
     """The perturbed copies: a loop over the original graph, appending to the forced
     copies' graph a float32 copy of every op that reads another op's output."""
 
-    name = "teacher_force"
-
     def __init__(self, forcer: _Forcer, probes: int) -> None:
-        super().__init__(forcer.original)
+        super().__init__(forcer.original, forcer.name)
         self.forcer, self.builder, self.probes = forcer, forcer.builder, probes
         self.used = forcer.original.num_used_outputs()
         self.aliases: dict[str, str] = {}   # original variable -> its float32 alias
@@ -210,7 +206,7 @@ class TeacherForce(GraphPass[ForcedGraph]):
 
     def call(self, graph: Graph) -> PassResult[ForcedGraph]:
         """Run the pass on the converted ``graph`` (see the module doc)."""
-        forcer = _Forcer(graph, self.original, self.forced, self.tensor_dtypes, self.inserted_casts)
+        forcer = _Forcer(graph, self.name, self.original, self.forced, self.tensor_dtypes, self.inserted_casts)
         forcer.run()
         built = _Perturber(forcer, self.probes).run()
         out = forcer.out
