@@ -121,8 +121,9 @@ def _speed_line(args: argparse.Namespace, samples: _Samples, fp32_times: list[fl
     """Add the measured speed-up to ``lines`` (a run: one pass over the ``--batch``
     samples, chunk by chunk); returns it."""
     t32, t16 = float(np.median(fp32_times)), float(np.median(low_times))
-    over = (f"{args.runs} runs" if samples.chunks == 1 else
-            f"{args.runs} passes over {samples.batch} samples in chunks of {samples.chunk}")
+    plural = "" if args.runs == 1 else "s" if samples.chunks == 1 else "es"
+    over = (f"{args.runs} run{plural}" if samples.chunks == 1 else
+            f"{args.runs} pass{plural} over {samples.batch} samples in chunks of {samples.chunk}")
     per = "" if samples.chunks == 1 else (f" ({t32 * 1e3 / samples.batch:.2f} and "
                                           f"{t16 * 1e3 / samples.batch:.2f} ms a sample)")
     lines.append(f"Speed (median of {over}, same process): float32 {t32 * 1e3:.1f} ms, "
