@@ -58,7 +58,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """The demo itself, its arguments checked."""
-    sym, arg_params, aux_params, per_sample = _demo_model(args.model, args.size, args.seed)
+    (sym, arg_params, aux_params), per_sample = _demo_model(args.model, args.size, args.seed)
     chunk = _check_chunk_memory(args.size, args.batch, per_sample, args.chunk)
     new_sym, new_args, new_aux, conversion = convert_model_full(
         sym, arg_params, aux_params,
@@ -82,22 +82,24 @@ def _demo(args: argparse.Namespace) -> int:
         report = with_note(report, lines[-1])
     # timing only matters where there is a native low precision run to compare with
     samples = _Samples(args.batch, chunk, args.size, args.seed)
-    compared, fp32_times, low_times = _timed_runs((sym, arg_params, aux_params), low_model, samples,
-                                                  args.runs if native else 0, args.model)
-    report, rel, agree = _accuracy_lines(compared, how, conversion, lines, report)
-    demo = DemoSection(native=native, execution=how, input=shape, relative_max_error=rel,
-                       top1_agreement=agree, chunk=chunk)
+    measured = _timed_runs((sym, arg_params, aux_params), low_model, samples,
+                           args.runs if native else 0, args.model)
+    compared = measured.compared
+    report = _accuracy_lines(compared, how, conversion, lines, report)
+    demo = DemoSection(native=native, execution=how, input=shape,
+                       relative_max_error=compared.relative_error(),
+                       top1_agreement=compared.top1_agreement(), chunk=chunk)
     if native:
-        demo = dataclasses.replace(demo, speed=_speed_line(args, samples, fp32_times, low_times,
-                                                           lines))
+        demo = dataclasses.replace(demo, speed=_speed_line(args, samples, measured.fp32_times,
+                                                           measured.low_times, lines))
     finish(args, conversion, dataclasses.replace(report, demo=demo), lines)
     return 0
 
 
 def _accuracy_lines(compared: _Comparison, how: str, conversion: Conversion, lines: list[str],
-                    report: ConversionReport) -> tuple[ConversionReport, float, float | None]:
+                    report: ConversionReport) -> ConversionReport:
     """Add the accuracy line (and notes where it says little) to ``lines`` and ``report``;
-    returns the report, the relative error and the top-1 agreement."""
+    returns the report."""
     rel, agree = compared.relative_error(), compared.top1_agreement()
     lines.append(f"Accuracy ({how} vs float32): max |diff| / max |fp32| = {rel:.2e}"
                  + ("" if agree is None else f", top-1 agreement {agree * 100:.0f}% of "
@@ -113,7 +115,7 @@ def _accuracy_lines(compared: _Comparison, how: str, conversion: Conversion, lin
                      "scores nearly tie, so any rounding selects other boxes or classes there and "
                      "the error above says little (the zoo sweep compares the tensors before them).")
         report = with_note(report, lines[-1][len("Note: "):])
-    return report, rel, agree
+    return report
 
 
 def _speed_line(args: argparse.Namespace, samples: _Samples, fp32_times: list[float],
@@ -131,9 +133,9 @@ def _speed_line(args: argparse.Namespace, samples: _Samples, fp32_times: list[fl
     return DemoSpeed(speedup=t32 / t16, fp32_ms=t32 * 1e3, low_ms=t16 * 1e3, runs=args.runs)
 
 
-def _demo_model(name: str, size: int, seed: int) -> Any:
-    """A model zoo network with random weights, as (sym, arg_params, aux_params, bytes of
-    its largest activation a sample)."""
+def _demo_model(name: str, size: int, seed: int) -> tuple[tuple[Any, dict, dict], int]:
+    """A model zoo network with random weights, as ``((sym, arg_params, aux_params), bytes
+    of its largest activation a sample)``."""
     import mxnet as mx
     mx.random.seed(seed)
     net = _zoo_model(name)
@@ -166,7 +168,7 @@ def _demo_model(name: str, size: int, seed: int) -> Any:
     args = set(sym.list_arguments())
     arg_params = {k: v for k, v in params.items() if k in args}
     aux_params = {k: v for k, v in params.items() if k not in args}
-    return sym, arg_params, aux_params, _largest_activation_bytes(sym, size)
+    return (sym, arg_params, aux_params), _largest_activation_bytes(sym, size)
 
 
 def _largest_activation_bytes(sym: Any, size: int) -> int:
@@ -299,6 +301,16 @@ class _Comparison:
         return None if self.agreeing is None else self.agreeing / self.rows
 
 
+@dataclasses.dataclass(frozen=True)
+class _Measured:
+    """What the demo's runs measured: the outputs compared, and each timed pass of the
+    float32 and the low precision model (seconds; empty where none was timed)."""
+
+    compared: _Comparison
+    fp32_times: list[float]
+    low_times: list[float]
+
+
 def _largest_abs(values: np.ndarray) -> float:
     return float(np.abs(values).max()) if values.size else 0.0
 
@@ -332,7 +344,7 @@ def _forward(exe: Any, x: np.ndarray) -> float:
 
 
 def _timed_runs(fp32: tuple[Any, Mapping, Mapping], low: tuple[Any, Mapping, Mapping],
-                samples: _Samples, runs: int, name: str) -> tuple[_Comparison, list[float], list[float]]:
+                samples: _Samples, runs: int, name: str) -> _Measured:
     """Both models bound for one chunk; a warm-up run of each (kernels chosen, memory
     planned), one pass over the samples comparing their outputs chunk by chunk, then
     ``runs`` timed passes of each (0: none). Returns the comparison and each pass's time."""
@@ -364,7 +376,7 @@ def _timed_runs(fp32: tuple[Any, Mapping, Mapping], low: tuple[Any, Mapping, Map
                 bar.update(rows)
             times[k].append(elapsed)
     bar.close()
-    return compared, times[0], times[1]
+    return _Measured(compared, times[0], times[1])
 
 
 def _duration(seconds: float) -> str:
