@@ -85,12 +85,13 @@ class Rewriter:
     names_new_nodes: ClassVar[bool] = False
 
     def __init__(self, graph: Graph, name: str | None = None, *, owner: GraphPass | None = None,
-                 state: Any = None) -> None:
+                 state: Any = None, builder: GraphBuilder | None = None) -> None:
         self.graph = graph
         if name is not None:
             self.name = name
         self.owner, self.state = owner, state
-        self.builder = GraphBuilder()
+        # a loop given a builder appends to the graph another loop built
+        self.builder = builder if builder is not None else GraphBuilder()
         # old node index -> where its outputs went (see Outputs)
         self.env: list[Outputs] = []
         if self.names_new_nodes or (owner is not None and owner.names_new_nodes):
@@ -140,7 +141,10 @@ class Rewriter:
         return self.emit(node)
 
     def heads(self) -> list[Entry]:
-        """The new graph's outputs: the old heads' new entries."""
+        """The new graph's outputs: the owner's :meth:`GraphPass.loop_heads`, else the old
+        heads' new entries."""
+        if self.owner is not None:
+            return self.owner.loop_heads(self)
         return [self.entry(h) for h in self.graph.heads]
 
     def run(self, start: int = 0) -> Graph:
@@ -194,12 +198,14 @@ class GraphPass(Generic[T]):
     def __init__(self, *, verify: bool = True) -> None:
         self.verify = verify
 
-    def node_loop(self, graph: Graph, state: Any = None) -> Rewriter:
+    def node_loop(self, graph: Graph, state: Any = None, builder: GraphBuilder | None = None) -> Rewriter:
         """A loop over ``graph``'s nodes that calls this pass's hooks (:meth:`rewrite_node`,
-        :meth:`rewrite_subgraph`); ``.run()`` it for the new graph. ``state`` is what one
-        run of the pass keeps (``loop.state``: the hooks read and write it there, never on
-        the pass, so a pass object runs any number of graphs, even nested bodies, the same)."""
-        return Rewriter(graph, self.name, owner=self, state=state)
+        :meth:`rewrite_subgraph`, :meth:`loop_heads`); ``.run()`` it for the new graph.
+        ``state`` is what one run of the pass keeps (``loop.state``: the hooks read and
+        write it there, never on the pass, so a pass object runs any number of graphs, even
+        nested bodies, the same); ``builder``, where given, is another loop's (the new
+        graph continues what that loop built)."""
+        return Rewriter(graph, self.name, owner=self, state=state, builder=builder)
 
     def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
         """The node hook of :meth:`node_loop` (see :meth:`Rewriter.rewrite_node`, ``loop``
@@ -209,6 +215,10 @@ class GraphPass(Generic[T]):
     def rewrite_subgraph(self, loop: Rewriter, body: Graph) -> Graph:
         """A loop/cond body of a node ``loop`` copies: by default unchanged."""
         return body
+
+    def loop_heads(self, loop: Rewriter) -> list[Entry]:
+        """The outputs of the graph ``loop`` built: by default the old heads' new entries."""
+        return [loop.entry(h) for h in loop.graph.heads]
 
     def call(self, graph: Graph) -> PassResult[T]:
         """The pass itself (subclasses)."""
