@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from .errors import CheckpointError
 
-__all__ = ["signals_unwind", "TerminationSignal", "interruptible"]
+__all__ = ["signals_unwind", "TerminationSignal", "interruptible", "interrupt_deferred"]
 
 _T = TypeVar("_T")
 
@@ -105,3 +105,27 @@ def interruptible(call: Callable[..., _T], *args: Any) -> _T:
     if errors:
         raise errors[0]
     return values[0]
+
+
+@contextlib.contextmanager
+def interrupt_deferred() -> Iterator[None]:
+    """Within the block, a Ctrl-C waits; it is raised (:class:`KeyboardInterrupt`) as the
+    block ends. For a short step that must not be cut in two: starting a worker process and
+    keeping its handle (cut inside ``subprocess.Popen``, the child runs on with nobody to
+    stop it).
+
+    Only from the main thread, and only while SIGINT has Python's default handler (a
+    caller's own handler is left alone).
+    """
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt

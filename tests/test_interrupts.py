@@ -98,3 +98,23 @@ def test_interruptible_returns_the_value_and_raises_the_error_of_the_call():
     assert interruptible(sorted, [3, 1, 2]) == [1, 2, 3]
     with pytest.raises(ZeroDivisionError):
         interruptible(divmod, 1, 0)
+
+
+def test_interrupt_deferred_holds_ctrl_c_to_the_end_of_the_block():
+    """Ctrl-C inside the block lets the block finish, then raises KeyboardInterrupt; the
+    default handler is back afterwards; a quiet block raises nothing."""
+    from mxnet_amp.interrupts import interrupt_deferred
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with interrupt_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("after the signal")
+        assert done == ["after the signal"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with interrupt_deferred():
+            done.append("quiet")
+        assert done[-1] == "quiet"
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -23,7 +23,7 @@ import numpy as np
 from ..emulation import round_weights_once, with_kernels
 from ..dtypes import array_dtype
 from ..errors import AMPError, error_text
-from ..interrupts import interruptible
+from ..interrupts import interrupt_deferred, interruptible
 from ..io import symbol_json
 from .deployed import bind_fused, float32_outputs
 from .worker_process import receive, send
@@ -213,12 +213,18 @@ class ProcessPool:
         # workers at once (close); sent to them too, each printed a KeyboardInterrupt traceback
         # and the caller waited on them. "-c", not "-m": runpy warns that the module is imported
         # already (by the package) before it runs it as the program
-        self.processes = [subprocess.Popen(
-            [sys.executable, "-c", _WORKER_PROGRAM], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, close_fds=True, start_new_session=True)
-            for _ in range(self.workers)]
+        self.processes: list[subprocess.Popen] = []
         self.loaded: list[Any] = [None] * self.workers
         self.stopped = False
+        try:
+            for _ in range(self.workers):
+                with interrupt_deferred():   # each started process is in the list to kill
+                    self.processes.append(subprocess.Popen(
+                        [sys.executable, "-c", _WORKER_PROGRAM], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, env=env, close_fds=True, start_new_session=True))
+        except BaseException:   # Ctrl-C (or a failed start) midway: no worker outlives it
+            self.kill()
+            raise
 
     def preload(self, blob: ModelBlob) -> None:
         """Send ``blob`` to every worker now (once per key): each loads it while the caller
