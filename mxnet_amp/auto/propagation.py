@@ -32,7 +32,7 @@ from ..io import graph_to_symbol
 if TYPE_CHECKING:
     from .runner import Runs
 
-__all__ = ["PROBES", "injected", "propagated"]
+__all__ = ["PROBES", "PUSHED", "injected", "output_weights", "propagated", "pushed"]
 
 # output directions per measurement: the standard basis where the outputs hold at most this
 # many elements (exact), else this many random sign vectors (each a backward pass; the
@@ -40,6 +40,13 @@ __all__ = ["PROBES", "injected", "propagated"]
 PROBES = 16
 _SEED = 0
 _FLOOR = 6.1e-5   # float16's smallest normal: the scale of an all-zero output
+# nodes whose error is pushed through the float32 graph itself (:func:`pushed`), at most
+PUSHED = 64
+# copies of the sample batch one pushing forward pass holds at most: input elements in all
+_TILED_ELEMENTS = 1 << 20
+# a control copy (no error added) further than this from the reference (in the push's units)
+# means the copies are not independent (an op mixes the batch axis): one pass per node then
+_CROSSTALK = 1e-5
 
 
 def injected(original: Graph, shapes: Mapping[tuple[int, int], tuple[int, ...]],
@@ -69,7 +76,7 @@ def injected(original: Graph, shapes: Mapping[tuple[int, int], tuple[int, ...]],
     return builder.build([new[h] for h in heads], original.attrs), variables
 
 
-def _weights(references: Sequence[np.ndarray]) -> list[np.ndarray]:
+def output_weights(references: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per output, the weight of each element: ``1 / (max|ref| sqrt(size))`` where the
     reference is finite, 0 where it is not (not judged)."""
     out = []
@@ -132,9 +139,133 @@ def propagated(runs: Runs, original: Graph, errors: Mapping[str, tuple[tuple[int
     at = {key: (int(starts[j]), int(starts[j + 1])) for j, key in enumerate(keys)}
     flat = {name: (at[key], err.astype(np.float64).ravel()) for name, (key, err) in errors.items()}
     sq = dict.fromkeys(errors, 0.0)
-    for parts in _directions(_weights(references)):
+    for parts in _directions(output_weights(references)):
         mx.autograd.backward(outs, [mx.nd.array(p, ctx=runs.ctx) for p in parts], retain_graph=True)
         grad = mx.nd.concat(*[zs[key].grad for key in keys], dim=0).asnumpy().astype(np.float64)
         for name, ((start, end), err) in flat.items():
             sq[name] += float(np.dot(grad[start:end], err)) ** 2
     return {name: math.sqrt(v) for name, v in sq.items()}
+
+
+def pushed(runs: Runs, original: Graph,
+           points: Mapping[str, Sequence[tuple[tuple[int, int], np.ndarray]]],
+           heads: Sequence[tuple[int, int]], references: Sequence[np.ndarray]
+           ) -> dict[str, float]:
+    """Node -> the norm of the outputs' change when its error alone is added to its output
+    and the float32 graph runs on from there: the error pushed through the graph itself, not
+    through its Jacobian (in the units of :func:`propagated`; inf where the outputs turn
+    non-finite where the reference is not).
+
+    The linear measure is exact to first order only: an error as large as the signal it
+    rides on, met by ~800 normalisations (a LayerNorm divides by a standard deviation the
+    error itself changes; a softmax saturates), reaches the outputs through terms in
+    ``|e|^2`` and beyond that ``J e`` does not hold. Here each node's ``points`` (the
+    original tensors its error sits on, and the errors) are added, ``y + e``, in one copy of
+    the sample batch, the others zero; copies of the batch side by side (concatenated on
+    axis 0, at most ``2**20`` input elements a pass) run in one forward pass, beside a control
+    copy with no error, which every copy's outputs are compared with. Where the control
+    copy is not the reference (an op mixing the batch axis, or inputs without one), each
+    node gets a pass of its own, beside an untouched one."""
+    import mxnet as mx
+
+    names = list(points)
+    if not names:
+        return {}
+    keys = sorted({key for name in names for key, _ in points[name]})
+    shapes = {key: tuple(err.shape) for name in names for key, err in points[name]}
+    weights = output_weights(references)
+    params = {k: v.as_in_context(runs.ctx) for k, v in {**runs.arg_params, **runs.aux_params}.items()}
+    batch = _batch(runs.inputs, shapes, references)
+    width = 1
+    if batch:
+        per_copy = sum(int(np.prod(v.shape, dtype=np.int64)) for v in runs.inputs.values())
+        width = max(1, min(len(names) + 1, _TILED_ELEMENTS // max(per_copy, 1)))
+    if width > 1:
+        result = _push_tiled(runs, original, points, names, keys, shapes, heads, references,
+                             weights, params, batch, width)
+        if result is not None:
+            return result
+    # one pass per node (and one untouched), the batch as it is
+    graph, variables = injected(original, shapes, heads)
+    sym = graph_to_symbol(graph)
+    op, inputs = mx.nd.CachedOp(sym), sym.list_inputs()
+    values = dict(params)
+    values.update(runs.inputs)
+
+    def run(errors: Mapping[tuple[int, int], np.ndarray]) -> list[np.ndarray]:
+        for key, name in variables.items():
+            err = errors.get(key)
+            values[name] = mx.nd.array(err.ravel() if err is not None else
+                                       np.zeros(int(np.prod(shapes[key], dtype=np.int64)),
+                                                np.float32), ctx=runs.ctx)
+        return _outputs(op(*[values[n] for n in inputs]))
+
+    control = run({})
+    return {name: _norm(run(dict(points[name])), control, weights) for name in names}
+
+
+def _batch(inputs: Mapping, shapes: Mapping[tuple[int, int], tuple[int, ...]],
+           references: Sequence[np.ndarray]) -> int:
+    """The batch size every input, error and judged output shares on axis 0 (0: none)."""
+    sizes = {v.shape[0] if len(v.shape) else -1 for v in inputs.values()}
+    sizes |= {s[0] if s else -1 for s in shapes.values()}
+    sizes |= {r.shape[0] if r.ndim else -1 for r in references}
+    return sizes.pop() if len(sizes) == 1 and min(sizes) > 0 else 0
+
+
+def _outputs(outs: object) -> list[np.ndarray]:
+    """A CachedOp's outputs as numpy arrays."""
+    import mxnet as mx
+    if isinstance(outs, mx.nd.NDArray):
+        outs = [outs]
+    return [o.asnumpy() for o in outs]   # type: ignore[union-attr]
+
+
+def _norm(outs: Sequence[np.ndarray], control: Sequence[np.ndarray],
+          weights: Sequence[np.ndarray]) -> float:
+    """The weighted norm of ``outs - control`` (inf where ``outs`` is not finite and the
+    control is)."""
+    total = 0.0
+    for out, ctl, w in zip(outs, control, weights):
+        judged = w > 0
+        if not np.isfinite(out[judged]).all():
+            return math.inf
+        diff = np.where(judged, out.astype(np.float64) - ctl, 0.0) * w
+        total += float(np.dot(diff.ravel(), diff.ravel()))
+    return math.sqrt(total)
+
+
+def _push_tiled(runs: Runs, original: Graph,
+                points: Mapping[str, Sequence[tuple[tuple[int, int], np.ndarray]]],
+                names: list[str], keys: list[tuple[int, int]],
+                shapes: Mapping[tuple[int, int], tuple[int, ...]], heads: Sequence[tuple[int, int]],
+                references: Sequence[np.ndarray], weights: Sequence[np.ndarray], params: dict,
+                batch: int, width: int) -> dict[str, float] | None:
+    """:func:`pushed` with ``width`` copies of the batch a pass: ``width - 1`` nodes' errors
+    and the control copy last; None where the control copy is not the reference."""
+    import mxnet as mx
+
+    tiled = {key: (batch * width,) + tuple(shape[1:]) for key, shape in shapes.items()}
+    graph, variables = injected(original, tiled, heads)
+    sym = graph_to_symbol(graph)
+    op = mx.nd.CachedOp(sym)
+    values = dict(params)
+    values.update({k: mx.nd.concat(*([v] * width), dim=0) for k, v in runs.inputs.items()})
+    per = {key: int(np.prod(shapes[key], dtype=np.int64)) for key in keys}
+    result: dict[str, float] = {}
+    for start in range(0, len(names), width - 1):
+        group = names[start:start + width - 1]
+        flat = {key: np.zeros(per[key] * width, np.float32) for key in keys}
+        for j, name in enumerate(group):
+            for key, err in points[name]:
+                flat[key][j * per[key]:(j + 1) * per[key]] = err.ravel()
+        for key, name in variables.items():
+            values[name] = mx.nd.array(flat[key], ctx=runs.ctx)
+        outs = _outputs(op(*[values[n] for n in sym.list_inputs()]))
+        rows = [[o[j * batch:(j + 1) * batch] for o in outs] for j in range(width)]
+        control = rows[width - 1]
+        if _norm(control, references, weights) > _CROSSTALK:
+            return None
+        for j, name in enumerate(group):
+            result[name] = _norm(rows[j], control, weights)
+    return result

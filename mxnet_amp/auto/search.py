@@ -28,8 +28,8 @@ from .runner import Runs
 
 Tensors = Mapping[tuple[int, int], Any]
 
-# the picks aim the estimated error left in low precision at this share of the tolerance
-# (the estimate's proportions are approximate: a margin, not the bound itself)
+# the picks aim the error left in low precision, as the attribution measured it, at this share
+# of the tolerance (errors of several nodes add only roughly in quadrature: a margin)
 _AIM = 0.8
 # at most this many node errors are kept in the report
 _ATTRIBUTION_REPORTED = 200
@@ -100,7 +100,7 @@ def _decided_by_producers(original: Graph, categories: Mapping[str, Category],
 
 
 def _select(errors: Sequence[NodeError], tolerance: float, scale: float = 1.0) -> list[NodeError]:
-    """The nodes to keep in float32 by their estimated contribution (times ``scale``): each
+    """The nodes to keep in float32 by their measured contribution (times ``scale``): each
     one at least half the tolerance, then the next ones down to a twentieth of it while the
     rest still add up to more than ``_AIM`` of it; at least the first. Contributions add in
     quadrature, as :func:`~mxnet_amp.auto.attribution.attribute` scales them (added up
@@ -184,9 +184,9 @@ def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
     for e in errors:
         if e.name not in rounds:
             continue
-        estimate = (f"relative error ~{e.contribution:.3g} at outputs (estimated from its "
-                    f"local error {e.local_error:.3g}, {e.relative_local_error:.3g} of its "
-                    "output)")
+        estimate = (f"relative error ~{e.contribution:.3g} at outputs (measured: its local "
+                    f"error {e.local_error:.3g}, {e.relative_local_error:.3g} of its output, "
+                    "carried through the float32 graph)")
         if rounds[e.name] is not None:
             why = (f"; added when the picks before it measured {rounds[e.name]:.3g} > "
                    f"tolerance {tolerance:g} (the nodes left scaled to that)")
