@@ -262,7 +262,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         runs = _checked_runs(sym, arg_params, aux_params, sample_inputs, original, options, settings,
                              ctx=ctx, data_names=data_names, execution=mode, progress=progress,
                              data=judge)
-        with numpy_warnings_noted(runs.steps, notes):
+        with numpy_warnings_noted(runs.log.steps, notes):
             # the first conversion checks params against the symbol (typed errors) first
             runs.convert(options.excluded)
             excluded, kept, reference_finite, errors = reference_and_search(runs, original,
@@ -270,7 +270,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
             if judge is not None:   # no more batches: the workers wind down meanwhile
                 judge.pool.stop()
             model = runs.final(excluded, kept_reasons(kept))
-        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model[3],
+        deployed = deployment_note(runs.config.options.target_dtype, runs.config.ctx, runs.bound,
+                                   model[3],
                                    runs.bind_error, over_data=runs.data is not None)
         notes.extend([deployed] if deployed else [])
     finally:

@@ -306,6 +306,12 @@ class AutoSettings:
     max_executions: int | None = None
     search: str = "attribution"
 
+    @property
+    def error_bound(self) -> float:
+        """The bound a relative error is read against: ``rtol`` under allclose, else
+        ``tolerance``."""
+        return self.tolerance if self.rtol is None else self.rtol
+
 
 @dataclass(frozen=True)
 class OutputCheck:

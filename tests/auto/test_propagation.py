@@ -25,8 +25,9 @@ def _net(out_width: int, batch: int = 2):
               "fc2_weight": rng.randn(out_width, 3), "fc2_bias": rng.randn(out_width)}
     params = {k: mx.nd.array(v.astype(np.float32)) for k, v in params.items()}
     x = rng.uniform(-1, 1, (batch, 3)).astype(np.float32)
-    runs = SimpleNamespace(ctx=mx.cpu(), arg_params=params, aux_params={},
-                           inputs={"data": mx.nd.array(x)})
+    runs = SimpleNamespace(config=SimpleNamespace(ctx=mx.cpu(), arg_params=params, aux_params={},
+                                                  inputs={"data": mx.nd.array(x)},
+                                                  params=lambda: dict(params)))
     graph = graph_from_symbol(out)
     ref = out.eval(ctx=mx.cpu(), data=mx.nd.array(x), **params)[0].asnumpy()
     return graph, runs, ref, params["fc2_weight"].asnumpy()
@@ -96,8 +97,9 @@ def _kinked(mix_batch: bool = False, batch: int = 3):
     w = rng.randn(4, 4).astype(np.float32)
     params = {"fc_weight": mx.nd.array(w), "fc_bias": mx.nd.zeros(4)}
     x = rng.uniform(-1, 1, (batch, 4)).astype(np.float32)
-    runs = SimpleNamespace(ctx=mx.cpu(), arg_params=params, aux_params={},
-                           inputs={"data": mx.nd.array(x)})
+    runs = SimpleNamespace(config=SimpleNamespace(ctx=mx.cpu(), arg_params=params, aux_params={},
+                                                  inputs={"data": mx.nd.array(x)},
+                                                  params=lambda: dict(params)))
     graph = graph_from_symbol(out)
     ref = out.eval(ctx=mx.cpu(), data=mx.nd.array(x), **params)[0].asnumpy()
     return graph, runs, ref, x @ w.T, out
