@@ -30,7 +30,7 @@ from ..graph import Graph
 from ..io import graph_to_symbol
 from ..passes.emulate import emulate_graph
 from ..passes.teacher_force import ForcedGraph, teacher_force
-from .propagation import PUSHED, propagated, pushed
+from .propagation import propagated, push_limit, pushed
 from .records import DTYPE_LIMITS, NodeError, SearchStep
 from .runner import Runs
 
@@ -181,21 +181,22 @@ def local_errors(runs: Runs, original: Graph, excluded: frozenset,
     return replace(measured, norm={n: math.sqrt(v) for n, v in measured.norm.items()})
 
 
-def _to_push(measured: LocalErrors, reach: Mapping[str, float]) -> list[str]:
+def _to_push(measured: LocalErrors, reach: Mapping[str, float], limit: int) -> list[str]:
     """The nodes whose error :func:`~mxnet_amp.auto.propagation.pushed` carries through the
-    float32 graph itself, at most :data:`~mxnet_amp.auto.propagation.PUSHED`: half the
-    largest by the linear measure (the picks come from there), then the largest local errors
-    (a first order reading errs by terms in ``|e|^2``: the larger a node's own error, the
-    less its linear reading holds; on 5000-node DAGs the culprits ~800 normalisations from
-    the outputs read 100x too small and ranked past 200th, their local errors among the
-    largest), then down the linear ranking again. Nodes with no error, or a non-finite one
-    (ranked first already), are not pushed."""
+    float32 graph itself, at most ``limit``
+    (:func:`~mxnet_amp.auto.propagation.push_limit`): half the largest by the linear measure
+    (the picks come from there), then the largest local errors (a first order reading errs
+    by terms in ``|e|^2``: the larger a node's own error, the less its linear reading
+    holds; on 5000-node DAGs the culprits ~800 normalisations from the outputs read 100x too
+    small and ranked past 200th, their local errors among the largest), then down the
+    linear ranking again. Nodes with no error, or a non-finite one (ranked first already),
+    are not pushed."""
     finite = [n for n, v in measured.norm.items() if n not in measured.nonfinite and v > 0]
     by_reach = sorted(finite, key=lambda n: (-reach.get(n, 0.0), n))
     by_size = sorted(finite, key=lambda n: (-measured.norm[n], n))
-    chosen = dict.fromkeys(by_reach[:PUSHED // 2])
+    chosen = dict.fromkeys(by_reach[:limit // 2])
     for name in by_size + by_reach:
-        if len(chosen) >= PUSHED:
+        if len(chosen) >= limit:
             break
         chosen.setdefault(name)
     return list(chosen)
@@ -233,7 +234,7 @@ def attribute(runs: Runs, original: Graph, excluded: frozenset,
     points: dict[str, list] = {}
     for key, point in measured.errors.items():
         points.setdefault(key.split("\0")[0], []).append(point)
-    chosen = _to_push(measured, by_node)
+    chosen = _to_push(measured, by_node, push_limit(runs.config.inputs))
     if chosen and judged:
         # the linear reading of the nodes it may misread most, replaced by the push
         by_node.update(pushed(runs, original, {n: points[n] for n in chosen if n in points},

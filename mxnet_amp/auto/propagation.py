@@ -41,7 +41,7 @@ from ..io import graph_to_symbol
 if TYPE_CHECKING:
     from .runner import Runs
 
-__all__ = ["PROBES", "PUSHED", "injected", "output_weights", "propagated", "pushed"]
+__all__ = ["PROBES", "PUSHED", "injected", "output_weights", "propagated", "push_limit", "pushed"]
 
 # output directions per measurement: the standard basis where the outputs hold at most this
 # many elements (exact), else this many random sign vectors (each a backward pass; the
@@ -53,6 +53,8 @@ _FLOOR = 6.1e-5   # float16's smallest normal: the scale of an all-zero output
 PUSHED = 64
 # copies of the sample batch one pushing forward pass holds at most: input elements in all
 _TILED_ELEMENTS = 1 << 20
+# and all the pushes together (a large sample batch: fewer nodes pushed, at least 8)
+_PUSHED_ELEMENTS = 1 << 24
 # a control copy (no error added) further than this from the reference (in the push's units)
 # means the copies are not independent (an op mixes the batch axis): one pass per node then
 _CROSSTALK = 1e-5
@@ -212,6 +214,14 @@ def pushed(runs: Runs, original: Graph,
 
     control = run({})
     return {name: _norm(run(dict(points[name])), control, weights) for name in names}
+
+
+def push_limit(inputs: Mapping) -> int:
+    """How many nodes' errors to push on these sample inputs: :data:`PUSHED`, fewer (at least
+    8) where their copies would exceed ``2**24`` input elements in all (resnet50's 8 images
+    at 224 px: 13 nodes, one forward pass each)."""
+    per_copy = sum(int(np.prod(v.shape, dtype=np.int64)) for v in inputs.values())
+    return max(8, min(PUSHED, _PUSHED_ELEMENTS // max(per_copy, 1)))
 
 
 def _batch(inputs: Mapping, shapes: Mapping[tuple[int, int], tuple[int, ...]],
