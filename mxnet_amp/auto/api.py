@@ -271,8 +271,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
                 judge.pool.stop()
             model = runs.final(excluded, kept_reasons(kept))
         deployed = deployment_note(runs.config.options.target_dtype, runs.config.ctx, runs.bound,
-                                   model[3],
-                                   runs.bind_error, over_data=runs.data is not None)
+                                   model[3], runs.bind_error, over_data=runs.data is not None)
         notes.extend([deployed] if deployed else [])
     finally:
         # the judge closes its source and pool; without one, what was opened is closed here
