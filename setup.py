@@ -17,11 +17,11 @@ setup(
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=["mxnet_amp", "mxnet_amp.auto", "mxnet_amp.auto.checks", "mxnet_amp.auto.culprits", "mxnet_amp.cli", "mxnet_amp.gluon", "mxnet_amp.lists",
+    packages=["mxnet_amp", "mxnet_amp.auto", "mxnet_amp.auto.checks", "mxnet_amp.auto.culprits", "mxnet_amp.cli", "mxnet_amp.gluon", "mxnet_amp.kernels", "mxnet_amp.lists",
               "mxnet_amp.onnx", "mxnet_amp.passes", "mxnet_amp.report", "mxnet_amp.shape_check"],
     # the op lists live at the top of the repository and ship inside the package
     package_dir={"mxnet_amp.lists": "lists"},
-    package_data={"mxnet_amp.lists": ["*.toml"]},
+    package_data={"mxnet_amp.lists": ["*.toml"], "mxnet_amp.kernels": ["*.cc"]},
     install_requires=[NUMPY, "tqdm>=4.60"],
     extras_require={
         "cpu": ["mxnet==1.9.1"],

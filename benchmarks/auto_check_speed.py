@@ -9,7 +9,10 @@ emulation, so its pass over the data is the emulated model's forward passes; her
 resnet50_v1's float32 pass against its emulated float16 pass, both run as a worker process
 of the automatic mode runs a pass over ``eval_data`` (a
 :class:`~mxnet_amp.auto.workers.ModelBlob` unpickled and loaded once per pass, then each
-batch), interleaved in one process. ``emulated_before`` is the
+batch), interleaved in one process: ``emulated`` with its roundings by the compiled kernels
+(:mod:`mxnet_amp.kernels`; the result's ``kernels`` says whether they ran),
+``emulated_casts`` by MXNet's casts (``MXNET_AMP_NO_KERNELS=1``, the same bits), and
+``emulated_before`` the
 emulation as it was before issue 41's item 8, for comparison in the same run: every low
 precision tensor rounded by its own round trip (the pass's selecting-op rule off) and the
 weights rounded in the graph at every batch.
@@ -56,6 +59,8 @@ def check_pass(name: str, batch: int, batches: int, repeats: int) -> dict:
     from mxnet_amp.auto.workers import ModelBlob, run_model
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.emulation import emulate_conversion
+    from mxnet_amp.hardware import environ_set
+    from mxnet_amp.kernels.build import DISABLE_ENV, kernel_state
     from mxnet_amp.options import make_options
     from mxnet_amp.passes import emulate as emulate_pass
     sym, args, auxs = C.zoo_checkpoint(name)[:3]
@@ -68,14 +73,16 @@ def check_pass(name: str, batch: int, batches: int, repeats: int) -> dict:
     data = [{"data": rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
             for _ in range(batches)]
 
-    def blob_pass(s, params):
-        # what a worker process loads: the blob unpickled (pickled once, as the pool does)
+    def blob_pass(s, params, kernels=True):
+        # what a worker process loads: the blob unpickled (pickled once, as the pool does);
+        # kernels=False: the roundings by MXNet's casts (MXNET_AMP_NO_KERNELS=1)
         sent = pickle.dumps(ModelBlob(("pass", name), s, params, {"data": "float32"}))
 
         def run():
-            blob = pickle.loads(sent)
-            for inputs in data:
-                blob.run(inputs)
+            with environ_set(DISABLE_ENV, None if kernels else "1"):
+                blob = pickle.loads(sent)
+                for inputs in data:
+                    blob.run(inputs)
         return run
 
     sent_before = pickle.dumps(ModelBlob(("before", name), osym, {**oargs, **oauxs},
@@ -89,14 +96,18 @@ def check_pass(name: str, batch: int, batches: int, repeats: int) -> dict:
         for inputs in data:
             run_model(op, blob.sym.list_inputs(),
                       {**blob.params, "data": mx.nd.array(inputs["data"])})
+    state = kernel_state()
     times = C.interleaved_times({"float32": blob_pass(sym, {**args, **auxs}),
                                  "emulated": blob_pass(esym, {**eargs, **eauxs}),
+                                 "emulated_casts": blob_pass(esym, {**eargs, **eauxs}, False),
                                  "emulated_before": before}, repeats)
     samples = batch * batches
     return {"case": f"{name} check pass", "batch": batch, "samples": samples,
+            "kernels": state.describe(),
             "float32_s_per_sample": C.median(times["float32"]) / samples,
             "emulated_s_per_sample": C.median(times["emulated"]) / samples,
             "emulated/float32": C.paired_ratio(times["emulated"], times["float32"]),
+            "emulated_casts/float32": C.paired_ratio(times["emulated_casts"], times["float32"]),
             "emulated_before/float32": C.paired_ratio(times["emulated_before"], times["float32"]),
             "rounds": repeats}
 

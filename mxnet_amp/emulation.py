@@ -49,9 +49,11 @@ from .dtypes import LOW_PRECISION, array_dtype
 from .errors import ArgumentError, ParamError, StrippedCastsError, TargetDtypeError
 from .graph import Entry
 from .io import graph_from_symbol, graph_to_symbol
+from .kernels.build import kernel_state
 from .params import cast_array
 from .passes.emulate import EmulateGraph, check_rounding, emulate_graph
 from .passes.fold_param_casts import fold_param_casts
+from .passes.round_kernels import RoundWithKernels
 from .stripped_casts import stripped_dtype, stripped_message
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
@@ -63,7 +65,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from .graph import Graph
 
 __all__ = ["emulate", "emulate_model", "emulate_conversion", "round_array", "round_numpy",
-           "round_weights_once"]
+           "round_weights_once", "with_kernels", "rounding_note"]
 
 
 def round_array(array: NDArray, dtype: str) -> NDArray:
@@ -269,6 +271,56 @@ def round_weights_once(sym: Symbol, params: Mapping) -> tuple[Symbol, dict]:
     new_sym = graph_to_symbol(folded)
     wanted = set(new_sym.list_inputs())
     return new_sym, {**{k: v for k, v in params.items() if k in wanted}, **rounded}
+
+
+def with_kernels(sym: Symbol, shapes: Mapping[str, tuple], dtypes: Mapping[str, str]
+                 ) -> tuple[Symbol, str]:
+    """An emulated model about to run here, with its roundings done by the compiled kernels
+    (:mod:`mxnet_amp.kernels`, :mod:`mxnet_amp.passes.round_kernels`: the same bits, one
+    vectorised pass each) where they are loaded in this process, and a line saying which
+    rounding runs.
+
+    ``shapes`` and ``dtypes``: every input's (params and data), as the run feeds them. The
+    symbol comes back as it is where the kernels are off or not built (``MXNET_AMP_NO_KERNELS``,
+    no compiler), an input is not float32 (the kernels round float32 values), it has no
+    round trip, or the kernels' graph does not infer the same shapes from ``shapes`` (their
+    ops cannot infer a shape backwards, which an unrolled LSTM's begin state needs)."""
+    state = kernel_state()
+    if not state.loaded:
+        return sym, state.describe()
+    casts = "rounding by MXNet's casts"
+    if any(d != "float32" for d in dtypes.values()):
+        return sym, f"{casts} (an input is not float32)"
+    graph = graph_from_symbol(sym)
+    result = RoundWithKernels(flush_sign=bool(_subnormal_flush_sign_mask()))(graph)
+    if not result.changed:
+        return sym, f"{casts} (no round trip to run as a kernel)"
+    fast = graph_to_symbol(result.graph)
+    expected = _inferred_shapes(sym, shapes)
+    if expected is None or _inferred_shapes(fast, shapes) != expected:
+        return sym, f"{casts} (the kernels' graph does not infer the model's shapes)"
+    return fast, state.describe()
+
+
+def _inferred_shapes(sym: Symbol, shapes: Mapping[str, tuple]) -> tuple | None:
+    """``sym``'s argument and auxiliary shapes (by name) and output shapes (in order)
+    inferred from ``shapes``; None where MXNet cannot infer them all."""
+    import mxnet as mx
+    wanted = set(sym.list_inputs())
+    try:
+        args, outs, auxs = sym.infer_shape(**{k: v for k, v in shapes.items() if k in wanted})
+    except mx.base.MXNetError:
+        return None
+    if args is None or outs is None or auxs is None:
+        return None
+    return (dict(zip(sym.list_arguments(), args)), list(outs),
+            dict(zip(sym.list_auxiliary_states(), auxs)))
+
+
+def rounding_note() -> str:
+    """How an emulated check rounds in this process: by the compiled kernels, or by MXNet's
+    casts and why (a report's note)."""
+    return "the emulation's " + kernel_state().describe()
 
 
 def emulate(sym: Symbol, arg_params: Mapping, aux_params: Mapping,

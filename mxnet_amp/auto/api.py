@@ -10,6 +10,7 @@ import numpy as np
 
 from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names, check_number,
                          check_symbol, param_dict)
+from ..emulation import rounding_note
 from ..errors import ArgumentError, GraphError
 from ..gluon.adapter import converted_symbol_block
 from ..gluon.model import block_model
@@ -255,7 +256,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         original, data_names = _graph_and_inputs(sym, arg_params, data_names)
         source, sample_inputs, rows = _eval_source(eval_data, sample_inputs, data_names, original,
                                                    attribution_samples)
-        notes = [mode_note] if mode_note else []
+        notes = ([mode_note] if mode_note else []) + ([rounding_note()] if mode == "emulated" else [])
         progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", leave=False,
                         disable=True if quiet else None)   # None: on a terminal only, never a pipe
         judge = _data_judge(source, settings, options.target_dtype, pool, quiet)

@@ -21,7 +21,8 @@ from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..emulation import round_weights_once
+from ..emulation import round_weights_once, with_kernels
+from ..dtypes import array_dtype
 from ..errors import AMPError, error_text
 from ..io import symbol_json
 from .deployed import bind_fused, float32_outputs
@@ -118,9 +119,14 @@ class ModelBlob:
                     for k, shape in self.zero_inputs.items() if k not in fed})
         if self.fused:
             return self._run_fused(fed, ctx)
+        values = {**self.params, **fed}
         if self._op is None:
-            self._op = mx.nd.CachedOp(self.sym)
-        return run_model(self._op, self.sym.list_inputs(), {**self.params, **fed})
+            # an emulated model's roundings by the compiled kernels where they load here
+            # (the same bits; emulation.with_kernels); self.sym stays the model given
+            run = with_kernels(self.sym, {k: v.shape for k, v in values.items()},
+                               {k: array_dtype(v) for k, v in values.items()})[0]
+            self._op = (mx.nd.CachedOp(run), run.list_inputs(), run)
+        return run_model(self._op[0], self._op[1], values)
 
     def _run_fused(self, fed: dict, ctx: Context) -> list[np.ndarray]:
         """One batch through the executor bound fused (rebound when the shapes change)."""

@@ -145,7 +145,7 @@ def test_no_private_names_imported_across_modules():
 
 _CORE = ("graph", "dtypes", "errors", "verify", "policy", "policy_load", "options", "tuning", "registry",
          "optypes", "arguments", "warn", "entries")
-_BOUNDARY = ("io", "params", "paths", "progress", "interrupts", "hardware", "gcpause",
+_BOUNDARY = ("io", "params", "paths", "progress", "interrupts", "hardware", "gcpause", "kernels",
              "weight_range", "fused", "tune", "tune_cache")
 _PIPELINES = ("convert", "record", "pipeline", "checkpoint", "bucketing", "emulation", "stripped_casts")
 # rank of each top-level name (a module, or a subpackage with all its modules); a module may

@@ -15,6 +15,7 @@ def test_wheel_ships_the_lists_and_an_installed_copy_loads_them(tmp_path):
     (wheel,) = wheels.glob("mxnet_amp-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "mxnet_amp/lists/float16.toml" in names and "mxnet_amp/lists/bfloat16.toml" in names
+    assert "mxnet_amp/kernels/round.cc" in names   # compiled on first use (mxnet_amp.kernels)
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
                     str(wheel)], check=True, capture_output=True)

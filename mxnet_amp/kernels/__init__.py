@@ -1,0 +1,1 @@
+"""Compiled rounding kernels for the emulation (:mod:`mxnet_amp.kernels.build`)."""

@@ -1,0 +1,145 @@
+"""An emulated graph with its roundings run by the compiled kernels (:mod:`mxnet_amp.kernels`).
+
+The emulation (:mod:`mxnet_amp.passes.emulate`) rounds with MXNet's casts: each round trip
+``amp_cast(amp_cast(x, low), float32)`` is two element-at-a-time passes over the tensor, and a
+float16 conv / dense layer's bias step (``_bias_step``: the product rounded, the bias added by
+``broadcast_add``, the sum rounded) is five. This pass puts the kernels' ops in their place:
+
+* a round trip becomes ``mxnet_amp_round(x; dtype)`` (named as its outer cast);
+* a bias step (the product's round trip read by ``broadcast_add`` and by
+  ``_identity_with_attr_like_rhs``, which reads the sum and whose round trip ends the step)
+  becomes ``mxnet_amp_round_bias(product, bias; dtype)`` (named as the step's last cast).
+
+The kernels' ops infer their output's shape from their first input only, never backwards
+(the step's ``_identity_with_attr_like_rhs`` did both, at the cost of a copy of the sum):
+a graph whose shapes need that (an unrolled LSTM's begin state) must run as it was
+(:func:`mxnet_amp.emulation.with_kernels` compares the shapes both infer).
+
+The same bits (the kernels round as MXNet's casts do, NaNs included; the add is float32's);
+the graph must run where the library is loaded. Only ``amp_cast`` round trips are replaced:
+the truncating ``Cast`` of ``rounding='mxnet-cpu'`` stays. ``flush_sign`` is how this
+machine's ``amp_cast`` to bfloat16 flushes a negative float32 subnormal (True: to -0).
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from ..dtypes import LOW_PRECISION
+from ..graph import Entry, Graph, Node
+from ..kernels.build import ROUND_BIAS_OP, ROUND_OP
+from .kernel import GraphPass, Outputs, PassResult, Rewriter
+
+__all__ = ["round_with_kernels", "RoundWithKernels"]
+
+
+def round_with_kernels(graph: Graph, flush_sign: bool = False) -> Graph:
+    """``graph`` (an emulated one) with its ``amp_cast`` round trips and float16 bias steps
+    run by the kernels' ops (module doc); ``graph`` itself where it has none."""
+    return RoundWithKernels(flush_sign)(graph).graph
+
+
+class RoundWithKernels(GraphPass[int]):
+    """:func:`round_with_kernels` as a pass; decides how many kernel ops it put in."""
+
+    name = "round_with_kernels"
+    cast_chains = True   # the weights' round trips a caller folds later may stay
+
+    def __init__(self, flush_sign: bool = False, *, verify: bool = True) -> None:
+        super().__init__(verify=verify)
+        self.flush_sign = bool(flush_sign)
+
+    def call(self, graph: Graph) -> PassResult[int]:
+        """Run the pass on ``graph`` (see the class)."""
+        rounder = _Rounder(graph, self.flush_sign)
+        new = rounder.run()
+        if not rounder.count:
+            return PassResult(graph, 0, False)
+        return PassResult(new, rounder.count, True)
+
+
+def _round_trip(graph: Graph, i: int, readers: list[list[tuple[int, int]]]) -> tuple[Entry, str] | None:
+    """``(x, low)`` when node ``i`` is the outer cast of ``amp_cast(amp_cast(x, low),
+    float32)`` whose inner cast nothing else reads, else None."""
+    node = graph.nodes[i]
+    if node.op != "amp_cast" or node.attrs.get("dtype") != "float32" or len(node.inputs) != 1:
+        return None
+    e = node.inputs[0]
+    inner = graph.nodes[e.node]
+    if inner.op != "amp_cast" or inner.attrs.get("dtype") not in LOW_PRECISION or len(inner.inputs) != 1:
+        return None
+    if readers[e.node] != [(i, 0)] or e in graph.heads:
+        return None
+    return inner.inputs[0], inner.attrs["dtype"]
+
+
+class _Rounder(Rewriter):
+    name = "round_with_kernels"
+
+    def __init__(self, graph: Graph, flush_sign: bool) -> None:
+        super().__init__(graph)
+        self.flush_sign, self.count = flush_sign, 0
+        self.readers = graph.consumers()
+        # found first, so that the nodes a replacement makes dead are never emitted: each
+        # round trip's outer cast -> (x, low), each bias step's last cast -> (product, bias,
+        # its broadcast_add)
+        self.trips: dict[int, tuple[Entry, str]] = {}
+        self.steps: dict[int, tuple[Entry, Entry, Node]] = {}
+        for i in range(len(graph.nodes)):
+            trip = _round_trip(graph, i, self.readers)
+            if trip is not None:
+                self.trips[i] = trip
+        self.dead = {graph.nodes[i].inputs[0].node for i in self.trips}
+        for i, (total, low) in self.trips.items():
+            step = self._bias_step(total, low)
+            if step is not None:
+                self.steps[i] = step
+                rounded, added = (graph.nodes[total.node].inputs[k] for k in (1, 0))
+                self.dead.update((total.node, added.node, rounded.node))
+
+    def rewrite_node(self, i: int, node: Node) -> Outputs:
+        if i in self.dead:
+            return ()   # only the replacement below read it
+        if i in self.steps:
+            return self._emit_bias_step(node, *self.steps[i], self.trips[i][1])
+        if i not in self.trips:
+            return super().rewrite_node(i, node)
+        x, low = self.trips[i]
+        self.count += 1
+        return [Entry(self.emit(Node(ROUND_OP, node.name, (self.entry(x),), self._attrs(low))))]
+
+    def _attrs(self, low: str) -> MappingProxyType:
+        attrs = {"dtype": low}
+        if low == "bfloat16":
+            attrs["flush_sign"] = "1" if self.flush_sign else "0"
+        return MappingProxyType(attrs)
+
+    def _bias_step(self, total: Entry, low: str) -> tuple[Entry, Entry, Node] | None:
+        """``(product, bias, add node)`` when ``total`` (what a round trip rounds) is the
+        sum of a bias step (``_bias_step`` in :mod:`mxnet_amp.passes.emulate`): an
+        ``_identity_with_attr_like_rhs(broadcast_add(r, bias), r)`` with ``r`` the
+        ``low`` round trip of ``product``, and nothing else reading ``r``, the sum or the
+        identity; else None."""
+        graph, readers = self.graph, self.readers
+        ident = graph.nodes[total.node]
+        if ident.op != "_identity_with_attr_like_rhs" or len(ident.inputs) != 2 or total.output:
+            return None
+        added, rounded = ident.inputs
+        add = graph.nodes[added.node]
+        if (add.op != "broadcast_add" or len(add.inputs) != 2 or add.inputs[0] != rounded
+                or added.output or rounded.output):
+            return None
+        trip = self.trips.get(rounded.node)
+        if trip is None or trip[1] != low:
+            return None
+        heads = set(graph.heads)
+        if ({rounded, added, total} & heads or len(readers[total.node]) != 1
+                or readers[added.node] != [(total.node, 0)]
+                or sorted(readers[rounded.node]) != sorted([(added.node, 0), (total.node, 1)])):
+            return None
+        return trip[0], add.inputs[1], add
+
+    def _emit_bias_step(self, node: Node, product: Entry, bias: Entry, add: Node,
+                        low: str) -> Outputs:
+        self.count += 1
+        inputs = (self.entry(product), self.entry(bias))
+        return [Entry(self.emit(Node(ROUND_BIAS_OP, node.name, inputs, self._attrs(low))))]
