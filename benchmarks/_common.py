@@ -281,7 +281,7 @@ def environment() -> dict:
         "avx512f": " avx512f" in text, "avx512_bf16": "avx512_bf16" in text,
         "bf16_runs_natively": bf16_runs_natively(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "cpu_flags": sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2", "fma"))),
+        "cpu_flags": sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2", "fma", "f16c"))),
         "env": {k: v for k, v in sorted(os.environ.items())
                 if k.startswith(("MXNET_", "OMP_", "KMP_", "DNNL_", "MKLDNN_"))},
         "loadavg": os.getloadavg(),

@@ -109,7 +109,10 @@ def check_pass(name: str, batch: int, batches: int, repeats: int) -> dict:
             "emulated/float32": C.paired_ratio(times["emulated"], times["float32"]),
             "emulated_casts/float32": C.paired_ratio(times["emulated_casts"], times["float32"]),
             "emulated_before/float32": C.paired_ratio(times["emulated_before"], times["float32"]),
-            "rounds": repeats}
+            "rounds": repeats,
+            # each round's ratios (the machine is shared: their spread shows the load's noise)
+            "per_round": {k: [round(a / b, 3) for a, b in zip(times[k], times["float32"])]
+                          for k in ("emulated", "emulated_casts", "emulated_before")}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ size of the fp32 params plus one weight.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from .arguments import check_bool, check_names, check_optional_bool, check_path
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from .graph import Graph
 
-__all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load", "ConvertedCheckpoint"]
+__all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load", "ConvertedCheckpoint", "LoadedCheckpoint"]
 
 
 class ConvertedCheckpoint(NamedTuple):
@@ -43,6 +44,17 @@ class ConvertedCheckpoint(NamedTuple):
     arg_params: dict
     aux_params: dict
     sizes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """What :func:`restoring_load` returns: the checkpoint's files as read, and the
+    conversion that restores a stripped model's casts (None for any other checkpoint)."""
+
+    symbol: Symbol
+    arg_params: dict
+    aux_params: dict
+    conversion: Conversion | None
 
 
 def convert_checkpoint(prefix: str, epoch: int = 0, out_prefix: str | None = None,
@@ -198,26 +210,27 @@ def load_checkpoint(prefix: str, epoch: int = 0, *, restore_casts: bool = True,
     """
     restore_casts = check_bool(restore_casts, "restore_casts")
     progress = check_optional_bool(progress, "progress")
-    sym, arg_params, aux_params, restored = restoring_load(prefix, epoch, restore_casts, progress)
-    return (sym if restored is None else restored.symbol), arg_params, aux_params
+    loaded = restoring_load(prefix, epoch, restore_casts, progress)
+    restored = loaded.conversion
+    return (loaded.symbol if restored is None else restored.symbol), loaded.arg_params, loaded.aux_params
 
 
 def restoring_load(prefix: str, epoch: int, restore_casts: bool = True,
-                   progress: bool | None = False) -> tuple[Symbol, dict, dict, Conversion | None]:
+                   progress: bool | None = False) -> LoadedCheckpoint:
     """:func:`load_checkpoint`'s files, and the conversion that restores a stripped
     model's casts (None for any other checkpoint): the CLI's ``inspect`` reports on it."""
     sym, arg_params, aux_params = read_checkpoint(prefix, epoch, progress=progress)
     stored = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
     if not LOW_PRECISION.intersection(stored.values()):   # a float32 model: no graph to read
-        return sym, arg_params, aux_params, None
+        return LoadedCheckpoint(sym, arg_params, aux_params, None)
     graph = graph_from_symbol(sym)
     low = stripped_dtype(graph, sym, stored)
     if low is None:
-        return sym, arg_params, aux_params, None
+        return LoadedCheckpoint(sym, arg_params, aux_params, None)
     where = ", ".join(checkpoint_files(prefix, epoch))
     if not restore_casts:
         raise StrippedCastsError(stripped_message(where, stored, low))
-    return sym, arg_params, aux_params, restore_casts_of(graph, stored, low, where)
+    return LoadedCheckpoint(sym, arg_params, aux_params, restore_casts_of(graph, stored, low, where))
 
 
 def checkpoint_inputs(prefix: str, epoch: int) -> list[tuple[str, str]]:

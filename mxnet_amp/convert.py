@@ -14,7 +14,7 @@ What a conversion runs is :mod:`mxnet_amp.pipeline` (the pass lists); what it re
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .arguments import check_names, check_symbol, param_dict
 from .dtypes import LOW_PRECISION, array_dtype, dtype_name, dtype_of_code
@@ -28,15 +28,17 @@ from .params import (check_params, default_data_names, label_inputs, model_input
                      with_labels)
 from .passes.insert_casts import refuse_converted
 from .passes.kernel import GraphPass, PassResult, run_passes
-from .pipeline import ORDER, Prepared, convert_passes, prepare_passes
+from .pipeline import ORDER, TUNE, Prepared, convert_passes, prepare_passes
 from .record import Conversion, input_figures
 from .shape_check.check import check_param_shapes
 from .shape_check.messages import input_shapes
-from .tune import tune_policy
+from .tune import check_tuned_model, tune_policy
 from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
+
+    from .tuning import Tuning
 
 __all__ = ["convert_symbol", "convert_model", "convert_graph", "convert_model_full",
            "convert_with_params", "ConvertedParams", "ConvertedModel"]
@@ -267,30 +269,37 @@ class ConvertedModel(NamedTuple):
 
 class _Tune(GraphPass[Prepared]):
     """The timed kernel choice (:func:`mxnet_amp.tune.tune_policy`) as a step before the
-    conversion: options in, options out (the model converted both ways to time it)."""
+    conversion: options in, options out; it converts nothing (the whole-model check runs
+    after the conversion, :func:`_checked_tuning`)."""
 
-    name = "tune"
+    name = TUNE
 
-    def __init__(self, data_names: Sequence[str], input_dtypes: Mapping[str, str] | None,
-                 output_dtype: str | None, data_shapes: Mapping[str, Sequence[int]] | None) -> None:
+    def __init__(self, data_shapes: Mapping[str, Sequence[int]] | None) -> None:
         super().__init__(verify=False)
-        self.data_names, self.input_dtypes, self.output_dtype = data_names, input_dtypes, output_dtype
         self.data_shapes = data_shapes
 
     def call_after(self, previous: PassResult[Any]) -> PassResult[Prepared]:
         """The options of ``previous`` tuned on its graph and params."""
         before: Prepared = previous.decided
-        graph, args, auxs = previous.graph, before.arg_params, before.aux_params
-        param_dtypes = {k: array_dtype(v) for k, v in {**args, **auxs}.items()}
+        options, record = tune_policy(previous.graph, {**before.arg_params, **before.aux_params},
+                                      before.options, input_shapes(self.data_shapes))
+        return PassResult(previous.graph, replace(before, options=options, tuning=record,
+                                                  untuned=replace(before.options, tuning=None)), False)
 
-        def converted(opts: ConvertOptions) -> tuple[Symbol, dict, dict]:
-            c = convert_graph(graph, opts, data_names=self.data_names, param_dtypes=param_dtypes,
-                              input_dtypes=self.input_dtypes, output_dtype=self.output_dtype)
-            new_args, new_auxs = c.recast(args, auxs, current=param_dtypes)
-            return c.symbol, new_args, new_auxs
-        options, record = tune_policy(graph, {**args, **auxs}, before.options,
-                                      input_shapes(self.data_shapes), converted)
-        return PassResult(graph, replace(before, options=options, tuning=record), False)
+
+def _checked_tuning(tuned: Conversion, prepared: Prepared, tuning: Tuning, param_dtypes: Mapping[str, str],
+                    data_shapes: Mapping[str, Sequence[int]] | None,
+                    convert: Callable[[ConvertOptions], Conversion]) -> Conversion:
+    """The conversion after the timed choice's whole-model check
+    (:func:`mxnet_amp.tune.check_tuned_model`): the graph converted under the options before
+    the choice too (``convert(options)``), both models timed with their params cast; the
+    untuned conversion where the tuned model is slower beyond the noise. Its ``tuning``
+    says so."""
+    untuned = convert(prepared.untuned or prepared.options)
+    args, auxs = prepared.arg_params, prepared.aux_params
+    untuned_model, tuned_model = ((c.symbol, *c.recast(args, auxs, current=param_dtypes)) for c in (untuned, tuned))
+    record = check_tuned_model(prepared.tuning, tuning, untuned_model, tuned_model, input_shapes(data_shapes) or {})
+    return replace(tuned if record.applied else untuned, tuning=record)
 
 
 def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
@@ -306,18 +315,21 @@ def convert_with_params(graph: Graph, arg_params: dict, aux_params: dict,
     if options.fold_batchnorm:
         # the names are the caller's, of the graph as given (folding drops BatchNorm params)
         options.check_excluded(graph)
-    tune = (_Tune(data_names, input_dtypes, output_dtype, data_shapes)
-            if options.tuning is not None else None)
+    tune = _Tune(data_shapes) if options.tuning is not None else None
     start = PassResult(graph, Prepared(options, arg_params, aux_params), False)
     run = run_passes(start, prepare_passes(options, tune), ORDER)
     prepared: Prepared = run.results[-1].decided
     arg_params, aux_params = dict(prepared.arg_params), dict(prepared.aux_params)
     param_dtypes = {k: array_dtype(v) for k, v in {**arg_params, **aux_params}.items()}
-    conversion = convert_graph(run.graph, prepared.options, data_names=data_names,
-                               param_dtypes=param_dtypes, input_dtypes=input_dtypes,
-                               output_dtype=output_dtype)
+
+    def convert(opts: ConvertOptions) -> Conversion:
+        return convert_graph(run.graph, opts, data_names=data_names, param_dtypes=param_dtypes,
+                             input_dtypes=input_dtypes, output_dtype=output_dtype)
+    conversion = convert(prepared.options)
+    if options.tuning is not None:   # the timed choice, checked on the whole model
+        conversion = _checked_tuning(conversion, prepared, options.tuning, param_dtypes, data_shapes, convert)
     conversion = replace(conversion, folded_batchnorms=prepared.folded, kept_batchnorms=prepared.kept,
-                         input_figures=figures, tuning=prepared.tuning)
+                         input_figures=figures)
     return ConvertedParams(conversion, arg_params, aux_params, param_dtypes)
 
 

@@ -302,9 +302,10 @@ def with_kernels(sym: Symbol, shapes: Mapping[str, tuple], dtypes: Mapping[str, 
     return fast, state.describe()
 
 
-def _inferred_shapes(sym: Symbol, shapes: Mapping[str, tuple]) -> tuple | None:
-    """``sym``'s argument and auxiliary shapes (by name) and output shapes (in order)
-    inferred from ``shapes``; None where MXNet cannot infer them all."""
+def _inferred_shapes(sym: Symbol, shapes: Mapping[str, tuple]) -> tuple[dict, list] | None:
+    """``sym``'s input shapes (arguments and auxiliary states, by name: the names are
+    distinct) and output shapes (in order) inferred from ``shapes``; None where MXNet
+    cannot infer them all."""
     import mxnet as mx
     wanted = set(sym.list_inputs())
     try:
@@ -313,8 +314,8 @@ def _inferred_shapes(sym: Symbol, shapes: Mapping[str, tuple]) -> tuple | None:
         return None
     if args is None or outs is None or auxs is None:
         return None
-    return (dict(zip(sym.list_arguments(), args)), list(outs),
-            dict(zip(sym.list_auxiliary_states(), auxs)))
+    return ({**dict(zip(sym.list_arguments(), args)), **dict(zip(sym.list_auxiliary_states(), auxs))},
+            list(outs))
 
 
 def rounding_note() -> str:

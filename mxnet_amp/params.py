@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -139,27 +139,35 @@ def _invoke(op: str, arrays: list, attrs: tuple) -> list:
 
     from mxnet.base import _LIB, NDArrayHandle, check_call
     from mxnet.ndarray import _ndarray_cls
-    handle, keys, vals = _op_call(op, attrs)
+    call = _op_call(op, attrs)
     outputs = ctypes.POINTER(NDArrayHandle)()
     num_outputs = ctypes.c_int(0)
     stypes = ctypes.POINTER(ctypes.c_int)()
     check_call(_LIB.MXImperativeInvokeEx(
-        handle, len(arrays), (NDArrayHandle * len(arrays))(*[a.handle for a in arrays]),
-        ctypes.byref(num_outputs), ctypes.byref(outputs), len(attrs), keys, vals,
+        call.handle, len(arrays), (NDArrayHandle * len(arrays))(*[a.handle for a in arrays]),
+        ctypes.byref(num_outputs), ctypes.byref(outputs), len(attrs), call.keys, call.values,
         ctypes.byref(stypes)))
     return [_ndarray_cls(ctypes.cast(outputs[i], NDArrayHandle), stype=stypes[i])
             for i in range(num_outputs.value)]
 
 
+class _OpCall(NamedTuple):
+    """An op's handle and its attribute names and values, as the C API takes them."""
+
+    handle: Any
+    keys: Any
+    values: Any
+
+
 @functools.lru_cache(maxsize=256)
-def _op_call(op: str, attrs: tuple[tuple[str, str], ...]) -> tuple[Any, Any, Any]:
-    """``(op handle, attribute names, attribute values)`` as the C API takes them, built once."""
+def _op_call(op: str, attrs: tuple[tuple[str, str], ...]) -> _OpCall:
+    """The op's handle and attributes as the C API takes them, built once."""
     import ctypes
 
     from mxnet.base import _LIB, c_str_array, check_call
     handle = ctypes.c_void_p()
     check_call(_LIB.NNGetOpHandle(op.encode(), ctypes.byref(handle)))
-    return handle, c_str_array([k for k, _ in attrs]), c_str_array([v for _, v in attrs])
+    return _OpCall(handle, c_str_array([k for k, _ in attrs]), c_str_array([v for _, v in attrs]))
 
 
 # names Gluon and the symbol API give weights; an input called so is a weight gone missing
@@ -306,7 +314,7 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str | None],
             raise TypeError(f"recast_params(in_place=True) needs a dict, got {type(params).__name__}")
         return _recast_in_place(params, dtypes, each)
     out = {}
-    todo: dict[tuple, list[str]] = {}
+    todo: dict[_BatchKey, list[str]] = {}
     for name, value in params.items():
         want = dtypes.get(name)
         have = current[name] if current is not None else array_dtype(value)
@@ -323,8 +331,8 @@ def recast_params(params: Mapping, dtypes: Mapping[str, str | None],
     for key, names in todo.items():
         for chunk in _chunks(names, key):
             arrays = [params[n] for n in chunk]
-            cast = (_cast_together(arrays, key[-1]) if len(chunk) > 1
-                    else [cast_array(arrays[0], key[-1])])
+            cast = (_cast_together(arrays, key.want) if len(chunk) > 1
+                    else [cast_array(arrays[0], key.want)])
             out.update(zip(chunk, cast))
     return out
 
@@ -350,22 +358,31 @@ _BATCH_MAX_SIZE = 1 << 16
 _BATCH_MAX_BYTES = 16 << 20
 
 
-def _batch_key(array: Any, have: str, want: str) -> tuple[Any, ...]:
-    """Arrays with one key can be cast by one :func:`_cast_together` call; a key of its own
-    (``None`` first) for an array cast alone."""
+class _BatchKey(NamedTuple):
+    """Arrays with one key can be cast by one :func:`_cast_together` call: the same shape,
+    device and dtypes. An array cast alone has no shape here and its own id as ``place``."""
+
+    shape: tuple[int, ...] | None
+    place: Any
+    have: str | None
+    want: str
+
+
+def _batch_key(array: Any, have: str, want: str) -> _BatchKey:
+    """The key of ``array``'s batch (a key of its own for an array cast alone)."""
     shape = array.shape
     if not 0 < math.prod(shape) <= _BATCH_MAX_SIZE or not shape or array.stype != "default":
-        return (None, id(array), want)
-    return (shape, array.ctx, have, want)
+        return _BatchKey(None, id(array), None, want)
+    return _BatchKey(shape, array.ctx, have, want)
 
 
-def _chunks(names: list[str], key: tuple[Any, ...]) -> Iterator[list[str]]:
+def _chunks(names: list[str], key: _BatchKey) -> Iterator[list[str]]:
     """``names`` (of one :func:`_batch_key`) in groups of at most ``_BATCH_MAX_BYTES``; one
     by one for a key of an array cast alone."""
-    if key[0] is None:
+    if key.shape is None:
         yield from ([n] for n in names)
         return
-    step = max(1, _BATCH_MAX_BYTES // (4 * max(1, math.prod(key[0]))))
+    step = max(1, _BATCH_MAX_BYTES // (4 * max(1, math.prod(key.shape))))
     for i in range(0, len(names), step):
         yield names[i:i + step]
 

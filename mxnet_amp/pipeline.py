@@ -39,9 +39,9 @@ from .graph import Entry, Graph
 from .io import graph_to_symbol
 from .options import ConvertOptions
 from .optypes import OpTypes
-from .passes.fold_batchnorm import fold_batchnorm as fold_batchnorm_pass
-from .passes.fusion_barriers import insert_fusion_barriers
-from .passes.insert_casts import FUSION_BARRIER, CastResult, insert_casts
+from .passes.fold_batchnorm import FoldBatchnorm, fold_batchnorm as fold_batchnorm_pass
+from .passes.fusion_barriers import InsertFusionBarriers, insert_fusion_barriers
+from .passes.insert_casts import FUSION_BARRIER, CastResult, InsertCasts, insert_casts
 from .passes.kernel import GraphPass, PassResult, run_passes, this_before_that
 from .passes.onednn_reshapes import blocked_reshapes
 from .passes.tag_param_dtypes import TagParamDtypes
@@ -55,7 +55,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
 __all__ = ["Prepared", "FoldModel", "GuardWeightRange", "SlowKernels", "CastRounds", "GuardFusion",
-           "TagStoredDtypes", "ORDER", "prepare_passes", "conversion_passes", "convert_passes",
+           "TagStoredDtypes", "TUNE", "ORDER", "prepare_passes", "conversion_passes", "convert_passes",
            "FoldedModel", "fold_model", "range_kept"]
 
 
@@ -72,8 +72,10 @@ class Prepared:
     # (BatchNorm, producer) folded and (BatchNorm, why) kept by folding
     folded: tuple[tuple[str, str], ...] = ()
     kept: tuple[tuple[str, str], ...] = ()
-    # what tune= timed and chose (mxnet_amp.tune.TuneRecord), None without tune
+    # what tune= timed and chose (mxnet_amp.tune.TuneRecord), None without tune, and the
+    # options before it chose (the whole-model check after the conversion converts them too)
     tuning: Any = None
+    untuned: ConvertOptions | None = None
 
 
 def _prepared(previous: PassResult[Any]) -> Prepared:
@@ -88,7 +90,7 @@ class FoldModel(GraphPass[Prepared]):
     the params split back into arg and aux; a BatchNorm or producer the options keep
     float32 stays."""
 
-    name = "fold_batchnorm"
+    name = FoldBatchnorm.name   # the pass it runs, named there
 
     def call_after(self, previous: PassResult[Any]) -> PassResult[Prepared]:
         """Fold the graph of ``previous`` with its :class:`Prepared` params."""
@@ -132,7 +134,7 @@ class CastRounds(GraphPass[CastResult]):
     record before it: its :class:`CastResult` carries the dtype each weight is stored in
     (``stored_dtypes``) and the nodes the last round kept float32 (``fp32_nodes``)."""
 
-    name = "insert_casts"
+    name = InsertCasts.name
 
     def __init__(self, data_dtypes: Mapping[str, str], stored: Mapping[str, str],
                  output_dtype: str | None) -> None:
@@ -191,7 +193,7 @@ class GuardFusion(GraphPass[CastResult]):
     the pass before carried over to the new graph. float16 runs on GPUs, where MXNet fuses
     nothing of the kind."""
 
-    name = "insert_fusion_barriers"
+    name = InsertFusionBarriers.name
 
     def __init__(self, target_dtype: str) -> None:
         super().__init__(verify=False)   # insert_fusion_barriers checks its output
@@ -223,7 +225,7 @@ class TagStoredDtypes(GraphPass[CastResult]):
     stores it in (:mod:`~mxnet_amp.passes.tag_param_dtypes`); the record passes on as it
     is (its graph the untagged one, whose entries its dtypes key)."""
 
-    name = "tag_param_dtypes"
+    name = TagParamDtypes.name
 
     def call_after(self, previous: PassResult[Any]) -> PassResult[CastResult]:
         """Tag the graph of ``previous``."""
@@ -239,15 +241,17 @@ def _cast_result(previous: PassResult[Any]) -> CastResult:
     return previous.decided
 
 
+# the name of the timed choice's step (convert._Tune, which runs mxnet_amp.tune)
+TUNE = "tune"
 # the order every list of these passes keeps, declared (torch.fx's
 # this_before_that_pass_constraint) and checked by run_passes
-ORDER = (this_before_that("fold_batchnorm", "guard_weight_range"),
-         this_before_that("guard_weight_range", "tune"),
-         this_before_that("fold_batchnorm", "slow_kernels"),
-         this_before_that("tune", "slow_kernels"),
-         this_before_that("slow_kernels", "insert_casts"),
-         this_before_that("insert_casts", "insert_fusion_barriers"),
-         this_before_that("insert_fusion_barriers", "tag_param_dtypes"))
+ORDER = (this_before_that(FoldModel.name, GuardWeightRange.name),
+         this_before_that(GuardWeightRange.name, TUNE),
+         this_before_that(FoldModel.name, SlowKernels.name),
+         this_before_that(TUNE, SlowKernels.name),
+         this_before_that(SlowKernels.name, CastRounds.name),
+         this_before_that(CastRounds.name, GuardFusion.name),
+         this_before_that(GuardFusion.name, TagStoredDtypes.name))
 
 
 def prepare_passes(options: ConvertOptions, tune: GraphPass[Prepared] | None = None

@@ -17,7 +17,7 @@ from .errors import GraphError, InferenceFailed, error_text
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
-__all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "op_input_names",
+__all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "InferredTypes", "op_input_names",
            "infer_types", "check_attrs"]
 
 
@@ -121,11 +121,19 @@ def op_input_names(op: str) -> tuple[str, ...]:
     return () if sig.variadic else sig.inputs
 
 
-def infer_types(sym: Symbol, known: Mapping[str, str]
-                ) -> tuple[list[str | None], list[str | None], list[str | None]]:
+class InferredTypes(NamedTuple):
+    """What :func:`infer_types` returns (unpacks as ``(args, outs, auxs)``, the order of
+    MXNet's ``infer_type``): dtype names, ``None`` where MXNet could not tell."""
+
+    args: list[str | None]
+    outs: list[str | None]
+    auxs: list[str | None]
+
+
+def infer_types(sym: Symbol, known: Mapping[str, str]) -> InferredTypes:
     """Partial type inference on ``sym`` given dtype names for some inputs.
 
-    Returns ``(arg_dtypes, out_dtypes, aux_dtypes)``: lists of dtype names, ``None`` where
+    Returns the dtype names of its arguments, outputs and aux states, ``None`` where
     MXNet could not tell. Raises :class:`InferenceFailed` when MXNet rejects the dtypes.
     """
     from mxnet.base import c_array_buf, c_str_array
@@ -144,4 +152,4 @@ def infer_types(sym: Symbol, known: Mapping[str, str]
         message = py_str(_lib().MXGetLastError())
         raise InferenceFailed(error_text(message))
     args, outs, auxs = ([MX_NAME.get(datas[j][i]) for i in range(sizes[j].value)] for j in range(3))
-    return args, outs, auxs
+    return InferredTypes(args, outs, auxs)

@@ -15,10 +15,11 @@ adds went unseen, and on a loaded machine the whole-model check below dropped th
 its report reason the two times (``tuned: bfloat16 1.80 ms vs float32 1.10 ms``): it joins
 :attr:`~mxnet_amp.options.ConvertOptions.fp32_nodes` (:func:`with_timings`). The others run
 in bf16, a ``[[slow_kernel]]`` rule notwithstanding: the timed nodes are the options'
-``timed_nodes``, which the rule skips (the timings replace it). The whole
-model is then timed converted without and with these choices; if the tuned one is slower by
-more than the timing noise (:data:`MODEL_NOISE`, 2%), the untuned choices stand (both times
-are in the record).
+``timed_nodes``, which the rule skips (the timings replace it). That choice is a step before
+the conversion that returns options (:func:`tune_policy`: it converts nothing). After the
+conversion, the whole model is timed converted without and with these choices
+(:func:`check_tuned_model`); if the tuned one is slower by more than the timing noise
+(:data:`MODEL_NOISE`, 2%), the untuned choices stand (both times are in the record).
 
 Timings are cached in a JSON file per machine (CPU model, ISA flags, ``DNNL_MAX_CPU_ISA``,
 MXNet version, thread count), which a user may ship with a model. bfloat16 only: MXNet has
@@ -46,7 +47,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from .options import ConvertOptions
 
 __all__ = ["KernelTiming", "TuneRecord", "MXNetTimer", "target_nodes", "kernel_cases",
-           "node_input_shapes", "case_graph", "case_input_dtypes", "tuned_decisions", "tune_policy",
+           "node_input_shapes", "case_graph", "case_input_dtypes", "tuned_decisions", "tune_policy", "check_tuned_model",
            "with_timings", "TUNED_PREFIX", "MODEL_NOISE"]
 
 TUNED_PREFIX = "tuned: "
@@ -294,15 +295,13 @@ def tuned_decisions(cases: Mapping[KernelCase, Sequence[str]], tuning: Tuning, t
 
 
 def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions,
-                data_shapes: Mapping[str, Sequence[int]] | None,
-                convert: Callable[[ConvertOptions], tuple[Symbol, dict, dict]]
-                ) -> tuple[ConvertOptions, TuneRecord]:
-    """The options to convert ``graph`` with after timing its kernels, and what was timed.
+                data_shapes: Mapping[str, Sequence[int]] | None) -> tuple[ConvertOptions, TuneRecord]:
+    """The options to convert ``graph`` with after timing its kernels, and what was timed: a
+    step before the conversion, which converts nothing (the whole-model check after the
+    conversion is :func:`check_tuned_model`'s).
 
     ``graph`` is the float32 graph the conversion converts (BatchNorms folded where they
-    will be), ``params`` its arg and aux params, ``convert(options)`` the converted model
-    (symbol, arg and aux params cast) under other options: the untuned and the tuned model
-    are timed whole, and the tuned choices kept only when that model is no slower.
+    will be), ``params`` its arg and aux params.
 
     Raises
     ------
@@ -322,21 +321,25 @@ def tune_policy(graph: Graph, params: Mapping[str, Any], options: ConvertOptions
         note = native_note(target)
         if note is not None:
             raise TuneError(f"tune times {target} kernels on this machine, and {note}")
-    untuned_options = replace(options, tuning=None)
     nodes = target_nodes(graph, options)
     cases = kernel_cases(graph, nodes, node_input_shapes(graph, nodes, data_shapes), params)
     machine = machine_key()
     decisions, timings = tuned_decisions(cases, tuning, target, machine)
     record = TuneRecord(machine, tuple(timings), MappingProxyType(decisions), cache=tuning.cache)
-    tuned_options = with_timings(untuned_options, record)
-    untuned_model, tuned_model = convert(untuned_options), convert(tuned_options)
-    if untuned_model[0].tojson(remove_amp_cast=False) == tuned_model[0].tojson(remove_amp_cast=False):
-        return tuned_options, record    # the same graph: nothing to compare
+    return with_timings(replace(options, tuning=None), record), record
+
+
+def check_tuned_model(record: TuneRecord, tuning: Tuning, untuned: tuple[Symbol, dict, dict],
+                      tuned: tuple[Symbol, dict, dict], data_shapes: Mapping[str, Sequence[int]]) -> TuneRecord:
+    """``record`` with the whole-model check: the model converted without and with the timed
+    choices (each a symbol with its params cast), timed whole; the tuned choices stand
+    (``applied``) unless that model is slower by more than :data:`MODEL_NOISE`. The same
+    graph both ways: ``record`` as it is (nothing to compare)."""
+    if untuned[0].tojson(remove_amp_cast=False) == tuned[0].tojson(remove_amp_cast=False):
+        return record
     shaped = {k: tuple(v) for k, v in data_shapes.items()}
-    before, after = _timer(tuning).model(untuned_model, tuned_model, shaped)
-    applied = after <= before * (1 + MODEL_NOISE)
-    record = replace(record, untuned_model_s=before, tuned_model_s=after, applied=applied)
-    return (tuned_options if applied else untuned_options), record
+    before, after = _timer(tuning).model(untuned, tuned, shaped)
+    return replace(record, untuned_model_s=before, tuned_model_s=after, applied=after <= before * (1 + MODEL_NOISE))
 
 
 def with_timings(options: ConvertOptions, record: TuneRecord) -> ConvertOptions:

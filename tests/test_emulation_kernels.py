@@ -218,3 +218,17 @@ def test_a_graph_whose_shapes_flow_backwards_keeps_the_casts(kernels):
     values = {**eargs, "data": mx.nd.ones((2, 5))}
     got, why = with_kernels(esym, {k: v.shape for k, v in values.items()}, {k: "float32" for k in values})
     assert got is esym and why == "rounding by MXNet's casts (the kernels' graph does not infer the model's shapes)"
+
+
+def test_the_automatic_modes_report_says_which_rounding_ran(kernels, monkeypatch):
+    """An emulated float16 search's notes name the kernels, or MXNet's casts and why."""
+    import mxnet_amp as amp
+    from helpers import fc_sin_fc, init_params
+    sym = fc_sin_fc()
+    args, auxs = init_params(sym, {"data": (2, 5)})
+    inputs = {"data": mx.nd.array(np.random.default_rng(0).standard_normal((2, 5)))}
+    for off, expected in (("0", kernels.describe()), ("1", f"rounding by MXNet's casts ({DISABLE_ENV} is set)")):
+        monkeypatch.setenv(DISABLE_ENV, off)
+        report = amp.auto_convert_model(sym, args, auxs, target_dtype="float16",
+                                        sample_inputs=inputs, quiet=True)[-1]
+        assert [n for n in report.notes if "rounding by" in n] == ["the emulation's " + expected]

@@ -281,3 +281,25 @@ def test_the_float32_kernel_is_timed_with_the_casts_it_adds_between_bf16_nodes()
         types = {k: np_dtype(v) for k, v in case_input_dtypes(case, dtype, "bfloat16").items()}
         _, out_types, _ = graph_to_symbol(graph).infer_type(**types)
         assert out_types[0] == np_dtype("bfloat16")
+
+
+def test_the_timed_choice_is_a_step_that_returns_options_and_converts_nothing(monkeypatch):
+    """Issue 43: tune_policy times kernels and returns options (no model converted inside
+    it); the conversion then runs once under the tuned options and once under the untuned
+    ones for the whole-model check: two conversions in all (three when tuning converted
+    both models inside the conversion)."""
+    import mxnet_amp.convert as convert_module
+    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.tune import tune_policy
+    sym, args, _ = _model()
+    timer = FakeTimer(KERNELS)
+    options = make_options("bfloat16", tune=Tuning(timer=timer))
+    calls = []
+    real = convert_module.convert_graph
+    monkeypatch.setattr(convert_module, "convert_graph", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    tuned, record = tune_policy(graph_from_symbol(sym), args, options, SHAPES)
+    assert calls == [] and timer.model_calls == 0 and len(timer.kernel_calls) == 4
+    assert tuned.tuning is None and tuned.fp32_nodes["conv1x1"].startswith("tuned: bfloat16 2 ms")
+    assert record.applied and record.untuned_model_s is None   # no whole-model check yet
+    _, _, _, conv = _convert(Tuning(timer=FakeTimer(KERNELS)))
+    assert len(calls) == 2 and conv.tuning.untuned_model_s == pytest.approx(1e-3)

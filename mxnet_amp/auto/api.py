@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names, check_number,
                          check_symbol, param_dict)
@@ -21,10 +19,10 @@ from ..params import check_data_names, label_inputs, model_inputs
 from ..policy import check_target_dtype
 from ..shape_check.check import check_param_shapes
 from ..warn import warn_user
-from .batches import BatchSource, known_batches, one_batch_as_list
+from .batches import BatchSource, eval_source, known_batches
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
-from .inputs import loss_labels, sample_inputs as sample_input_arrays
+from .inputs import sample_inputs as sample_input_arrays
 from .measure import default_scale_tolerance, default_tolerances
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
@@ -40,6 +38,16 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
     from ..gluon.block import AMPSymbolBlock
+
+
+class AutoConverted(NamedTuple):
+    """What :func:`auto_convert_model` returns (unpacks as ``(symbol, arg_params, aux_params,
+    report)``): the model as :func:`mxnet_amp.convert_model` returns it, and the report."""
+
+    symbol: Symbol
+    arg_params: dict
+    aux_params: dict
+    report: AutoReport
 
 
 def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | None = None,
@@ -87,7 +95,7 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
         ``underflow_fraction`` outside (0, 1], ``search`` not one of ``SEARCHES``, a
         ``metric`` without ``max_drop`` or with ``validate``, or a bad ``max_drop``/``drop``.
     """
-    tolerance, rtol, atol = _tolerances(check_target_dtype(target_dtype), tolerance, rtol, atol)
+    checked = _tolerances(check_target_dtype(target_dtype), tolerance, rtol, atol)
     max_executions = check_int(max_executions, "max_executions", low=2, optional=True)
     underflow_fraction = check_number(underflow_fraction, "underflow_fraction", low=0, high=1,
                                       low_open=True)
@@ -99,12 +107,18 @@ def auto_settings(target_dtype: str, rtol: float | None = None, atol: float | No
                             "the metric's score; give metric too")
     if metric is not None:
         validate = _metric_check(metric, validate, max_drop, drop, metric_inputs)
-    return AutoSettings(tolerance, rtol, atol, validate, underflow_fraction, max_executions,
-                        search)
+    return AutoSettings(checked.tolerance, checked.rtol, checked.atol, validate, underflow_fraction,
+                        max_executions, search)
 
 
-def _tolerances(target_dtype: str, tolerance: Any, rtol: Any, atol: Any) -> tuple[float, float | None, float | None]:
-    """``(tolerance, rtol, atol)`` checked (ArgumentError naming each), defaults filled in."""
+class _Tolerances(NamedTuple):
+    tolerance: float
+    rtol: float | None
+    atol: float | None
+
+
+def _tolerances(target_dtype: str, tolerance: Any, rtol: Any, atol: Any) -> _Tolerances:
+    """The tolerances checked (ArgumentError naming each), defaults filled in."""
     rtol = None if rtol is None else check_number(rtol, "rtol", low=0)
     atol = None if atol is None else check_number(atol, "atol", low=0)
     if rtol is not None or atol is not None:
@@ -113,7 +127,7 @@ def _tolerances(target_dtype: str, tolerance: Any, rtol: Any, atol: Any) -> tupl
         atol = d_atol if atol is None else atol
     tolerance = (default_scale_tolerance(target_dtype) if tolerance is None
                  else check_number(tolerance, "tolerance", low=0, low_open=True))
-    return tolerance, rtol, atol
+    return _Tolerances(tolerance, rtol, atol)
 
 
 def _metric_check(metric: Any, validate: Callable | None, max_drop: float | None, drop: str,
@@ -162,7 +176,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
                        guard_weight_range: bool = True, tune: object = None, eval_data: Any = None,
                        metric_inputs: Callable | None = None, workers: int | None = None,
                        client: Any = None, attribution_samples: int = 8
-                       ) -> tuple[Symbol, dict, dict, AutoReport]:
+                       ) -> AutoConverted:
     """Convert an fp32 model to mixed precision, keeping in float32 what fails validation.
 
     Parameters
@@ -206,7 +220,7 @@ def auto_convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
 
     Returns
     -------
-    (Symbol, dict, dict, AutoReport)
+    AutoConverted
         The model as :func:`mxnet_amp.convert_model` returns it, and the report.
 
     Raises
@@ -231,7 +245,7 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
                  data_names: Sequence[str] | None = None,
                  quiet: bool = False, eval_data: Any = None, workers: int | None = None,
                  client: Any = None, attribution_samples: int = 8
-                 ) -> tuple[Symbol, dict, dict, AutoReport]:
+                 ) -> AutoConverted:
     """:func:`auto_convert_model` under ``options`` (:func:`mxnet_amp.options.make_options`)
     and ``settings`` (:func:`auto_settings`); the other parameters and the result as there.
 
@@ -254,8 +268,8 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     source = judge = progress = None
     try:
         original, data_names = _graph_and_inputs(sym, arg_params, data_names)
-        source, sample_inputs, rows = _eval_source(eval_data, sample_inputs, data_names, original,
-                                                   attribution_samples)
+        evaluated = eval_source(eval_data, sample_inputs, data_names, original, attribution_samples)
+        source, sample_inputs, rows = evaluated.source, evaluated.sample_inputs, evaluated.rows
         notes = ([mode_note] if mode_note else []) + ([rounding_note()] if mode == "emulated" else [])
         progress = tqdm(desc=f"auto {options.target_dtype}", unit="run", leave=False,
                         disable=True if quiet else None)   # None: on a terminal only, never a pipe
@@ -266,25 +280,24 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         with numpy_warnings_noted(runs.log.steps, notes):
             # the first conversion checks params against the symbol (typed errors) first
             runs.convert(options.excluded)
-            excluded, kept, reference_finite, errors = reference_and_search(runs, original,
-                                                                            settings, notes)
+            found = reference_and_search(runs, original, settings, notes)
             if judge is not None:   # no more batches: the workers wind down meanwhile
                 judge.pool.stop()
-            model = runs.final(excluded, kept_reasons(kept))
+            model = runs.final(found.excluded, kept_reasons(found.kept))
         deployed = deployment_note(runs.config.options.target_dtype, runs.config.ctx, runs.bound,
-                                   model[3], runs.bind_error, over_data=runs.data is not None)
+                                   model.conversion, runs.bind_error, over_data=runs.data is not None)
         notes.extend([deployed] if deployed else [])
     finally:
         # the judge closes its source and pool; without one, what was opened is closed here
         for closing in [progress] + ([judge] if judge is not None else [source, pool]):
             if closing is not None:
                 closing.close()
-    report = _with_data_figures(runs.log.report(runs.config, excluded, kept, model[3], notes, reference_finite,
-                                             tuple(errors)), judge, rows)
+    report = _with_data_figures(runs.log.report(runs.config, found.excluded, found.kept, model.conversion, notes,
+                                                found.reference_finite, tuple(found.errors)), judge, rows)
     if not report.validated:
         warn_user("auto_convert_model: the returned model did not validate "
                   f"({report.criterion_text()}); see report.notes")
-    return model[0], model[1], model[2], report
+    return AutoConverted(model.symbol, model.arg_params, model.aux_params, report)
 
 
 def _checked_runs(sym: Symbol, arg_params: dict, aux_params: dict, sample_inputs: Any,
@@ -330,29 +343,6 @@ def _with_data_figures(report: AutoReport, judge: DataJudge | None, rows: int | 
                    attribution_samples=rows, workers=judge.pool.workers,
                    pass_seconds=tuple(judge.pass_seconds),
                    sample_evaluations=judge.sample_evaluations)
-
-
-def _eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], original: Any,
-                 attribution_samples: int
-                 ) -> tuple[BatchSource | None, Any, int | None]:
-    """The :class:`BatchSource` of ``eval_data`` (None without), the sample inputs (the
-    caller's, else ``eval_data``'s first ``attribution_samples`` samples), and how many of
-    its samples those are (None: the caller's)."""
-    if eval_data is None:
-        return None, sample_inputs, None
-    names = [n for n in data_names if n not in loss_labels(original)]
-    source = BatchSource(one_batch_as_list(eval_data), names)
-    if sample_inputs is not None:
-        return source, sample_inputs, None
-    first: list = []
-    for batch in source:   # a batch shaped unlike the first cannot join it
-        if first and any(batch.inputs[n].shape[1:] != first[0].inputs[n].shape[1:] for n in names):
-            break
-        first.append(batch)
-        if sum(b.size for b in first) >= attribution_samples:
-            break
-    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples] for n in names}
-    return source, joined, len(joined[names[0]])
 
 
 def _check_eval_data(eval_data: Any, sample_inputs: Any, settings: AutoSettings) -> None:

@@ -139,7 +139,8 @@ def local_errors(runs: Runs, original: Graph, excluded: frozenset,
     :func:`~mxnet_amp.passes.teacher_force.teacher_force`'s perturbed copy fed so); a node
     with no twin (reading only variables) or that absorbed a folded BatchNorm (its twin
     would not include it) is judged against the float32 reference."""
-    _, args, auxs, conversion = runs.convert(excluded)
+    converted = runs.convert(excluded)
+    args, auxs, conversion = converted.arg_params, converted.aux_params, converted.conversion
     dtypes = conversion.result.node_dtypes
     forced = [n.name for n in conversion.graph.nodes
               if not n.subgraphs and dtypes.get(n.name) in DTYPE_LIMITS]

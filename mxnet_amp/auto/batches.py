@@ -18,8 +18,9 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputValueError
+from .inputs import loss_labels
 
-__all__ = ["Batch", "BatchSource", "NpzFolder", "RecordBatches", "LABEL_KEYS", "one_batch_as_list",
+__all__ = ["Batch", "BatchSource", "EvalSource", "eval_source", "NpzFolder", "RecordBatches", "LABEL_KEYS", "one_batch_as_list",
            "known_batches"]
 
 # the keys of an .npz batch (or a dict batch) that hold labels, not model inputs
@@ -275,6 +276,38 @@ class BatchSource:
                 inputs = {n: data[f"in_{k}"] for k, n in enumerate(self.names)}
                 labels = [data[f"label_{k}"] for k in range(len(data.files) - len(self.names))]
             yield Batch(index, inputs, labels)
+
+
+@dataclass(frozen=True)
+class EvalSource:
+    """What :func:`eval_source` returns: the batches of ``eval_data`` (None without), the
+    sample inputs ranges and attribution run on, and how many of ``eval_data``'s samples
+    those are (None: the caller's own)."""
+
+    source: BatchSource | None
+    sample_inputs: Any
+    rows: int | None
+
+
+def eval_source(eval_data: Any, sample_inputs: Any, data_names: Sequence[str], original: Any,
+                attribution_samples: int) -> EvalSource:
+    """The :class:`BatchSource` of ``eval_data`` (None without) and the sample inputs (the
+    caller's, else ``eval_data``'s first ``attribution_samples`` samples)."""
+    if eval_data is None:
+        return EvalSource(None, sample_inputs, None)
+    names = [n for n in data_names if n not in loss_labels(original)]
+    source = BatchSource(one_batch_as_list(eval_data), names)
+    if sample_inputs is not None:
+        return EvalSource(source, sample_inputs, None)
+    first: list = []
+    for batch in source:   # a batch shaped unlike the first cannot join it
+        if first and any(batch.inputs[n].shape[1:] != first[0].inputs[n].shape[1:] for n in names):
+            break
+        first.append(batch)
+        if sum(b.size for b in first) >= attribution_samples:
+            break
+    joined = {n: np.concatenate([b.inputs[n] for b in first])[:attribution_samples] for n in names}
+    return EvalSource(source, joined, len(joined[names[0]]))
 
 
 def _checked_batch(batch: Batch) -> None:

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .batches import Batch, BatchSource
     from .task_metric import TaskMetric
 
-__all__ = ["DataJudge", "merge_checks", "batch_pool", "usable_cores"]
+__all__ = ["SubsetJudgement", "DataJudge", "merge_checks", "batch_pool", "usable_cores"]
 
 
 def batch_pool(workers: int | None, ctx: Context | None, client: Any = None,
@@ -80,6 +80,14 @@ def merge_checks(checks: Sequence[OutputCheck]) -> OutputCheck:
                        max(c.tolerance_ratio for c in checks), max(c.max_abs_error for c in checks),
                        max(c.relative_error for c in checks), sum(c.top1_flips for c in checks),
                        sum(c.top1_rows for c in checks))
+
+
+class SubsetJudgement(NamedTuple):
+    """What :meth:`DataJudge.judge_subset` returns (unpacks as ``(check, score, figures)``)."""
+
+    check: OutputCheck   # the closeness of batch 0
+    score: float | None  # the whole set's score; None where a subset decided
+    figures: dict        # the subset's figures (``passed``: its verdict); empty for the whole set
 
 
 class DataJudge:
@@ -196,10 +204,10 @@ class DataJudge:
 
     def judge_subset(self, blob: ModelBlob, allowed: float, judged: int = 0,
                      stop_on_pass: bool = True, stage: str = "auto: check on a subset"
-                     ) -> tuple[OutputCheck, float | None, dict]:
+                     ) -> SubsetJudgement:
         """Run ``blob`` round by round over :attr:`plan`'s subsets until the paired bound
-        decides (module doc of :mod:`mxnet_amp.auto.subsets`): ``(closeness of batch 0,
-        the whole set's score or None, figures)``; the figures' ``passed`` is the verdict,
+        decides (module doc of :mod:`mxnet_amp.auto.subsets`): the closeness of batch 0,
+        the whole set's score or None, the figures; the figures' ``passed`` is the verdict,
         ``samples`` how many it read (the whole set: the score decides instead).
         ``stop_on_pass`` False: only a failure stops early (a pass is the whole set's)."""
         assert self.plan is not None and self.metric is not None and self.first_reference is not None
@@ -216,14 +224,14 @@ class DataJudge:
                 if batch.index == 0:
                     checks.append(self._closeness(self.first_reference, outs, judged))
             if plan.rounds[k] == len(plan.order):
-                return merge_checks(checks), task.score(metric), {}
+                return SubsetJudgement(merge_checks(checks), task.score(metric), {})
             d = np.concatenate(diffs)
             mean, low, high = drop_bounds(d, int(self.source.samples or len(d)))
             figures = {"samples": len(d), "drop": mean, "lower": low, "upper": high,
                        "allowed": allowed}
             if low > allowed or (stop_on_pass and high <= allowed):
                 figures["passed"] = bool(high <= allowed)
-                return merge_checks(checks), None, figures
+                return SubsetJudgement(merge_checks(checks), None, figures)
         raise AssertionError("the last round covers every batch")   # pragma: no cover
 
     def _closeness(self, reference: list, outs: list, judged: int) -> OutputCheck:

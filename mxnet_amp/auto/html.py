@@ -2,18 +2,23 @@
 nodes with their reasons (a :class:`~mxnet_amp.report.tables.Table`), and the attribution (each
 node's local error and its contribution at the outputs) as sorted bars in plain inline SVG.
 
-Works on :meth:`AutoReport.to_dict` (what the report's ``extra['auto']`` holds), so a
+Works on :meth:`AutoReport.to_dict` (the record of the report's
+:class:`~mxnet_amp.report.sections.AutoSection`, which :func:`report_section` builds), so a
 report read back from JSON renders the same."""
 from __future__ import annotations
 
 import html
 import math
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..report.pages import NO_SECTIONS, Sections
+from ..report.sections import AutoSection
 from ..report.tables import HTML, Table
 
-__all__ = ["auto_sections", "auto_result_rows", "auto_tables", "attribution_html"]
+if TYPE_CHECKING:   # only annotations name it
+    from .records import AutoReport
+
+__all__ = ["report_section", "auto_sections", "auto_result_rows", "auto_tables", "attribution_html"]
 
 # bars drawn at most (the report keeps the 200 largest contributions)
 _BARS = 40
@@ -138,15 +143,21 @@ def attribution_html(auto: Mapping[str, Any]) -> str:
             f"line: the tolerance).</p>" + _bars(errors, names, tol))
 
 
-def auto_sections(auto: Any) -> Sections:
-    """The automatic mode's part of a report's pages, from what the report's ``extra['auto']``
-    holds: its result rows, its tables and its attribution chart (none when ``auto`` is not
-    a mapping: a report of another command).
+def report_section(auto: AutoReport) -> AutoSection:
+    """The automatic mode's section of a conversion report: its verdict and notes, which the
+    report's pages read, and :meth:`AutoReport.to_dict`, which :func:`auto_sections` reads."""
+    return AutoSection(validated=auto.validated, notes=tuple(auto.notes), record=auto.to_dict())
+
+
+def auto_sections(section: AutoSection | None) -> Sections:
+    """The automatic mode's part of a report's pages, from the report's ``auto`` section:
+    its result rows, its tables and its attribution chart (none for a report of another
+    command).
 
     Parameters
     ----------
-    auto : mapping or None
-        :meth:`AutoReport.to_dict`, as the report's ``extra['auto']`` holds it.
+    section : AutoSection or None
+        The report's ``auto`` (:func:`report_section`).
 
     Returns
     -------
@@ -154,6 +165,7 @@ def auto_sections(auto: Any) -> Sections:
         What :func:`mxnet_amp.report.pages.report_html` and
         :func:`~mxnet_amp.report.pages.format_table` add to the report's own.
     """
-    if not isinstance(auto, Mapping):
+    if section is None:
         return NO_SECTIONS
+    auto = section.record
     return Sections(tuple(auto_result_rows(auto)), tuple(auto_tables(auto)), attribution_html(auto))

@@ -49,13 +49,14 @@ def _low_holders(converted: Graph, dtypes: list[tuple[str | None, ...]],
     the conversion's casts (``CastResult.inserted_casts``)."""
     holders: dict[tuple[str, int], set[str]] = {}
 
-    def source(e: Entry) -> tuple[tuple[str, int], str | None, bool]:
+    def source(e: Entry) -> tuple[tuple[str, int], bool]:
+        """The original tensor ``e`` holds, and whether through one of the conversion's casts."""
         node = converted.nodes[e.node]
         if e.node in inserted_casts:
             # a multicast's output k casts its input k
             src = node.inputs[e.output] if inserted_casts[e.node] == MULTICAST else node.inputs[0]
-            return (converted.nodes[src.node].name, src.output), dtypes[e.node][e.output], True
-        return (node.name, e.output), dtypes[e.node][e.output], False
+            return (converted.nodes[src.node].name, src.output), True
+        return (node.name, e.output), False
 
     for j, node in enumerate(converted.nodes):
         if node.is_variable or j in inserted_casts:
@@ -64,8 +65,8 @@ def _low_holders(converted: Graph, dtypes: list[tuple[str | None, ...]],
             if d in LOW_PRECISION:
                 holders.setdefault((node.name, k), set()).add(node.name)
         for e in node.inputs:
-            key, d, via_cast = source(e)
-            if d in LOW_PRECISION and (via_cast or categories.get(node.name) is Category.TARGET):
+            key, via_cast = source(e)
+            if dtypes[e.node][e.output] in LOW_PRECISION and (via_cast or categories.get(node.name) is Category.TARGET):
                 holders.setdefault(key, set()).add(node.name)
     return holders
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..arguments import check_contexts
-from ..convert import convert_model_full
+from ..convert import ConvertedModel, convert_model_full
 from ..record import Conversion
 from ..emulation import emulate_conversion, with_kernels
 from ..dtypes import array_dtype
@@ -57,7 +57,7 @@ class Runs:
         # fusions (mxnet_amp.auto.deployed), not op by op
         self.bound = binds_fused(config.options.target_dtype, config.ctx, config.execution)
         self.bind_error: str | None = None   # why binding failed (the checks ran op by op)
-        self.conversions: dict[frozenset, tuple] = {}
+        self.conversions: dict[frozenset, ConvertedModel] = {}
         self.tuned: TuneRecord | None = None    # what tune= timed (the first conversion's record)
         self.reference: list[np.ndarray] | None = None
         # outputs after NMS / top-k / sorting: the checks judge these tensors instead,
@@ -84,7 +84,7 @@ class Runs:
         self.reference = list(reference)
 
     def convert(self, excluded: frozenset, reasons: Mapping[str, str] = MappingProxyType({})
-                ) -> tuple[Symbol, dict, dict, Conversion]:
+                ) -> ConvertedModel:
         """The model converted with ``excluded`` kept in float32 (the latest one cached),
         each for the caller's reason, else its ``reasons`` entry, else :data:`SEARCHING`.
         Emulated checks get its params uncast (float32, rounded in the graph: no low
@@ -107,14 +107,14 @@ class Runs:
                                      check_shapes=False, cast_params=self.config.execution == "native",
                                      data_shapes={k: v.shape for k, v in self.config.inputs.items()})
             if self.options.tuning is not None:
-                self.tuned = hit[3].tuning
+                self.tuned = hit.conversion.tuning
                 self.options = replace(self.options, tuning=None)
             elif self.tuned is not None:
-                hit = (*hit[:3], replace(hit[3], tuning=self.tuned))
+                hit = hit._replace(conversion=replace(hit.conversion, tuning=self.tuned))
             self.conversions = {key: hit}   # only the latest: conversions hold param copies
         return hit
 
-    def final(self, excluded: frozenset, reasons: Mapping[str, str]) -> tuple[Symbol, dict, dict, Conversion]:
+    def final(self, excluded: frozenset, reasons: Mapping[str, str]) -> ConvertedModel:
         """The returned model: :meth:`convert`'s with each node the search kept saying why
         (``reasons``: a report shows them as they are), its params cast now, after the last
         check (so the low precision copies never coexist with a check's temporaries)."""
@@ -122,7 +122,7 @@ class Runs:
         self.conversions = {}
         if self.config.execution == "emulated":
             args, auxs = conversion.recast(args, auxs, sequential=True)
-        return sym, args, auxs, conversion
+        return ConvertedModel(sym, args, auxs, conversion)
 
     def forward(self, sym: Symbol, arg_params: Mapping, aux_params: Mapping) -> list[np.ndarray]:
         """One model execution. Through a CachedOp, as Gluon runs models: ``Symbol.bind``

@@ -4,7 +4,7 @@ accuracy culprits (:mod:`mxnet_amp.auto.culprits.bisection`)."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -39,6 +39,29 @@ _RANGES_NOT_SHRUNK = ("the nodes kept for their float32 ranges (overflow/underfl
                      "not shrunk: each holds a value the dtype cannot")
 
 
+@dataclass(frozen=True)
+class SearchResult:
+    """What the search found (:func:`reference_and_search`): the nodes to keep float32, why
+    each is kept (the caller's first), the attribution's node errors (empty when it did not
+    run) and whether the float32 reference outputs were finite."""
+
+    excluded: frozenset
+    kept: tuple[KeptNode, ...]
+    errors: list[NodeError]
+    reference_finite: bool = True
+
+
+@dataclass(frozen=True)
+class _Attributed:
+    """What the attribution's picks gave (:func:`_attributed_search`): the exclusions (None
+    when the picks did not validate), the culprits, the node errors and the failed picks."""
+
+    found: frozenset | None
+    culprits: dict[str, KeptNode]
+    errors: list[NodeError]
+    failed: frozenset
+
+
 def low_nodes(conversion: Conversion) -> list[str]:
     """The original graph's nodes the conversion runs in low precision."""
     return [n.name for n in conversion.original.nodes if not n.is_variable
@@ -71,7 +94,7 @@ def _accuracy_search(runs: Runs, original: Graph, base: frozenset, stats: Stats,
         return max((stats[(i, k)].subnormal for k in range(used[i]) if (i, k) in stats), default=0.0)
 
     rank = {e.name: i for i, e in enumerate(errors)}
-    conversion = runs.convert(base)[3]
+    conversion = runs.convert(base).conversion
     cands = sorted(low_nodes(conversion),
                    key=lambda n: (rank.get(n, len(rank)), -suspicion(n), index[n]))
     # the failed picks first (the ops they left out as following their inputs' dtype, ranked
@@ -118,11 +141,10 @@ def _select(errors: Sequence[NodeError], tolerance: float, scale: float = 1.0) -
 
 
 def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Tensors,
-                       notes: list[str]) -> tuple[frozenset | None, dict[str, KeptNode],
-                                                  list[NodeError], frozenset]:
+                       notes: list[str]) -> _Attributed:
     """Step 4 of the module doc: one attribution run, the top nodes kept in float32,
-    validated (then shrunk to a 1-minimal set by :func:`_minimal`). ``(exclusions, culprits,
-    node errors, failed picks)``; exclusions None when the picks did not validate: the
+    validated (then shrunk to a 1-minimal set by :func:`_minimal`); its exclusions None
+    when the picks did not validate: the
     bisection in the attribution's order from the failed picks takes over
     (:func:`_accuracy_search`). No
     second round of picks: each would add an execution to what that search then spends
@@ -135,22 +157,22 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
         # MXNet's message is a traceback whose last line holds the cause (error_text)
         notes.append(f"the attribution run failed ({error_text(err, 200)}); "
                      "the accuracy search bisected")
-        return None, {}, [], frozenset()
+        return _Attributed(None, {}, [], frozenset())
     tolerance = runs.config.settings.error_bound
     # the ops' own categories (nothing but ``base`` excluded), read once: every pick below
     # is judged against them
-    categories = runs.convert(base)[3].result.categories
+    categories = runs.convert(base).conversion.result.categories
     picks = [e.name for e in _select(errors, tolerance)]
     if not runs.budget_left:
-        return None, {}, errors, frozenset()
+        return _Attributed(None, {}, errors, frozenset())
     config = base | frozenset(_needed(runs, base, categories, picks))
     if runs.check(config, "validate").passed:
         kept = [e.name for e in errors if e.name in config and e.name in picks]
-        return config, _attributed(errors, {n: None for n in kept}, runs, base), errors, frozenset()
+        return _Attributed(config, _attributed(errors, {n: None for n in kept}, runs, base), errors, frozenset())
     notes.append(f"the {len(picks)} nodes the attribution ranked first did not validate "
                  f"({runs.verdict_words(config)}); the accuracy search bisected in the "
                  "attribution's order, from them")
-    return None, {}, errors, config - base
+    return _Attributed(None, {}, errors, config - base)
 
 
 def _needed(runs: Runs, base: frozenset, categories: Mapping[str, Category],
@@ -235,7 +257,7 @@ def _alone(k: KeptNode, shrunk: Shrunk) -> KeptNode:
 
 def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, underflow_fraction: float,
             user_excluded: frozenset, notes: list[str], tensors: Tensors | None = None
-            ) -> tuple[frozenset, tuple[KeptNode, ...], list[NodeError]]:
+            ) -> SearchResult:
     """Steps 2-4 of the module doc: the exclusion set to return, why each node is in it,
     and the attribution's node errors (empty when it did not run)."""
     # 2. nodes holding out of range tensors in low precision: float32 (no execution)
@@ -249,8 +271,9 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
         found_set = None
         failed: frozenset = frozenset()
         if tensors is not None and runs.budget_left and runs.config.settings.search == "attribution":
-            found_set, found, errors, failed = _attributed_search(runs, original, excluded,
-                                                                  tensors, notes)
+            attributed = _attributed_search(runs, original, excluded, tensors, notes)
+            found_set, found = attributed.found, attributed.culprits
+            errors, failed = attributed.errors, attributed.failed
         if found_set is None:
             found_set, found = _accuracy_search(runs, original, excluded, stats, notes, errors,
                                                 failed)
@@ -267,7 +290,7 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     kept_nodes = [KeptNode(n, ops[n], "user") for n in sorted(user_excluded)]
     position = {n.name: i for i, n in enumerate(original.nodes)}
     kept_nodes += [kept[n] for n in sorted(kept, key=lambda n: position.get(n, -1))]
-    return excluded, tuple(kept_nodes), errors[:_ATTRIBUTION_REPORTED]
+    return SearchResult(excluded, tuple(kept_nodes), errors[:_ATTRIBUTION_REPORTED])
 
 
 def _whole_set(runs: Runs, original: Graph, excluded: frozenset, kept: dict[str, KeptNode],
@@ -363,9 +386,8 @@ def _degenerate_reference(runs: Runs, original: Graph, tensors: Tensors) -> list
 
 
 def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, notes: list[str]
-                          ) -> tuple[frozenset, tuple[KeptNode, ...], bool, list[NodeError]]:
-    """Steps 1-4 of the module doc: ``(exclusions, kept nodes, reference finite, node
-    errors)``."""
+                          ) -> SearchResult:
+    """Steps 1-4 of the module doc."""
     limits = DTYPE_LIMITS[runs.config.options.target_dtype]
     _refuse_degenerate(runs, original)
     # 1. one float32 run with every op output: reference and per-tensor ranges
@@ -391,9 +413,9 @@ def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, no
         notes.append("the float32 reference outputs hold inf/nan on these sample inputs: "
                      "those elements were not judged (float32 itself lost them; first at "
                      f"{', '.join(origins[:5]) + (', ...' if len(origins) > 5 else '')})")
-    excluded, kept, errors = _search(runs, original, stats, limits, settings.underflow_fraction,
-                                     runs.config.options.excluded, notes, tensors)
-    return excluded, kept, reference_finite, errors
+    found = _search(runs, original, stats, limits, settings.underflow_fraction,
+                    runs.config.options.excluded, notes, tensors)
+    return replace(found, reference_finite=reference_finite)
 
 
 def _first_five(bad: Mapping[str, str]) -> str:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["SubsetPlan", "drop_bounds", "per_sample_scores", "decomposable", "Z_95",
+__all__ = ["SubsetPlan", "DropBounds", "drop_bounds", "per_sample_scores", "decomposable", "Z_95",
            "allowed_drop", "subset_figures"]
 
 # one-sided 95% normal quantile: each subset verdict's confidence
@@ -60,19 +60,27 @@ def per_sample_scores(task: Any, labels: Sequence[np.ndarray], outputs: Sequence
     return scores
 
 
-def drop_bounds(diffs: np.ndarray, population: int, z: float = Z_95) -> tuple[float, float, float]:
-    """``(mean drop, lower, upper)`` of the whole set's mean drop from the paired differences
+class DropBounds(NamedTuple):
+    """The whole set's mean drop and its confidence bounds (unpacks as ``(mean, lower, upper)``)."""
+
+    mean: float
+    lower: float
+    upper: float
+
+
+def drop_bounds(diffs: np.ndarray, population: int, z: float = Z_95) -> DropBounds:
+    """The mean drop and its bounds, of the whole set's mean drop from the paired differences
     ``diffs`` of a random subset of ``population`` samples (module doc). At the whole set the
     bounds are the mean itself."""
     n = len(diffs)
     mean = float(np.mean(diffs)) if n else 0.0
     if n == 0:
-        return mean, -math.inf, math.inf
+        return DropBounds(mean, -math.inf, math.inf)
     # the variance of d, one pseudo discordant pair added (a subset with none has a width)
     var = float(np.mean((diffs - mean) ** 2)) + 1.0 / n
     fpc = max(0.0, 1.0 - n / population) if population else 0.0
     half = z * math.sqrt(var / n * fpc)
-    return mean, mean - half, mean + half
+    return DropBounds(mean, mean - half, mean + half)
 
 
 def allowed_drop(check: Any) -> float:

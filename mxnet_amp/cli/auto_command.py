@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import warnings
@@ -14,13 +15,14 @@ import numpy as np
 from ..auto.api import auto_convert, auto_settings
 from ..auto.batches import NpzFolder, RecordBatches
 from ..auto.evaluation import usable_cores
+from ..auto.html import report_section
 from ..auto.metrics import builtin_metric
 from ..errors import AMPError, CLIError
 from ..io import load_checkpoint, save_checkpoint
 from ..report.model import build_report
 from .checks import check_prefix, options_of, out_prefix
 from .demo import available_memory
-from .output import PROG, finish, say, with_extra
+from .output import PROG, finish, say
 from .parser import shape_spec
 
 __all__ = ["cmd_auto", "parse_input_spec"]
@@ -298,7 +300,7 @@ def _write_auto(args: argparse.Namespace, sym: Any, arg_params: dict, aux_params
     conversion = auto.conversion
     report = build_report(conversion, arg_params, aux_params, new_args, new_aux,
                           model=os.path.basename(args.prefix))
-    report = with_extra(report, {"auto": auto.to_dict()})
+    report = dataclasses.replace(report, auto=report_section(auto))
     files = [f"{out}-symbol.json", f"{out}-{args.epoch:04d}.params"]
     finish(args, conversion, report, ["", auto.summary()], on_disk=files)
     say(f"{PROG}: wrote {' and '.join(files)}")

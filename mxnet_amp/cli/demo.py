@@ -3,6 +3,7 @@ run in float32 against low precision (natively where this machine can, else emul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Mapping
@@ -15,7 +16,8 @@ from ..errors import CLIError, error_text
 from ..hardware import bf16_runs_natively, fp16_runs_natively
 from ..options import make_options
 from ..report.model import build_report
-from .output import finish, native_log_silenced, with_extra, with_hardware_note, with_note
+from ..report.sections import DemoSection, DemoSpeed
+from .output import finish, native_log_silenced, with_hardware_note, with_note
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -47,7 +49,7 @@ def run_demo(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     """The demo itself, its arguments checked."""
     bar = _progress(4 + 2 * args.runs, f"demo {args.model}")
-    sym, arg_params, aux_params, x = _demo_model(args.model, args.size, args.batch, args.seed)
+    (sym, arg_params, aux_params), x = _demo_model(args.model, args.size, args.batch, args.seed)
     bar.update(1)
     new_sym, new_args, new_aux, conversion = convert_model_full(
         sym, arg_params, aux_params,
@@ -61,27 +63,35 @@ def _demo(args: argparse.Namespace) -> int:
     ref, fp32_times = _timed_runs(sym, arg_params, aux_params, x, args.runs if native else 1, bar)
     shape = f"{args.batch}x3x{args.size}x{args.size}"
     lines = ["", f"Demo: {args.model}, random weights, input {shape}"]
-    low, low_times, how = _low_precision_runs(args, (new_sym, new_args, new_aux), x, native, bar,
-                                              lines)
+    low = _low_precision_runs(args, (new_sym, new_args, new_aux), x, native, bar, lines)
     if not native:   # the page says what the terminal says
         report = with_note(report, lines[-1])
     bar.close()
-    report, rel, agree = _accuracy_lines(ref, low, how, conversion, lines, report)
-    if low_times is not None:
-        report = _speed_line(args, fp32_times, low_times, lines, report)
-    report = with_extra(report, {"native": native, "execution": how, "input": shape,
-                                  "relative_max_error": rel, "top1_agreement": agree})
-    finish(args, conversion, report, lines)
+    report, demo = _accuracy_lines(ref, low, shape, conversion, lines, report)
+    if low.times is not None:
+        demo = dataclasses.replace(demo, speed=_speed_line(args, fp32_times, low.times, lines))
+    finish(args, conversion, dataclasses.replace(report, demo=demo), lines)
     return 0
 
 
+@dataclasses.dataclass(frozen=True)
+class _LowRuns:
+    """The converted model's runs: its outputs, its run times (None where it ran once,
+    emulated), how it ran (in words) and whether that was native."""
+
+    outputs: list
+    times: list | None
+    how: str
+    native: bool
+
+
 def _low_precision_runs(args: argparse.Namespace, model: tuple[Any, dict, dict], x: np.ndarray, native: bool,
-                        bar: tqdm, lines: list[str]) -> tuple[list, list | None, str]:
-    """``(outputs, run times or None, how it ran)`` of the converted model: timed where it
-    runs natively, else once through emulation (a line in ``lines`` says so)."""
+                        bar: tqdm, lines: list[str]) -> _LowRuns:
+    """The converted model's runs: timed where it runs natively, else once through
+    emulation (a line in ``lines`` says so)."""
     if native:
         low, low_times = _timed_runs(*model, x, args.runs, bar)
-        return low, low_times, f"native {args.target_dtype}"
+        return _LowRuns(low, low_times, f"native {args.target_dtype}", True)
     em_sym, em_args, em_aux = emulate_model(*model)
     low, _ = _timed_runs(em_sym, em_args, em_aux, x, 1, bar)
     bar.update(2 * args.runs - 2)
@@ -89,13 +99,14 @@ def _low_precision_runs(args: argparse.Namespace, model: tuple[Any, dict, dict],
     lines.append(f"Native {args.target_dtype} is unavailable on this CPU (see the note); the "
                  f"{args.target_dtype} model was checked by emulation (every low precision "
                  "tensor rounded), so its speed was not measured.")
-    return low, None, f"{args.target_dtype} emulated in float32"
+    return _LowRuns(low, None, f"{args.target_dtype} emulated in float32", False)
 
 
-def _accuracy_lines(ref: list, low: list, how: str, conversion: Conversion, lines: list[str],
-                    report: ConversionReport) -> tuple[ConversionReport, float, float | None]:
+def _accuracy_lines(ref: list, runs: _LowRuns, shape: str, conversion: Conversion, lines: list[str],
+                    report: ConversionReport) -> tuple[ConversionReport, DemoSection]:
     """Add the accuracy line (and notes where it says little) to ``lines`` and ``report``;
-    returns the report, the relative error and the top-1 agreement."""
+    returns the report and the demo's figures (its speed not yet measured)."""
+    low, how = runs.outputs, runs.how
     rel = max(float(np.abs(lo - r).max() / max(float(np.abs(r).max()), 1e-30)) for lo, r in zip(low, ref))
     # top-1 agreement reads class scores: a first output of shape (batch, classes)
     agree = (float(np.mean(low[0].argmax(axis=1) == ref[0].argmax(axis=1)))
@@ -113,21 +124,21 @@ def _accuracy_lines(ref: list, low: list, how: str, conversion: Conversion, line
                      "scores nearly tie, so any rounding selects other boxes or classes there and "
                      "the error above says little (the zoo sweep compares the tensors before them).")
         report = with_note(report, lines[-1][len("Note: "):])
-    return report, rel, agree
+    return report, DemoSection(native=runs.native, execution=how, input=shape,
+                               relative_max_error=rel, top1_agreement=agree)
 
 
 def _speed_line(args: argparse.Namespace, fp32_times: list[float], low_times: list[float],
-                lines: list[str], report: ConversionReport) -> ConversionReport:
-    """Add the measured speed-up to ``lines`` and ``report``."""
+                lines: list[str]) -> DemoSpeed:
+    """Add the measured speed-up to ``lines``; returns it."""
     t32, t16 = float(np.median(fp32_times)), float(np.median(low_times))
     lines.append(f"Speed (median of {args.runs} runs, same process): float32 {t32 * 1e3:.1f} ms, "
                  f"{args.target_dtype} {t16 * 1e3:.1f} ms, speed-up x{t32 / t16:.2f}")
-    return with_extra(report, {"speedup": t32 / t16, "fp32_ms": t32 * 1e3, "low_ms": t16 * 1e3,
-                                "runs": args.runs})
+    return DemoSpeed(speedup=t32 / t16, fp32_ms=t32 * 1e3, low_ms=t16 * 1e3, runs=args.runs)
 
 
-def _demo_model(name: str, size: int, batch: int, seed: int) -> Any:
-    """A model zoo network with random weights, as (sym, arg_params, aux_params, input)."""
+def _demo_model(name: str, size: int, batch: int, seed: int) -> tuple[tuple[Any, dict, dict], np.ndarray]:
+    """A model zoo network with random weights, as ``((sym, arg_params, aux_params), input)``."""
     import mxnet as mx
     mx.random.seed(seed)
     net = _zoo_model(name)
@@ -162,7 +173,7 @@ def _demo_model(name: str, size: int, batch: int, seed: int) -> Any:
     args = set(sym.list_arguments())
     arg_params = {k: v for k, v in params.items() if k in args}
     aux_params = {k: v for k, v in params.items() if k not in args}
-    return sym, arg_params, aux_params, x
+    return (sym, arg_params, aux_params), x
 
 
 def _largest_activation_bytes(sym: Any, size: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -26,10 +27,11 @@ from ..io import atomic_write
 from ..onnx.export import check_exportable, export_onnx
 from ..paths import checkpoint_files, output_target
 from ..report.model import build_report
+from ..report.sections import OnnxSection
 from .auto_command import cmd_auto
 from .checks import check_before_work, check_prefix, in_cli_terms, options_of
 from .demo import run_demo
-from .output import EXIT_ERROR, PROG, finish, say, with_extra, with_hardware_note
+from .output import EXIT_ERROR, PROG, finish, say, with_hardware_note
 from .parser import command_parser, shape_spec
 
 if TYPE_CHECKING:
@@ -67,8 +69,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     epoch = args.epoch if args.out_epoch is None else args.out_epoch
     if args.onnx:
         record = _export_onnx(args, out, epoch, args.onnx)
-        report = with_extra(report, {"onnx": record.to_dict(), "notes": [
-            *report.extra.get("notes", ()), *record.describe().splitlines()]})
+        report = dataclasses.replace(report, onnx=OnnxSection(record.to_dict()),
+                                     notes=(*report.notes, *record.describe().splitlines()))
     files = [f"{out}-symbol.json", f"{out}-{epoch:04d}.params"] + ([args.onnx] if args.onnx else [])
     finish(args, conversion, report, on_disk=files)
     say(f"{PROG}: wrote {' and '.join(files)}")
@@ -128,7 +130,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _inspect_stripped(args: argparse.Namespace) -> int:
     """A converted model saved without its amp casts: say so, and report on the model with
     its casts restored (a StrippedCastsError where they cannot be)."""
-    _, arg_params, aux_params, conversion = restoring_load(args.prefix, args.epoch, progress=None)
+    loaded = restoring_load(args.prefix, args.epoch, progress=None)
+    arg_params, aux_params, conversion = loaded.arg_params, loaded.aux_params, loaded.conversion
     if conversion is None:   # nothing was stripped: the plain inspect would have run
         raise CLIError(f"{args.prefix}: not a model saved without its amp casts")
     report = build_report(conversion, new_arg_params=arg_params, new_aux_params=aux_params,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..record import Conversion
     from ..report.model import ConversionReport
 
-__all__ = ["PROG", "EXIT_ERROR", "say", "write_outputs", "finish", "with_extra", "with_note", "with_hardware_note",
+__all__ = ["PROG", "EXIT_ERROR", "say", "write_outputs", "finish", "with_note", "with_hardware_note",
            "native_log_silenced"]
 
 PROG = "mxnet-amp"
@@ -56,7 +56,7 @@ def write_outputs(args: argparse.Namespace, conversion: Conversion, report: Conv
         written.append(args.graph)
     if args.html:
         page = report_html(report, graph_svg(conversion, report.model or "", limit),
-                           auto_sections(report.extra.get("auto")),
+                           auto_sections(report.auto),
                            precision_map_svg(conversion, report.model or "", _given_shapes(args)))
         atomic_write(args.html, text_writer(page))
         written.append(args.html)
@@ -98,7 +98,7 @@ def finish(args: argparse.Namespace, conversion: Conversion, report: ConversionR
     # the findings go to stderr then, so that ``> report.json`` gets the file alone
     out = sys.stderr if any(STREAM_NAMES.get(path) == "stdout" for path in written) else sys.stdout
     if not args.quiet:
-        print(format_table(report, sections=auto_sections(report.extra.get("auto"))), file=out)
+        print(format_table(report, sections=auto_sections(report.auto)), file=out)
     lines = list(extra_lines)
     if args.quiet:
         # the report table is what --quiet leaves out; the command's own findings stay
@@ -111,14 +111,9 @@ def finish(args: argparse.Namespace, conversion: Conversion, report: ConversionR
             else f"{PROG}: wrote {path} (standard {'output' if STREAM_NAMES[path] == 'stdout' else 'error'})")
 
 
-def with_extra(report: ConversionReport, extra: dict) -> ConversionReport:
-    """``report`` with ``extra`` merged into its ``extra`` mapping."""
-    return dataclasses.replace(report, extra={**report.extra, **extra})
-
-
 def with_note(report: ConversionReport, note: str) -> ConversionReport:
-    """``report`` with ``note`` added to ``extra['notes']`` (shown in the table and HTML)."""
-    return with_extra(report, {"notes": [*report.extra.get("notes", ()), note]})
+    """``report`` with ``note`` added to its ``notes`` (shown in the table and HTML)."""
+    return dataclasses.replace(report, notes=(*report.notes, note))
 
 
 def with_hardware_note(report: ConversionReport) -> ConversionReport:

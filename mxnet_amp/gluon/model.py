@@ -8,7 +8,7 @@ Used by :mod:`mxnet_amp.gluon.adapter` (conversion) and :mod:`mxnet_amp.gluon.bl
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from ..arguments import check_names, check_path
 from ..errors import ArgumentError, DeferredInitError, GraphError, ParamError, error_text
@@ -20,7 +20,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.gluon import HybridBlock
     from mxnet.symbol import Symbol
 
-__all__ = ["block_graph", "block_model", "model_params", "export_block"]
+__all__ = ["BlockGraph", "BlockModel", "block_graph", "block_model", "model_params", "export_block"]
 
 
 def _gluon() -> Any:
@@ -28,9 +28,29 @@ def _gluon() -> Any:
     return gluon
 
 
-def _traced_graph(block: HybridBlock, input_names: Sequence[str]) -> Any:
-    """``(input names, output symbol, input format, output format)`` by calling ``block`` on
-    symbol variables; the block is not hybridized and keeps its cached state."""
+class BlockGraph(NamedTuple):
+    """A block's graph (unpacks as ``(input names, output symbol, input format, output format)``;
+    the formats are Gluon's nesting of the inputs and outputs)."""
+
+    input_names: list[str]
+    symbol: Symbol
+    in_format: Any
+    out_format: Any
+
+
+class BlockModel(NamedTuple):
+    """What :func:`block_model` returns (unpacks as ``(symbol, arg_params, aux_params,
+    input_names)``)."""
+
+    symbol: Symbol
+    arg_params: dict
+    aux_params: dict
+    input_names: list[str]
+
+
+def _traced_graph(block: HybridBlock, input_names: Sequence[str]) -> BlockGraph:
+    """The block's graph, by calling ``block`` on symbol variables; the block is not
+    hybridized and keeps its cached state."""
     import mxnet as mx
     from mxnet.gluon.block import _flatten
     inputs = [mx.sym.var(n) for n in input_names]
@@ -58,13 +78,14 @@ def _traced_graph(block: HybridBlock, input_names: Sequence[str]) -> Any:
         raise GraphError(f"{type(block).__name__} returned {type(out).__name__} when called "
                          "on symbols; only (nested) tuples of symbols can be converted")
     sym = flat[0] if len(flat) == 1 else mx.sym.Group(flat)
-    return list(input_names), sym, 0 if len(input_names) == 1 else [0] * len(input_names), out_format
+    return BlockGraph(list(input_names), sym, 0 if len(input_names) == 1 else [0] * len(input_names),
+                      out_format)
 
 
-def _cached_graph(block: Any) -> tuple[list[str], Any, Any, Any]:
-    """``(input names, output symbol, input format, output format)`` from the cached graph."""
+def _cached_graph(block: Any) -> BlockGraph:
+    """The block's graph, from its cached graph."""
     syms, out = block._cached_graph
-    return [s.name for s in syms], out, block._in_format, block._out_format
+    return BlockGraph([s.name for s in syms], out, block._in_format, block._out_format)
 
 
 def _rename_inputs(sym: Symbol, old: Sequence[str], new: Sequence[str]) -> Symbol:
@@ -84,8 +105,8 @@ def _rename_inputs(sym: Symbol, old: Sequence[str], new: Sequence[str]) -> Symbo
     return graph_to_symbol(Graph(nodes, graph.heads, graph.attrs))
 
 
-def block_graph(block: HybridBlock, input_names: Sequence[str] | None) -> Any:
-    """The block's graph: ``(input names, output symbol, input format, output format)``."""
+def block_graph(block: HybridBlock, input_names: Sequence[str] | None) -> BlockGraph:
+    """The block's graph: its input names, output symbol, input and output format."""
     gluon = _gluon()
     if not isinstance(block, gluon.HybridBlock):
         raise ArgumentError(f"block must be a gluon HybridBlock or SymbolBlock, got "
@@ -99,7 +120,7 @@ def block_graph(block: HybridBlock, input_names: Sequence[str] | None) -> Any:
                                  f"name(s) but the block takes {len(names)} input(s) {names}")
             sym = _rename_inputs(sym, names, input_names)
             names = list(input_names)
-        return names, sym, in_format, out_format
+        return BlockGraph(names, sym, in_format, out_format)
     return _traced_graph(block, list(input_names) if input_names is not None else ["data"])
 
 
@@ -118,7 +139,7 @@ def _param_array(param: Any) -> Any:
 
 
 def block_model(block: HybridBlock, input_names: Sequence[str] | None = None
-                ) -> tuple[Symbol, dict, dict, list[str]]:
+                ) -> BlockModel:
     """The symbol and params of a Gluon block, as :func:`mxnet_amp.convert_model` takes them.
 
     Parameters
@@ -132,16 +153,18 @@ def block_model(block: HybridBlock, input_names: Sequence[str] | None = None
 
     Returns
     -------
-    (Symbol, dict, dict, list of str)
-        Symbol, arg params, aux params (the block's own arrays, not copies) and input names.
+    BlockModel
+        Symbol, arg params, aux params (the block's own arrays, not copies) and input names
+        (unpacks as that 4-tuple).
 
     Raises
     ------
     DeferredInitError
         A parameter the graph reads is not initialised or still waits for its shape.
     """
-    names, sym, _, _ = block_graph(block, input_names)
-    return (sym, *model_params(block, sym, names), names)
+    graph = block_graph(block, input_names)
+    args, auxs = model_params(block, graph.symbol, graph.input_names)
+    return BlockModel(graph.symbol, args, auxs, graph.input_names)
 
 
 def model_params(block: HybridBlock, sym: Symbol, names: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:

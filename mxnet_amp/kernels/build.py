@@ -17,6 +17,7 @@ slower). This module owns the one piece of state: whether this process loaded th
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
@@ -49,11 +50,13 @@ class KernelState:
     loaded: bool
     path: str | None = None
     reason: str = ""
+    vectorised: bool = False   # AVX2 + F16C code runs (else the scalar code of the same bits)
 
     def describe(self) -> str:
         """One line for a report: which rounding ran and, if MXNet's casts, why."""
         if self.loaded:
-            return "rounding by mxnet-amp's compiled kernels (F16C/AVX2; the same bits as MXNet's casts)"
+            how = "F16C/AVX2" if self.vectorised else "scalar code: this CPU has no AVX2/F16C"
+            return f"rounding by mxnet-amp's compiled kernels ({how}; the same bits as MXNet's casts)"
         return f"rounding by MXNet's casts ({self.reason})"
 
 
@@ -155,6 +158,7 @@ def _loaded() -> KernelState:
     import mxnet as mx
     try:
         mx.library.load(str(path), verbose=False)
+        vectorised = bool(ctypes.CDLL(str(path)).mxnet_amp_round_vectorised())
     except Exception as err:   # noqa: BLE001 - MXNetError or OSError: fall back, say why
         return KernelState(False, reason=f"MXNet could not load {path.name}: {str(err)[:200]}")
-    return KernelState(True, str(path))
+    return KernelState(True, str(path), vectorised=vectorised)

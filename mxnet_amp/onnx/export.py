@@ -179,11 +179,11 @@ def export_onnx(sym: Any, arg_params: Mapping[str, Any], aux_params: Mapping[str
     _check_paths(path, data_path, protect)
     proto, repaired = exporter_graphs(exported, graph, dtype, opset, dynamic_batch)
     outputs = _outputs(sym, graph, output_names)
-    model, widened, constants = _finish(proto, plan, outputs, exported.data, dtype, opset, dynamic_batch, repaired)
-    _tidy(model, graph, dtype, exported)
-    _write(model, plan, path, data_path)
-    return _record(model, graph, path, data_path, opset, dtype, dynamic_batch, widened,
-                   constants, time.perf_counter() - started, tuple(outputs.names))
+    done = _finish(proto, plan, outputs, exported.data, dtype, opset, dynamic_batch, repaired)
+    _tidy(done.model, graph, dtype, exported)
+    _write(done.model, plan, path, data_path)
+    return _record(done.model, graph, path, data_path, opset, dtype, dynamic_batch, done.widened,
+                   done.constants, time.perf_counter() - started, tuple(outputs.names))
 
 
 def _checked_arguments(sym: Any, arg_params: Any, aux_params: Any, input_shapes: Any, path: Any,
@@ -268,9 +268,18 @@ def _outputs(sym: Any, graph: Graph, output_names: Sequence[str] | None) -> _Out
                     mxnet_output_order(graph))
 
 
+@dataclass(frozen=True)
+class _Finished:
+    """The ``ModelProto``, the nodes widened to float32 and the constants written in the low
+    precision dtype (each ``(name, op)``)."""
+
+    model: Any
+    widened: list[tuple[str, str]]
+    constants: list[tuple[str, str]]
+
+
 def _finish(proto: Any, plan: WeightPlan, outputs: _Outputs, data: Sequence[str], dtype: str | None,
-            opset: int, dynamic_batch: bool,
-            repaired: frozenset[str]) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
+            opset: int, dynamic_batch: bool, repaired: frozenset[str]) -> _Finished:
     """The ``ModelProto`` and the nodes widened to float32: weights as
     initializers (no longer graph inputs), the outputs renamed and in MXNet's exporter's
     order, bfloat16 relabelled, the batch dimension named."""
@@ -298,7 +307,7 @@ def _finish(proto: Any, plan: WeightPlan, outputs: _Outputs, data: Sequence[str]
         for info in graph.input:
             if info.name in data:
                 info.type.tensor_type.shape.dim[0].dim_param = _BATCH
-    return model, widened, low_constants
+    return _Finished(model, widened, low_constants)
 
 
 def _tidy(model: Any, graph: Graph, dtype: str | None, exported: ExportInputs) -> None:

@@ -3,6 +3,7 @@ converted graph holds in low precision (the numerics are described in
 :mod:`mxnet_amp.emulation`, which runs this pass on models)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
@@ -116,6 +117,7 @@ class EmulateGraph(GraphPass[None]):
 
     name = "emulate_graph"
     cast_chains = True
+    names_new_nodes = True
 
     def __init__(self, var_dtypes: Mapping[str, str], rounding: str = "nearest",
                  keep_low_variables: bool = False, round_low_variables: bool = False, *,
@@ -131,39 +133,22 @@ class EmulateGraph(GraphPass[None]):
 
     def call(self, graph: Graph) -> PassResult[None]:
         """Run the pass on ``graph`` (see the class)."""
-        return PassResult(_Emulator(graph, self).run(), None, True)
+        dtypes = (self.node_dtypes if self.node_dtypes is not None
+                  else infer_dtypes(graph, self.var_dtypes))
+        state = _Emulation(dtypes, graph.num_used_outputs())
+        return PassResult(self.node_loop(graph, state).run(), None, True)
 
-
-class _Emulator(Rewriter):
-    name = "emulate_graph"
-    names_new_nodes = True
-
-    def __init__(self, graph: Graph, options: EmulateGraph) -> None:
-        super().__init__(graph)
-        self.var_dtypes, self.rounding = options.var_dtypes, options.rounding
-        self.bias_rounding = options.bias_rounding
-        self.keep_low_variables = options.keep_low_variables
-        self.round_low_variables = options.round_low_variables
-        self.dtypes = (options.node_dtypes if options.node_dtypes is not None
-                       else infer_dtypes(graph, self.var_dtypes))
-        self.used = graph.num_used_outputs()
-        # entries of the new graph whose values the low precision dtype holds because this
-        # pass rounded them (or read them exactly from a low precision variable): a
-        # selecting op reading only these needs no round trip. A low precision variable
-        # the pass neither rounds nor keeps is not one: its caller may feed it any float32
-        # values (the attribution's teacher forcing does)
-        self.exact: set[Entry] = set()
-
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A variable, a cast to low precision or an op, emulated in float32 (see the class)."""
         if node.is_variable:
-            return self._variable(node)
+            return self._variable(loop, node)
         # a single cast (a multicast has no dtype attr) to low precision: round there
         if node.op in ANY_CAST_OPS and node.attrs.get("dtype") in LOW_PRECISION:
-            return self._cast(node, self.inputs(node))
-        return self._op(i, node, self.inputs(node))
+            return self._cast(loop, node, loop.inputs(node))
+        return self._op(loop, i, node, loop.inputs(node))
 
-    def _variable(self, node: Node) -> Outputs:
-        builder = self.builder
+    def _variable(self, loop: Rewriter, node: Node) -> Outputs:
+        builder, exact = loop.builder, loop.state.exact
         keep_low_variables, round_low_variables = self.keep_low_variables, self.round_low_variables
         low = self.var_dtypes.get(node.name)
         low = low if low in LOW_PRECISION else None
@@ -177,21 +162,22 @@ class _Emulator(Rewriter):
         if low and (keep_low_variables or round_low_variables):
             e = Entry(builder.add(cast_node(builder.fresh_name(node.name + "_as_float32"), e,
                                             "float32")))
-            self.exact.add(e)
+            exact.add(e)
         return [e]
 
-    def _cast(self, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
-        builder, rounding = self.builder, self.rounding
+    def _cast(self, loop: Rewriter, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
+        builder, rounding = loop.builder, self.rounding
         low = node.attrs["dtype"]
         # keep the node's name on the float32 result so names stay stable
         first = builder.add(cast_node(builder.fresh_name(node.name + "_to_" + low), inputs[0], low)._replace(
             op="Cast" if node.op != "amp_cast" and _truncates(node, low, rounding) else "amp_cast"))
         out = Entry(builder.add(cast_node(node.name, Entry(first), "float32")))
-        self.exact.add(out)
+        loop.state.exact.add(out)
         return [out]
 
-    def _op(self, i: int, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
-        builder, rounding, dtypes = self.builder, self.rounding, self.dtypes
+    def _op(self, loop: Rewriter, i: int, node: Node, inputs: tuple[Entry, ...]) -> Outputs:
+        state: _Emulation = loop.state
+        builder, rounding, dtypes, exact = loop.builder, self.rounding, state.dtypes, state.exact
         if node.subgraphs:
             # loop / cond bodies were converted with a float32 interface: emulate inside
             node = node.replace(subgraphs=tuple(
@@ -204,20 +190,34 @@ class _Emulator(Rewriter):
         out_dtype = dtypes[i][0] if dtypes[i] else None
         if out_dtype is not None and _adds_bias_separately(node, out_dtype, self.bias_rounding):
             out = _bias_step(builder, node, inputs, out_dtype, _rounding_op(node, out_dtype, rounding))
-            self.exact.add(out)
+            exact.add(out)
             return [out]
         idx = builder.add(node.replace(inputs=inputs) if inputs != node.inputs else node)
         outs = []
-        for k in range(self.used[i]):
+        for k in range(state.used[i]):
             e = Entry(idx, k)
             low = dtypes[i][k] if k < len(dtypes[i]) else None
             if low in LOW_PRECISION:
-                if not (_selects_values(node, dtypes, low) and all(x in self.exact for x in inputs)):
+                if not (_selects_values(node, dtypes, low) and all(x in exact for x in inputs)):
                     e = _round(builder, e, low, node.name + (f"_out{k}" if k else ""),
                                _rounding_op(node, low, rounding))
-                self.exact.add(e)
+                exact.add(e)
             outs.append(e)
         return outs
+
+
+@dataclass
+class _Emulation:
+    """One run's state: each node's output dtypes, how many outputs of each are used, and
+    the entries of the new graph whose values the low precision dtype holds because this
+    pass rounded them (or read them exactly from a low precision variable): a selecting op
+    reading only these needs no round trip. A low precision variable the pass neither
+    rounds nor keeps is not one: its caller may feed it any float32 values (the
+    attribution's teacher forcing does)."""
+
+    dtypes: Sequence[tuple[str | None, ...]]
+    used: list[int]
+    exact: set[Entry] = field(default_factory=set)
 
 
 def _entry_dtype(dtypes: Sequence[tuple[str | None, ...]], e: Entry) -> str | None:

@@ -102,6 +102,7 @@ class FoldBatchnorm(GraphPass[FoldResult]):
     """:func:`fold_batchnorm` as a pass: decides a :class:`FoldResult` (graph and params)."""
 
     name = "fold_batchnorm"
+    names_new_nodes = True
 
     def __init__(self, params: Mapping[str, Any], keep: Mapping[str, str] = MappingProxyType({}), *,
                  verify: bool = True) -> None:
@@ -120,42 +121,48 @@ class FoldBatchnorm(GraphPass[FoldResult]):
                 _check_statistics(current, current.nodes[plan.bn], params)
             if not plans:
                 break
-            folder = _Folder(current, params, plans)
-            new = folder.run()
+            fold = _fold_state(current, params, plans)
+            new = self.node_loop(current, fold).run()
             folded += [(current.nodes[b].name, current.nodes[p.producer].name) for b, p in plans.items()]
-            current, params = new, folder.new_params
+            current, params = new, fold.new_params
         if not folded:
             return PassResult(graph, FoldResult(graph, dict(self.params), (), tuple(skipped)), False)
         return PassResult(current, FoldResult(current, params, tuple(folded), tuple(skipped)), True)
 
-
-class _Folder(Rewriter):
-    """The node loop of a fold: drops the folded BatchNorms and their variables, and rewrites
-    each producer with its folded weights."""
-    names_new_nodes = True
-
-    name = "fold_batchnorm"
-
-    def __init__(self, graph: Graph, params: Mapping[str, Any], plans: dict[int, _Plan]) -> None:
-        super().__init__(graph)
-        self.params, self.plans = params, plans
-        self.new_params = dict(params)
-        self.dropped = _dropped_variables(graph, plans)
-        for i in self.dropped:
-            self.new_params.pop(graph.nodes[i].name, None)
-        self.producers = {plan.producer: plan for plan in plans.values()}
-
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
-        if i in self.dropped:
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A round's node loop: drops the folded BatchNorms and their variables, and
+        rewrites each producer with its folded weights."""
+        fold: _Fold = loop.state
+        if i in fold.dropped:
             return ()   # nothing kept reads it
-        if i in self.plans:
+        if i in fold.plans:
             # readers of the BatchNorm read its producer, which now computes the same values
-            return self.env[self.plans[i].producer]
-        if i not in self.producers:
-            return super().rewrite_node(i, node)
-        node, inputs = _fold_into(self.builder, self.graph, self.producers[i], self.inputs(node),
-                                  self.params, self.new_params)
-        return self.emit(node.replace(inputs=inputs) if inputs != node.inputs else node)
+            return loop.env[fold.plans[i].producer]
+        if i not in fold.producers:
+            return loop.copy(node)
+        node, inputs = _fold_into(loop.builder, loop.graph, fold.producers[i], loop.inputs(node),
+                                  fold.params, fold.new_params)
+        return loop.emit(node.replace(inputs=inputs) if inputs != node.inputs else node)
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """One round's state: its plans (BatchNorm index -> plan), each producer's plan, the
+    variables dropped, the params before the round and after it (filled as the loop goes)."""
+
+    plans: dict[int, _Plan]
+    producers: dict[int, _Plan]
+    dropped: set[int]
+    params: Mapping[str, Any]
+    new_params: dict[str, Any]
+
+
+def _fold_state(graph: Graph, params: Mapping[str, Any], plans: dict[int, _Plan]) -> _Fold:
+    dropped = _dropped_variables(graph, plans)
+    new_params = dict(params)
+    for i in dropped:
+        new_params.pop(graph.nodes[i].name, None)
+    return _Fold(plans, {plan.producer: plan for plan in plans.values()}, dropped, params, new_params)
 
 
 @dataclass(frozen=True)

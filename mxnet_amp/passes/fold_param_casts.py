@@ -24,38 +24,6 @@ def fold_param_casts(graph: Graph, params: Mapping) -> tuple[Graph, dict[str, tu
     return result.graph, result.decided
 
 
-class _Folder(Rewriter):
-    name = "fold_param_casts"
-
-    def __init__(self, graph: Graph, params: Mapping) -> None:
-        super().__init__(graph)
-        self.params = params
-        self.rounded: dict[str, tuple[str, str]] = {}
-
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
-        source = self._rounded_weight(node)
-        if source is None:
-            return super().rewrite_node(i, node)
-        src, dtype = source
-        attrs = {k: v for k, v in src.attrs.items() if k != "__dtype__"}
-        self.rounded[node.name] = (src.name, dtype)
-        return self.emit(Node("null", node.name, (), MappingProxyType(attrs)))
-
-    def _rounded_weight(self, node: Node) -> tuple[Node, str] | None:
-        """``(weight variable, low dtype)`` when ``node`` is the outer cast of a weight's
-        round trip, else None."""
-        graph = self.graph
-        if node.op != "amp_cast" or node.attrs.get("dtype") != "float32":
-            return None
-        inner = graph.nodes[node.inputs[0].node]
-        if inner.op != "amp_cast" or inner.attrs.get("dtype") not in LOW_PRECISION:
-            return None
-        src = graph.nodes[inner.inputs[0].node]
-        if not src.is_variable or src.name not in self.params:
-            return None
-        return src, inner.attrs["dtype"]
-
-
 class FoldParamCasts(GraphPass[dict[str, tuple[str, str]]]):
     """:func:`fold_param_casts` as a pass; decides what to round into each new variable."""
 
@@ -68,34 +36,35 @@ class FoldParamCasts(GraphPass[dict[str, tuple[str, str]]]):
 
     def call(self, graph: Graph) -> PassResult[dict[str, tuple[str, str]]]:
         """Run the pass on ``graph`` (see the class)."""
-        folder = _Folder(graph, self.params)
-        folded = folder.run()
-        if not folder.rounded:
+        # the loop's state: new variable -> (weight name, low dtype), what this run decides
+        rounded: dict[str, tuple[str, str]] = {}
+        folded = self.node_loop(graph, rounded).run()
+        if not rounded:
             return PassResult(graph, {}, False)
-        return PassResult(_pruned(folded), folder.rounded, True)
+        return PassResult(Prune().call(folded).graph, rounded, True)
 
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """The outer cast of a weight's round trip becomes a variable; other nodes are copied."""
+        source = self._rounded_weight(loop.graph, node)
+        if source is None:
+            return loop.copy(node)
+        src, dtype = source
+        attrs = {k: v for k, v in src.attrs.items() if k != "__dtype__"}
+        loop.state[node.name] = (src.name, dtype)
+        return loop.emit(Node("null", node.name, (), MappingProxyType(attrs)))
 
-class _Pruner(Rewriter):
-    name = "prune"
-
-    def __init__(self, graph: Graph, keep: list[bool]) -> None:
-        super().__init__(graph)
-        self.keep = keep
-
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
-        # a dropped node's outputs go nowhere: nothing kept reads them
-        return super().rewrite_node(i, node) if self.keep[i] else ()
-
-
-def _pruned(graph: Graph) -> Graph:
-    keep = [False] * len(graph.nodes)
-    stack = [e.node for e in graph.heads]
-    while stack:
-        i = stack.pop()
-        if not keep[i]:
-            keep[i] = True
-            stack.extend(e.node for e in graph.nodes[i].inputs)
-    return _Pruner(graph, keep).run() if not all(keep) else graph
+    def _rounded_weight(self, graph: Graph, node: Node) -> tuple[Node, str] | None:
+        """``(weight variable, low dtype)`` when ``node`` is the outer cast of a weight's
+        round trip, else None."""
+        if node.op != "amp_cast" or node.attrs.get("dtype") != "float32":
+            return None
+        inner = graph.nodes[node.inputs[0].node]
+        if inner.op != "amp_cast" or inner.attrs.get("dtype") not in LOW_PRECISION:
+            return None
+        src = graph.nodes[inner.inputs[0].node]
+        if not src.is_variable or src.name not in self.params:
+            return None
+        return src, inner.attrs["dtype"]
 
 
 class Prune(GraphPass[None]):
@@ -106,8 +75,22 @@ class Prune(GraphPass[None]):
 
     def call(self, graph: Graph) -> PassResult[None]:
         """Run the pass on ``graph`` (see the class)."""
-        new = _pruned(graph)
-        return PassResult(new, None, new is not graph)
+        keep = [False] * len(graph.nodes)
+        stack = [e.node for e in graph.heads]
+        while stack:
+            i = stack.pop()
+            if not keep[i]:
+                keep[i] = True
+                stack.extend(e.node for e in graph.nodes[i].inputs)
+        if all(keep):
+            return PassResult(graph, None, False)
+        return PassResult(self.node_loop(graph, keep).run(), None, True)
+
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A node the heads depend on is copied; any other dropped."""
+        # a dropped node's outputs go nowhere: nothing kept reads them (the loop's state:
+        # which nodes the heads depend on)
+        return loop.copy(node) if loop.state[i] else ()
 
 
 def prune(graph: Graph) -> Graph:

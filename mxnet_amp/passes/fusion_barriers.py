@@ -26,7 +26,7 @@ the inaccurate folding ``fold_batchnorm`` exists to avoid).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -95,32 +95,16 @@ def guarded_readers(graph: Graph) -> dict[int, list[int]]:
     return found
 
 
-class _Guard(Rewriter):
-    name = "insert_fusion_barriers"
-    names_new_nodes = True
+@dataclass
+class _Guarding:
+    """One run's state: the convolutions to guard (old index -> its guarded readers), those
+    readers, each convolution's barrier (old index -> the barrier's new entry) and each
+    barrier's dtype."""
 
-    def __init__(self, graph: Graph, tensor_dtypes: Mapping[Entry, str | None]) -> None:
-        super().__init__(graph)
-        self.tensor_dtypes = tensor_dtypes
-        self.targets = guarded_readers(graph)
-        self.readers = {c for cs in self.targets.values() for c in cs}
-        self.barrier_of: dict[int, Entry] = {}   # old conv index -> its barrier's new entry
-        self.barrier_dtypes: dict[Entry, str] = {}
-
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
-        if i in self.targets:
-            new = super().rewrite_node(i, node)
-            assert isinstance(new, int)
-            dtype = self.tensor_dtypes.get(Entry(i)) or "float32"
-            name = self.builder.fresh_name(node.name + BARRIER_SUFFIX)
-            self.barrier_of[i] = Entry(self.emit(cast_node(name, Entry(new), dtype)))
-            self.barrier_dtypes[self.barrier_of[i]] = dtype
-            return new
-        if i not in self.readers:
-            return super().rewrite_node(i, node)
-        ins = tuple(self.barrier_of[e.node] if e.node in self.barrier_of and e.output == 0
-                    else self.entry(e) for e in node.inputs)
-        return self.emit(Node(node.op, node.name, ins, node.attrs, node.subgraphs, node.extra))
+    targets: dict[int, list[int]]
+    readers: set[int]
+    barrier_of: dict[int, Entry] = field(default_factory=dict)
+    barrier_dtypes: dict[Entry, str] = field(default_factory=dict)
 
 
 class InsertFusionBarriers(GraphPass[Barriers]):
@@ -134,6 +118,7 @@ class InsertFusionBarriers(GraphPass[Barriers]):
     """
 
     name = "insert_fusion_barriers"
+    names_new_nodes = True
 
     def __init__(self, tensor_dtypes: Mapping[Entry, str | None], *, verify: bool = True) -> None:
         super().__init__(verify=verify)
@@ -141,20 +126,38 @@ class InsertFusionBarriers(GraphPass[Barriers]):
 
     def call(self, graph: Graph) -> PassResult[Barriers]:
         """Run the pass on ``graph`` (see the module doc)."""
-        guard = _Guard(graph, self.tensor_dtypes)
-        if not guard.targets:
+        targets = guarded_readers(graph)
+        if not targets:
             return PassResult(graph, Barriers((), MappingProxyType({}), MappingProxyType({})), False)
-        new = guard.run()
+        state = _Guarding(targets, {c for cs in targets.values() for c in cs})
+        loop = self.node_loop(graph, state)
+        new = loop.run()
         guarded = tuple((graph.nodes[c].name, tuple(graph.nodes[r].name for r in rs))
-                        for c, rs in guard.targets.items())
-        return PassResult(new, Barriers(guarded, _entry_map(guard, graph),
-                                        MappingProxyType(guard.barrier_dtypes)), True)
+                        for c, rs in targets.items())
+        return PassResult(new, Barriers(guarded, _entry_map(loop, graph),
+                                        MappingProxyType(state.barrier_dtypes)), True)
+
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A guarded convolution gets its barrier; its guarded readers read the barrier."""
+        state: _Guarding = loop.state
+        if i in state.targets:
+            new = loop.copy(node)
+            dtype = self.tensor_dtypes.get(Entry(i)) or "float32"
+            name = loop.builder.fresh_name(node.name + BARRIER_SUFFIX)
+            state.barrier_of[i] = Entry(loop.emit(cast_node(name, Entry(new), dtype)))
+            state.barrier_dtypes[state.barrier_of[i]] = dtype
+            return new
+        if i not in state.readers:
+            return loop.copy(node)
+        ins = tuple(state.barrier_of[e.node] if e.node in state.barrier_of and e.output == 0
+                    else loop.entry(e) for e in node.inputs)
+        return loop.emit(Node(node.op, node.name, ins, node.attrs, node.subgraphs, node.extra))
 
 
-def _entry_map(guard: _Guard, graph: Graph) -> Mapping[Entry, Entry]:
+def _entry_map(loop: Rewriter, graph: Graph) -> Mapping[Entry, Entry]:
     """Each used output of ``graph`` -> its entry in the rewritten graph."""
     used = graph.num_used_outputs()
-    return MappingProxyType({Entry(i, k): guard.entry(Entry(i, k))
+    return MappingProxyType({Entry(i, k): loop.entry(Entry(i, k))
                              for i in range(len(graph.nodes)) for k in range(used[i])})
 
 

@@ -20,9 +20,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..dtypes import FLOAT_DTYPES, LOW_PRECISION, dtype_of_code, is_float, widest
-from ..errors import AlreadyConvertedError
+from ..errors import AlreadyConvertedError, InferenceFailed
 from ..graph import Entry, Graph, Node, cast_node, multicast_node
-from ..errors import InferenceFailed
 from ..optypes import Dtypes, OpTypes
 from ..policy import Category, Decision, OpPolicy
 from ..registry import op_input_names
@@ -36,7 +35,6 @@ __all__ = ["CastResult", "Plan", "insert_casts", "InsertCasts", "refuse_converte
 # identity amp_cast that keeps oneDNN's fusion off a shared convolution output
 # (passes/fusion_barriers.py, put in after this pass)
 CAST, MULTICAST, FUSION_BARRIER = "cast", "multicast", "fusion barrier"
-
 
 CONTROL_FLOW_REASON = "control flow op: float32 at its boundary (its body is converted inside)"
 
@@ -143,7 +141,7 @@ class InsertCasts(GraphPass[CastResult]):
     def call(self, graph: Graph) -> PassResult[CastResult]:
         """Run the pass on ``graph`` (see the class)."""
         refuse_converted(graph)
-        result = _CastInserter(graph, self.policy, self.data_dtypes, self.param_dtypes, self.fp32_nodes,
+        result = _CastInserter(graph, self.name, self.policy, self.data_dtypes, self.param_dtypes, self.fp32_nodes,
                                self.output_dtype, self.op_types or OpTypes()).result()
         return PassResult(result.graph, result, True)
 
@@ -171,16 +169,24 @@ class _Split:
     flexible: list[int]        # undecided weights read as data (their dtype is decided later)
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """The first plan MXNet's type inference accepts for a node (:meth:`_CastInserter._choose`)."""
+
+    plan: Plan
+    desired: dict[int, str]    # the dtype it asks of each input (position)
+    dtypes: Dtypes             # (filled-in input dtypes, output dtypes)
+    probe_node: Node           # the node as probed
+
+
 class _CastInserter(Rewriter):
     """One forward walk over ``graph``'s nodes building the converted graph (module doc)."""
     names_new_nodes = True
 
-    name = "insert_casts"
-
-    def __init__(self, graph: Graph, policy: OpPolicy, data_dtypes: Mapping[str, str],
+    def __init__(self, graph: Graph, name: str, policy: OpPolicy, data_dtypes: Mapping[str, str],
                  param_dtypes: Mapping[str, str | None], fp32_nodes: Mapping[str, str],
                  output_dtype: str | None, op_types: OpTypes) -> None:
-        super().__init__(graph)
+        super().__init__(graph, name)
         self.policy, self.op_types, self.fp32_nodes = policy, op_types, fp32_nodes
         self.data_dtypes, self.param_dtypes = data_dtypes, param_dtypes
         self.output_dtype = output_dtype
@@ -239,9 +245,9 @@ class _CastInserter(Rewriter):
         decision, subgraphs = self._decide(node)
         self.decisions[node.name] = decision
         probe_node = node.replace(subgraphs=subgraphs) if subgraphs is not node.subgraphs else node
-        plan, desired, (filled_in, outs), probe_node = self._choose(
-            i, node, probe_node, split, decision.category)
-        new_inputs = tuple(self._rewire(node, split, plan, desired, filled_in))
+        choice = self._choose(i, node, probe_node, split, decision.category)
+        (filled_in, outs), probe_node = choice.dtypes, choice.probe_node
+        new_inputs = tuple(self._rewire(node, split, choice.plan, choice.desired, filled_in))
         if new_inputs != node.inputs or probe_node.subgraphs is not node.subgraphs:
             node = Node(node.op, node.name, new_inputs, node.attrs, probe_node.subgraphs, node.extra)
         idx = self.builder.add(node)
@@ -307,9 +313,8 @@ class _CastInserter(Rewriter):
     # --- choosing a plan -----------------------------------------------------------------
 
     def _choose(self, i: int, node: Node, probe_node: Node, split: _Split,
-                cat: Category) -> tuple[Plan, dict[int, str], Dtypes, Node]:
-        """The first plan MXNet's type inference accepts: ``(plan, desired input dtypes,
-        (filled-in input dtypes, output dtypes), node as probed)``."""
+                cat: Category) -> _Choice:
+        """The first plan MXNet's type inference accepts."""
         plans = _plans(cat, split.cur, split.acts, self.target, new_body=probe_node is not node)
         if self._reuses_casts(node, cat, split):
             plans.insert(0, (Plan.WIDEST_REUSE, {k: self.target for k in split.acts}))
@@ -327,12 +332,12 @@ class _CastInserter(Rewriter):
                 # widest rule doing its job; anything else is worth reporting
                 self.fallbacks.append((node.name, f"{cat.value} op could not run as asked; "
                                        f"ran {plan.value}: " + "; ".join(errors)))
-            return plan, desired, result, probe_node
+            return _Choice(plan, desired, result, probe_node)
         # MXNet cannot type this op on its own (a Custom op without its Python side, say):
         # keep it fp32 (the last plan) and let whole-graph inference judge.
         self.fallbacks.append((node.name, "type inference failed: " + "; ".join(errors)))
         plan, desired = plans[-1]
-        return plan, desired, (tuple(split.cur), tuple("float32" for _ in range(self.used[i]))), probe_node
+        return _Choice(plan, desired, (tuple(split.cur), tuple("float32" for _ in range(self.used[i]))), probe_node)
 
     def _reuses_casts(self, node: Node, cat: Category, split: _Split) -> bool:
         # every float32 input is already cast to the target dtype for another consumer (a
@@ -345,9 +350,7 @@ class _CastInserter(Rewriter):
                         for k in split.acts if split.cur[k] != self.target))
 
     def _attempt(self, i: int, probe_node: Node, split: _Split, desired: dict[int, str]) -> Dtypes:
-        probe_in = list(split.cur)
-        for k, d in desired.items():
-            probe_in[k] = d
+        probe_in = [desired.get(k, d) for k, d in enumerate(split.cur)]
         for k in split.params:
             probe_in[k] = None
         result = self.op_types.infer(probe_node, probe_in, self.used[i])
@@ -388,9 +391,8 @@ class _CastInserter(Rewriter):
             self._want(node, k, desired[k])
         for k in split.params:
             want = filled_in[k]
-            if cur[k] is None:
-                if want is not None:
-                    self._want(node, k, want)
+            if cur[k] is None and want is not None:
+                self._want(node, k, want)
             elif want is not None and want != cur[k]:
                 new_ins[k] = self._cast(ins[k], want)
         return new_ins
@@ -414,8 +416,7 @@ class _CastInserter(Rewriter):
                                               tuple(srcs)))
         self.inserted[idx] = MULTICAST
         outs = [Entry(idx, k) for k in range(len(srcs))]
-        for e in outs:
-            self.dtype_of[e] = dtype
+        self.dtype_of.update(dict.fromkeys(outs, dtype))
         return outs
 
 

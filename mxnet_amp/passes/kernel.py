@@ -5,6 +5,11 @@ values to new; a pass overrides the per-node hook it cares about; an error insid
 re-raised naming that node) and onnx-ir's ``PassBase`` / ``PassResult`` (a pass returns the
 model and whether it changed it; a checker runs after each pass):
 
+* A :class:`GraphPass` owns its node loop: it overrides :meth:`GraphPass.rewrite_node` (and
+  :meth:`GraphPass.rewrite_subgraph`) and runs :meth:`GraphPass.node_loop`, the
+  :class:`Rewriter` that calls them with itself as the run's context; what one run keeps
+  (counters, maps, what it decides) is that loop's ``state``, never an attribute of the pass
+  (a pass writes its attributes only in ``__init__``: ``tests/house/test_pass_data_flow.py``).
 * :class:`Rewriter` owns the loop over a graph's nodes in topological order, the map from
   each old :class:`~mxnet_amp.graph.Entry` to the new one (:meth:`Rewriter.entry`), loop/cond
   bodies (:meth:`Rewriter.rewrite_subgraph`) and node-context errors. A pass overrides
@@ -69,19 +74,27 @@ class Rewriter:
     ----------
     graph : Graph
         The graph to rewrite; not modified.
+    name : str, optional
+        The pass it runs for (its errors name it): the pass's own name, written once, on
+        its :class:`GraphPass`.
     """
 
-    name: ClassVar[str] = "rewrite"
+    name: str = "rewrite"
     # the pass names new nodes (builder.fresh_name): every name of its input graph is taken
     # first, so a new name clashes with none, not even a node's the loop has not reached
     names_new_nodes: ClassVar[bool] = False
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, name: str | None = None, *, owner: GraphPass | None = None,
+                 state: Any = None, builder: GraphBuilder | None = None) -> None:
         self.graph = graph
-        self.builder = GraphBuilder()
+        if name is not None:
+            self.name = name
+        self.owner, self.state = owner, state
+        # a loop given a builder appends to the graph another loop built
+        self.builder = builder if builder is not None else GraphBuilder()
         # old node index -> where its outputs went (see Outputs)
         self.env: list[Outputs] = []
-        if self.names_new_nodes:
+        if self.names_new_nodes or (owner is not None and owner.names_new_nodes):
             self.reserve_names(graph.nodes)
 
     def reserve_names(self, nodes: Iterable[Node]) -> None:
@@ -104,13 +117,23 @@ class Rewriter:
         return self.builder.add(node)
 
     def rewrite_subgraph(self, body: Graph) -> Graph:
-        """A loop/cond body of a node being copied: unchanged unless a pass overrides it."""
+        """A loop/cond body of a node being copied: the owner's
+        :meth:`GraphPass.rewrite_subgraph`, else unchanged unless a subclass overrides it."""
+        if self.owner is not None:
+            return self.owner.rewrite_subgraph(self, body)
         return body
 
     def rewrite_node(self, i: int, node: Node) -> Outputs:
         """The hook: add what replaces old node ``i`` (:meth:`inputs` gives its inputs as new
-        entries); return where its outputs went. By default a copy, bodies through
-        :meth:`rewrite_subgraph`."""
+        entries); return where its outputs went. The owner's :meth:`GraphPass.rewrite_node`,
+        else (or by default) a copy (:meth:`copy`)."""
+        if self.owner is not None:
+            return self.owner.rewrite_node(self, i, node)
+        return self.copy(node)
+
+    def copy(self, node: Node) -> int:
+        """Add ``node`` with its inputs as new entries, bodies through
+        :meth:`rewrite_subgraph`; its new index."""
         inputs = self.inputs(node)
         subgraphs = tuple(self.rewrite_subgraph(g) for g in node.subgraphs) if node.subgraphs else ()
         if inputs != node.inputs or subgraphs != node.subgraphs:
@@ -118,7 +141,10 @@ class Rewriter:
         return self.emit(node)
 
     def heads(self) -> list[Entry]:
-        """The new graph's outputs: the old heads' new entries."""
+        """The new graph's outputs: the owner's :meth:`GraphPass.loop_heads`, else the old
+        heads' new entries."""
+        if self.owner is not None:
+            return self.owner.loop_heads(self)
         return [self.entry(h) for h in self.graph.heads]
 
     def run(self, start: int = 0) -> Graph:
@@ -166,8 +192,33 @@ class GraphPass(Generic[T]):
     # the output may hold amp_cast(amp_cast(x, low), float32) on purpose (emulation)
     cast_chains: ClassVar[bool] = False
 
+    # the pass names new nodes (see Rewriter.names_new_nodes)
+    names_new_nodes: ClassVar[bool] = False
+
     def __init__(self, *, verify: bool = True) -> None:
         self.verify = verify
+
+    def node_loop(self, graph: Graph, state: Any = None, builder: GraphBuilder | None = None) -> Rewriter:
+        """A loop over ``graph``'s nodes that calls this pass's hooks (:meth:`rewrite_node`,
+        :meth:`rewrite_subgraph`, :meth:`loop_heads`); ``.run()`` it for the new graph.
+        ``state`` is what one run of the pass keeps (``loop.state``: the hooks read and
+        write it there, never on the pass, so a pass object runs any number of graphs, even
+        nested bodies, the same); ``builder``, where given, is another loop's (the new
+        graph continues what that loop built)."""
+        return Rewriter(graph, self.name, owner=self, state=state, builder=builder)
+
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """The node hook of :meth:`node_loop` (see :meth:`Rewriter.rewrite_node`, ``loop``
+        the run's loop): by default a copy."""
+        return loop.copy(node)
+
+    def rewrite_subgraph(self, loop: Rewriter, body: Graph) -> Graph:
+        """A loop/cond body of a node ``loop`` copies: by default unchanged."""
+        return body
+
+    def loop_heads(self, loop: Rewriter) -> list[Entry]:
+        """The outputs of the graph ``loop`` built: by default the old heads' new entries."""
+        return [loop.entry(h) for h in loop.graph.heads]
 
     def call(self, graph: Graph) -> PassResult[T]:
         """The pass itself (subclasses)."""

@@ -22,7 +22,9 @@ machine's ``amp_cast`` to bfloat16 flushes a negative float32 subnormal (True: t
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 from ..dtypes import LOW_PRECISION
 from ..graph import Entry, Graph, Node
@@ -50,11 +52,34 @@ class RoundWithKernels(GraphPass[int]):
 
     def call(self, graph: Graph) -> PassResult[int]:
         """Run the pass on ``graph`` (see the class)."""
-        rounder = _Rounder(graph, self.flush_sign)
-        new = rounder.run()
-        if not rounder.count:
+        loop = self.node_loop(graph, _find(graph))
+        new = loop.run()
+        if not loop.state.count:
             return PassResult(graph, 0, False)
-        return PassResult(new, rounder.count, True)
+        return PassResult(new, loop.state.count, True)
+
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A round trip or bias step found before the loop becomes a kernel op; what it made dead goes."""
+        found: _Found = loop.state
+        if i in found.dead:
+            return ()   # only the replacement below read it
+        if i in found.steps:
+            product, bias, _ = found.steps[i]
+            found.count += 1
+            inputs = (loop.entry(product), loop.entry(bias))
+            return [Entry(loop.emit(Node(ROUND_BIAS_OP, node.name, inputs,
+                                         self._attrs(found.trips[i][1]))))]
+        if i not in found.trips:
+            return loop.copy(node)
+        x, low = found.trips[i]
+        found.count += 1
+        return [Entry(loop.emit(Node(ROUND_OP, node.name, (loop.entry(x),), self._attrs(low))))]
+
+    def _attrs(self, low: str) -> MappingProxyType:
+        attrs = {"dtype": low}
+        if low == "bfloat16":
+            attrs["flush_sign"] = "1" if self.flush_sign else "0"
+        return MappingProxyType(attrs)
 
 
 def _round_trip(graph: Graph, i: int, readers: list[list[tuple[int, int]]]) -> tuple[Entry, str] | None:
@@ -72,74 +97,64 @@ def _round_trip(graph: Graph, i: int, readers: list[list[tuple[int, int]]]) -> t
     return inner.inputs[0], inner.attrs["dtype"]
 
 
-class _Rounder(Rewriter):
-    name = "round_with_kernels"
+class _BiasStep(NamedTuple):
+    """A bias step the fused op replaces: the rounded product, the bias, its broadcast_add."""
 
-    def __init__(self, graph: Graph, flush_sign: bool) -> None:
-        super().__init__(graph)
-        self.flush_sign, self.count = flush_sign, 0
-        self.readers = graph.consumers()
-        # found first, so that the nodes a replacement makes dead are never emitted: each
-        # round trip's outer cast -> (x, low), each bias step's last cast -> (product, bias,
-        # its broadcast_add)
-        self.trips: dict[int, tuple[Entry, str]] = {}
-        self.steps: dict[int, tuple[Entry, Entry, Node]] = {}
-        for i in range(len(graph.nodes)):
-            trip = _round_trip(graph, i, self.readers)
-            if trip is not None:
-                self.trips[i] = trip
-        self.dead = {graph.nodes[i].inputs[0].node for i in self.trips}
-        for i, (total, low) in self.trips.items():
-            step = self._bias_step(total, low)
-            if step is not None:
-                self.steps[i] = step
-                rounded, added = (graph.nodes[total.node].inputs[k] for k in (1, 0))
-                self.dead.update((total.node, added.node, rounded.node))
+    product: Entry
+    bias: Entry
+    add: Node
 
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
-        if i in self.dead:
-            return ()   # only the replacement below read it
-        if i in self.steps:
-            return self._emit_bias_step(node, *self.steps[i], self.trips[i][1])
-        if i not in self.trips:
-            return super().rewrite_node(i, node)
-        x, low = self.trips[i]
-        self.count += 1
-        return [Entry(self.emit(Node(ROUND_OP, node.name, (self.entry(x),), self._attrs(low))))]
 
-    def _attrs(self, low: str) -> MappingProxyType:
-        attrs = {"dtype": low}
-        if low == "bfloat16":
-            attrs["flush_sign"] = "1" if self.flush_sign else "0"
-        return MappingProxyType(attrs)
+@dataclass
+class _Found:
+    """What one run replaces, found before the loop so that the nodes a replacement makes
+    dead are never emitted: each round trip's outer cast -> (x, low), each bias step's last
+    cast -> its :class:`_BiasStep`; and how many kernel ops the loop put in so far."""
 
-    def _bias_step(self, total: Entry, low: str) -> tuple[Entry, Entry, Node] | None:
-        """``(product, bias, add node)`` when ``total`` (what a round trip rounds) is the
-        sum of a bias step (``_bias_step`` in :mod:`mxnet_amp.passes.emulate`): an
-        ``_identity_with_attr_like_rhs(broadcast_add(r, bias), r)`` with ``r`` the
-        ``low`` round trip of ``product``, and nothing else reading ``r``, the sum or the
-        identity; else None."""
-        graph, readers = self.graph, self.readers
-        ident = graph.nodes[total.node]
-        if ident.op != "_identity_with_attr_like_rhs" or len(ident.inputs) != 2 or total.output:
-            return None
-        added, rounded = ident.inputs
-        add = graph.nodes[added.node]
-        if (add.op != "broadcast_add" or len(add.inputs) != 2 or add.inputs[0] != rounded
-                or added.output or rounded.output):
-            return None
-        trip = self.trips.get(rounded.node)
-        if trip is None or trip[1] != low:
-            return None
-        heads = set(graph.heads)
-        if ({rounded, added, total} & heads or len(readers[total.node]) != 1
-                or readers[added.node] != [(total.node, 0)]
-                or sorted(readers[rounded.node]) != sorted([(added.node, 0), (total.node, 1)])):
-            return None
-        return trip[0], add.inputs[1], add
+    readers: list[list[tuple[int, int]]]
+    trips: dict[int, tuple[Entry, str]] = field(default_factory=dict)
+    steps: dict[int, _BiasStep] = field(default_factory=dict)
+    dead: set[int] = field(default_factory=set)
+    count: int = 0
 
-    def _emit_bias_step(self, node: Node, product: Entry, bias: Entry, add: Node,
-                        low: str) -> Outputs:
-        self.count += 1
-        inputs = (self.entry(product), self.entry(bias))
-        return [Entry(self.emit(Node(ROUND_BIAS_OP, node.name, inputs, self._attrs(low))))]
+
+def _find(graph: Graph) -> _Found:
+    found = _Found(graph.consumers())
+    for i in range(len(graph.nodes)):
+        trip = _round_trip(graph, i, found.readers)
+        if trip is not None:
+            found.trips[i] = trip
+    found.dead = {graph.nodes[i].inputs[0].node for i in found.trips}
+    for i, (total, low) in found.trips.items():
+        step = _bias_step(graph, found, total, low)
+        if step is not None:
+            found.steps[i] = step
+            rounded, added = (graph.nodes[total.node].inputs[k] for k in (1, 0))
+            found.dead.update((total.node, added.node, rounded.node))
+    return found
+
+
+def _bias_step(graph: Graph, found: _Found, total: Entry, low: str) -> _BiasStep | None:
+    """``(product, bias, add node)`` when ``total`` (what a round trip rounds) is the
+    sum of a bias step (``_bias_step`` in :mod:`mxnet_amp.passes.emulate`): an
+    ``_identity_with_attr_like_rhs(broadcast_add(r, bias), r)`` with ``r`` the
+    ``low`` round trip of ``product``, and nothing else reading ``r``, the sum or the
+    identity; else None."""
+    readers = found.readers
+    ident = graph.nodes[total.node]
+    if ident.op != "_identity_with_attr_like_rhs" or len(ident.inputs) != 2 or total.output:
+        return None
+    added, rounded = ident.inputs
+    add = graph.nodes[added.node]
+    if (add.op != "broadcast_add" or len(add.inputs) != 2 or add.inputs[0] != rounded
+            or added.output or rounded.output):
+        return None
+    trip = found.trips.get(rounded.node)
+    if trip is None or trip[1] != low:
+        return None
+    heads = set(graph.heads)
+    if ({rounded, added, total} & heads or len(readers[total.node]) != 1
+            or readers[added.node] != [(total.node, 0)]
+            or sorted(readers[rounded.node]) != sorted([(added.node, 0), (total.node, 1)])):
+        return None
+    return _BiasStep(trip[0], add.inputs[1], add)

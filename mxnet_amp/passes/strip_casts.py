@@ -17,19 +17,6 @@ from .kernel import GraphPass, Outputs, PassResult, Rewriter
 __all__ = ["strip_casts", "StripCasts"]
 
 
-class _Stripper(Rewriter):
-    name = "strip_casts"
-
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
-        if node.op in CAST_OPS:
-            # whatever read the cast reads its input (a multicast's output k: its input k)
-            return self.inputs(node)
-        return super().rewrite_node(i, node)
-
-    def rewrite_subgraph(self, body: Graph) -> Graph:
-        return _Stripper(body).run()
-
-
 class StripCasts(GraphPass[None]):
     """:func:`strip_casts` as a pass (what it decides: nothing beyond the graph)."""
 
@@ -37,9 +24,20 @@ class StripCasts(GraphPass[None]):
 
     def call(self, graph: Graph) -> PassResult[None]:
         """Run the pass on ``graph`` (see the class)."""
-        new = _Stripper(graph).run()
+        new = self.node_loop(graph).run()
         changed = new != graph
         return PassResult(new if changed else graph, None, changed)
+
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A cast is replaced by its input(s); any other node is copied."""
+        if node.op in CAST_OPS:
+            # whatever read the cast reads its input (a multicast's output k: its input k)
+            return loop.inputs(node)
+        return loop.copy(node)
+
+    def rewrite_subgraph(self, loop: Rewriter, body: Graph) -> Graph:
+        """A loop/cond body: its casts go too."""
+        return self.node_loop(body).run()
 
 
 def strip_casts(graph: Graph) -> Graph:

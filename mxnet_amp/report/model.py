@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
@@ -19,6 +19,7 @@ from ..graph import Graph
 from ..hardware import cpu_summary
 from ..passes.insert_casts import MULTICAST
 from ..policy import Category, Decision, reason_kind
+from .sections import AutoSection, DemoSection, OnnxSection, sections_dict
 
 if TYPE_CHECKING:   # only annotations name it
     from ..record import Conversion
@@ -103,6 +104,12 @@ class ConversionReport:
     cpu : str or None
         The CPU the report was made on (:func:`mxnet_amp.hardware.cpu_summary`: its ISA
         flags, ``DNNL_MAX_CPU_ISA``, whether bfloat16 runs natively).
+    notes : tuple of str
+        What the command adds for the reader (the machine cannot run the dtype, emulation
+        used, degenerate outputs, the ONNX export's lines).
+    onnx, demo, auto : OnnxSection, DemoSection, AutoSection or None
+        What ``convert --onnx``, ``demo`` and ``auto`` add (:mod:`mxnet_amp.report.sections`;
+        the JSON report writes them, with the notes, as its ``extra`` object).
     """
 
     target_dtype: str
@@ -121,13 +128,16 @@ class ConversionReport:
     excluded: tuple[str, ...] = ()
     fallbacks: tuple[tuple[str, str], ...] = ()
     unlisted_ops: tuple[str, ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
     folded_batchnorms: tuple[str, ...] = ()
     kept_batchnorms: tuple[tuple[str, str], ...] = ()
     input_model: Mapping[str, Any] | None = None
     fusion_barriers: tuple[str, ...] = ()
     tuning: Mapping[str, Any] | None = None
     cpu: str | None = None
+    notes: tuple[str, ...] = ()
+    onnx: OnnxSection | None = None
+    demo: DemoSection | None = None
+    auto: AutoSection | None = None
 
     def fp32_reasons(self) -> dict[str, list[str]]:
         """Reason -> names of the float32 nodes kept for it (in graph order)."""
@@ -138,6 +148,7 @@ class ConversionReport:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (plain types only)."""
+        extra = sections_dict(self.notes, self.onnx, self.demo, self.auto)
         return {
             "model": self.model,
             "target_dtype": self.target_dtype,
@@ -162,7 +173,7 @@ class ConversionReport:
             "fusion_barriers": list(self.fusion_barriers),
             **({"tuning": dict(self.tuning)} if self.tuning is not None else {}),
             **({"cpu": self.cpu} if self.cpu is not None else {}),
-            **({"extra": dict(self.extra)} if self.extra else {}),
+            **({"extra": extra} if extra else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -283,26 +294,16 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
     -------
     ConversionReport
     """
-    total, by_dtype, by_op, cats, fp32_nodes = _node_figures(conversion)
-    casts_by, n_multi, n_weight_casts = _cast_counts(conversion)
-    n_casts = sum(casts_by.values())
 
     before, after = _params_before_after(conversion, arg_params, aux_params,
                                          new_arg_params, new_aux_params)
     return ConversionReport(
         target_dtype=conversion.policy.target_dtype,
         model=model,
-        total_nodes=total,
-        nodes_by_dtype=dict(by_dtype),
-        nodes_by_op={op: dict(c) for op, c in by_op.items()},
-        categories=dict(cats),
-        casts=n_casts,
-        multicasts=n_multi,
-        casts_by_dtype=dict(casts_by),
+        **_node_figures(conversion),
+        **_cast_counts(conversion),
         params_before=before,
-        weight_casts=n_weight_casts,
         params_after=after,
-        fp32_nodes=tuple(fp32_nodes),
         excluded=tuple(sorted(k for k, why in conversion.fp32_nodes.items()
                               if reason_kind(why) == "user exclusion")),
         fallbacks=tuple(conversion.result.fallbacks),
@@ -312,9 +313,9 @@ def build_report(conversion: Conversion, arg_params: Mapping | None = None, aux_
     )
 
 
-def _node_figures(conversion: Conversion) -> tuple[int, Counter, dict[str, Counter], Counter, list[FP32Node]]:
-    """``(op nodes, nodes per dtype, per op and dtype, per category, the float32 nodes with
-    their reasons)`` of the graph converted."""
+def _node_figures(conversion: Conversion) -> dict[str, Any]:
+    """The report's fields on the graph converted: op nodes, nodes per dtype, per op and
+    dtype, per category, the float32 nodes with their reasons."""
     result = conversion.result
     original: Graph = conversion.original
     fallbacks: dict[str, str] = {}
@@ -337,12 +338,14 @@ def _node_figures(conversion: Conversion) -> tuple[int, Counter, dict[str, Count
             cats[decision.category.value] += 1
         if dt == "float32":
             fp32_nodes.append(FP32Node(node.name, node.op, _fp32_reason(node.name, decision, fallbacks)))
-    return total, by_dtype, by_op, cats, fp32_nodes
+    return {"total_nodes": total, "nodes_by_dtype": dict(by_dtype),
+            "nodes_by_op": {op: dict(c) for op, c in by_op.items()}, "categories": dict(cats),
+            "fp32_nodes": tuple(fp32_nodes)}
 
 
-def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
-    """``(amp_casts by dtype, amp_multicasts, amp_casts of a stored weight)`` among the casts
-    the conversion inserted (its record: a model's own casts are not counted; fusion
+def _cast_counts(conversion: Conversion) -> dict[str, Any]:
+    """The report's fields on the casts: ``amp_cast`` and ``amp_multicast`` nodes, the
+    amp_casts by dtype and those of a stored weight, among the casts the conversion inserted (its record: a model's own casts are not counted; fusion
     barriers are amp_casts)."""
     graph, data = conversion.graph, set(conversion.data_names)
     casts_by: Counter = Counter()
@@ -355,7 +358,8 @@ def _cast_counts(conversion: Conversion) -> tuple[Counter, int, int]:
         casts_by[node.attrs.get("dtype", "?")] += 1
         source = graph.nodes[node.inputs[0].node]
         n_weight += source.is_variable and source.name not in data
-    return casts_by, n_multi, n_weight
+    return {"casts": sum(casts_by.values()), "multicasts": n_multi, "casts_by_dtype": dict(casts_by),
+            "weight_casts": n_weight}
 
 
 def _folding(conversion: Conversion) -> dict:

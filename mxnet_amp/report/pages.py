@@ -23,7 +23,7 @@ __all__ = ["Sections", "NO_SECTIONS", "report_tables", "report_text", "report_pa
 @dataclass(frozen=True)
 class Sections:
     """What a caller adds to the report's pages: the automatic mode's rows of what it
-    measured, its tables and its attribution chart (HTML), built from ``extra['auto']`` by
+    measured, its tables and its attribution chart (HTML), built from the report's ``auto`` by
     :func:`mxnet_amp.auto.html.auto_sections`. The report itself never imports the automatic
     mode; the command line passes these in.
 
@@ -70,15 +70,14 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 def report_notes(report: ConversionReport) -> list[str]:
     """What the reader should know about ``report``, one sentence each: the weight-cast
-    hint, the notes the command added (``extra['notes']``: hardware, emulation, degenerate
+    hint, the notes the command added (``notes``: hardware, emulation, degenerate
     outputs) and automatic mode's notes (the float32 reference holding inf/nan, say)."""
     notes = []
     if report.weight_casts:
         notes.append(WEIGHT_CAST_HINT.format(n=report.weight_casts))
-    notes += [str(n) for n in report.extra.get("notes", ())]
-    auto = report.extra.get("auto")
-    if isinstance(auto, Mapping):
-        notes += [str(n) for n in auto.get("notes", ())]
+    notes += report.notes
+    if report.auto is not None:
+        notes += report.auto.notes
     return list(dict.fromkeys(notes))   # each said once, in order
 
 
@@ -114,19 +113,19 @@ def result_rows(report: ConversionReport, sections: Sections = NO_SECTIONS) -> l
     """``(label, value)`` rows of what the command measured (``demo``: accuracy and speed;
     ``auto``: validated or not, executions, error against tolerance); empty for
     ``convert`` and ``inspect``."""
-    x = report.extra
     rows = list(sections.rows)
-    if "relative_max_error" in x:
-        rows += [("execution", str(x.get("execution", "native" if x.get("native") else "emulated"))),
-                 ("input", str(x.get("input", "?"))),
-                 ("max |diff| / max |fp32|", _fmt(x["relative_max_error"], ".2e"))]
-        if x.get("top1_agreement") is not None:
-            rows.append(("top-1 agreement", f"{x['top1_agreement'] * 100:.0f}%"))
-    if "speedup" in x:
+    demo = report.demo
+    if demo is None:
+        return rows
+    rows += [("execution", demo.execution), ("input", demo.input),
+             ("max |diff| / max |fp32|", _fmt(demo.relative_max_error, ".2e"))]
+    if demo.top1_agreement is not None:
+        rows.append(("top-1 agreement", f"{demo.top1_agreement * 100:.0f}%"))
+    if demo.speed is not None:
         rows.append(("speed (median, same process)",
-                     f"float32 {_fmt(x.get('fp32_ms'), '.1f')} ms, {report.target_dtype} "
-                     f"{_fmt(x.get('low_ms'), '.1f')} ms, speed-up x{x['speedup']:.2f}"))
-    elif "relative_max_error" in x:
+                     f"float32 {_fmt(demo.speed.fp32_ms, '.1f')} ms, {report.target_dtype} "
+                     f"{_fmt(demo.speed.low_ms, '.1f')} ms, speed-up x{demo.speed.speedup:.2f}"))
+    else:
         rows.append(("speed", "not measured (the low precision model did not run natively)"))
     return rows
 
@@ -136,7 +135,7 @@ def _page_tables(report: ConversionReport, sections: Sections) -> list[Table]:
     tables = [Table("Summary", rows=tuple(summary_rows(report)), layout="pairs", formats=_ONLY_HTML)]
     results = result_rows(report, sections)
     if results:
-        verdict = report.extra.get("auto", {}).get("validated") if "auto" in report.extra else None
+        verdict = None if report.auto is None else report.auto.validated
         mark = ("" if verdict is None else
                 " <span class='good'>validated</span>" if verdict else " <span class='bad'>NOT validated</span>")
         tables.append(Table(Rich("Result", "Result" + mark), rows=tuple(results), layout="pairs",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
 
 from ..graph import CAST_OPS, Graph
 from .model import build_report
@@ -31,7 +31,7 @@ from .picture import fp32_islands, node_dtypes
 if TYPE_CHECKING:   # only annotations name it
     from ..record import Conversion
 
-__all__ = ["Mark", "CastMark", "PrecisionMap", "op_depths", "precision_map", "MAP_WIDTH", "MAP_MAX_HEIGHT",
+__all__ = ["Slot", "Mark", "CastMark", "PrecisionMap", "op_depths", "precision_map", "MAP_WIDTH", "MAP_MAX_HEIGHT",
            "FOOT_LINES", "LINE"]
 
 MAP_WIDTH = 1320          # fits a 1,400 px browser window with the page's margins and a scrollbar
@@ -43,6 +43,22 @@ _HEAD = 62.0              # px: the title and the legend
 _ISLAND_LANE, _CAST_LANE, _ROW_GAP = 13.0, 12.0, 24.0
 _MIN_H = 4.0              # px: the smallest mark, so a cheap op's dtype is still seen
 FOOT_LINES, LINE = 4, 16.0   # lines of text under the rows (the islands' reasons), px each
+
+
+class Slot(NamedTuple):
+    """Where a column's marks stand, in px (unpacks as ``(x, base, width)``)."""
+
+    x: float
+    base: float   # the baseline y the marks rise from
+    width: float
+
+
+class _Grid(NamedTuple):
+    """How the map's depths are laid out within its width."""
+
+    columns: int
+    per_column: int   # depths per column
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -108,12 +124,12 @@ class PrecisionMap:
         """y (px) under the last row, where the text under the map starts."""
         return _HEAD + self.rows * _row_height(self.rows)
 
-    def where(self, column: int) -> tuple[float, float, float]:
-        """``(x, baseline y, width)`` in px of ``column`` (rows wrap left to right)."""
+    def where(self, column: int) -> Slot:
+        """Where ``column`` stands (rows wrap left to right)."""
         width = self.column_width()
         row, k = divmod(column, self.per_row())
         base = _HEAD + row * _row_height(self.rows) + _ISLAND_LANE + _bar_height(self.rows)
-        return _LEFT + k * width, base, width
+        return Slot(_LEFT + k * width, base, width)
 
     def per_row(self) -> int:
         """Columns in a row."""
@@ -238,12 +254,12 @@ def _cast_marks(conv: Conversion, col_of: Mapping[int, int], dtypes: Sequence[st
     return out
 
 
-def _grid(n_depths: int) -> tuple[int, int, int]:
-    """``(columns, depths per column, rows)`` for ``n_depths`` depths within the width."""
+def _grid(n_depths: int) -> _Grid:
+    """The layout of ``n_depths`` depths within the width."""
     per_row = int((MAP_WIDTH - _LEFT - _RIGHT) / _MIN_COL)
     per = max(1, math.ceil(n_depths / (per_row * _MAX_ROWS)))
     columns = max(1, math.ceil(n_depths / per))
-    return columns, per, min(_MAX_ROWS, math.ceil(columns / per_row))
+    return _Grid(columns, per, min(_MAX_ROWS, math.ceil(columns / per_row)))
 
 
 def precision_map(conversion: Conversion, input_shapes: Mapping[str, tuple] | None = None,

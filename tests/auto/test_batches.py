@@ -441,3 +441,23 @@ def test_a_generator_of_data_batches_is_read_as_a_data_iter_is():
                                 max_drop=0.01, workers=1, quiet=True)[3]
     assert report.samples == 200 and report.batches == 7
     assert report.metric["reference"] == pytest.approx(float(np.mean(logits.argmax(1) == y)))
+
+
+def test_eval_source_gives_the_batches_and_the_sample_inputs_ranges_run_on():
+    """Without samples of the caller's, the first ``attribution_samples`` samples of the
+    data, batches of another shape not joined, with how many those are; with the caller's,
+    those (rows None); without data, no source."""
+    from mxnet_amp.auto.batches import eval_source
+    from mxnet_amp.io import graph_from_symbol
+    graph = graph_from_symbol(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc"))
+    batches = [(np.full((3, 4), k, "float32"),) for k in range(3)] + [(np.zeros((2, 5), "float32"),)]
+    got = eval_source(batches, None, ["data"], graph, attribution_samples=5)
+    assert got.rows == 5 and got.source is not None
+    assert got.sample_inputs["data"].tolist() == [[0.0] * 4] * 3 + [[1.0] * 4] * 2
+    wide = eval_source(batches[:1] + batches[3:], None, ["data"], graph, attribution_samples=8)
+    assert wide.rows == 3   # the batch of 5 columns cannot join the first
+    mine = {"data": np.ones((1, 4), "float32")}
+    given = eval_source(batches, mine, ["data"], graph, attribution_samples=5)
+    assert given.sample_inputs is mine and given.rows is None and given.source is not None
+    none = eval_source(None, mine, ["data"], graph, attribution_samples=5)
+    assert none.source is None and none.sample_inputs is mine and none.rows is None

@@ -55,7 +55,7 @@ def test_drop_bounds_are_exact_on_the_whole_set_and_widen_on_a_subset():
     # one pseudo discordant pair: no discordance still has a width, z / n at most
     _, _, high = drop_bounds(np.zeros(50), 10 ** 9)
     assert high == pytest.approx(Z_95 / 50, rel=1e-6)
-    assert drop_bounds(np.zeros(0), 10)[2] == math.inf
+    assert drop_bounds(np.zeros(0), 10).upper == math.inf
 
 
 def test_the_plan_nests_random_rounds_batch_zero_first_and_ends_with_every_batch():

@@ -5,8 +5,7 @@ from argparse import Namespace
 
 import mxnet as mx
 
-from mxnet_amp.cli.output import (PROG, finish, native_log_silenced, say, with_extra, with_note,
-                                  write_outputs)
+from mxnet_amp.cli.output import PROG, finish, native_log_silenced, say, with_note, write_outputs
 from mxnet_amp.convert import convert_graph
 from mxnet_amp.io import graph_from_symbol
 from mxnet_amp.options import make_options
@@ -32,13 +31,14 @@ def test_say_writes_to_stderr_only(capsys):
     assert out == "" and err == "mxnet-amp: hello\n"
 
 
-def test_notes_and_extra_are_added_without_changing_the_report():
-    """with_note appends to extra['notes'], with_extra merges; the original is untouched."""
+def test_notes_are_added_without_changing_the_report():
+    """with_note appends to the report's notes, which the JSON writes as ``extra.notes``;
+    the original is untouched."""
     _, report = _conversion_and_report()
     noted = with_note(with_note(report, "first"), "second")
-    assert noted.extra["notes"] == ["first", "second"]
-    assert "notes" not in report.extra
-    assert with_extra(noted, {"native": True}).extra["native"] is True
+    assert noted.notes == ("first", "second")
+    assert noted.to_dict()["extra"] == {"notes": ["first", "second"]}
+    assert report.notes == () and "extra" not in report.to_dict()
 
 
 def test_write_outputs_writes_the_files_the_flags_name(tmp_path):

@@ -126,3 +126,47 @@ def test_the_rule_sees_what_it_forbids(tmp_path):
         "bad.py:A.call: self.stored.update(...)", "bad.py:A.call: writes into self.stored[...]",
         "bad.py:A.call: writes self.decided", "bad.py:B: __init__ takes the pass A (casts)",
         "bad.py:B.call: reads self.casts.decided"])
+
+
+def names_written_twice(package: Path) -> list[str]:
+    """Pass names written more than once: a ``name = "..."`` literal on a class that is no
+    ``GraphPass`` (a pass's node loop takes its name from its pass), the same literal on two
+    classes, and two classes of one name in the package."""
+    passes = {c.name for _, c in pass_classes(package)}
+    found, seen, classes = [], {}, {}
+    for path in sorted(package.rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            where = f"{path.relative_to(package)}:{cls.name}"
+            if cls.name in classes:
+                found.append(f"{where}: a class {cls.name} in {classes[cls.name]} too")
+            classes[cls.name] = str(path.relative_to(package))
+            for stmt in cls.body:
+                if (isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == ["name"]
+                        and isinstance(stmt.value, ast.Constant)):
+                    literal = stmt.value.value
+                    if cls.name not in passes:
+                        found.append(f"{where}: names itself {literal!r}, not a pass")
+                    elif literal in seen:
+                        found.append(f"{where}: {literal!r} is {seen[literal]}'s name")
+                    seen.setdefault(literal, where)
+    return found
+
+
+def test_each_pass_is_named_once():
+    """Issue 43: a pass's name is written on its GraphPass only (passes/); a step that runs a
+    pass refers to that name, a node loop is given it; no two classes of the package share a
+    name (the shape check's cuts, node loops no pass runs, name themselves)."""
+    assert names_written_twice(PACKAGE / "passes") == []
+    assert [f for f in names_written_twice(PACKAGE) if ": a class " in f] == []
+
+
+def test_the_naming_rule_sees_what_it_forbids(tmp_path):
+    (tmp_path / "a.py").write_text("class GraphPass: pass\nclass P(GraphPass):\n    name = 'p'\n"
+                                   "class _Loop:\n    name = 'p'\nclass Q(GraphPass):\n    name = 'p'\n",
+                                   encoding="utf-8")
+    (tmp_path / "b.py").write_text("class _Loop: pass\n", encoding="utf-8")
+    assert names_written_twice(tmp_path) == [
+        "a.py:_Loop: names itself 'p', not a pass", "a.py:Q: 'p' is a.py:P's name",
+        "b.py:_Loop: a class _Loop in a.py too"]

@@ -83,3 +83,13 @@ def test_built_once_into_the_cache_and_loaded_once_per_process(monkeypatch):
            '"attrs":{"dtype":"float16"},"inputs":[[0,0,0]]}],"arg_nodes":[0],"heads":[[1,0,0]]}')
     out = mx.nd.CachedOp(mx.sym.load_json(one))(mx.nd.array([1.0001, 70000.0, 2.0 ** -25]))
     assert out.asnumpy().tolist() == [1.0, float("inf"), 0.0]   # registered and running
+
+
+def test_the_state_says_which_code_rounds():
+    fast = KernelState(True, "/x.so", vectorised=True).describe()
+    slow = KernelState(True, "/x.so", vectorised=False).describe()
+    assert "F16C/AVX2" in fast and "scalar code" in slow and "the same bits" in slow
+    import mxnet_amp.hardware as hw
+    state = kernel_state()
+    if state.loaded:   # this CPU's flags say which runs
+        assert state.vectorised == ({"avx2", "f16c"} <= hw.cpu_flags())

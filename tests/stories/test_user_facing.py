@@ -80,6 +80,7 @@ def test_auto_html_says_the_reference_holds_inf(capsys):
 
     import mxnet as mx
     from mxnet_amp import auto_convert_model
+    from mxnet_amp.auto.html import report_section
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.report.model import build_report
     from mxnet_amp.report.pages import report_html
@@ -91,7 +92,7 @@ def test_auto_html_says_the_reference_holds_inf(capsys):
     assert not auto.reference_finite
     _, new_args, new_aux, conversion = convert_model_full(sym, args, {})
     report = build_report(conversion, args, {}, new_args, new_aux)
-    report = dataclasses.replace(report, extra={**report.extra, "auto": auto.to_dict()})
+    report = dataclasses.replace(report, auto=report_section(auto))
     assert "the float32 reference outputs hold inf/nan" in _text(report_html(report))
 
 

@@ -1,6 +1,7 @@
 """Issue 33's bad-input round: each reproduction gives a typed, actionable error (or works)."""
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import mxnet as mx
@@ -303,8 +304,8 @@ def test_numpy_warnings_during_auto_are_report_notes_with_their_step(tmp_path):
     assert len(note) == 1 and "the check run" in note[0] and "validate (test_user_facing_33.py:" in note[0]
     assert note[0] in auto.to_dict()["notes"]
     report = build_report(auto.conversion)
-    from mxnet_amp.cli.output import with_extra
-    page = report_html(with_extra(report, {"auto": auto.to_dict()}))
+    from mxnet_amp.auto.html import report_section
+    page = report_html(dataclasses.replace(report, auto=report_section(auto)))
     import html
     assert html.escape(note[0]) in page
 
