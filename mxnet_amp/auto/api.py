@@ -277,15 +277,15 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         runs = _checked_runs(sym, arg_params, aux_params, sample_inputs, original, options, settings,
                              ctx=ctx, data_names=data_names, execution=mode, progress=progress,
                              data=judge)
-        with numpy_warnings_noted(runs.steps, notes):
+        with numpy_warnings_noted(runs.log.steps, notes):
             # the first conversion checks params against the symbol (typed errors) first
             runs.convert(options.excluded)
             found = reference_and_search(runs, original, settings, notes)
             if judge is not None:   # no more batches: the workers wind down meanwhile
                 judge.pool.stop()
             model = runs.final(found.excluded, kept_reasons(found.kept))
-        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model.conversion,
-                                   runs.bind_error, over_data=runs.data is not None)
+        deployed = deployment_note(runs.config.options.target_dtype, runs.config.ctx, runs.bound,
+                                   model.conversion, runs.bind_error, over_data=runs.data is not None)
         notes.extend([deployed] if deployed else [])
     finally:
         # the judge closes its source and pool; without one, what was opened is closed here
