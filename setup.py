@@ -41,6 +41,6 @@ setup(
         # first, then this extra with --no-build-isolation (README "Set up")
         "nlp": ["gluonnlp==0.10.0", "cython", "wheel"],
     },
-    entry_points={"console_scripts": ["mxnet-amp=mxnet_amp.cli.main:main"]},
+    entry_points={"console_scripts": ["mxnet-amp=mxnet_amp.cli.main:run"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],
 )

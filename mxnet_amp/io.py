@@ -19,7 +19,7 @@ from .errors import ArgumentError, CheckpointError, GraphError, OutputPathError,
 from .fused import check_fused_for, fuse_for_cpu, keep_fused_where_generic, warn_saved
 from .gcpause import gc_paused
 from .graph import Entry, Graph, Node, graph_obj
-from .interrupts import signals_unwind
+from .interrupts import interruptible, signals_unwind
 from .paths import (check_writable, checkpoint_files, clear_stale_temps, output_target,
                     refuse_stream_prefix, temp_prefix)
 from .progress import byte_bar, preread, watch_growth
@@ -426,7 +426,8 @@ def load_checkpoint(prefix: str, epoch: int = 0, *,
                       progress) as bar:
             preread(params_path, bar)
     try:
-        saved = mx.nd.load(params_path)
+        # one C call of seconds for a large file: on a helper thread, so Ctrl-C acts at once
+        saved = interruptible(mx.nd.load, params_path)
     except mx.base.MXNetError as err:
         raise CheckpointError(f"{params_path}: not a readable MXNet params file "
                               f"(truncated?): {error_text(err)}") from None

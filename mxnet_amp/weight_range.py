@@ -45,18 +45,30 @@ _OVERFLOW = 65520.0
 _FLUSH = 2.0 ** -25
 
 
+# values read per step: the temporaries stay that small (16 MB of float32, not three copies
+# of a 268 MB weight), and Ctrl-C acts between steps (a 1 GB model's check held it seconds)
+_STEP = 1 << 22
+
+
 def _why(values: np.ndarray) -> str | None:
-    magnitude = np.abs(values[np.isfinite(values)])
-    if magnitude.size == 0:
+    flat = np.ravel(values)
+    finite = flushed = nonzero = 0
+    largest = 0.0
+    for start in range(0, flat.size, _STEP):
+        part = flat[start:start + _STEP]
+        magnitude = np.abs(part[np.isfinite(part)])
+        if magnitude.size == 0:
+            continue
+        finite += magnitude.size
+        largest = max(largest, float(magnitude.max()))
+        flushed += int(np.count_nonzero(magnitude[magnitude <= _FLUSH]))
+        nonzero += int(np.count_nonzero(magnitude))
+    if finite == 0:
         return None
-    largest = float(magnitude.max())
     if largest >= _OVERFLOW:
         return f"is out of float16 range: max |w| {largest:.2g} (float16 holds up to 65504)"
-    small = magnitude[magnitude <= _FLUSH]
-    flushed = int(np.count_nonzero(small))
     if flushed == 0:
         return None
-    nonzero = int(np.count_nonzero(magnitude))
     if flushed > UNDERFLOW_SHARE * nonzero:
         return (f"underflows float16: {flushed} of {nonzero} nonzero values flush to 0 "
                 f"(max |w| {largest:.2g})")

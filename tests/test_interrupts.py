@@ -53,3 +53,68 @@ def test_an_ignored_signal_stays_ignored():
             assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, old)
+
+
+def _ctrl_c_when(started):
+    """A thread that sends this process SIGINT once ``started`` is set."""
+    import threading
+
+    def send():
+        if started.wait(60):
+            os.kill(os.getpid(), signal.SIGINT)
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_interruptible_hears_ctrl_c_while_the_call_still_runs():
+    """Ctrl-C during the call raises KeyboardInterrupt in the caller at once, while the call
+    (here: blocked until the test releases it) is still running on its thread: a long C call
+    such as mx.nd.load of a 1 GB file no longer delays the interrupt until it returns."""
+    import threading
+
+    from mxnet_amp.interrupts import interruptible
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def call():
+        started.set()
+        release.wait(60)   # the hang guard: the test releases it
+        finished.set()
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_when(started)
+        with pytest.raises(KeyboardInterrupt):
+            interruptible(call)
+        assert started.is_set() and not finished.is_set()
+    finally:
+        release.set()
+        signal.signal(signal.SIGINT, old)
+    assert finished.wait(60)
+
+
+def test_interruptible_returns_the_value_and_raises_the_error_of_the_call():
+    """Without an interrupt it is the call: its value, or its exception raised here."""
+    from mxnet_amp.interrupts import interruptible
+    assert interruptible(sorted, [3, 1, 2]) == [1, 2, 3]
+    with pytest.raises(ZeroDivisionError):
+        interruptible(divmod, 1, 0)
+
+
+def test_interrupt_deferred_holds_ctrl_c_to_the_end_of_the_block():
+    """Ctrl-C inside the block lets the block finish, then raises KeyboardInterrupt; the
+    default handler is back afterwards; a quiet block raises nothing."""
+    from mxnet_amp.interrupts import interrupt_deferred
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with interrupt_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("after the signal")
+        assert done == ["after the signal"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with interrupt_deferred():
+            done.append("quiet")
+        assert done[-1] == "quiet"
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -182,3 +182,21 @@ def test_an_int32_weight_is_named_with_its_file_by_the_cli(tmp_path):
     assert done.returncode == 2
     assert f"error: {prefix}-0000.params: param fc_weight is int32" in done.stderr, done.stderr
     assert sorted(os.listdir(tmp_path)) == ["m-0000.params", "m-symbol.json"]
+
+
+def test_a_weight_is_judged_step_by_step_as_it_is_whole(monkeypatch):
+    """Read a few values at a time (small temporaries; Ctrl-C heard between steps), a
+    weight gives the reason it gives read whole: overflow, underflow share, nothing."""
+    import numpy as np
+
+    from mxnet_amp import weight_range
+    rng = np.random.default_rng(0)
+    cases = [rng.standard_normal(1000).astype(np.float32),
+             np.array([1e-9, 1.0] * 150 + [1e-9] * 400 + [0.0] * 300, np.float32),
+             np.concatenate([np.full(990, 1e-9), [7e4], [np.inf] * 9]).astype(np.float32),
+             np.full(10, np.nan, np.float32)]
+    whole = [weight_range._why(c) for c in cases]
+    monkeypatch.setattr(weight_range, "_STEP", 7)
+    assert [weight_range._why(c) for c in cases] == whole
+    assert whole[0] is None and "underflows float16: 550 of 700" in whole[1] and "out of float16 range" in whole[2]
+    assert whole[3] is None

@@ -264,9 +264,9 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     _check_eval_data(eval_data, sample_inputs, settings)
     # worker processes start first, while the graph and first batches are read; they load
     # MXNet with the first model, preloaded after the reference run
-    pool = batch_pool(workers, ctx, client, known_batches(eval_data)) if eval_data is not None else None
-    source = judge = progress = None
-    try:
+    source = judge = progress = pool = None
+    try:   # from the pool's start: a Ctrl-C as its workers start still closes it
+        pool = batch_pool(workers, ctx, client, known_batches(eval_data)) if eval_data is not None else None
         original, data_names = _graph_and_inputs(sym, arg_params, data_names)
         evaluated = eval_source(eval_data, sample_inputs, data_names, original, attribution_samples)
         source, sample_inputs, rows = evaluated.source, evaluated.sample_inputs, evaluated.rows

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from ..record import Conversion
     from ..report.model import ConversionReport
 
-__all__ = ["PROG", "EXIT_ERROR", "say", "write_outputs", "finish", "with_note", "with_hardware_note",
-           "native_log_silenced"]
+__all__ = ["PROG", "EXIT_ERROR", "EXIT_INTERRUPTED", "say", "write_outputs", "finish", "with_note",
+           "with_hardware_note", "native_log_silenced"]
 
 PROG = "mxnet-amp"
 EXIT_ERROR = 2   # the exit code of every failure (argparse's own usage errors included)
+EXIT_INTERRUPTED = 130   # Ctrl-C, as a shell reports a command SIGINT ended (128 + 2)
 
 
 def say(*parts: object) -> None:
