@@ -6,20 +6,21 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
-from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names, check_number,
-                         check_symbol, param_dict)
 from ..emulation import rounding_note
 from ..errors import ArgumentError, GraphError
 from ..gluon.adapter import converted_symbol_block
 from ..gluon.model import block_model
-from ..graph import Graph
-from ..io import graph_from_symbol
+from ..ir.graph import Graph
+from ..mx.arguments import (check_bool, check_callable, check_choice, check_int, check_names, check_number,
+                            check_symbol, param_dict)
+from ..mx.io import graph_from_symbol
+from ..mx.params import check_data_names, label_inputs, model_inputs
 from ..options import ConvertOptions, OpLists, make_options
-from ..params import check_data_names, label_inputs, model_inputs
 from ..policy import check_target_dtype
 from ..shape_check.check import check_param_shapes
 from ..warn import warn_user
 from .batches import BatchSource, eval_source, known_batches
+from .checks.config import RunConfig
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
 from .inputs import sample_inputs as sample_input_arrays
@@ -27,7 +28,6 @@ from .measure import default_scale_tolerance, default_tolerances
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
 from .records import SEARCHES, AutoReport, AutoSettings, kept_reasons
-from .checks.config import RunConfig
 from .runner import Runs, context_of, execution_mode
 from .search import reference_and_search
 from .task_metric import task_metric

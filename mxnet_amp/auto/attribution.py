@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from ..emulation import round_array, round_numpy
-from ..graph import Graph
-from ..io import graph_to_symbol
+from ..ir.graph import Graph
+from ..mx.io import graph_to_symbol
 from ..passes.emulate import emulate_graph
 from ..passes.teacher_force import ForcedGraph, teacher_force
 from .propagation import propagated, push_limit, pushed

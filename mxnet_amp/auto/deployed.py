@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..dtypes import LOW_PRECISION
-from ..graph import Graph
-from ..interrupts import interruptible
+from ..files.interrupts import interruptible
+from ..ir.dtypes import LOW_PRECISION
+from ..ir.graph import Graph
 
 if TYPE_CHECKING:
     from mxnet import Context

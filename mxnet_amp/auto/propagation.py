@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..graph import Entry, Graph, GraphBuilder, Node
-from ..io import graph_to_symbol
+from ..ir.graph import Entry, Graph, GraphBuilder, Node
+from ..mx.io import graph_to_symbol
 
 if TYPE_CHECKING:
     from .runner import Runs

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..dtypes import LOW_PRECISION
-from ..graph import Entry, Graph
+from ..ir.dtypes import LOW_PRECISION
+from ..ir.graph import Entry, Graph
 from ..passes.insert_casts import MULTICAST
 from ..policy import Category
 from ..record import Conversion

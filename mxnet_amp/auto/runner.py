@@ -8,22 +8,22 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..arguments import check_contexts
 from ..convert import ConvertedModel, convert_model_full
-from ..record import Conversion
 from ..emulation import emulate_conversion, with_kernels
-from ..dtypes import array_dtype
 from ..errors import ArgumentError, ParamError, TargetDtypeError, error_text
-from ..graph import Entry, Graph
-from ..hardware import bf16_runs_natively, fp16_runs_natively, refuse_not_native
-from ..io import graph_from_symbol, graph_to_symbol
-from ..policy import Reason, reason_kind
+from ..ir.dtypes import array_dtype
+from ..ir.graph import Entry, Graph
+from ..mx.arguments import check_contexts
+from ..mx.hardware import bf16_runs_natively, fp16_runs_natively, refuse_not_native
+from ..mx.io import graph_from_symbol, graph_to_symbol
 from ..passes.fusion_barriers import insert_fusion_barriers
-from ..tune import TuneRecord, with_timings
-from .deployed import binds_fused, forward_bound
-from .measure import check_outputs
+from ..policy import Reason, reason_kind
+from ..record import Conversion
+from ..tune.timing import TuneRecord, with_timings
 from .checks.config import RunConfig
 from .checks.log import SearchLog
+from .deployed import binds_fused, forward_bound
+from .measure import check_outputs
 from .metrics import MetricCheck, validate_passed
 from .records import OutputCheck, SearchStep
 from .subsets import allowed_drop, subset_figures

@@ -9,10 +9,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..dtypes import LOW_PRECISION
 from ..errors import AMPError, DegenerateModelError, error_text
-from ..graph import Graph
-from ..io import graph_to_symbol
+from ..ir.dtypes import LOW_PRECISION
+from ..ir.graph import Graph
+from ..mx.io import graph_to_symbol
 from ..passes.dense_outputs import dense_outputs
 from ..passes.expose_outputs import expose_outputs
 from ..policy import Category

@@ -21,10 +21,10 @@ from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..emulation import round_weights_once, with_kernels
-from ..dtypes import array_dtype
 from ..errors import AMPError, error_text
-from ..interrupts import interrupt_deferred, interruptible
-from ..io import symbol_json
+from ..files.interrupts import interrupt_deferred, interruptible
+from ..ir.dtypes import array_dtype
+from ..mx.io import symbol_json
 from .deployed import bind_fused, float32_outputs
 from .worker_process import receive, send
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..convert import convert_model_full
 from ..emulation import emulate_model
 from ..errors import CLIError, error_text
-from ..hardware import bf16_runs_natively, fp16_runs_natively
+from ..mx.hardware import bf16_runs_natively, fp16_runs_natively
 from ..options import make_options
 from ..report.model import build_report
 from ..report.sections import DemoSection, DemoSpeed

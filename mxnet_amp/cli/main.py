@@ -19,13 +19,13 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Sequence
 
-from ..checkpoint import checkpoint_conversion, checkpoint_inputs, restoring_load
-from ..checkpoint import load_checkpoint as restored_checkpoint
+from ..checkpoint import (checkpoint_conversion, checkpoint_inputs, load_checkpoint as restored_checkpoint,
+                          restoring_load)
 from ..errors import AMPError, CLIError, StrippedCastsError, error_text
-from ..hardware import HardwareWarning
-from ..io import atomic_write
+from ..files.atomic import atomic_write
+from ..files.paths import checkpoint_files, output_target
+from ..mx.hardware import HardwareWarning
 from ..onnx.export import check_exportable, export_onnx
-from ..paths import checkpoint_files, output_target
 from ..report.model import build_report
 from ..report.sections import OnnxSection
 from .auto_command import cmd_auto

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from ..auto.html import auto_sections
 from ..errors import AMPError, OutputPathError, error_text
-from ..hardware import native_note
-from ..io import atomic_write
-from ..paths import STREAM_NAMES
+from ..files.atomic import atomic_write
+from ..files.paths import STREAM_NAMES
+from ..mx.hardware import native_note
 from ..report.draw import graph_svg, write_graph
 from ..report.pages import format_table, report_html
 from ..report.precision_svg import precision_map_svg

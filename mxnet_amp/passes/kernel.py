@@ -11,14 +11,14 @@ model and whether it changed it; a checker runs after each pass):
   (counters, maps, what it decides) is that loop's ``state``, never an attribute of the pass
   (a pass writes its attributes only in ``__init__``: ``tests/house/test_pass_data_flow.py``).
 * :class:`Rewriter` owns the loop over a graph's nodes in topological order, the map from
-  each old :class:`~mxnet_amp.graph.Entry` to the new one (:meth:`Rewriter.entry`), loop/cond
+  each old :class:`~mxnet_amp.ir.graph.Entry` to the new one (:meth:`Rewriter.entry`), loop/cond
   bodies (:meth:`Rewriter.rewrite_subgraph`) and node-context errors. A pass overrides
   :meth:`Rewriter.rewrite_node` (reading the node's new inputs with :meth:`Rewriter.inputs`), which returns where the node's outputs went: a new node
   index (output ``k`` is then ``Entry(index, k, version)``, versions kept) or one new entry per
   used output (the pass builds those entries itself).
 * :class:`PassResult` is what every pass returns: the graph, what the pass decided (a record
   of its own type) and whether anything changed.
-* :class:`GraphPass` runs a pass and checks :func:`mxnet_amp.verify.verify_graph` on its
+* :class:`GraphPass` runs a pass and checks :func:`mxnet_amp.ir.verify.verify_graph` on its
   output as the postcondition of every pass whose input keeps the invariants (MXNet accepts
   graphs with duplicate node names: a pass is not blamed for what it was given) (on by default: it costs a few percent of a
   conversion, measured in ``benchmarks/pass_verify_cost.py``; ``verify=False`` skips it).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Iterable, Sequence, TypeVar, Union
 
 from ..errors import AMPError, GraphCheckError, PassNodeError, PassOrderError
-from ..graph import Entry, Graph, GraphBuilder, Node
-from ..verify import verify_graph
+from ..ir.graph import Entry, Graph, GraphBuilder, Node
+from ..ir.verify import verify_graph
 
 __all__ = ["PassResult", "GraphPass", "Rewriter", "Outputs", "node_context", "run_passes", "PassRun",
            "PassOrder", "this_before_that"]
@@ -170,7 +170,7 @@ class Rewriter:
 
 class GraphPass(Generic[T]):
     """A pass with its postcondition: :meth:`call` does the work, calling the pass checks the
-    output graph with :func:`~mxnet_amp.verify.verify_graph`.
+    output graph with :func:`~mxnet_amp.ir.verify.verify_graph`.
 
     "Unchanged means the same object" holds for every pass, here rather than in each: a
     result that says nothing changed carries the input graph itself (a pass that built an

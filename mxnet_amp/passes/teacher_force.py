@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Mapping
 
-from ..graph import Entry, Graph, Node
+from ..ir.graph import Entry, Graph, Node
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["ForcedGraph", "teacher_force", "TeacherForce"]

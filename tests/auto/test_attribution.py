@@ -43,7 +43,7 @@ def test_culprit_estimates_do_not_drift_with_depth(shape):
 
 
 def test_teacher_force_copies_every_op_once_per_probe():
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.passes.teacher_force import teacher_force
     p = planted_structured(20, 1, "chain", seed=1)
     graph = graph_from_symbol(p.sym)

@@ -9,7 +9,7 @@ import pytest
 
 from mxnet_amp.auto import propagation
 from mxnet_amp.auto.propagation import PROBES, injected, propagated, pushed
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 
 
 def _net(out_width: int, batch: int = 2):

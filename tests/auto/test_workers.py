@@ -228,8 +228,8 @@ def test_a_stopped_pool_lets_its_workers_exit_by_themselves():
 def test_a_pickled_blob_keeps_each_params_dtype_and_bits():
     """The params travel array by array (MXNet's own NDArray pickling): float16 and
     bfloat16 arrays arrive with their dtype and the same bits."""
-    from mxnet_amp.dtypes import array_dtype, array_values
-    from mxnet_amp.params import cast_array
+    from mxnet_amp.ir.dtypes import array_dtype, array_values
+    from mxnet_amp.mx.params import cast_array
     blob = _blob()
     blob.params = {"fc_weight": cast_array(blob.params["fc_weight"] + 0.3, "bfloat16"),
                    "fc_bias": blob.params["fc_bias"].astype("float16")}

@@ -5,7 +5,7 @@ from types import MappingProxyType
 import pytest
 
 from mxnet_amp.errors import GraphCheckError, PassNodeError, TypeInferenceError
-from mxnet_amp.graph import Entry, Graph, Node, cast_node
+from mxnet_amp.ir.graph import Entry, Graph, Node, cast_node
 from mxnet_amp.passes.kernel import GraphPass, PassResult, Rewriter, run_passes
 from mxnet_amp.passes.strip_casts import StripCasts
 
@@ -166,7 +166,7 @@ def test_a_pipeline_error_names_the_pass_and_the_passes_before_it():
     from mxnet_amp.errors import ParamError
     import mxnet as mx
     import numpy as np
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.passes.fold_batchnorm import FoldBatchnorm
     conv = mx.sym.Convolution(mx.sym.var("x"), kernel=(1, 1), num_filter=4, no_bias=True, name="conv")
     g = graph_from_symbol(mx.sym.relu(mx.sym.BatchNorm(conv, fix_gamma=False, name="bn")))

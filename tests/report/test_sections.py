@@ -6,7 +6,7 @@ import json
 import mxnet as mx
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.report.model import build_report
 from mxnet_amp.report.pages import report_html, report_notes, result_rows

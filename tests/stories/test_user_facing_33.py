@@ -13,7 +13,7 @@ import mxnet_amp as amp
 from mxnet_amp.cli import demo
 from mxnet_amp.cli.main import build_parser, main
 from mxnet_amp.errors import AMPError, ArgumentError, GraphError, InputShapeError, InputValueError
-from mxnet_amp.io import load_checkpoint
+from mxnet_amp.mx.io import load_checkpoint
 from helpers import graph_of, run
 
 RNG = np.random.RandomState(0)
@@ -321,7 +321,7 @@ def test_numpy_warnings_during_auto_are_report_notes_with_their_step(tmp_path):
 
 def test_the_html_report_names_the_fusion_barriers():
     from mxnet_amp.convert import convert_graph
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.options import make_options
     from mxnet_amp.report.model import build_report
     from mxnet_amp.report.pages import report_html

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ...dtypes import dtype_name
+from ...ir.dtypes import dtype_name
 from ...options import ConvertOptions
 from ..metrics import MetricCheck
 from ..records import AutoSettings

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...dtypes import LOW_PRECISION
+from ...ir.dtypes import LOW_PRECISION
 from ..kept import all_kept
 from ..records import AutoReport, KeptNode, NodeError, OutputCheck, SearchStep
 

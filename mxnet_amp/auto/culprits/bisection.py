@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ...graph import Graph
+from ...ir.graph import Graph
 from ..records import KeptNode
 from ..runner import Runs
 
