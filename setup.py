@@ -17,8 +17,10 @@ setup(
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=["mxnet_amp", "mxnet_amp.auto", "mxnet_amp.auto.checks", "mxnet_amp.auto.culprits", "mxnet_amp.cli", "mxnet_amp.gluon", "mxnet_amp.kernels", "mxnet_amp.lists",
-              "mxnet_amp.onnx", "mxnet_amp.passes", "mxnet_amp.report", "mxnet_amp.shape_check"],
+    packages=["mxnet_amp", "mxnet_amp.auto", "mxnet_amp.auto.checks", "mxnet_amp.auto.culprits",
+              "mxnet_amp.cli", "mxnet_amp.files", "mxnet_amp.gluon", "mxnet_amp.ir", "mxnet_amp.kernels",
+              "mxnet_amp.lists", "mxnet_amp.mx", "mxnet_amp.onnx", "mxnet_amp.passes", "mxnet_amp.report",
+              "mxnet_amp.shape_check", "mxnet_amp.tune"],
     # the op lists live at the top of the repository and ship inside the package
     package_dir={"mxnet_amp.lists": "lists"},
     package_data={"mxnet_amp.lists": ["*.toml"], "mxnet_amp.kernels": ["*.cc"]},
@@ -41,6 +43,6 @@ setup(
         # first, then this extra with --no-build-isolation (README "Set up")
         "nlp": ["gluonnlp==0.10.0", "cython", "wheel"],
     },
-    entry_points={"console_scripts": ["mxnet-amp=mxnet_amp.cli.main:main"]},
+    entry_points={"console_scripts": ["mxnet-amp=mxnet_amp.cli.main:run"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: Apache Software License"],
 )

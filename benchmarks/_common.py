@@ -28,7 +28,7 @@ if _ROOT not in sys.path:
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 warnings.filterwarnings("ignore")
 
-from mxnet_amp.graph import CAST_OPS  # noqa: E402  (after the sys.path line above)
+from mxnet_amp.ir.graph import CAST_OPS  # noqa: E402  (after the sys.path line above)
 DETECTION_SIZE = 256  # input side used to build (shape-infer) detection nets
 
 
@@ -71,11 +71,11 @@ def block_checkpoint(net):
 
 def imported_block(sym, arg_params, aux_params, input_names=("data",)):
     """A ``SymbolBlock`` of the model as a user loads a checkpoint: written by
-    :func:`mxnet_amp.io.save_checkpoint` (casts kept), read by ``SymbolBlock.imports``
+    :func:`mxnet_amp.mx.io.save_checkpoint` (casts kept), read by ``SymbolBlock.imports``
     (each param keeps its saved dtype). Not hybridized."""
     import mxnet as mx
-    from mxnet_amp.io import save_checkpoint
-    from mxnet_amp.paths import checkpoint_files
+    from mxnet_amp.mx.io import save_checkpoint
+    from mxnet_amp.files.paths import checkpoint_files
     with tempfile.TemporaryDirectory() as d:
         prefix = os.path.join(d, "model")
         save_checkpoint(prefix, 0, sym, arg_params, aux_params)
@@ -215,7 +215,7 @@ def cast_counts(sym) -> dict:
 
 def param_bytes(*param_dicts) -> dict:
     """Bytes of params by dtype, and the total / low precision sums."""
-    from mxnet_amp.dtypes import dtype_name, np_dtype
+    from mxnet_amp.ir.dtypes import dtype_name, np_dtype
     by_dtype: dict[str, int] = {}
     for params in param_dicts:
         for value in params.values():
@@ -265,7 +265,7 @@ def paired_ratio(num: Sequence[float], den: Sequence[float]) -> float:
 def environment() -> dict:
     """What the numbers were measured on."""
     import mxnet as mx
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
@@ -319,7 +319,7 @@ def kept_beside(path: str, section: str | None = None) -> str:
     """Where a run's file goes: ``path``, unless this CPU does not run bfloat16 natively and
     the file there was measured on one that does; then beside it (``NAME.no-native-bf16.EXT``),
     said on stderr: a run that could not measure never replaces one that did."""
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     if not os.path.exists(path) or bf16_runs_natively() or not _records_native(path, section):
         return path
     stem, ext = os.path.splitext(path)
@@ -332,7 +332,7 @@ def kept_beside(path: str, section: str | None = None) -> str:
 def write_json(path: str, payload: dict) -> None:
     """Write ``payload`` (plus the command line) as JSON, atomically; beside ``path`` when
     the file there was measured natively and this run cannot be (:func:`kept_beside`)."""
-    from mxnet_amp.io import atomic_write
+    from mxnet_amp.files.atomic import atomic_write
     path = kept_beside(path)
     payload = {"command": "python " + " ".join(sys.argv), **payload}
     folder = os.path.dirname(os.path.abspath(path))

@@ -320,7 +320,7 @@ def print_case(case: dict) -> None:
 
 
 def main(opts) -> int:
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     if not bf16_runs_natively():
         print("bf16 does not run natively here: the per-path table needs an avx512 CPU")
         return 0

@@ -59,7 +59,7 @@ def check_pass(name: str, batch: int, batches: int, repeats: int) -> dict:
     from mxnet_amp.auto.workers import ModelBlob, run_model
     from mxnet_amp.convert import convert_model_full
     from mxnet_amp.emulation import emulate_conversion
-    from mxnet_amp.hardware import environ_set
+    from mxnet_amp.mx.hardware import environ_set
     from mxnet_amp.kernels.build import DISABLE_ENV, kernel_state
     from mxnet_amp.options import make_options
     from mxnet_amp.passes import emulate as emulate_pass

@@ -42,8 +42,8 @@ MAX_EXECUTIONS = 200
 
 def _judged_graph(sym):
     """The graph with the dense tensors the auto check judges as its outputs."""
-    from mxnet_amp.graph import Graph
-    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    from mxnet_amp.ir.graph import Graph
+    from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
     from mxnet_amp.passes.dense_outputs import dense_outputs
     graph = graph_from_symbol(sym)
     split = dense_outputs(graph)

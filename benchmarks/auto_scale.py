@@ -63,7 +63,7 @@ def write_rec(path: str, count: int, seed: int = 0, size: int = SIZE) -> None:
 def model(folder: str):
     """resnet50_v1 (random init, seed 0) as a checkpoint in ``folder`` (written once)."""
     import mxnet as mx
-    from mxnet_amp.io import load_checkpoint, save_checkpoint
+    from mxnet_amp.mx.io import load_checkpoint, save_checkpoint
     prefix = os.path.join(folder, "resnet50_v1")
     if not os.path.exists(prefix + "-symbol.json"):
         from mxnet.gluon.model_zoo import vision
@@ -276,7 +276,7 @@ def main() -> int:
         dtype, n, w, mem = a.cell
         print(json.dumps(run_cell(a.folder, dtype, int(n), int(w), mem == "1")))
         return 0
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     dtypes = [d for d in a.dtype.split(",") if d != "bfloat16" or bf16_runs_natively()]
     for dtype in dtypes:
         for n in (int(s) for s in a.sizes.split(",")):

@@ -71,7 +71,7 @@ def score(sym, args, auxs, data: list, metric, metric_inputs) -> float:
 def row(recipe, cache_dir: str | None, dtype: str, workers: int) -> dict:
     from mxnet_amp import convert_model, emulate_model
     from mxnet_amp.auto import auto_convert_model
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     model = zt.train(recipe, cache_dir)
     execution = "native" if dtype == "bfloat16" and bf16_runs_natively() else "emulated"
     data, metric, metric_inputs = task_metric(recipe, model)

@@ -70,7 +70,7 @@ def inputs(shape, dtype: str):
     (96 output channels / units over ``shape``'s channels, and a 72-channel depthwise one with
     its own input ``x72``: at most 72 of ``x``'s channels), in ``dtype``."""
     import mxnet as mx
-    from mxnet_amp.params import cast_array
+    from mxnet_amp.mx.params import cast_array
     rng = np.random.default_rng(0)
     c = shape[1]
     arrays = [rng.uniform(-4, 4, s) for s in (shape, shape, shape[:2] + (1,) * (len(shape) - 2))]
@@ -118,14 +118,14 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a tiny tensor, seconds (the smoke test)")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/bf16_kernels.json)")
     ap.add_argument("--amx", action="store_true",
-                    help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
+                    help="mxnet_amp.mx.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
     opts = ap.parse_args(argv)
     amx = False
     if opts.amx:   # before the first MXNet operation of the process
-        from mxnet_amp.hardware import enable_amx
+        from mxnet_amp.mx.hardware import enable_amx
         amx = enable_amx()
     from mxnet_amp import load_policy
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     shape, rounds, inner = ((2, 4, 8, 8), 2, 2) if opts.quick else ((8, 96, 28, 28), 7, 10)
     policy = load_policy("bfloat16")
     load_start = os.getloadavg()

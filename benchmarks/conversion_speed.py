@@ -169,8 +169,8 @@ def time_case(sym, args, auxs, repeats: int, target_dtype: str, fold: bool = Fal
 
 def folded_gb(sym, args, auxs) -> float:
     """GB of the weights BatchNorm folding rewrites (the producers' weights and biases)."""
-    from mxnet_amp.dtypes import array_nbytes
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.ir.dtypes import array_nbytes
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.pipeline import fold_model
     model = fold_model(graph_from_symbol(sym), args, auxs)
     old = {**args, **auxs}

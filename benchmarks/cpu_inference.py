@@ -230,19 +230,19 @@ def main(argv=None) -> int:
                     help="with --per-path: fp32_ops for our conversions (measure a list choice "
                     "on every path, e.g. clip)")
     ap.add_argument("--amx", action="store_true",
-                    help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
+                    help="mxnet_amp.mx.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
     ap.add_argument("--tune", nargs="?", const="benchmarks/results/tune_cache.json", default=None,
                     metavar="CACHE.json",
                     help="with --per-path: also our conversions with tune= (timings cached in "
                     "CACHE.json, default benchmarks/results/tune_cache.json), per batch size")
     opts = ap.parse_args(argv)
     if opts.amx:   # before the first MXNet operation of the process
-        from mxnet_amp.hardware import enable_amx
+        from mxnet_amp.mx.hardware import enable_amx
         opts.amx = enable_amx()
     if opts.per_path:
         import _paths
         return _paths.main(opts)
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     native = bf16_runs_natively()
     if not native:
         print("note: bf16 throughput is " + NOT_MEASURABLE + "; timing fp32, conversion and bytes only")

@@ -75,7 +75,7 @@ def _module(sym, args, auxs, inputs, fuse: bool):
     import contextlib
 
     import mxnet as mx
-    from mxnet_amp.hardware import environ_set
+    from mxnet_amp.mx.hardware import environ_set
     # MXNet reads MXNET_SUBGRAPH_BACKEND at each bind; NONE turns its fusion off
     with contextlib.nullcontext() if fuse else environ_set("MXNET_SUBGRAPH_BACKEND", "NONE"):
         mod = mx.mod.Module(sym, data_names=list(inputs), label_names=None, context=mx.cpu())
@@ -96,8 +96,8 @@ def _simple_bind(sym, args, auxs, inputs):
 
 def _saved(sym, args, auxs, folder: str):
     """The model as files, casts kept: ``(symbol file, params file)``."""
-    from mxnet_amp.io import save_checkpoint
-    from mxnet_amp.paths import checkpoint_files
+    from mxnet_amp.mx.io import save_checkpoint
+    from mxnet_amp.files.paths import checkpoint_files
     prefix = os.path.join(folder, "m")
     save_checkpoint(prefix, 0, sym, args, auxs)
     return checkpoint_files(prefix, 0)
@@ -159,7 +159,7 @@ def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
 
 def measure(name: str, size, rng) -> dict:
     t0 = time.perf_counter()
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     native = bf16_runs_natively()
     sym, args, auxs, inputs = build(name, size, rng)
     row = {"model": name, "input": {k: list(v.shape) for k, v in inputs.items()}, "errors": {}}

@@ -11,7 +11,7 @@ Two parts, each run through ``mx.mod.Module`` (oneDNN fusion on), interleaved ro
   rule for it) and every depthwise convolution float32 (``excluded_sym_names``), each with
   its error against float32 on the same batch.
 
-Needs a CPU that runs bfloat16 natively; ``--amx`` calls ``mxnet_amp.hardware.enable_amx()``
+Needs a CPU that runs bfloat16 natively; ``--amx`` calls ``mxnet_amp.mx.hardware.enable_amx()``
 first (oneDNN 2.4.4 has no AMX depthwise kernel, so the layers differ little; the dense
 convolutions around them do).
 
@@ -106,14 +106,14 @@ def model_row(name: str, size: int, batch: int, rounds: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="two layers and one small model, seconds")
-    ap.add_argument("--amx", action="store_true", help="mxnet_amp.hardware.enable_amx() first")
+    ap.add_argument("--amx", action="store_true", help="mxnet_amp.mx.hardware.enable_amx() first")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/depthwise_bf16[_amx].json)")
     opts = ap.parse_args(argv)
     amx = False
     if opts.amx:
-        from mxnet_amp.hardware import enable_amx
+        from mxnet_amp.mx.hardware import enable_amx
         amx = enable_amx()
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     out = opts.out or C.default_out("depthwise_bf16" + ("_amx" if amx else ""), opts.quick)
     env = C.environment()
     if not bf16_runs_natively():

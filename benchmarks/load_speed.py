@@ -3,7 +3,7 @@
 A bfloat16 model saved unfused (``save_checkpoint`` / ``export`` defaults) and loaded the way
 Gluon users load (``SymbolBlock.imports`` + a plain ``hybridize()``) runs MXNet's generic
 bf16 kernel for ops that oneDNN only fuses into the convolution before them (relu6's
-``clip`` in mobilenetv2: 35 nodes). The save warns (:class:`mxnet_amp.fused.SlowLoadWarning`)
+``clip`` in mobilenetv2: 35 nodes). The save warns (:class:`mxnet_amp.mx.fused.SlowLoadWarning`)
 and names the two fast loads measured here, side by side in one process (interleaved rounds,
 ratios per round against the float32 block loaded the same way):
 
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds per batch size")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/...)")
     opts = ap.parse_args(argv)
-    from mxnet_amp.hardware import bf16_runs_natively, cpu_summary
+    from mxnet_amp.mx.hardware import bf16_runs_natively, cpu_summary
     env = {**C.environment(), "cpu_summary": cpu_summary()}
     out = opts.out or C.default_out("load_speed", opts.quick)
     if not bf16_runs_natively():

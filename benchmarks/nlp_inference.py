@@ -75,7 +75,7 @@ def _runner(block, inputs):
 
 
 def measure(cfg) -> dict:
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     net, inputs = _bert(cfg)
     ref = [o.asnumpy() for o in _runner(net, inputs)()]
     row = {"model": cfg["label"], "batch": cfg["batch"], "seq_len": cfg["seq"]}

@@ -553,7 +553,7 @@ def _yes(flag) -> str:
 
 
 def _nbytes(*dicts):
-    from mxnet_amp.dtypes import array_nbytes
+    from mxnet_amp.ir.dtypes import array_nbytes
     return sum(array_nbytes(v) for d in dicts for v in d.values())
 
 

@@ -59,13 +59,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="resnet18_v1 at 64x64, one batch")
     ap.add_argument("--out", help="JSON path (default benchmarks/results/op_profile_<model>.json)")
     ap.add_argument("--amx", action="store_true",
-                    help="mxnet_amp.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
+                    help="mxnet_amp.mx.hardware.enable_amx() first: oneDNN may run bf16 on Intel AMX")
     ap.add_argument("--variants", nargs="+", default=None, metavar="V",
                     help="only these variants (fp32 contrib contrib_cop ours ours_fold)")
     ap.add_argument("--paths", nargs="+", default=None, metavar="P",
                     help="only these paths (default all: module gluon gluon_mkldnn)")
     opts = ap.parse_args(argv)
-    from mxnet_amp.hardware import bf16_runs_natively, enable_amx
+    from mxnet_amp.mx.hardware import bf16_runs_natively, enable_amx
     amx = enable_amx() if opts.amx else False   # before the first MXNet operation
     if not bf16_runs_natively():
         raise SystemExit("op_profile.py: bfloat16 does not run natively on this CPU; nothing to profile")

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import mxnet_amp as amp
     import mxnet_amp.passes.kernel as kernel
-    from mxnet_amp.verify import verify_graph
+    from mxnet_amp.ir.verify import verify_graph
 
     nodes, repeats = (1_000, 3) if args.quick else (100_000, 3)
     sym, arg_params, aux_params = synthetic_model(nodes)

@@ -42,40 +42,20 @@ from typing import Sequence
 
 import numpy as np
 
+from _planted import BATCH, WIDTH, Net, block_count, check_shape, \
+    orthogonal as _orthogonal, plan
 from planted_culprits import Planted
 
-WIDTH = 16
-BATCH = 4
 LARGE = 2048.0
 KINDS = ("residual", "near_one", "softmax", "conv_norm")
 _LOOKALIKES = ("plain", "residual", "near_one", "softmax", "conv_norm")
 _OPS = {"residual": 4, "near_one": 3, "softmax": 4, "conv_norm": 4, "plain": 1}
-_DAG_OPS = 3
 NEAR_EPS = 2.0 ** -11
 
 
-def _orthogonal(rng: np.random.RandomState, n: int) -> np.ndarray:
-    q, r = np.linalg.qr(rng.randn(n, n))
-    return (q * np.sign(np.diag(r))).astype(np.float32)
-
-
-class _Blocks:
-    def __init__(self, seed: int) -> None:
-        import mxnet as mx
-        self.sym, self.rng = mx.sym, np.random.RandomState(seed)
-        self.args: dict = {}
-        self.auxs: dict = {}
-        self.ops = 0
-
-    def op(self, fn, *args, **kwargs):
-        self.ops += 1
-        return fn(*args, **kwargs)
-
+class _Blocks(Net):
     def fc(self, x, name: str, weight: np.ndarray, bias: np.ndarray | float = 0.0):
-        self.args[f"{name}_weight"] = np.asarray(weight, np.float32)
-        self.args[f"{name}_bias"] = np.broadcast_to(np.float32(bias), (weight.shape[0],)).copy() \
-            if np.ndim(bias) == 0 else np.asarray(bias, np.float32)
-        return self.op(self.sym.FullyConnected, x, num_hidden=weight.shape[0], name=name)
+        return self.dense(x, name, weight, bias)
 
     def residual(self, h, i: int, culprit: bool):
         ints = self.rng.randint(1, 4, WIDTH).astype(np.float32)
@@ -83,20 +63,20 @@ class _Blocks:
         large = self.fc(h, f"res{i}_large", np.zeros((WIDTH, WIDTH), np.float32),
                         ints * (LARGE if culprit else 0.0625))
         s = self.op(self.sym.elemwise_add, a, large, name=f"res{i}_add")
-        return self.op(self.sym.elemwise_sub, s, large, name=f"res{i}_sub"), f"res{i}_add"
+        return self.op(self.sym.elemwise_sub, s, large, name=f"res{i}_sub"), f"res{i}_add", None
 
     def near_one(self, h, i: int, culprit: bool):
         eps = NEAR_EPS if culprit else 1.0
         a = self.fc(h, f"near{i}", eps * _orthogonal(self.rng, WIDTH), 1.0)
         d = self.op(self.sym._internal._minus_scalar, a, scalar=1.0, name=f"near{i}_diff")
         return self.op(self.sym._internal._div_scalar, d, scalar=eps, name=f"near{i}_scaled"), \
-            f"near{i}"
+            f"near{i}", None
 
     def softmax(self, h, i: int, culprit: bool):
         logits = self.fc(h, f"attn{i}", _orthogonal(self.rng, WIDTH), LARGE if culprit else 0.0)
         y = self.op(self.sym.log_softmax, logits, axis=-1, name=f"attn{i}_logp")
         m = self.op(self.sym.mean, y, axis=1, keepdims=True, name=f"attn{i}_mean")
-        return self.op(self.sym.broadcast_sub, y, m, name=f"attn{i}_centred"), f"attn{i}"
+        return self.op(self.sym.broadcast_sub, y, m, name=f"attn{i}_centred"), f"attn{i}", None
 
     def conv_norm(self, h, i: int, culprit: bool):
         x = self.op(self.sym.reshape, h, shape=(0, WIDTH, 1, 1), name=f"conv{i}_image")
@@ -106,42 +86,25 @@ class _Blocks:
         self.args[f"conv{i}_norm_gamma"] = np.ones(WIDTH, np.float32)
         self.args[f"conv{i}_norm_beta"] = np.zeros(WIDTH, np.float32)
         n = self.op(self.sym.LayerNorm, c, axis=1, name=f"conv{i}_norm")
-        return self.op(self.sym.reshape, n, shape=(0, -1), name=f"conv{i}_flat"), f"conv{i}"
+        return self.op(self.sym.reshape, n, shape=(0, -1), name=f"conv{i}_flat"), f"conv{i}", None
 
     def plain(self, h, i: int, culprit: bool):
-        return self.fc(h, f"fc{i}", _orthogonal(self.rng, WIDTH)), f"fc{i}"
-
-    def around(self, h, out, i: int):
-        """The DAG's second path: the lower half from ``h`` by another orthogonal map."""
-        top = self.op(self.sym.slice_axis, out, axis=1, begin=0, end=WIDTH // 2, name=f"path{i}_top")
-        low = self.fc(h, f"path{i}_low", _orthogonal(self.rng, WIDTH)[WIDTH // 2:])
-        return self.op(self.sym.Concat, top, low, dim=1, name=f"path{i}_join")
+        return self.fc(h, f"fc{i}", _orthogonal(self.rng, WIDTH)), f"fc{i}", None
 
 
 def compose(blocks: Sequence[tuple[str, bool]], shape: str = "chain", seed: int = 0,
             n: int | None = None) -> Planted:
     """A graph of the given blocks in order (``(kind, culprit)``: a kind of ``KINDS`` or
     ``'plain'``; a culprit of it, or its look-alike), padded with identities to ``n`` op
-    nodes when given; the output reshaped to 3-D (the error bound alone judges)."""
-    if shape not in ("chain", "dag"):
-        raise ValueError(f"shape must be 'chain' or 'dag', got {shape!r}")
+    nodes when given; the output reshaped to 3-D (the error bound alone judges). In a DAG
+    the second path around each block draws its own orthogonal map."""
+    check_shape(shape)
     net = _Blocks(seed)
-    h = net.sym.var("data")
-    culprits = []
-    for i, (kind, culprit) in enumerate(blocks):
-        culprit = culprit and kind != "plain"   # a plain layer has no culprit form
-        out, name = getattr(net, kind)(h, i, culprit)
-        if culprit:
-            culprits.append(name)
-        h = net.around(h, out, i) if shape == "dag" else out
-    for i in range((n or 0) - 1 - net.ops):   # exactly n op nodes: copies (exact in float16)
-        h = net.op(net.sym.identity, h, name=f"copy{i}")
-    out = net.op(net.sym.reshape, h, shape=(0, 4, -1), name="out")
-    sample = net.rng.uniform(-1, 1, (BATCH, WIDTH)).astype(np.float32)
-    import mxnet as mx
-    args = {k: mx.nd.array(v) for k, v in net.args.items()}
-    auxs = {k: mx.nd.array(v) for k, v in net.auxs.items()}
-    return Planted(out, args, sample, tuple(culprits), net.ops, auxs)
+    # a plain layer has no culprit form
+    h, made = net.build([(kind, culprit and kind != "plain") for kind, culprit in blocks], shape)
+    sym, args, sample, auxs = net.finish(h, n)
+    return Planted(sym, args, sample, tuple(name for name, _, culprit in made if culprit),
+                   net.ops, auxs)
 
 
 def planted_attrib(n: int, k: int, shape: str = "chain", seed: int = 0) -> Planted:
@@ -149,20 +112,8 @@ def planted_attrib(n: int, k: int, shape: str = "chain", seed: int = 0) -> Plant
     ``k`` culprits of the kinds in ``KINDS``, in turn, at random blocks (``seed``); the
     other blocks are look-alikes of each kind and plain layers, in turn."""
     rng = np.random.RandomState(seed)
-    extra = _DAG_OPS if shape == "dag" else 0
-    per_block = sum(_OPS[kind] + extra for kind in _LOOKALIKES) / len(_LOOKALIKES)
-    count = max(k + 1, int((n - 1) / per_block))
+    extra = check_shape(shape)
+    count = block_count(n, k, _LOOKALIKES, _OPS, extra)
     at = sorted(rng.choice(np.arange(count), size=k, replace=False).tolist())
     kinds = {b: KINDS[j % len(KINDS)] for j, b in enumerate(at)}
-    blocks: list[tuple[str, bool]] = []
-    used = 0
-    for i in range(count):
-        kind = kinds.get(i, _LOOKALIKES[i % len(_LOOKALIKES)])
-        left = n - 1 - used - sum(_OPS[kinds[j]] + extra for j in kinds if j > i)
-        if i not in kinds and _OPS[kind] + extra > left:
-            kind = "plain"
-        if i not in kinds and _OPS[kind] + extra > left:
-            continue   # no room: the culprits after it still come (N grows past n for large k)
-        blocks.append((kind, i in kinds))
-        used += _OPS[kind] + extra
-    return compose(blocks, shape, seed, n)
+    return compose(plan(count, kinds, _LOOKALIKES, _OPS, extra, n, skip=True), shape, seed, n)

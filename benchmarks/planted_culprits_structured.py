@@ -43,10 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from _planted import BATCH, WIDTH, Net, block_count, check_shape, orthogonal as _orthogonal, plan
 from planted_culprits import Planted
 
-WIDTH = 16
-BATCH = 4
 LARGE = 2048.0
 KINDS = ("paired", "batchnorm", "dynamic", "accumulation")
 _LOOKALIKES = ("paired", "plain", "paired", "batchnorm", "paired", "dynamic", "accumulation")
@@ -58,30 +57,9 @@ TILES = 128
 PATTERN = 8.0
 
 
-def _orthogonal(rng: np.random.RandomState, n: int) -> np.ndarray:
-    q, r = np.linalg.qr(rng.randn(n, n))
-    return (q * np.sign(np.diag(r))).astype(np.float32)
-
-
-class _Builder:
-    def __init__(self, seed: int) -> None:
-        import mxnet as mx
-        self.sym, self.rng = mx.sym, np.random.RandomState(seed)
-        self.args: dict = {}
-        self.auxs: dict = {}
-        self.ops = 0
-        self.culprits: list[str] = []
-
-    def op(self, fn, *args, **kwargs):
-        self.ops += 1
-        return fn(*args, **kwargs)
-
+class _Builder(Net):
     def fc(self, x, name: str, weight: np.ndarray, bias: np.ndarray | None = None):
-        self.args[f"{name}_weight"] = weight.astype(np.float32)
-        if bias is not None:
-            self.args[f"{name}_bias"] = bias.astype(np.float32)
-        return self.op(self.sym.FullyConnected, x, num_hidden=weight.shape[0], name=name,
-                       no_bias=bias is None)
+        return self.dense(x, name, weight, bias, no_bias=bias is None)
 
     def paired(self, h, i: int, culprit: bool):
         r = _orthogonal(self.rng, WIDTH)
@@ -144,40 +122,16 @@ class _Builder:
 def planted_structured(n: int, k: int, shape: str = "chain", seed: int = 0) -> Planted:
     """A ``shape`` graph (``'chain'`` or ``'dag'``) of about ``n`` op nodes (exactly, padded
     with identities) with ``k`` culprits of the kinds in ``KINDS``, in turn, at random
-    blocks (``seed``)."""
-    if shape not in ("chain", "dag"):
-        raise ValueError(f"shape must be 'chain' or 'dag', got {shape!r}")
+    blocks (``seed``). In a DAG the second path around each block recomputes the output's
+    lower half from the block's input by the block's own float32 map, so the two paths
+    together are that map (orthogonal: norms kept over thousands of blocks; a residual sum,
+    even renormalised, let the signal or a culprit's error fade)."""
+    extra = check_shape(shape)
     net = _Builder(seed)
-    extra = 0 if shape == "chain" else 3
-    per_block = sum(_OPS[kind] + extra for kind in _LOOKALIKES) / len(_LOOKALIKES)
-    blocks = max(k + 1, int((n - 1) / per_block))
+    blocks = block_count(n, k, _LOOKALIKES, _OPS, extra)
     at = sorted(net.rng.choice(np.arange(blocks), size=k, replace=False).tolist())
     kinds = {b: KINDS[j % len(KINDS)] for j, b in enumerate(at)}
-    h = net.sym.var("data")
-    for i in range(blocks):
-        budget = n - 1 - net.ops
-        kind = kinds.get(i, _LOOKALIKES[i % len(_LOOKALIKES)])
-        if i not in kinds and _OPS[kind] + extra > budget - sum(
-                _OPS[kinds[j]] + extra for j in kinds if j > i):
-            kind = "plain"
-        out, name, linear = getattr(net, kind)(h, i, i in kinds)
-        if i in kinds:
-            net.culprits.append(name)
-        if shape == "dag":
-            # a second path around the block: the output's lower half recomputed from the
-            # block's input by the block's own float32 map, so the two paths together are
-            # that map (orthogonal: norms kept over thousands of blocks; a residual sum,
-            # even renormalised, let the signal or a culprit's error fade)
-            top = net.op(net.sym.slice_axis, out, axis=1, begin=0, end=WIDTH // 2,
-                         name=f"path{i}_top")
-            low = net.fc(h, f"path{i}_low", linear[WIDTH // 2:])
-            out = net.op(net.sym.Concat, top, low, dim=1, name=f"path{i}_join")
-        h = out
-    for i in range(n - 1 - net.ops):   # exactly n op nodes: copies (exact in float16)
-        h = net.op(net.sym.identity, h, name=f"copy{i}")
-    out = net.op(net.sym.reshape, h, shape=(0, 4, -1), name="out")
-    sample = net.rng.uniform(-1, 1, (BATCH, WIDTH)).astype(np.float32)
-    import mxnet as mx
-    args = {k_: mx.nd.array(v) for k_, v in net.args.items()}
-    auxs = {k_: mx.nd.array(v) for k_, v in net.auxs.items()}
-    return Planted(out, args, sample, tuple(net.culprits), net.ops, auxs)
+    h, made = net.build(plan(blocks, kinds, _LOOKALIKES, _OPS, extra, n), shape)
+    sym, args, sample, auxs = net.finish(h, n)
+    return Planted(sym, args, sample, tuple(name for name, _, culprit in made if culprit),
+                   net.ops, auxs)

@@ -27,36 +27,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from _planted import BATCH, WIDTH, Net, block_count, check_shape, orthogonal as _orthogonal, plan
 from planted_culprits import Planted
 
-WIDTH = 16
-BATCH = 4
 LARGE = 1024.0
 BIG = 2.0 ** 18
 _OPS = {"paired": 6, "overflow": 3, "plain": 1}
 _LOOKALIKES = ("paired", "plain", "paired", "plain", "paired")
 
 
-def _orthogonal(rng: np.random.RandomState, n: int) -> np.ndarray:
-    q, r = np.linalg.qr(rng.randn(n, n))
-    return (q * np.sign(np.diag(r))).astype(np.float32)
-
-
-class _Net:
-    def __init__(self, seed: int) -> None:
-        import mxnet as mx
-        self.sym, self.rng = mx.sym, np.random.RandomState(seed)
-        self.args: dict = {}
-        self.ops = 0
-
-    def op(self, fn, *args, **kwargs):
-        self.ops += 1
-        return fn(*args, **kwargs)
-
-    def fc(self, x, name: str, weight: np.ndarray):
-        self.args[f"{name}_weight"] = weight.astype(np.float32)
-        return self.op(self.sym.FullyConnected, x, num_hidden=weight.shape[0], name=name,
-                       no_bias=True)
+class _Net(Net):
+    def fc(self, x, name: str, weight: np.ndarray, bias: None = None):
+        return self.dense(x, name, weight, no_bias=True)
 
     def paired(self, h, i: int, culprit: bool):
         q, r = _orthogonal(self.rng, WIDTH), _orthogonal(self.rng, WIDTH)
@@ -84,35 +66,14 @@ def planted_paired(n: int, k: int, shape: str = "chain", seed: int = 0, overflow
     """A ``shape`` graph (``'chain'`` or ``'dag'``) of exactly ``n`` op nodes with ``k``
     paired-channel accuracy culprits and ``overflow`` overflow culprits at random blocks
     (``seed``); ``culprits`` lists both kinds (the accuracy ones first)."""
-    if shape not in ("chain", "dag"):
-        raise ValueError(f"shape must be 'chain' or 'dag', got {shape!r}")
+    extra = check_shape(shape)
     net = _Net(seed)
-    extra = 0 if shape == "chain" else 3
-    per_block = sum(_OPS[kind] + extra for kind in _LOOKALIKES) / len(_LOOKALIKES)
-    blocks = max(k + overflow + 1, int((n - 1) / per_block))
+    blocks = block_count(n, k + overflow, _LOOKALIKES, _OPS, extra)
     at = net.rng.choice(np.arange(blocks), size=k + overflow, replace=False).tolist()
     kinds = {b: ("paired" if j < k else "overflow") for j, b in enumerate(at)}
-    accuracy: list[str] = []
-    ranges: list[str] = []
-    h = net.sym.var("data")
-    for i in range(blocks):
-        kind = kinds.get(i, _LOOKALIKES[i % len(_LOOKALIKES)])
-        reserved = sum(_OPS[kinds[j]] + extra for j in kinds if j > i)
-        if i not in kinds and _OPS[kind] + extra > n - 1 - net.ops - reserved:
-            kind = "plain"
-        out, name, linear = getattr(net, kind)(h, i, i in kinds)
-        if i in kinds:
-            (accuracy if kind == "paired" else ranges).append(name)
-        if shape == "dag":
-            top = net.op(net.sym.slice_axis, out, axis=1, begin=0, end=WIDTH // 2,
-                         name=f"path{i}_top")
-            low = net.fc(h, f"path{i}_low", linear[WIDTH // 2:])
-            out = net.op(net.sym.Concat, top, low, dim=1, name=f"path{i}_join")
-        h = out
-    for i in range(n - 1 - net.ops):   # exactly n op nodes: copies (exact in float16)
-        h = net.op(net.sym.identity, h, name=f"copy{i}")
-    out = net.op(net.sym.reshape, h, shape=(0, 4, -1), name="out")
-    sample = net.rng.uniform(-1, 1, (BATCH, WIDTH)).astype(np.float32)
-    import mxnet as mx
-    args = {name: mx.nd.array(v) for name, v in net.args.items()}
-    return Planted(out, args, sample, tuple(accuracy + ranges), net.ops)
+    h, made = net.build(plan(blocks, kinds, _LOOKALIKES, _OPS, extra, n), shape)
+    sym, args, sample, _ = net.finish(h, n)
+    culprits = [(name, kind) for name, kind, culprit in made if culprit]
+    return Planted(sym, args, sample, tuple([name for name, kind in culprits if kind == "paired"]
+                                            + [name for name, kind in culprits if kind != "paired"]),
+                   net.ops)

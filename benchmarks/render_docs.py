@@ -189,7 +189,7 @@ PATH_NOTES = {
 
 
 def cpu_inference_paths(data) -> list[str]:
-    notes = ["oneDNN allowed to use AMX (`mxnet_amp.hardware.enable_amx()`, `--amx`)."
+    notes = ["oneDNN allowed to use AMX (`mxnet_amp.mx.hardware.enable_amx()`, `--amx`)."
              if data.get("amx_enabled") else "oneDNN's default ISA (no AMX)."]
     if data.get("ours_fp32_ops"):
         notes.append(f"Our conversions with `fp32_ops={data['ours_fp32_ops']}`.")

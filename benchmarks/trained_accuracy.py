@@ -36,7 +36,7 @@ SAMPLE = 64
 
 
 def execution(dtype: str) -> str:
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     return "native" if dtype == "bfloat16" and bf16_runs_natively() else "emulated"
 
 

@@ -107,7 +107,7 @@ def paths(dtype: str) -> tuple[str, ...]:
     where onnx and onnxruntime are installed, exported to ONNX (``mxnet_amp.export_onnx``)
     and run in onnxruntime's CPU execution provider in float16; bfloat16 emulated, and
     natively through Module (fused) and SymbolBlock (unfused) where this CPU runs bfloat16."""
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     if dtype == "float16":
         return ("emulated", "onnx") if _onnxruntime() else ("emulated",)
     return ("emulated", "module", "symbolblock") if bf16_runs_natively() else ("emulated",)

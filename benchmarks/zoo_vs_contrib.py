@@ -190,7 +190,7 @@ def main(argv=None) -> int:
         opts.sweep = os.path.join(DOCS, "zoo_sweep_bf16.json")
     if not (opts.models or opts.quick or opts.sweep):
         ap.error("--dtype float16 needs --sweep (a float16 sweep JSON) or --models")
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     models = opts.models or (["cifar_resnet20_v1"] if opts.quick
                              else models_above(opts.sweep, opts.factor, opts.dtype))
     env = C.environment()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Callable, NoReturn
 
-from . import hardware  # noqa: F401  (the docs call mxnet_amp.hardware.bf16_runs_natively())
 from .auto.api import auto_convert_block, auto_convert_model
 from .bucketing import convert_bucketing_module
 from .checkpoint import convert_checkpoint, load_checkpoint
@@ -22,10 +21,11 @@ from .errors import (AlreadyConvertedError, AMPError, ArgumentError, CheckpointE
                      UnknownOpError)
 from .gluon.adapter import convert_block, convert_hybrid_block, emulate_block
 from .gluon.model import export_block
-from .io import save_checkpoint
+from .mx import hardware  # noqa: F401  (the docs call mxnet_amp.hardware.bf16_runs_natively())
+from .mx.io import save_checkpoint
+from .mx.registry import op_input_names
 from .onnx.export import OnnxExport, export_onnx
 from .policy_load import load_policy
-from .registry import op_input_names
 
 __all__ = [
     "convert_symbol", "convert_model", "convert_hybrid_block", "convert_block",

@@ -14,10 +14,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .convert import convert_graph, convert_model_full
-from .dtypes import array_dtype
 from .errors import ArgumentError, GraphError, ParamError
-from .hardware import warn_not_native
-from .io import graph_from_symbol
+from .ir.dtypes import array_dtype
+from .mx.hardware import warn_not_native
+from .mx.io import graph_from_symbol
 from .options import ConvertOptions, OpLists, make_options
 from .pipeline import fold_model
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.module import BucketingModule
     from mxnet.symbol import Symbol
 
-    from .graph import Graph
+    from .ir.graph import Graph
 
 __all__ = ["convert_bucketing_module"]
 

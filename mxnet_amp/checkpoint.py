@@ -11,26 +11,26 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
-from .arguments import check_bool, check_names, check_optional_bool, check_path
 from .convert import convert_with_params
-from .record import Conversion
-from .dtypes import LOW_PRECISION, array_dtype, array_nbytes
 from .errors import FusionError, ParamError, StrippedCastsError
-from .fused import check_fused_for
-from .hardware import HardwareWarning, warn_not_native
-from .io import (existing_checkpoint_files, graph_from_symbol, load_checkpoint as read_checkpoint,
-                 save_checkpoint)
-from .options import ConvertOptions, OpLists, make_options, name_list
-from .params import check_data_names, check_params, default_data_names, label_inputs, with_labels
-from .paths import check_outputs, checkpoint_files, refuse_stream_prefix
-from .progress import byte_bar
+from .files.paths import check_outputs, checkpoint_files, refuse_stream_prefix
+from .files.progress import byte_bar
+from .ir.dtypes import LOW_PRECISION, array_dtype, array_nbytes
+from .mx.arguments import check_bool, check_names, check_optional_bool, check_path, name_list
+from .mx.fused import check_fused_for
+from .mx.hardware import HardwareWarning, warn_not_native
+from .mx.io import (existing_checkpoint_files, graph_from_symbol, load_checkpoint as read_checkpoint,
+                    save_checkpoint)
+from .mx.params import check_data_names, check_params, default_data_names, label_inputs, with_labels
+from .options import ConvertOptions, OpLists, make_options
+from .record import Conversion
 from .shape_check.check import check_param_shapes
 from .stripped_casts import restore_casts as restore_casts_of, stripped_dtype, stripped_message
 
 if TYPE_CHECKING:
     from mxnet.symbol import Symbol
 
-    from .graph import Graph
+    from .ir.graph import Graph
 
 __all__ = ["convert_checkpoint", "load_checkpoint", "restoring_load", "ConvertedCheckpoint", "LoadedCheckpoint"]
 
@@ -234,13 +234,13 @@ def restoring_load(prefix: str, epoch: int, restore_casts: bool = True,
 
 
 def checkpoint_inputs(prefix: str, epoch: int) -> list[tuple[str, str]]:
-    """The files of an input checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`."""
+    """The files of an input checkpoint, labelled for :func:`mxnet_amp.files.paths.check_outputs`."""
     sym_file, params_file = checkpoint_files(prefix, epoch)
     return [("input symbol file", sym_file), ("input params file", params_file)]
 
 
 def checkpoint_outputs(prefix: str, epoch: int, what: str = "epoch") -> list[tuple[str, str]]:
-    """The files of an output checkpoint, labelled for :func:`mxnet_amp.paths.check_outputs`;
+    """The files of an output checkpoint, labelled for :func:`mxnet_amp.files.paths.check_outputs`;
     :class:`OutputPathError` for a prefix meaning standard output (``-``)."""
     refuse_stream_prefix(prefix)
     sym_file, params_file = checkpoint_files(prefix, epoch, what)

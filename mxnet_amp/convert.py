@@ -16,29 +16,29 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from .arguments import check_names, check_symbol, param_dict
-from .dtypes import LOW_PRECISION, array_dtype, dtype_name, dtype_of_code
 from .errors import AlreadyConvertedError, GraphError
-from .gcpause import gc_paused
-from .graph import Graph
-from .hardware import warn_amx_off, warn_not_native
-from .io import graph_from_symbol
-from .options import ConvertOptions, OpLists, make_options, name_list
-from .params import (check_params, default_data_names, label_inputs, model_inputs, recast_params,
-                     with_labels)
+from .ir.dtypes import LOW_PRECISION, array_dtype, dtype_name, dtype_of_code
+from .ir.gcpause import gc_paused
+from .ir.graph import Graph
+from .mx.arguments import check_names, check_symbol, name_list, param_dict
+from .mx.hardware import warn_amx_off, warn_not_native
+from .mx.io import graph_from_symbol
+from .mx.params import (check_params, default_data_names, label_inputs, model_inputs, recast_params,
+                        with_labels)
+from .options import ConvertOptions, OpLists, make_options
 from .passes.insert_casts import refuse_converted
 from .passes.kernel import GraphPass, PassResult, run_passes
 from .pipeline import ORDER, TUNE, Prepared, convert_passes, prepare_passes
 from .record import Conversion, input_figures
 from .shape_check.check import check_param_shapes
 from .shape_check.messages import input_shapes
-from .tune import check_tuned_model, tune_policy
+from .tune.timing import check_tuned_model, tune_policy
 from .warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
-    from .tuning import Tuning
+    from .tune.tuning import Tuning
 
 __all__ = ["convert_symbol", "convert_model", "convert_graph", "convert_model_full",
            "convert_with_params", "ConvertedParams", "ConvertedModel"]
@@ -268,7 +268,7 @@ class ConvertedModel(NamedTuple):
 
 
 class _Tune(GraphPass[Prepared]):
-    """The timed kernel choice (:func:`mxnet_amp.tune.tune_policy`) as a step before the
+    """The timed kernel choice (:func:`mxnet_amp.tune.timing.tune_policy`) as a step before the
     conversion: options in, options out; it converts nothing (the whole-model check runs
     after the conversion, :func:`_checked_tuning`)."""
 
@@ -291,7 +291,7 @@ def _checked_tuning(tuned: Conversion, prepared: Prepared, tuning: Tuning, param
                     data_shapes: Mapping[str, Sequence[int]] | None,
                     convert: Callable[[ConvertOptions], Conversion]) -> Conversion:
     """The conversion after the timed choice's whole-model check
-    (:func:`mxnet_amp.tune.check_tuned_model`): the graph converted under the options before
+    (:func:`mxnet_amp.tune.timing.check_tuned_model`): the graph converted under the options before
     the choice too (``convert(options)``), both models timed with their params cast; the
     untuned conversion where the tuned model is slower beyond the noise. Its ``tuning``
     says so."""
@@ -372,9 +372,9 @@ def convert_model(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
         oneDNN fusion otherwise folds them in bf16, 2-19x less accurate. False keeps them.
     strict_params, guard_weight_range : bool, default False, True
         Params the symbol does not read raise :class:`ParamError` (default: a warning);
-        float16: readers of a weight float16 cannot hold stay float32 (:mod:`~mxnet_amp.weight_range`).
-    tune : None, bool, str or mxnet_amp.tune.Tuning, default None
-        bfloat16: keep float32 each kernel timed slower in bfloat16 here (:mod:`mxnet_amp.tune`).
+        float16: readers of a weight float16 cannot hold stay float32 (:mod:`~mxnet_amp.passes.weight_range`).
+    tune : None, bool, str or mxnet_amp.tune.tuning.Tuning, default None
+        bfloat16: keep float32 each kernel timed slower in bfloat16 here (:mod:`mxnet_amp.tune.timing`).
 
     Returns
     -------

@@ -44,13 +44,13 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Mapping
 
-from .arguments import check_bool, check_dtype_map, check_symbol, param_dict
-from .dtypes import LOW_PRECISION, array_dtype
 from .errors import ArgumentError, ParamError, StrippedCastsError, TargetDtypeError
-from .graph import Entry
-from .io import graph_from_symbol, graph_to_symbol
+from .ir.dtypes import LOW_PRECISION, array_dtype
+from .ir.graph import Entry
 from .kernels.build import kernel_state
-from .params import cast_array
+from .mx.arguments import check_bool, check_dtype_map, check_symbol, param_dict
+from .mx.io import graph_from_symbol, graph_to_symbol
+from .mx.params import cast_array
 from .passes.emulate import EmulateGraph, check_rounding, emulate_graph
 from .passes.fold_param_casts import fold_param_casts
 from .passes.round_kernels import RoundWithKernels
@@ -62,7 +62,7 @@ if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
     from .record import Conversion
-    from .graph import Graph
+    from .ir.graph import Graph
 
 __all__ = ["emulate", "emulate_model", "emulate_conversion", "round_array", "round_numpy",
            "round_weights_once", "with_kernels", "rounding_note"]

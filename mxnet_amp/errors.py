@@ -71,7 +71,7 @@ class GraphError(AMPError, ValueError):
 
 
 class GraphCheckError(GraphError):
-    """A graph breaks an invariant every pass keeps (:func:`mxnet_amp.verify.verify_graph`):
+    """A graph breaks an invariant every pass keeps (:func:`mxnet_amp.ir.verify.verify_graph`):
     the message names the node and shows the nodes around it."""
 
 
@@ -220,7 +220,7 @@ class HardwareError(AMPError, RuntimeError):
     """This machine cannot execute the model's dtype (a bfloat16 model on a CPU whose oneDNN
     has no bfloat16 kernels, float16 without a GPU): raised at a converted block's first call,
     instead of MXNet's "could not create a primitive descriptor iterator", and where native
-    execution is asked for. The message is :func:`mxnet_amp.hardware.native_note`'s: the CPU
+    execution is asked for. The message is :func:`mxnet_amp.mx.hardware.native_note`'s: the CPU
     feature missing, where the model runs, how to check it here. ``target_dtype`` names the
     dtype (None where not given)."""
 

@@ -11,27 +11,19 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from .arguments import check_bool, check_names
 from .errors import ArgumentError, GraphError
+from .mx.arguments import check_bool, check_names
 from .policy import OpPolicy, Reason, slow_kernel_nodes
 from .policy_load import load_policy
-from .tuning import Tuning, make_tuning
+from .tune.tuning import Tuning, make_tuning
 
 if TYPE_CHECKING:
-    from .graph import Graph
+    from .ir.graph import Graph
 
-__all__ = ["ConvertOptions", "OpLists", "make_options", "name_list", "EXCLUDED_REASON"]
+__all__ = ["ConvertOptions", "OpLists", "make_options", "EXCLUDED_REASON"]
 
 # the reason of a node the caller keeps in float32 by name (what marks it the user's)
 EXCLUDED_REASON = Reason("excluded by name (excluded_sym_names / --exclude)", "user exclusion")
-
-
-def name_list(names: str | Iterable[str] | None) -> list[str] | None:
-    """``names`` as a list of names; a string is one name, not a list of its letters (as
-    users pass ``data_names='data'`` or ``excluded_sym_names='fc1'``). None stays None."""
-    if names is None:
-        return None
-    return [names] if isinstance(names, str) else list(names)
 
 
 @dataclass(frozen=True)
@@ -59,13 +51,13 @@ class ConvertOptions:
         instead of a warning naming them.
     guard_weight_range : bool
         float16 only: keep the readers of a weight float16 cannot hold (inf, or mostly
-        flushed to 0: :mod:`mxnet_amp.weight_range`) in float32; False converts them anyway,
+        flushed to 0: :mod:`mxnet_amp.passes.weight_range`) in float32; False converts them anyway,
         with a warning naming the weight.
     tuning : Tuning or None
         Time each low precision kernel on this machine first (``tune=``,
-        :mod:`mxnet_amp.tune`); None: the lists decide alone.
+        :mod:`mxnet_amp.tune.timing`); None: the lists decide alone.
     timed_nodes : frozenset of str
-        The nodes whose kernels ``tune=`` timed (:func:`mxnet_amp.tune.with_timings`): their
+        The nodes whose kernels ``tune=`` timed (:func:`mxnet_amp.tune.timing.with_timings`): their
         timings replace the ``[[slow_kernel]]`` rule (those timed slower are in
         :attr:`fp32_nodes`, with both times as their reason).
     """
@@ -168,7 +160,7 @@ def make_options(target_dtype: str = "float16", lists: OpLists = _NO_LISTS, *,
     cast_optional_params, fold_batchnorm, strict_params, guard_weight_range : bool
         As in :func:`mxnet_amp.convert_model`.
     tune : None, bool, str or Tuning
-        As in :func:`mxnet_amp.convert_model` (:func:`mxnet_amp.tuning.make_tuning`).
+        As in :func:`mxnet_amp.convert_model` (:func:`mxnet_amp.tune.tuning.make_tuning`).
 
     Returns
     -------

@@ -11,7 +11,7 @@ With params (:func:`~mxnet_amp.convert.convert_with_params`), :func:`prepare_pas
 1. ``fold_batchnorm`` (:class:`FoldModel`, where the options ask): BatchNorms folded;
 2. ``guard_weight_range`` (:class:`GuardWeightRange`): float16's out of range weights'
    readers kept float32;
-3. ``tune`` (where ``tune=`` asks; :mod:`mxnet_amp.tune`): kernels timed, the slower ones
+3. ``tune`` (where ``tune=`` asks; :mod:`mxnet_amp.tune.timing`): kernels timed, the slower ones
    kept float32.
 
 Then the conversion itself (:func:`conversion_passes`, run by :func:`convert_passes`, which
@@ -33,23 +33,23 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .dtypes import is_float
 from .errors import InferenceFailed, ParamError, TypeInferenceError
-from .graph import Entry, Graph
-from .io import graph_to_symbol
+from .ir.dtypes import is_float
+from .ir.graph import Entry, Graph
+from .mx.io import graph_to_symbol
+from .mx.optypes import OpTypes
+from .mx.registry import infer_types
 from .options import ConvertOptions
-from .optypes import OpTypes
 from .passes.fold_batchnorm import FoldBatchnorm, fold_batchnorm as fold_batchnorm_pass
 from .passes.fusion_barriers import InsertFusionBarriers, insert_fusion_barriers
 from .passes.insert_casts import FUSION_BARRIER, CastResult, InsertCasts, insert_casts
 from .passes.kernel import GraphPass, PassResult, run_passes, this_before_that
 from .passes.onednn_reshapes import blocked_reshapes
 from .passes.tag_param_dtypes import TagParamDtypes
+from .passes.weight_range import out_of_range_weights, readers_kept
 from .policy import warn_unlisted
 from .record import Conversion, ParamRecord, stored_why
-from .registry import infer_types
 from .warn import warn_user
-from .weight_range import out_of_range_weights, readers_kept
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
@@ -72,7 +72,7 @@ class Prepared:
     # (BatchNorm, producer) folded and (BatchNorm, why) kept by folding
     folded: tuple[tuple[str, str], ...] = ()
     kept: tuple[tuple[str, str], ...] = ()
-    # what tune= timed and chose (mxnet_amp.tune.TuneRecord), None without tune, and the
+    # what tune= timed and chose (mxnet_amp.tune.timing.TuneRecord), None without tune, and the
     # options before it chose (the whole-model check after the conversion converts them too)
     tuning: Any = None
     untuned: ConvertOptions | None = None
@@ -241,7 +241,7 @@ def _cast_result(previous: PassResult[Any]) -> CastResult:
     return previous.decided
 
 
-# the name of the timed choice's step (convert._Tune, which runs mxnet_amp.tune)
+# the name of the timed choice's step (convert._Tune, which runs mxnet_amp.tune.timing)
 TUNE = "tune"
 # the order every list of these passes keeps, declared (torch.fx's
 # this_before_that_pass_constraint) and checked by run_passes
@@ -384,7 +384,7 @@ def fold_model(graph: Graph, arg_params: Mapping, aux_params: Mapping,
 
 def range_kept(graph: Graph, arg_params: Mapping, aux_params: Mapping,
                options: ConvertOptions) -> dict[str, str]:
-    """The readers of the weights float16 cannot hold (:mod:`mxnet_amp.weight_range`), to
+    """The readers of the weights float16 cannot hold (:mod:`mxnet_amp.passes.weight_range`), to
     keep in float32 with the reason; with ``guard_weight_range`` off, none, and a warning
     naming the weights."""
     found = out_of_range_weights({**arg_params, **aux_params}, options.target_dtype)

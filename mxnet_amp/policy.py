@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple
 
-from .dtypes import dtype_name
+from .ir.dtypes import dtype_name
 from .warn import warn_user
 
 if TYPE_CHECKING:
-    from .graph import Graph
+    from .ir.graph import Graph
 
 __all__ = ["Category", "Decision", "OpPolicy", "SlowKernel", "SUPPORTED_TARGET_DTYPES",
            "check_target_dtype", "slow_kernel_nodes", "warn_unlisted", "Reason", "REASON_KINDS",
@@ -248,7 +248,7 @@ def slow_kernel_nodes(graph: Graph, policy: OpPolicy,
     policy : OpPolicy
         Its ``slow_kernels`` are the rules; a node counts only if its op is a target op.
     timed : iterable of str
-        Nodes whose kernels ``tune=`` timed: their timings decide instead (:mod:`mxnet_amp.tune`).
+        Nodes whose kernels ``tune=`` timed: their timings decide instead (:mod:`mxnet_amp.tune.timing`).
 
     Returns
     -------

@@ -16,8 +16,8 @@ from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
 from .errors import ArgumentError, ListError, UnknownOpError
+from .mx.registry import op_signature, registry_op_names
 from .policy import Category, OpPolicy, SlowKernel, check_target_dtype
-from .registry import op_signature, registry_op_names
 
 __all__ = ["load_policy", "lists_dir", "OVERRIDE_MODES"]
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from .dtypes import array_dtype, array_nbytes
-from .graph import Graph
-from .params import recast_params
+from .ir.dtypes import array_dtype, array_nbytes
+from .ir.graph import Graph
+from .mx.params import recast_params
 from .passes.insert_casts import CastResult
 from .policy import OpPolicy
 
@@ -79,7 +79,7 @@ class Conversion:
     # (Convolution name, its readers behind an identity amp_cast) where MXNet's oneDNN
     # fusion would hand other readers the fused output (passes/fusion_barriers.py)
     fusion_barriers: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # what tune= timed and chose (mxnet_amp.tune.TuneRecord); None without tune
+    # what tune= timed and chose (mxnet_amp.tune.timing.TuneRecord); None without tune
     tuning: Any = None
 
     @property
@@ -123,7 +123,7 @@ class Conversion:
                each: Callable[[str, Any, Any], None] | None = None) -> tuple[dict, dict]:
         """The arg and aux params cast to their :attr:`ParamRecord.bound` dtypes (arrays
         already right, and params the record lacks, kept): every caller's one way to cast
-        params to a conversion's dtypes (:func:`mxnet_amp.params.recast_params`, which
+        params to a conversion's dtypes (:func:`mxnet_amp.mx.params.recast_params`, which
         says what ``current``, ``sequential``, ``in_place`` and ``each`` do)."""
         return (recast_params(arg_params, self.arg_dtypes, current, sequential, in_place=in_place, each=each),
                 recast_params(aux_params, self.aux_dtypes, current, sequential, in_place=in_place, each=each))

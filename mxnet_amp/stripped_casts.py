@@ -21,12 +21,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from .convert import convert_graph
-from .dtypes import LOW_PRECISION, dtype_of_code
 from .errors import InferenceFailed, StrippedCastsError
-from .graph import Graph
+from .ir.dtypes import LOW_PRECISION, dtype_of_code
+from .ir.graph import Graph
+from .mx.registry import infer_types
 from .options import OpLists, make_options
 from .passes.strip_casts import strip_casts
-from .registry import infer_types
 
 if TYPE_CHECKING:
     from mxnet.symbol import Symbol

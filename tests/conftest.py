@@ -8,8 +8,8 @@ import pytest
 
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
-# the AMX note (mxnet_amp.hardware.amx_off_note) would otherwise warn in every bf16 test on a
-# Xeon with AMX, where tests that turn warnings into errors run too; tests/test_hardware.py turns it on
+# the AMX note (mxnet_amp.mx.hardware.amx_off_note) would otherwise warn in every bf16 test on a
+# Xeon with AMX, where tests that turn warnings into errors run too; tests/mx/test_hardware.py turns it on
 os.environ.setdefault("MXNET_AMP_NO_AMX_NOTE", "1")
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
@@ -19,7 +19,7 @@ def pytest_configure(config):
 
 
 def _bf16_mode() -> str:
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     return "native" if bf16_runs_natively() else "emulated"
 
 
@@ -77,7 +77,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def native_bf16():
     """True where this CPU executes bf16 Convolution/FullyConnected (needs avx512)."""
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     return bf16_runs_natively()
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from mxnet_amp.bucketing import convert_bucketing_module
-from mxnet_amp.dtypes import array_dtype
 from mxnet_amp.errors import ArgumentError, ParamError
+from mxnet_amp.ir.dtypes import array_dtype
 
 VOCAB, HIDDEN, BATCH = 10, 8, 2
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from mxnet_amp.checkpoint import checkpoint_outputs, convert_checkpoint, load_checkpoint
-from mxnet_amp.dtypes import array_dtype
 from mxnet_amp.errors import OutputPathError, OverwriteError, StrippedCastsError
-from mxnet_amp.io import save_checkpoint
+from mxnet_amp.ir.dtypes import array_dtype
+from mxnet_amp.mx.io import save_checkpoint
 
 
 def _fp32_checkpoint(folder) -> str:

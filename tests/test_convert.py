@@ -12,8 +12,8 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.errors import AlreadyConvertedError, GraphError, UnknownOpError
-from mxnet_amp.graph import Entry
-from mxnet_amp.io import graph_from_symbol, symbol_json
+from mxnet_amp.ir.graph import Entry
+from mxnet_amp.mx.io import graph_from_symbol, symbol_json
 
 from helpers import (casts_into, graph_of, init_params, node, nodes_by_op, producer, rel_error, run,
                      run_low)
@@ -228,7 +228,7 @@ def test_follow_op_with_mixed_inputs_falls_back_to_widest(dtype):
     from mxnet_amp.options import ConvertOptions, make_options
     conv = convert_graph(graph_from_symbol(sym), ConvertOptions(policy))
     assert [n.op for n in conv.graph.nodes].count("amp_multicast") == 1
-    from mxnet_amp.io import graph_to_symbol
+    from mxnet_amp.mx.io import graph_to_symbol
     type_checks(graph_to_symbol(conv.graph))
 
 
@@ -359,7 +359,7 @@ def test_cast_optional_params_stores_weights_low_only_when_every_consumer_is_low
     out, new_args, new_aux = amp.convert_model(sym, args, auxs, target_dtype=dtype,
                                                target_dtype_ops=["FullyConnected"],
                                                fp32_ops=["exp"], cast_optional_params=True)
-    from mxnet_amp.dtypes import array_dtype
+    from mxnet_amp.ir.dtypes import array_dtype
     assert array_dtype(new_args["shared_weight"]) == "float32"
     assert array_dtype(new_args["fc2_weight"]) == dtype
     assert array_dtype(new_args["fc2_bias"]) == dtype

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.errors import TargetDtypeError
 from mxnet_amp.emulation import emulate, emulate_model, round_array, round_numpy
+from mxnet_amp.errors import TargetDtypeError
+from mxnet_amp.mx.io import symbol_json
+from mxnet_amp.mx.params import cast_array
 from mxnet_amp.options import OpLists, make_options
-from mxnet_amp.io import symbol_json
-from mxnet_amp.params import cast_array
 
 from helpers import gluoncv_resnet18
 
@@ -308,8 +308,8 @@ def test_unknown_rounding_is_refused():
 
 def _run_native(sym, args, x):
     """Outputs of a bf16 model run natively, widened to float32 by MXNet's own cast."""
-    from mxnet_amp.graph import Entry, Graph, Node
-    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    from mxnet_amp.ir.graph import Entry, Graph, Node
+    from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
     from types import MappingProxyType
     g = graph_from_symbol(sym)
     nodes = list(g.nodes)

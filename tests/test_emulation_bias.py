@@ -12,7 +12,7 @@ import pytest
 
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.emulation import emulate_model
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 
 pytestmark = [pytest.mark.filterwarnings("ignore:type inference leaves"),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import mxnet_amp as amp
-import mxnet_amp.optypes as optypes
+import mxnet_amp.mx.optypes as optypes
 import mxnet_amp.passes.emulate as emulate_pass
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.emulation import emulate_conversion, emulate_model

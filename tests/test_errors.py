@@ -12,13 +12,13 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.convert import convert_graph, convert_model_full
-from mxnet_amp.options import ConvertOptions, make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import (AlreadyConvertedError, AMPError, CheckpointError, GraphError,
                               ParamError, TargetDtypeError, TypeInferenceError, UnknownOpError)
-from mxnet_amp.io import graph_from_json, graph_from_symbol, load_checkpoint, save_checkpoint
-from mxnet_amp.shape_check.check import check_param_shapes
+from mxnet_amp.mx.io import graph_from_json, graph_from_symbol, load_checkpoint, save_checkpoint
+from mxnet_amp.options import ConvertOptions, make_options
 from mxnet_amp.policy_load import load_policy
+from mxnet_amp.shape_check.check import check_param_shapes
 
 RNG = np.random.RandomState(0)
 
@@ -289,7 +289,7 @@ def test_unlisted_op_stays_fp32_with_a_warning_naming_it():
 def test_listed_custom_op_gives_no_warning():
     """No warning about the listed custom op (the machine's HardwareWarning aside: on a CPU
     without native bfloat16 every conversion to it says so)."""
-    from mxnet_amp.hardware import HardwareWarning
+    from mxnet_amp.mx.hardware import HardwareWarning
     sym, args = _custom_model()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -414,7 +414,7 @@ import mxnet as mx
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.options import OpLists, make_options
 from mxnet_amp.emulation import emulate_model
-from mxnet_amp.registry import registry_op_names
+from mxnet_amp.mx.registry import registry_op_names
 
 registry_op_names()  # fill the registry cache before the load, as a real session would
 mx.library.load(sys.argv[1], False)
@@ -497,7 +497,9 @@ def test_every_error_lives_in_errors_and_is_an_amp_error():
     """DrawError, CLIError, InferenceFailed and GraphCheckError have one home, errors.py (no
     other module lists them: tests/house/test_imports.py checks every ``__all__``), and every
     class there is an AMPError."""
-    from mxnet_amp import errors, optypes, registry, verify
+    from mxnet_amp import errors
+    from mxnet_amp.mx import optypes, registry
+    from mxnet_amp.ir import verify
     from mxnet_amp.report import draw
     for module in (draw, optypes, registry, verify):
         assert not {"DrawError", "CLIError", "InferenceFailed", "GraphCheckError"} & set(module.__all__)

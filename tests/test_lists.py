@@ -29,7 +29,7 @@ CATEGORIES = ("target", "fp32", "widest", "follow")
 @lru_cache(maxsize=None)
 def op_info() -> dict[str, dict]:
     """name -> {'real': canonical name, 'inputs': [...], 'params': {name: type string}}."""
-    from mxnet_amp.registry import list_op_names, op_signature
+    from mxnet_amp.mx.registry import list_op_names, op_signature
     return {name: {"real": sig.name, "inputs": list(sig.inputs), "params": dict(sig.params)}
             for name, sig in ((n, op_signature(n)) for n in list_op_names())}
 
@@ -309,7 +309,7 @@ def _bf16_run(op_fn, mode: str):
     shape inference of the same call give a bfloat16 output of the float32 run's shape, and
     the float32 kernel runs on the bf16-rounded input (what the emulation computes)."""
     import mxnet as mx
-    from mxnet_amp.dtypes import bfloat16_np
+    from mxnet_amp.ir.dtypes import bfloat16_np
     from mxnet_amp.emulation import round_numpy
     values = np.array([[0.5, 1.0, 1.5], [2.0, 2.5, 3.0]], "float32")
     if mode == "native":
@@ -351,7 +351,7 @@ def test_bf16_bilinear_resize_is_fp32_because_its_kernel_rounds_every_step(nativ
     if not native_bf16:
         pytest.skip("this CPU cannot execute bf16 natively: the kernel's error is not measured")
     import mxnet as mx
-    from mxnet_amp.dtypes import bfloat16_np
+    from mxnet_amp.ir.dtypes import bfloat16_np
     from mxnet_amp.emulation import round_numpy
     x = round_numpy(np.random.RandomState(0).randn(2, 16, 12, 12).astype("float32"), "bfloat16")
     exact = mx.nd.contrib.BilinearResize2D(mx.nd.array(x), height=37, width=37).asnumpy()
@@ -379,7 +379,7 @@ def test_bf16_depthwise_conv_without_a_bf16_kernel_stays_fp32(channels, dw_dtype
     the float32 time: benchmarks/depthwise_bf16.py) and stays float32; the convolutions
     around it, and depthwise ones over multiples of 16, are bfloat16."""
     from mxnet_amp.convert import convert_graph
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.options import OpLists, make_options
     graph = graph_from_symbol(_depthwise_net(channels))
 
@@ -465,7 +465,7 @@ def test_bf16_accumulation_claims():
     # the bfloat16 list relies on these measured facts: sum accumulates in float32
     # (so it may follow), cumsum and norm accumulate in bfloat16 (so they stay fp32)
     import mxnet as mx
-    from mxnet_amp.dtypes import bfloat16_np
+    from mxnet_amp.ir.dtypes import bfloat16_np
     ones = mx.nd.ones((1, 1000)).astype(bfloat16_np)  # 1000 is exact in bfloat16
     total = float(mx.nd.sum(ones, axis=1).astype("float32").asscalar())
     running = float(mx.nd.cumsum(ones, axis=1).astype("float32")[0, -1].asscalar())
@@ -595,7 +595,7 @@ def test_override_conditional_replaces_category():
     assert p.category_of(cond_op).value == "target"
     assert all(c[0] != cond_op for c in p.conditional)
     # an op without registered attributes: any condition on it is taken as given
-    from mxnet_amp.registry import op_signature
+    from mxnet_amp.mx.registry import op_signature
     group_op = next(op for op in sorted(base.follow) if not op_signature(op).params)
     p = policy.load_policy("float16", conditional_fp32_ops=[(group_op, "x", ["y"])])
     assert group_op not in p.follow and p.category_of(group_op).value == "conditional"

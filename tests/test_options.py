@@ -120,7 +120,7 @@ def test_slow_kernel_nodes_join_fp32_nodes_under_the_reasons_there():
     the caller's exclusion keeps its own reason, a node tune timed is left to its timing."""
     from dataclasses import replace
 
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.options import EXCLUDED_REASON
 
     def depthwise(x, name):

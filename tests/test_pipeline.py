@@ -4,11 +4,10 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxnet_amp.errors import ParamError
-from mxnet_amp.graph import CAST_OPS
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.errors import ParamError, PassOrderError
+from mxnet_amp.ir.graph import CAST_OPS
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
-from mxnet_amp.errors import PassOrderError
 from mxnet_amp.passes.kernel import PassResult, run_passes
 from mxnet_amp.pipeline import (ORDER, CastRounds, FoldModel, GuardFusion, GuardWeightRange, Prepared,
                                 SlowKernels, TagStoredDtypes, conversion_passes, convert_passes,

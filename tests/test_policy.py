@@ -90,8 +90,8 @@ def test_every_rule_that_keeps_a_node_float32_gives_its_kind():
     from mxnet_amp.options import EXCLUDED_REASON, OpLists, make_options
     from mxnet_amp.passes.onednn_reshapes import BLOCKED_RESHAPE_REASON
     from mxnet_amp.policy import reason_kind
-    from mxnet_amp.weight_range import readers_kept
-    from mxnet_amp.graph import GraphBuilder, Node, Entry
+    from mxnet_amp.passes.weight_range import readers_kept
+    from mxnet_amp.ir.graph import GraphBuilder, Node, Entry
     assert reason_kind(EXCLUDED_REASON) == "user exclusion"
     assert reason_kind(make_options("float16", OpLists(excluded_sym_names=["fc"])).fp32_nodes["fc"]) == "user exclusion"
     assert reason_kind(BLOCKED_RESHAPE_REASON) == "onednn reshape"

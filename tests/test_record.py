@@ -7,11 +7,11 @@ from dataclasses import replace
 import mxnet as mx
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.report.picture import collapse
-from mxnet_amp.graph import CAST_OPS, Graph
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.graph import CAST_OPS, Graph
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.report.model import build_report
+from mxnet_amp.report.picture import collapse
 
 
 def _renamed_casts(conv):

@@ -5,9 +5,9 @@ import mxnet as mx
 import numpy as np
 
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.record import ParamRecord
+from mxnet_amp.ir.dtypes import array_dtype
 from mxnet_amp.options import make_options
-from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.record import ParamRecord
 
 from helpers import init_params
 

@@ -12,8 +12,8 @@ import mxnet_amp as amp
 import mxnet_amp.cli.main as cli
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import AlreadyConvertedError, StrippedCastsError
-from mxnet_amp.hardware import bf16_runs_natively
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.hardware import bf16_runs_natively
+from mxnet_amp.mx.io import graph_from_symbol
 
 pytestmark = [pytest.mark.filterwarnings("ignore:type inference leaves"),
               # SymbolBlock(sym, data) asks type inference with no input dtype given

@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PACKAGE = "mxnet_amp"
 # not part of the documented surface: the ``python -m`` entry point and a private helper
-INTERNAL_MODULES = frozenset({"mxnet_amp.__main__", "mxnet_amp.gcpause"})
+INTERNAL_MODULES = frozenset({"mxnet_amp.__main__", "mxnet_amp.ir.gcpause"})
 EXAMPLE_PAGES = ("getting_started.md", "lists.md")
 
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)"  # [text](target)
@@ -271,7 +271,7 @@ def _readers_warnings() -> Iterator[None]:
             warnings.simplefilter("ignore", category)
         # "this machine cannot execute the model" depends on the machine the page is checked
         # on (float16 without a GPU, bfloat16 without avx512): the page says it in words
-        from mxnet_amp.hardware import HardwareWarning
+        from mxnet_amp.mx.hardware import HardwareWarning
         warnings.simplefilter("ignore", HardwareWarning)
         warnings.filterwarnings("default", category=DeprecationWarning, module="__docs_example__")
 

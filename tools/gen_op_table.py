@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's mxnet_amp, installed or not
-from mxnet_amp.registry import list_op_names, op_signature  # noqa: E402
+from mxnet_amp.mx.registry import list_op_names, op_signature  # noqa: E402
 
 LISTS = ROOT / "lists"
 DOC = ROOT / "docs" / "ops.md"

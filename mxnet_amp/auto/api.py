@@ -6,20 +6,21 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
-from ..arguments import (check_bool, check_callable, check_choice, check_int, check_names, check_number,
-                         check_symbol, param_dict)
 from ..emulation import rounding_note
 from ..errors import ArgumentError, GraphError
 from ..gluon.adapter import converted_symbol_block
 from ..gluon.model import block_model
-from ..graph import Graph
-from ..io import graph_from_symbol
+from ..ir.graph import Graph
+from ..mx.arguments import (check_bool, check_callable, check_choice, check_int, check_names, check_number,
+                            check_symbol, param_dict)
+from ..mx.io import graph_from_symbol
+from ..mx.params import check_data_names, label_inputs, model_inputs
 from ..options import ConvertOptions, OpLists, make_options
-from ..params import check_data_names, label_inputs, model_inputs
 from ..policy import check_target_dtype
 from ..shape_check.check import check_param_shapes
 from ..warn import warn_user
 from .batches import BatchSource, eval_source, known_batches
+from .checks.config import RunConfig
 from .deployed import deployment_note
 from .evaluation import DataJudge, batch_pool
 from .inputs import sample_inputs as sample_input_arrays
@@ -27,7 +28,6 @@ from .measure import default_scale_tolerance, default_tolerances
 from .metrics import DROPS, MetricCheck
 from .numpy_notes import numpy_warnings_noted
 from .records import SEARCHES, AutoReport, AutoSettings, kept_reasons
-from .checks.config import RunConfig
 from .runner import Runs, context_of, execution_mode
 from .search import reference_and_search
 from .task_metric import task_metric
@@ -264,9 +264,9 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
     _check_eval_data(eval_data, sample_inputs, settings)
     # worker processes start first, while the graph and first batches are read; they load
     # MXNet with the first model, preloaded after the reference run
-    pool = batch_pool(workers, ctx, client, known_batches(eval_data)) if eval_data is not None else None
-    source = judge = progress = None
-    try:
+    source = judge = progress = pool = None
+    try:   # from the pool's start: a Ctrl-C as its workers start still closes it
+        pool = batch_pool(workers, ctx, client, known_batches(eval_data)) if eval_data is not None else None
         original, data_names = _graph_and_inputs(sym, arg_params, data_names)
         evaluated = eval_source(eval_data, sample_inputs, data_names, original, attribution_samples)
         source, sample_inputs, rows = evaluated.source, evaluated.sample_inputs, evaluated.rows
@@ -277,15 +277,15 @@ def auto_convert(sym: Symbol, arg_params: Mapping, aux_params: Mapping, sample_i
         runs = _checked_runs(sym, arg_params, aux_params, sample_inputs, original, options, settings,
                              ctx=ctx, data_names=data_names, execution=mode, progress=progress,
                              data=judge)
-        with numpy_warnings_noted(runs.steps, notes):
+        with numpy_warnings_noted(runs.log.steps, notes):
             # the first conversion checks params against the symbol (typed errors) first
             runs.convert(options.excluded)
             found = reference_and_search(runs, original, settings, notes)
             if judge is not None:   # no more batches: the workers wind down meanwhile
                 judge.pool.stop()
             model = runs.final(found.excluded, kept_reasons(found.kept))
-        deployed = deployment_note(runs.target_dtype, runs.ctx, runs.bound, model.conversion,
-                                   runs.bind_error, over_data=runs.data is not None)
+        deployed = deployment_note(runs.config.options.target_dtype, runs.config.ctx, runs.bound,
+                                   model.conversion, runs.bind_error, over_data=runs.data is not None)
         notes.extend([deployed] if deployed else [])
     finally:
         # the judge closes its source and pool; without one, what was opened is closed here

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..graph import Graph
+from ..ir.graph import Graph
 
 _BN_OPS = frozenset({"BatchNorm", "_contrib_SyncBatchNorm"})
 _BN_EPS_DEFAULT = 1e-3

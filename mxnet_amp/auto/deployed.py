@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..dtypes import LOW_PRECISION
-from ..graph import Graph
+from ..files.interrupts import interruptible
+from ..ir.dtypes import LOW_PRECISION
+from ..ir.graph import Graph
 
 if TYPE_CHECKING:
     from mxnet import Context
@@ -57,8 +58,16 @@ def bind_fused(sym: Symbol, values: Mapping, ctx: Context) -> Any:
 
 def float32_outputs(outs: Sequence) -> list[np.ndarray]:
     """MXNet outputs as float32 numpy arrays."""
+    # waiting for a run (seconds on a large model or batch) is one C call: on a helper
+    # thread, so that Ctrl-C acts at once (the copies after it are quick)
+    interruptible(_wait_for, outs)
     return [o.asnumpy() if o.dtype == np.float32 else o.astype("float32").asnumpy()
             for o in outs]
+
+
+def _wait_for(outs: Sequence) -> None:
+    for out in outs:
+        out.wait_to_read()
 
 
 def forward_bound(sym: Symbol, values: Mapping, ctx: Context) -> list[np.ndarray]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from ..errors import ArgumentError
-from ..progress import stage_bar
+from ..files.progress import stage_bar
 from .dask_pool import DaskPool
 from .measure import check_outputs
 from .metrics import validate_passed

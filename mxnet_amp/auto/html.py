@@ -134,8 +134,11 @@ def attribution_html(auto: Mapping[str, Any]) -> str:
     names = {k["name"] for k in auto.get("kept_fp32", ())}
     tol = auto.get("tolerance") or auto.get("rtol")
     return (f"<h2>Where the error comes from</h2><p>One teacher-forced run: each low "
-            f"precision node computed from the exact float32 values of its inputs. "
-            f"{min(len(errors), _BARS)} of {len(errors)} nodes by estimated contribution "
+            f"precision node computed from the exact float32 values of its inputs; its own "
+            f"error carried through the float32 graph to the outputs (measured: by the "
+            f"graph's gradients, and for the largest errors by running the graph with that "
+            f"error added), scaled to the failed check's relative error. "
+            f"{min(len(errors), _BARS)} of {len(errors)} nodes by that measured contribution "
             f"to the outputs' relative error (log scale; red: kept in float32; dashed "
             f"line: the tolerance).</p>" + _bars(errors, names, tol))
 

@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from ..dtypes import dtype_of_code, np_dtype
 from ..errors import GraphError, InputShapeError, InputValueError
-from ..registry import op_input_names
+from ..ir.dtypes import dtype_of_code, np_dtype
+from ..mx.registry import op_input_names
 from ..warn import warn_user
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet import Context
     from mxnet.symbol import Symbol
 
-    from ..graph import Graph
+    from ..ir.graph import Graph
 
 __all__ = ["LOSS_OUTPUT_OPS", "loss_labels", "sample_inputs"]
 

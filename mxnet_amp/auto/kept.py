@@ -3,8 +3,8 @@
 A node is kept float32 by name for one of several reasons, all of them entries of the
 conversion's ``fp32_nodes`` (node name -> reason text; :mod:`mxnet_amp.options`): the
 automatic mode's search, the caller's exclusions, the weight-range guard
-(:mod:`mxnet_amp.weight_range`), the ``[[slow_kernel]]`` rule, tune's timings
-(:mod:`mxnet_amp.tune`) and the bfloat16 reshapes oneDNN cannot run
+(:mod:`mxnet_amp.passes.weight_range`), the ``[[slow_kernel]]`` rule, tune's timings
+(:mod:`mxnet_amp.tune.timing`) and the bfloat16 reshapes oneDNN cannot run
 (:mod:`mxnet_amp.passes.onednn_reshapes`). :func:`all_kept` reads that mapping of the
 returned model's conversion, so the report's ``kept_fp32``, its summary, its JSON and its
 page list every one of them, each with its source (:func:`fp32_source`) and reason.
@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from ..options import EXCLUDED_REASON
 from ..passes.onednn_reshapes import BLOCKED_RESHAPE_REASON
 from ..record import Conversion
-from ..tune import TUNED_PREFIX
+from ..tune.timing import TUNED_PREFIX
 from .records import KeptNode
 
 __all__ = ["all_kept", "fp32_source", "SOURCES"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..graph import Graph
+from ..ir.graph import Graph
 from ..policy import check_target_dtype
 from .records import DTYPE_LIMITS, DtypeLimits, OutputCheck, TensorRange
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..dtypes import LOW_PRECISION
-from ..graph import Entry, Graph
+from ..ir.dtypes import LOW_PRECISION
+from ..ir.graph import Entry, Graph
 from ..passes.insert_casts import MULTICAST
 from ..policy import Category
 from ..record import Conversion
@@ -76,8 +76,8 @@ def _costly(runs: Runs, original: Graph, offending: list, stats: Stats, limits: 
     """``offending`` without the underflowing tensors whose lost values do not matter where
     they are used (:mod:`mxnet_amp.auto.underflow`); those are named in ``notes``. An
     underflow entry's value becomes ``(fraction flushed, cost)``."""
-    params = {**runs.arg_params, **runs.aux_params}
-    bound = SHARE_OF_TOLERANCE * (runs.config.tolerance if runs.config.rtol is None else runs.config.rtol)
+    params = runs.config.params()
+    bound = SHARE_OF_TOLERANCE * runs.config.settings.error_bound
     kept, ignored = [], []
     for key, reason, value in offending:
         if reason != "underflow":

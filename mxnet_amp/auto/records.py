@@ -50,7 +50,7 @@ class KeptNode:
 
     ``reason`` is ``'overflow'`` (``value``: the largest |value| of ``tensor`` in the float32
     run), ``'underflow'`` (``value``: the fraction of its nonzero values flushed to zero),
-    ``'accuracy'`` (``value``: its estimated contribution to the outputs' relative error when
+    ``'accuracy'`` (``value``: its measured contribution to the outputs' relative error when
     the attribution found it, or how much excluding it lowered the error in units of the
     tolerance when the bisection did), ``'metric'`` (the same, found under a user metric),
     ``'budget'`` (a candidate the accuracy
@@ -78,11 +78,14 @@ class KeptNode:
 class NodeError:
     """One low precision node's error, measured by the attribution run (teacher forcing).
 
-    ``local_error``: ``max|y - y_ref|`` of its output when it computes in low precision from
-    the exact float32 inputs; ``relative_local_error``: that over ``max|y_ref|``;
-    ``contribution``: the estimated share of the outputs' relative error
-    (``max|out - ref| / max|ref|``, the default check's unit) the node causes: its local
-    error carried to the outputs by the measured error gains of the nodes after it.
+    ``local_error``: the L2 norm of ``y - y_ref`` over its output when it computes in low
+    precision from the exact float32 inputs; ``relative_local_error``: that over
+    ``max|y_ref|``; ``contribution``: its measured share of the outputs' relative error
+    (``max|out - ref| / max|ref|``, the default check's unit): that very error carried
+    through the float32 graph to the outputs (by the graph's gradients; for the nodes with
+    the largest errors, by running the graph with the error added,
+    :func:`~mxnet_amp.auto.propagation.pushed`), all nodes' scaled together to the failed
+    check's relative error.
     """
 
     name: str
@@ -170,7 +173,7 @@ class AutoReport:
         check then compared only the finite part, or nothing.
     attribution : tuple of NodeError
         When the attribution run happened (a check failed with no range culprit left), the
-        low precision nodes by estimated contribution at the outputs, largest first (at
+        low precision nodes by measured contribution at the outputs, largest first (at
         most 200).
     samples, batches : int or None
         With ``eval_data``: the samples and batches each configuration was judged on (None
@@ -302,6 +305,12 @@ class AutoSettings:
     underflow_fraction: float = 0.1
     max_executions: int | None = None
     search: str = "attribution"
+
+    @property
+    def error_bound(self) -> float:
+        """The bound a relative error is read against: ``rtol`` under allclose, else
+        ``tolerance``."""
+        return self.tolerance if self.rtol is None else self.rtol
 
 
 @dataclass(frozen=True)

@@ -8,22 +8,22 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..arguments import check_contexts
 from ..convert import ConvertedModel, convert_model_full
-from ..record import Conversion
 from ..emulation import emulate_conversion, with_kernels
-from ..dtypes import array_dtype
 from ..errors import ArgumentError, ParamError, TargetDtypeError, error_text
-from ..graph import Entry, Graph
-from ..hardware import bf16_runs_natively, fp16_runs_natively, refuse_not_native
-from ..io import graph_from_symbol, graph_to_symbol
-from ..policy import Reason, reason_kind
+from ..ir.dtypes import array_dtype
+from ..ir.graph import Entry, Graph
+from ..mx.arguments import check_contexts
+from ..mx.hardware import bf16_runs_natively, fp16_runs_natively, refuse_not_native
+from ..mx.io import graph_from_symbol, graph_to_symbol
 from ..passes.fusion_barriers import insert_fusion_barriers
-from ..tune import TuneRecord, with_timings
-from .deployed import binds_fused, forward_bound
-from .measure import check_outputs
+from ..policy import Reason, reason_kind
+from ..record import Conversion
+from ..tune.timing import TuneRecord, with_timings
 from .checks.config import RunConfig
 from .checks.log import SearchLog
+from .deployed import binds_fused, forward_bound
+from .measure import check_outputs
 from .metrics import MetricCheck, validate_passed
 from .records import OutputCheck, SearchStep
 from .subsets import allowed_drop, subset_figures
@@ -55,7 +55,7 @@ class Runs:
         self.options = config.options   # tune= times once: the first conversion drops it
         # the checks bind the model as Module does where it will run through oneDNN's
         # fusions (mxnet_amp.auto.deployed), not op by op
-        self.bound = binds_fused(config.target_dtype, config.ctx, config.execution)
+        self.bound = binds_fused(config.options.target_dtype, config.ctx, config.execution)
         self.bind_error: str | None = None   # why binding failed (the checks ran op by op)
         self.conversions: dict[frozenset, ConvertedModel] = {}
         self.tuned: TuneRecord | None = None    # what tune= timed (the first conversion's record)
@@ -69,62 +69,10 @@ class Runs:
         # while this holds; the whole-set check and the search after a failed one clear it
         self.subsets = True
 
-    # what the attribution (mxnet_amp.auto.attribution) and the range search read here
-    @property
-    def sym(self) -> Symbol:
-        return self.config.sym
-
-    @property
-    def arg_params(self) -> Mapping:
-        return self.config.arg_params
-
-    @property
-    def aux_params(self) -> Mapping:
-        return self.config.aux_params
-
-    @property
-    def inputs(self) -> Mapping:
-        return self.config.inputs
-
-    @property
-    def ctx(self) -> Context:
-        return self.config.ctx
-
-    @property
-    def target_dtype(self) -> str:
-        return self.config.target_dtype
-
-    @property
-    def steps(self) -> list[SearchStep]:
-        return self.log.steps
-
-    @property
-    def results(self) -> dict[frozenset, OutputCheck]:
-        return self.log.results
-
-    @property
-    def executions(self) -> int:
-        return self.log.executions
-
-    @property
-    def max_executions(self) -> int | None:
-        return self.config.max_executions
-
-    @property
-    def accuracy_reason(self) -> str:
-        return self.config.accuracy_reason
-
-    def criterion_words(self) -> str:
-        """The check's bound in words (:meth:`RunConfig.criterion_words`)."""
-        return self.config.criterion_words()
-
-    def input_dtypes(self) -> dict[str, str]:
-        """The sample inputs' dtype names."""
-        return self.config.input_dtypes()
-
     @property
     def budget_left(self) -> bool:
-        return self.log.budget_left(self.config.max_executions)
+        """Whether another execution fits the configuration's ``max_executions``."""
+        return self.log.budget_left(self.config.settings.max_executions)
 
     def judge_dense(self, judged: list[tuple[str, int]], after_reference: list[np.ndarray]) -> None:
         """Judge the tensors ``judged`` instead of the heads (outputs after NMS / top-k),
@@ -157,7 +105,7 @@ class Runs:
                                      data_names=list(self.config.data_names), sequential_casts=True,
                                      # checked once, with the sample inputs' shapes
                                      check_shapes=False, cast_params=self.config.execution == "native",
-                                     data_shapes={k: v.shape for k, v in self.inputs.items()})
+                                     data_shapes={k: v.shape for k, v in self.config.inputs.items()})
             if self.options.tuning is not None:
                 self.tuned = hit.conversion.tuning
                 self.options = replace(self.options, tuning=None)
@@ -233,7 +181,7 @@ class Runs:
 
     def check(self, excluded: frozenset, kind: str) -> OutputCheck:
         """Run the converted model without ``excluded`` in low precision; cached."""
-        hit = self.results.get(excluded)
+        hit = self.log.results.get(excluded)
         if hit is not None:
             return hit
         sym, args, auxs, conversion = self.convert(excluded)
@@ -245,7 +193,7 @@ class Runs:
             # no param copies: each check emulates once and runs once, so rounding weights
             # in the graph costs what rounding them ahead would, without holding a copy; the
             # conversion's record gives the graph and every dtype (no inference again)
-            sym, args, auxs = emulate_conversion(conversion, args, auxs, self.input_dtypes())
+            sym, args, auxs = emulate_conversion(conversion, args, auxs, self.config.input_dtypes())
         if self.data is not None:
             return self._record(excluded, kind,
                                 self._check_data(excluded, sym, {**args, **auxs}, kind))
@@ -254,13 +202,15 @@ class Runs:
         reference = self.reference
         after = outs[len(reference):] if self.judged else []
         outs = outs[:len(reference)]
-        result = check_outputs(reference, outs, config.target_dtype, config.tolerance,
-                               config.rtol, config.atol)
+        settings = config.settings
+        result = check_outputs(reference, outs, config.options.target_dtype, settings.tolerance,
+                               settings.rtol, settings.atol)
         if not _finite_where(self.after_reference, after):
             result = replace(result, passed=False)
-        if config.validate is not None:
-            passed = validate_passed(config.validate([r.copy() for r in reference], outs))
-            metric = config.validate if isinstance(config.validate, MetricCheck) else None
+        validate = settings.validate
+        if validate is not None:
+            passed = validate_passed(validate([r.copy() for r in reference], outs))
+            metric = validate if isinstance(validate, MetricCheck) else None
             result = replace(result, criterion="validate" if metric is None else "metric",
                              passed=passed)
             if metric is not None:
@@ -293,7 +243,7 @@ class Runs:
         float32 model runs over it first, once. The search's checks run on subsets where
         the metric allows (:mod:`mxnet_amp.auto.subsets`); the first check (``kind``
         "check") stops early only on a failure, so that a pass is the whole set's."""
-        data, validate = self.data, self.config.validate
+        data, validate = self.data, self.config.settings.validate
         assert data is not None
         if not data.has_reference:
             data.reference(self.reference_blob(), len(self.judged))
@@ -333,33 +283,34 @@ class Runs:
         zeros = self._zero_inputs()
         try:
             return judge(ModelBlob(("check", excluded, self.bound), sym, params,
-                                   self.input_dtypes(), zeros, fused=self.bound))
+                                   self.config.input_dtypes(), zeros, fused=self.bound))
         except RuntimeError as err:   # MXNetError, or a worker's WorkerError
             if not self.bound:
                 raise
             self.bound, self.bind_error = False, error_text(err, 300)
-            return judge(ModelBlob(("check", excluded, False), sym, params, self.input_dtypes(),
+            return judge(ModelBlob(("check", excluded, False), sym, params, self.config.input_dtypes(),
                                    zeros))
 
     def _zero_inputs(self) -> dict[str, tuple]:
         """The inputs the evaluation data does not feed (loss labels): their shape past the batch."""
         assert self.data is not None
-        return {k: tuple(v.shape[1:]) for k, v in self.inputs.items() if k not in self.data.source.names}
+        return {k: tuple(v.shape[1:]) for k, v in self.config.inputs.items()
+                if k not in self.data.source.names}
 
     def reference_blob(self) -> ModelBlob:
         """The float32 model the evaluation data's reference pass runs (made once: the
         judged tensors must be known, :func:`~mxnet_amp.auto.search.reference_and_search`)."""
         if self._reference_blob is None:
             self._reference_blob = ModelBlob("float32", self._reference_symbol(),
-                                             {**self.config.arg_params, **self.config.aux_params},
-                                             self.input_dtypes(), self._zero_inputs())
+                                             self.config.params(),
+                                             self.config.input_dtypes(), self._zero_inputs())
         return self._reference_blob
 
     def _reference_symbol(self) -> Symbol:
         """The float32 model, its judged tensors (if any) as outputs before its heads."""
         if not self.judged:
-            return self.sym
-        graph = graph_from_symbol(self.sym)
+            return self.config.sym
+        graph = graph_from_symbol(self.config.sym)
         index = {n.name: i for i, n in enumerate(graph.nodes) if not n.is_variable}
         heads = tuple(Entry(index[name], k) for name, k in self.judged) + tuple(graph.heads)
         return graph_to_symbol(Graph(graph.nodes, heads, graph.attrs))

@@ -9,10 +9,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..dtypes import LOW_PRECISION
 from ..errors import AMPError, DegenerateModelError, error_text
-from ..graph import Graph
-from ..io import graph_to_symbol
+from ..ir.dtypes import LOW_PRECISION
+from ..ir.graph import Graph
+from ..mx.io import graph_to_symbol
 from ..passes.dense_outputs import dense_outputs
 from ..passes.expose_outputs import expose_outputs
 from ..policy import Category
@@ -28,8 +28,8 @@ from .runner import Runs
 
 Tensors = Mapping[tuple[int, int], Any]
 
-# the picks aim the estimated error left in low precision at this share of the tolerance
-# (the estimate's proportions are approximate: a margin, not the bound itself)
+# the picks aim the error left in low precision, as the attribution measured it, at this share
+# of the tolerance (errors of several nodes add only roughly in quadrature: a margin)
 _AIM = 0.8
 # at most this many node errors are kept in the report
 _ATTRIBUTION_REPORTED = 200
@@ -123,7 +123,7 @@ def _decided_by_producers(original: Graph, categories: Mapping[str, Category],
 
 
 def _select(errors: Sequence[NodeError], tolerance: float, scale: float = 1.0) -> list[NodeError]:
-    """The nodes to keep in float32 by their estimated contribution (times ``scale``): each
+    """The nodes to keep in float32 by their measured contribution (times ``scale``): each
     one at least half the tolerance, then the next ones down to a twentieth of it while the
     rest still add up to more than ``_AIM`` of it; at least the first. Contributions add in
     quadrature, as :func:`~mxnet_amp.auto.attribution.attribute` scales them (added up
@@ -151,13 +151,14 @@ def _attributed_search(runs: Runs, original: Graph, base: frozenset, tensors: Te
     (with up to three re-picks, a 400-node DAG of benchmarks/planted_culprits_structured.py
     with 3 culprits failed four validations before its bisection: 31 executions)."""
     try:
-        errors = attribute(runs, original, base, tensors, runs.results[base].relative_error)
+        errors = attribute(runs, original, base, tensors, runs.log.results[base].relative_error,
+                           runs.config.settings.error_bound)
     except (AMPError, RuntimeError, ValueError) as err:   # MXNetError is a RuntimeError
         # MXNet's message is a traceback whose last line holds the cause (error_text)
         notes.append(f"the attribution run failed ({error_text(err, 200)}); "
                      "the accuracy search bisected")
         return _Attributed(None, {}, [], frozenset())
-    tolerance = runs.config.tolerance if runs.config.rtol is None else runs.config.rtol
+    tolerance = runs.config.settings.error_bound
     # the ops' own categories (nothing but ``base`` excluded), read once: every pick below
     # is judged against them
     categories = runs.convert(base).conversion.result.categories
@@ -197,18 +198,18 @@ def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
     None for a first pick, else the error measured with the picks before it). An estimate
     beyond the tolerance is the reason only where the check of ``base`` failed on its
     error; else (a metric's drop, validate(), top-1 changes) that failure is."""
-    tolerance = runs.config.tolerance if runs.config.rtol is None else runs.config.rtol
+    tolerance = runs.config.settings.error_bound
     first = [e for e in errors if e.name in rounds and rounds[e.name] is None]
     together = math.sqrt(sum(e.contribution ** 2 for e in first))
-    failed = runs.results[base]
+    failed = runs.log.results[base]
     on_error = failed.criterion in ("scale", "allclose") and failed.relative_error > tolerance
     kept = {}
     for e in errors:
         if e.name not in rounds:
             continue
-        estimate = (f"relative error ~{e.contribution:.3g} at outputs (estimated from its "
-                    f"local error {e.local_error:.3g}, {e.relative_local_error:.3g} of its "
-                    "output)")
+        estimate = (f"relative error ~{e.contribution:.3g} at outputs (measured: its local "
+                    f"error {e.local_error:.3g}, {e.relative_local_error:.3g} of its output, "
+                    "carried through the float32 graph)")
         if rounds[e.name] is not None:
             why = (f"; added when the picks before it measured {rounds[e.name]:.3g} > "
                    f"tolerance {tolerance:g} (the nodes left scaled to that)")
@@ -218,8 +219,8 @@ def _attributed(errors: Sequence[NodeError], rounds: Mapping[str, float | None],
             why = f"; with the other first picks ~{together:.3g} > tolerance {tolerance:g}"
         else:
             why = (f"; ranked first where the check failed ({runs.verdict_words(base)}; "
-                   f"{runs.criterion_words()})")
-        kept[e.name] = KeptNode(e.name, e.op, runs.accuracy_reason, e.contribution, e.name,
+                   f"{runs.config.criterion_words()})")
+        kept[e.name] = KeptNode(e.name, e.op, runs.config.accuracy_reason, e.contribution, e.name,
                                 estimate + why + "; validated without it in low precision")
     return kept
 
@@ -232,7 +233,7 @@ def _minimal(runs: Runs, original: Graph, base: frozenset, config: frozenset,
     then graph order): ``(exclusions, kept nodes)``, how minimality was shown in ``notes``
     and ``runs.log``. Left as it is where nothing passed or the budget ran out."""
     proposed = config - base
-    result = runs.results.get(config)
+    result = runs.log.results.get(config)
     if (not proposed or result is None or not result.passed
             or any(k.reason == "budget" for k in kept.values())):
         return config, kept
@@ -269,7 +270,7 @@ def _search(runs: Runs, original: Graph, stats: Stats, limits: DtypeLimits, unde
     if not ok:
         found_set = None
         failed: frozenset = frozenset()
-        if tensors is not None and runs.budget_left and runs.config.search == "attribution":
+        if tensors is not None and runs.budget_left and runs.config.settings.search == "attribution":
             attributed = _attributed_search(runs, original, excluded, tensors, notes)
             found_set, found = attributed.found, attributed.culprits
             errors, failed = attributed.errors, attributed.failed
@@ -309,7 +310,7 @@ def _whole_set(runs: Runs, original: Graph, excluded: frozenset, kept: dict[str,
     said = (f"the search's checks ran on random subsets of the evaluation data's batches "
             f"(first {plan.rounds[0]} of {len(plan.order)} batches, doubling until a paired "
             "one-sided 95% bound on the metric's drop decided: mxnet_amp.auto.subsets)")
-    if excluded not in runs.log.partial or not runs.results[excluded].passed:
+    if excluded not in runs.log.partial or not runs.log.results[excluded].passed:
         notes.append(said)
         return excluded
     result = runs.full_check(excluded)
@@ -358,7 +359,7 @@ def _refuse_degenerate(runs: Runs, original: Graph) -> None:
     return finite garbage there, not nan (an SSD-512 with half its running variances
     negative: a finite float32 reference, and 94 executions, 138 s of a search judged
     against it)."""
-    bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params},
+    bad = degenerate_params(original, runs.config.params(),
                             batchnorms(original))
     if bad:
         raise DegenerateModelError(
@@ -374,7 +375,7 @@ def _degenerate_reference(runs: Runs, original: Graph, tensors: Tensors) -> list
     :class:`~mxnet_amp.errors.DegenerateModelError` (no search: each configuration would be
     judged against nan) when params of those nodes explain it."""
     origins = nonfinite_origins(original, tensors)
-    bad = degenerate_params(original, {**runs.arg_params, **runs.aux_params}, origins)
+    bad = degenerate_params(original, runs.config.params(), origins)
     if bad:
         raise DegenerateModelError(
             f"the float32 model itself computes inf/nan on the sample inputs, from its params "
@@ -387,20 +388,21 @@ def _degenerate_reference(runs: Runs, original: Graph, tensors: Tensors) -> list
 def reference_and_search(runs: Runs, original: Graph, settings: AutoSettings, notes: list[str]
                           ) -> SearchResult:
     """Steps 1-4 of the module doc."""
-    limits = DTYPE_LIMITS[runs.target_dtype]
+    limits = DTYPE_LIMITS[runs.config.options.target_dtype]
     _refuse_degenerate(runs, original)
     # 1. one float32 run with every op output: reference and per-tensor ranges
     probe, keys = expose_outputs(original)
     outs = runs.run_reference(graph_to_symbol(probe))
     # every tensor is kept for the attribution run (it feeds them back as inputs)
     tensors = dict(zip(keys, outs))
-    dense = _judge_dense(runs, original, tensors, notes) if runs.config.validate is None else None
+    dense = _judge_dense(runs, original, tensors, notes) \
+        if runs.config.settings.validate is None else None
     if runs.data is not None:
         # the workers load MXNet and the float32 model while this process reads the ranges
         # (not during the reference run, which uses every core)
         runs.data.pool.preload(runs.reference_blob())
-    heads, stats = reference_ranges(original, keys, outs, runs.inputs,
-                                    {**runs.arg_params, **runs.aux_params}, limits)
+    heads, stats = reference_ranges(original, keys, outs, runs.config.inputs,
+                                    runs.config.params(), limits)
     del outs
     # the heads, unless the dense tensors before NMS / top-k are the reference
     reference = dense if dense is not None else heads

@@ -24,8 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..dtypes import array_values
-from ..graph import Graph
+from ..ir.dtypes import array_values
+from ..ir.graph import Graph
 from .records import DtypeLimits, TensorRange
 
 # a loss counts when its bound reaches this share of the tolerance

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import traceback
@@ -86,6 +87,9 @@ def main() -> int:
     """The worker's program: stdin and stdout are the pipes to the pool."""
     # the replies get the real stdout; fd 1 becomes stderr, so that whatever prints (Python
     # or C code alike) cannot corrupt them
+    # Ctrl-C is the parent's to act on: it kills its workers (ProcessPool.close); here it
+    # would only print a KeyboardInterrupt traceback over the parent's message
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     outbox = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr

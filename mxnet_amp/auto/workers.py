@@ -16,15 +16,15 @@ import os
 import pickle
 import subprocess
 import sys
-import tempfile
 from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..emulation import round_weights_once, with_kernels
-from ..dtypes import array_dtype
 from ..errors import AMPError, error_text
-from ..io import symbol_json
+from ..files.interrupts import interrupt_deferred, interruptible
+from ..ir.dtypes import array_dtype
+from ..mx.io import symbol_json
 from .deployed import bind_fused, float32_outputs
 from .worker_process import receive, send
 
@@ -38,6 +38,8 @@ __all__ = ["ModelBlob", "InProcess", "ProcessPool", "WorkerError", "run_model", 
 # batches in flight per worker: one running, one queued (the memory of a fixed number of
 # batches, never of the data set)
 IN_FLIGHT = 2
+# what each worker process runs (mxnet_amp.auto.worker_process's program)
+_WORKER_PROGRAM = "import sys; from mxnet_amp.auto.worker_process import main; sys.exit(main())"
 # the folder holding the mxnet_amp package, put on each worker process's import path
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -76,16 +78,15 @@ class ModelBlob:
         self._owns_params = False
 
     def __getstate__(self) -> dict:
-        # serialised once, however many workers it goes to
+        # serialised once, however many workers it goes to; each array by itself (MXNet's
+        # own pickling of an NDArray: its raw bytes, any dtype), not the whole dict in one
+        # mx.nd.save: one C call over a 1 GB model took seconds that Ctrl-C had to wait for
+        # (each array's copy runs on a helper thread: interruptible), and it went through a
+        # temporary file
         if self._state is None:
-            import mxnet as mx
-
-            with tempfile.TemporaryDirectory(prefix="mxnet-amp-blob-") as tmp:
-                path = os.path.join(tmp, "params")
-                mx.nd.save(path, self.params)
-                with open(path, "rb") as f:
-                    data = f.read()
-            self._state = {"key": self.key, "json": symbol_json(self.sym), "params": data,
+            self._state = {"key": self.key, "json": symbol_json(self.sym),
+                           "params": {name: interruptible(pickle.dumps, array, pickle.HIGHEST_PROTOCOL)
+                                      for name, array in self.params.items()},
                            "input_dtypes": self.input_dtypes, "zero_inputs": self.zero_inputs,
                            "fused": self.fused}
         return self._state
@@ -95,7 +96,7 @@ class ModelBlob:
         self.key, self.input_dtypes = state["key"], state["input_dtypes"]
         self.zero_inputs, self.fused = state["zero_inputs"], state["fused"]
         self.sym = mx.sym.load_json(state["json"])
-        self.params = mx.nd.load_frombuffer(state["params"])
+        self.params = {name: pickle.loads(data) for name, data in state["params"].items()}
         self._op, self._bound, self._state, self._loaded = None, None, None, False
         self._owns_params = True
 
@@ -208,11 +209,22 @@ class ProcessPool:
         # MXNet (~1.8 s of CPU) loads with the first model, which the parent preloads after its
         # own reference run: imported at once, two workers' imports slowed that run on 2 cores
         # as much as they saved
-        self.processes = [subprocess.Popen(
-            [sys.executable, "-m", "mxnet_amp.auto.worker_process"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, close_fds=True) for _ in range(self.workers)]
+        # a session of its own: a terminal's Ctrl-C goes to the caller only, which kills the
+        # workers at once (close); sent to them too, each printed a KeyboardInterrupt traceback
+        # and the caller waited on them. "-c", not "-m": runpy warns that the module is imported
+        # already (by the package) before it runs it as the program
+        self.processes: list[subprocess.Popen] = []
         self.loaded: list[Any] = [None] * self.workers
         self.stopped = False
+        try:
+            for _ in range(self.workers):
+                with interrupt_deferred():   # each started process is in the list to kill
+                    self.processes.append(subprocess.Popen(
+                        [sys.executable, "-c", _WORKER_PROGRAM], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, env=env, close_fds=True, start_new_session=True))
+        except BaseException:   # Ctrl-C (or a failed start) midway: no worker outlives it
+            self.kill()
+            raise
 
     def preload(self, blob: ModelBlob) -> None:
         """Send ``blob`` to every worker now (once per key): each loads it while the caller
@@ -287,15 +299,34 @@ class ProcessPool:
             self.stopped = True
 
     def close(self) -> None:
-        """Stop the workers and wait for them (one that does not exit is killed)."""
-        self.stop()
+        """Wait for the workers :meth:`stop` told to exit (one that does not exit in 10 s is
+        killed); workers never told (an error or Ctrl-C ended the caller's pass) are killed at
+        once: what they run is no longer wanted, and a busy one would read its stop only after
+        its batch and the model queued before it (seconds for a large model)."""
+        if not self.stopped:
+            self.kill()
+        try:
+            for p in self.processes:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        finally:   # a second Ctrl-C while waiting leaves no worker behind either
+            self.kill()
+            for p in self.processes:
+                _close(p.stdout)
+
+    def kill(self) -> None:
+        """Kill every worker still running, now, and close the pipes to them."""
         for p in self.processes:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+            if p.poll() is None:
                 p.kill()
+        for p in self.processes:
+            if p.returncode is None:
                 p.wait()
-            _close(p.stdout)
+            _close(p.stdin)
+        self.stopped = True
 
 
 def _close(pipe: IO[bytes] | None) -> None:

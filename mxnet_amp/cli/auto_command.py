@@ -18,7 +18,7 @@ from ..auto.evaluation import usable_cores
 from ..auto.html import report_section
 from ..auto.metrics import builtin_metric
 from ..errors import AMPError, CLIError
-from ..io import load_checkpoint, save_checkpoint
+from ..mx.io import load_checkpoint, save_checkpoint
 from ..report.model import build_report
 from .checks import check_prefix, options_of, out_prefix
 from .demo import available_memory

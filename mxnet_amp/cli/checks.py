@@ -11,9 +11,9 @@ import re
 
 from ..checkpoint import checkpoint_inputs, checkpoint_outputs
 from ..errors import CLIError
-from ..hardware import native_note
+from ..files.paths import check_outputs, checkpoint_files
+from ..mx.hardware import native_note
 from ..options import ConvertOptions, OpLists, make_options
-from ..paths import check_outputs, checkpoint_files
 from ..report.draw import check_graph_path
 
 __all__ = ["check_prefix", "out_prefix", "check_before_work", "in_cli_terms", "options_of"]

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from ..auto.html import auto_sections
 from ..errors import AMPError, OutputPathError, error_text
-from ..hardware import native_note
-from ..io import atomic_write
-from ..paths import STREAM_NAMES
+from ..files.atomic import atomic_write
+from ..files.paths import STREAM_NAMES
+from ..mx.hardware import native_note
 from ..report.draw import graph_svg, write_graph
 from ..report.pages import format_table, report_html
 from ..report.precision_svg import precision_map_svg
@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from ..record import Conversion
     from ..report.model import ConversionReport
 
-__all__ = ["PROG", "EXIT_ERROR", "say", "write_outputs", "finish", "with_note", "with_hardware_note",
-           "native_log_silenced"]
+__all__ = ["PROG", "EXIT_ERROR", "EXIT_INTERRUPTED", "say", "write_outputs", "finish", "with_note",
+           "with_hardware_note", "native_log_silenced"]
 
 PROG = "mxnet-amp"
 EXIT_ERROR = 2   # the exit code of every failure (argparse's own usage errors included)
+EXIT_INTERRUPTED = 130   # Ctrl-C, as a shell reports a command SIGINT ended (128 + 2)
 
 
 def say(*parts: object) -> None:

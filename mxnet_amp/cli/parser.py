@@ -209,8 +209,14 @@ def _demo_parser(sub: Any, run: Callable[[argparse.Namespace], int]) -> None:
     p.add_argument("--target-dtype", type=_target_dtype, metavar=_DTYPE_METAVAR, default="bfloat16",
                    help="low precision dtype (default bfloat16; fp16/half and bf16 are accepted too)")
     p.add_argument("--size", type=int, default=64, help="input image side (default 64)")
-    p.add_argument("--batch", type=int, default=2, help="batch size (default 2)")
-    p.add_argument("--runs", type=int, default=5, help="timed runs per model (default 5)")
+    p.add_argument("--batch", type=int, default=2,
+                   help="random samples both models run and are compared on (default 2)")
+    p.add_argument("--chunk", type=int, default=None, metavar="C",
+                   help="samples one run holds: a larger --batch runs C at a time, so memory "
+                   "stays that of C samples (default: --batch, at most 256 and what fits in "
+                   "half the memory available, up to 1 GiB)")
+    p.add_argument("--runs", type=int, default=5,
+                   help="timed runs per model, each over all --batch samples (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and inputs (default 0)")
     p.add_argument("--cast-optional-params", action=argparse.BooleanOptionalAction, default=True,
                    help="store weights that only low precision ops read in low precision "

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..arguments import check_contexts
 from ..convert import convert_model_full
 from ..emulation import emulate_model
 from ..errors import BackendError, error_text
-from ..hardware import warn_not_native
+from ..mx.arguments import check_contexts
+from ..mx.hardware import warn_not_native
 from ..options import OpLists, make_options
 from .model import block_graph, model_params
 

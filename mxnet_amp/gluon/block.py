@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from mxnet import gluon
 
-from ..dtypes import dtype_of_code
 from ..errors import AMPError
-from ..fused import graph_low_dtypes
-from ..graph import CAST_OPS
-from ..hardware import refuse_not_native, warn_amx_off
-from ..io import graph_from_symbol
+from ..ir.dtypes import dtype_of_code
+from ..ir.graph import CAST_OPS
+from ..mx.fused import graph_low_dtypes
+from ..mx.hardware import refuse_not_native, warn_amx_off
+from ..mx.io import graph_from_symbol
 from ..passes.infer_dtypes import infer_dtypes
 from .model import export_block
 
@@ -116,7 +116,7 @@ class AMPSymbolBlock(gluon.SymbolBlock):
         return super().forward(x, *args)
 
     def _refuse_unrunnable(self, *args: Any) -> None:
-        """:class:`~mxnet_amp.errors.HardwareError` (:func:`~mxnet_amp.hardware.native_note`'s
+        """:class:`~mxnet_amp.errors.HardwareError` (:func:`~mxnet_amp.mx.hardware.native_note`'s
         text) when the block computes in bfloat16, is called on CPU arrays, and this CPU's
         oneDNN runs no bfloat16: said before MXNet's "could not create a primitive descriptor
         iterator", which would come only at the first read of an output (the engine runs the

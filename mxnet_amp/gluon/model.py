@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
-from ..arguments import check_names, check_path
 from ..errors import ArgumentError, DeferredInitError, GraphError, ParamError, error_text
-from ..graph import Graph
-from ..io import graph_from_symbol, graph_to_symbol, save_checkpoint
-from ..paths import check_epoch
+from ..files.paths import check_epoch
+from ..ir.graph import Graph
+from ..mx.arguments import check_names, check_path
+from ..mx.io import graph_from_symbol, graph_to_symbol, save_checkpoint
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.gluon import HybridBlock

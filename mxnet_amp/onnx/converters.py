@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..dtypes import widest
+from ..ir.dtypes import widest
 
 __all__ = ["OPSETS", "register_converters", "converter_table", "onnx_dtype"]
 

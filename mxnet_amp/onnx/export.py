@@ -17,14 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..arguments import (check_bool, check_dtype_map, check_int, check_names, check_optional_bool, check_path,
-                         check_symbol, param_dict)
-from ..dtypes import array_dtype
 from ..errors import ArgumentError, OnnxExportError, OnnxMissingError
-from ..graph import CAST_OPS, Graph
-from ..io import atomic_writes, graph_from_symbol
+from ..files.atomic import atomic_writes
+from ..files.paths import check_outputs
+from ..ir.dtypes import array_dtype
+from ..ir.graph import CAST_OPS, Graph
+from ..mx.arguments import (check_bool, check_dtype_map, check_int, check_names, check_optional_bool, check_path,
+                            check_symbol, param_dict)
+from ..mx.io import graph_from_symbol
 from ..passes.relabel_dtype import dtypes_named
-from ..paths import check_outputs
 from .constants import match_constant_dtypes
 from .converters import OPSETS, converter_table, onnx_dtype
 from .exporter import ExportInputs, exporter_graphs, mxnet_output_name, mxnet_output_order, onnx_output_names
@@ -372,7 +373,7 @@ def _check(model_path: str) -> None:
 
 
 def _write(model: Any, plan: WeightPlan, path: str, data_path: str | None) -> None:
-    """Both files written atomically (:func:`mxnet_amp.io.atomic_writes`), the model checked
+    """Both files written atomically (:func:`mxnet_amp.files.atomic.atomic_writes`), the model checked
     on disk before either file takes its name. The checks read a small skeleton of the
     model beside it (:meth:`WeightPlan.skeleton`): ONNX's checker loads a whole model file,
     which would be one more copy of the weights."""

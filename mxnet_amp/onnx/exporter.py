@@ -10,11 +10,11 @@ import json
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
-from ..dtypes import array_dtype
 from ..errors import InputShapeError, OnnxExportError
-from ..graph import CAST_OPS, Entry, Graph, Node
-from ..io import graph_to_symbol
-from ..params import cast_array
+from ..ir.dtypes import array_dtype
+from ..ir.graph import CAST_OPS, Entry, Graph, Node
+from ..mx.io import graph_to_symbol
+from ..mx.params import cast_array
 from ..passes.relabel_dtype import relabel_dtype
 from .constants import repair_float16_constants
 from .converters import onnx_dtype, register_converters

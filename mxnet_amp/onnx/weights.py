@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..dtypes import array_dtype, array_nbytes
+from ..ir.dtypes import array_dtype, array_nbytes
 from .converters import onnx_dtype
 
 __all__ = ["EXTERNAL_DATA_THRESHOLD", "SMALL_TENSOR_BYTES", "WeightPlan", "plan_weights",

@@ -9,7 +9,7 @@ A graph-only helper (no mxnet): the automatic mode checks these tensors, the zoo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from ..graph import Entry, Graph
+from ..ir.graph import Entry, Graph
 
 __all__ = ["ORDERING_OPS", "AMPLIFYING_OPS", "COMPARISON_OPS", "BOUNDARY_OPS", "DenseOutputs",
            "dense_outputs"]

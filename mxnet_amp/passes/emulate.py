@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from ..dtypes import LOW_PRECISION, MX_CODE
 from ..errors import ArgumentError
-from ..graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
+from ..ir.dtypes import LOW_PRECISION, MX_CODE
+from ..ir.graph import ANY_CAST_OPS, Entry, Graph, GraphBuilder, Node, cast_node
 from .infer_dtypes import infer_dtypes
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 

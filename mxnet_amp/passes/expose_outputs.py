@@ -2,7 +2,7 @@
 instrumented run reads every tensor's range from one execution)."""
 from __future__ import annotations
 
-from ..graph import Entry, Graph
+from ..ir.graph import Entry, Graph
 from .kernel import GraphPass, PassResult
 
 __all__ = ["expose_outputs", "ExposeOutputs"]

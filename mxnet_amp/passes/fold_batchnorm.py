@@ -35,9 +35,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..dtypes import array_values, dtype_name
 from ..errors import ParamError
-from ..graph import Entry, Graph, GraphBuilder, Node, attr_ints
+from ..ir.dtypes import array_values, dtype_name
+from ..ir.graph import Entry, Graph, GraphBuilder, Node, attr_ints
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["FoldResult", "fold_batchnorm", "FoldBatchnorm", "FOLDABLE_OPS", "BATCHNORM_OPS"]
@@ -60,7 +60,7 @@ class FoldResult:
     graph: Graph
     # every param of the new graph: unchanged arrays shared with the input, folded ones new
     # float32 numpy arrays (NDArrays on the weight's context off the CPU), written as
-    # NDArrays by the recast (mxnet_amp.params.recast_params)
+    # NDArrays by the recast (mxnet_amp.mx.params.recast_params)
     params: Mapping[str, Any]
     # (BatchNorm name, producer name) for each BatchNorm folded away
     folded: tuple[tuple[str, str], ...]
@@ -298,7 +298,7 @@ def _dropped_variables(graph: Graph, plans: Mapping[int, _Plan]) -> set[int]:
 
 def _like(value: np.ndarray, template: Any) -> Any:
     """``value`` (float32): kept in numpy when ``template`` is a numpy array or lives on the
-    CPU, until the conversion writes it (:func:`mxnet_amp.params.write_array`, once, in its
+    CPU, until the conversion writes it (:func:`mxnet_amp.mx.params.write_array`, once, in its
     stored dtype: an NDArray made here would be copied again by the cast); an NDArray on
     ``template``'s context otherwise (a GPU)."""
     if isinstance(template, np.ndarray) or template.ctx.device_type == "cpu":

@@ -4,8 +4,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from ..dtypes import LOW_PRECISION
-from ..graph import Graph, Node
+from ..ir.dtypes import LOW_PRECISION
+from ..ir.graph import Graph, Node
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["fold_param_casts", "prune", "FoldParamCasts", "Prune"]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from ..graph import Entry, Graph, Node, attr_ints, cast_node
+from ..ir.graph import Entry, Graph, Node, attr_ints, cast_node
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["insert_fusion_barriers", "InsertFusionBarriers", "Barriers", "BARRIER_SUFFIX"]

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..graph import Graph
 from ..errors import InferenceFailed
-from ..optypes import OpTypes
+from ..ir.graph import Graph
+from ..mx.optypes import OpTypes
 from .kernel import GraphPass, PassResult, node_context
 
 __all__ = ["infer_dtypes", "InferDtypes"]

@@ -2,7 +2,7 @@
 
 One forward walk over the topologically ordered nodes. For each op node the policy gives a
 category; the dtypes its float inputs should have follow from it, MXNet's own type
-inference (:class:`~mxnet_amp.optypes.OpTypes`) says what the op then produces and what
+inference (:class:`~mxnet_amp.mx.optypes.OpTypes`) says what the op then produces and what
 dtype it wants for its weights, and casts are added where a tensor's dtype differs:
 
 * one ``amp_cast`` per (tensor, dtype), shared by every consumer (``cast_cache``);
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from ..dtypes import FLOAT_DTYPES, LOW_PRECISION, dtype_of_code, is_float, widest
 from ..errors import AlreadyConvertedError, InferenceFailed
-from ..graph import Entry, Graph, Node, cast_node, multicast_node
-from ..optypes import Dtypes, OpTypes
+from ..ir.dtypes import FLOAT_DTYPES, LOW_PRECISION, dtype_of_code, is_float, widest
+from ..ir.graph import Entry, Graph, Node, cast_node, multicast_node
+from ..mx.optypes import Dtypes, OpTypes
+from ..mx.registry import op_input_names
 from ..policy import Category, Decision, OpPolicy
-from ..registry import op_input_names
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["CastResult", "Plan", "insert_casts", "InsertCasts", "refuse_converted",

@@ -11,14 +11,14 @@ model and whether it changed it; a checker runs after each pass):
   (counters, maps, what it decides) is that loop's ``state``, never an attribute of the pass
   (a pass writes its attributes only in ``__init__``: ``tests/house/test_pass_data_flow.py``).
 * :class:`Rewriter` owns the loop over a graph's nodes in topological order, the map from
-  each old :class:`~mxnet_amp.graph.Entry` to the new one (:meth:`Rewriter.entry`), loop/cond
+  each old :class:`~mxnet_amp.ir.graph.Entry` to the new one (:meth:`Rewriter.entry`), loop/cond
   bodies (:meth:`Rewriter.rewrite_subgraph`) and node-context errors. A pass overrides
   :meth:`Rewriter.rewrite_node` (reading the node's new inputs with :meth:`Rewriter.inputs`), which returns where the node's outputs went: a new node
   index (output ``k`` is then ``Entry(index, k, version)``, versions kept) or one new entry per
   used output (the pass builds those entries itself).
 * :class:`PassResult` is what every pass returns: the graph, what the pass decided (a record
   of its own type) and whether anything changed.
-* :class:`GraphPass` runs a pass and checks :func:`mxnet_amp.verify.verify_graph` on its
+* :class:`GraphPass` runs a pass and checks :func:`mxnet_amp.ir.verify.verify_graph` on its
   output as the postcondition of every pass whose input keeps the invariants (MXNet accepts
   graphs with duplicate node names: a pass is not blamed for what it was given) (on by default: it costs a few percent of a
   conversion, measured in ``benchmarks/pass_verify_cost.py``; ``verify=False`` skips it).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Iterable, Sequence, TypeVar, Union
 
 from ..errors import AMPError, GraphCheckError, PassNodeError, PassOrderError
-from ..graph import Entry, Graph, GraphBuilder, Node
-from ..verify import verify_graph
+from ..ir.graph import Entry, Graph, GraphBuilder, Node
+from ..ir.verify import verify_graph
 
 __all__ = ["PassResult", "GraphPass", "Rewriter", "Outputs", "node_context", "run_passes", "PassRun",
            "PassOrder", "this_before_that"]
@@ -85,12 +85,13 @@ class Rewriter:
     names_new_nodes: ClassVar[bool] = False
 
     def __init__(self, graph: Graph, name: str | None = None, *, owner: GraphPass | None = None,
-                 state: Any = None) -> None:
+                 state: Any = None, builder: GraphBuilder | None = None) -> None:
         self.graph = graph
         if name is not None:
             self.name = name
         self.owner, self.state = owner, state
-        self.builder = GraphBuilder()
+        # a loop given a builder appends to the graph another loop built
+        self.builder = builder if builder is not None else GraphBuilder()
         # old node index -> where its outputs went (see Outputs)
         self.env: list[Outputs] = []
         if self.names_new_nodes or (owner is not None and owner.names_new_nodes):
@@ -140,7 +141,10 @@ class Rewriter:
         return self.emit(node)
 
     def heads(self) -> list[Entry]:
-        """The new graph's outputs: the old heads' new entries."""
+        """The new graph's outputs: the owner's :meth:`GraphPass.loop_heads`, else the old
+        heads' new entries."""
+        if self.owner is not None:
+            return self.owner.loop_heads(self)
         return [self.entry(h) for h in self.graph.heads]
 
     def run(self, start: int = 0) -> Graph:
@@ -166,7 +170,7 @@ class Rewriter:
 
 class GraphPass(Generic[T]):
     """A pass with its postcondition: :meth:`call` does the work, calling the pass checks the
-    output graph with :func:`~mxnet_amp.verify.verify_graph`.
+    output graph with :func:`~mxnet_amp.ir.verify.verify_graph`.
 
     "Unchanged means the same object" holds for every pass, here rather than in each: a
     result that says nothing changed carries the input graph itself (a pass that built an
@@ -194,12 +198,14 @@ class GraphPass(Generic[T]):
     def __init__(self, *, verify: bool = True) -> None:
         self.verify = verify
 
-    def node_loop(self, graph: Graph, state: Any = None) -> Rewriter:
+    def node_loop(self, graph: Graph, state: Any = None, builder: GraphBuilder | None = None) -> Rewriter:
         """A loop over ``graph``'s nodes that calls this pass's hooks (:meth:`rewrite_node`,
-        :meth:`rewrite_subgraph`); ``.run()`` it for the new graph. ``state`` is what one
-        run of the pass keeps (``loop.state``: the hooks read and write it there, never on
-        the pass, so a pass object runs any number of graphs, even nested bodies, the same)."""
-        return Rewriter(graph, self.name, owner=self, state=state)
+        :meth:`rewrite_subgraph`, :meth:`loop_heads`); ``.run()`` it for the new graph.
+        ``state`` is what one run of the pass keeps (``loop.state``: the hooks read and
+        write it there, never on the pass, so a pass object runs any number of graphs, even
+        nested bodies, the same); ``builder``, where given, is another loop's (the new
+        graph continues what that loop built)."""
+        return Rewriter(graph, self.name, owner=self, state=state, builder=builder)
 
     def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
         """The node hook of :meth:`node_loop` (see :meth:`Rewriter.rewrite_node`, ``loop``
@@ -209,6 +215,10 @@ class GraphPass(Generic[T]):
     def rewrite_subgraph(self, loop: Rewriter, body: Graph) -> Graph:
         """A loop/cond body of a node ``loop`` copies: by default unchanged."""
         return body
+
+    def loop_heads(self, loop: Rewriter) -> list[Entry]:
+        """The outputs of the graph ``loop`` built: by default the old heads' new entries."""
+        return [loop.entry(h) for h in loop.graph.heads]
 
     def call(self, graph: Graph) -> PassResult[T]:
         """The pass itself (subclasses)."""

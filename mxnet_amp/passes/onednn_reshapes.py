@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..graph import Entry, Graph, attr_ints
+from ..ir.graph import Entry, Graph, attr_ints
 from ..policy import Reason
 
 if TYPE_CHECKING:

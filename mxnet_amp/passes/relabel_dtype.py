@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from ..dtypes import MX_CODE
-from ..graph import Graph
+from ..ir.dtypes import MX_CODE
+from ..ir.graph import Graph
 from .kernel import GraphPass, PassResult
 
 __all__ = ["relabel_dtype", "RelabelDtype", "dtypes_named"]

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from ..dtypes import LOW_PRECISION
-from ..graph import Entry, Graph, Node
+from ..ir.dtypes import LOW_PRECISION
+from ..ir.graph import Entry, Graph, Node
 from ..kernels.build import ROUND_BIAS_OP, ROUND_OP
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 

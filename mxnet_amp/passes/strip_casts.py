@@ -1,6 +1,6 @@
 """Remove a converted graph's AMP casts: the same computation, entirely in the inputs' dtype.
 
-Every ``amp_cast`` and ``amp_multicast`` (:data:`mxnet_amp.graph.CAST_OPS`) goes; whatever
+Every ``amp_cast`` and ``amp_multicast`` (:data:`mxnet_amp.ir.graph.CAST_OPS`) goes; whatever
 read a cast reads the cast's input instead (output ``k`` of a multicast: its input ``k``),
 graph outputs included. On a converted float32 model with float32 params that is the
 original computation, so running it must reproduce the float32 model to float32 roundoff:
@@ -11,7 +11,7 @@ the numbers (the zoo sweep's structure check). MXNet's own
 """
 from __future__ import annotations
 
-from ..graph import CAST_OPS, Graph, Node
+from ..ir.graph import CAST_OPS, Graph, Node
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["strip_casts", "StripCasts"]

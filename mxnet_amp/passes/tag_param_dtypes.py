@@ -13,8 +13,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from ..dtypes import MX_CODE
-from ..graph import Graph, Node
+from ..ir.dtypes import MX_CODE
+from ..ir.graph import Graph, Node
 from .kernel import GraphPass, PassResult
 
 __all__ = ["tag_param_dtypes", "TagParamDtypes"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Collection, Mapping
 
-from ..graph import Entry, Graph, Node
+from ..ir.graph import Entry, Graph, Node
 from .kernel import GraphPass, Outputs, PassResult, Rewriter
 
 __all__ = ["ForcedGraph", "teacher_force", "TeacherForce"]
@@ -71,117 +71,24 @@ class ForcedGraph:
     output_probes: list[int] = field(default_factory=list)
 
 
-class _Forcer(Rewriter):
-    """The forced copies: a loop over the converted graph that copies each forced node,
-    reading new variables (or the casts the conversion put before it, copied once)."""
-    names_new_nodes = True
+@dataclass
+class _Forcing:
+    """One run's state, over both loops (the forced copies' over the converted graph, then
+    the perturbed copies' over the original, appending to the same graph): the nodes to
+    force, the casts the conversion inserted, the variables, copied casts and feeds made so
+    far, the new graph's outputs, each original variable's float32 alias and what the run
+    decides (``out``)."""
 
-    def __init__(self, converted: Graph, name: str, original: Graph, forced: Collection[str],
-                 tensor_dtypes: Mapping[Entry, str | None],
-                 inserted_casts: Collection[int]) -> None:
-        super().__init__(converted, name)
-        self.original, self.forced, self.dtypes = original, set(forced), tensor_dtypes
-        self.inserted = set(inserted_casts)
-        self.reserve_names(original.nodes)   # the converted graph's are (names_new_nodes)
-        self.used = converted.num_used_outputs()
-        self.vars: dict[str, int] = {}
-        self.copied: dict[int, int] = {}
-        self.fed: dict[tuple[str, int, str], Entry] = {}
-        self.out_heads: list[Entry] = []
-        self.out = ForcedGraph(Graph((), ()))
-
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
-        if node.is_variable or node.name not in self.forced:
-            return ()   # not copied: nothing in the new graph reads it through the loop
-        ins = tuple(self.forced_input(e) for e in node.inputs)
-        idx = self.emit(node.replace(inputs=ins))
-        self.add_heads("forced", node.name, idx, self.used[i])
-        return idx
-
-    def heads(self) -> list[Entry]:
-        return self.out_heads
-
-    def add_heads(self, kind: str, name: str, idx: int, used: int, probe: int = 0) -> None:
-        """Output ``k < used`` of new node ``idx`` (a copy of ``name``) as a graph output."""
-        for k in range(used):
-            self.out.outputs.append((kind, name, k))
-            self.out.output_probes.append(probe)
-            self.out_heads.append(Entry(idx, k))
-
-    def variable(self, name: str, node: Node | None = None) -> Entry:
-        if name not in self.vars:
-            self.vars[name] = self.emit(node or Node("null", name))
-        return Entry(self.vars[name])
-
-    def feed(self, tensor: tuple[str, int], kind: str, dtype: str | None,
-             probe: int = 0) -> Entry:
-        """The variable fed with ``tensor``'s reference (``kind='reference'``) or its
-        perturbed reference (``'perturbed'``) of ``probe``."""
-        key = (tensor[0], tensor[1], f"{kind}{probe or ''}")
-        if key not in self.fed:
-            name = self.builder.fresh_name(f"{tensor[0]}_out{tensor[1]}_{key[2]}")
-            self.fed[key] = self.variable(name)
-            if kind == "reference":
-                self.out.reference_feeds[name] = tensor
-            else:
-                self.out.perturbed_feeds[name] = tensor
-                self.out.perturbed_probes[name] = probe
-            self.out.var_dtypes[name] = dtype or "float32"
-        return self.fed[key]
-
-    def forced_input(self, e: Entry) -> Entry:
-        """The new graph's entry for converted entry ``e`` read by a forced node."""
-        node = self.graph.nodes[e.node]
-        if node.is_variable:
-            return self.variable(node.name, node)
-        if e.node in self.inserted:
-            if e.node not in self.copied:   # a cast the conversion inserted: copied once
-                ins = tuple(self.forced_input(x) for x in node.inputs)
-                self.copied[e.node] = self.emit(node.replace(inputs=ins))
-            return Entry(self.copied[e.node], e.output)
-        return self.feed((node.name, e.output), "reference", self.dtypes.get(e))
-
-
-class _Perturber(Rewriter):
-    """The perturbed copies: a loop over the original graph, appending to the forced
-    copies' graph a float32 copy of every op that reads another op's output."""
-
-    def __init__(self, forcer: _Forcer, probes: int) -> None:
-        super().__init__(forcer.original, forcer.name)
-        self.forcer, self.builder, self.probes = forcer, forcer.builder, probes
-        self.used = forcer.original.num_used_outputs()
-        self.aliases: dict[str, str] = {}   # original variable -> its float32 alias
-
-    def rewrite_node(self, i: int, node: Node) -> Outputs:
-        nodes = self.graph.nodes
-        if not self.probes or node.is_variable or node.subgraphs or \
-                all(nodes[e.node].is_variable for e in node.inputs):
-            return ()   # no copies asked for, or nothing upstream to carry an error through it
-        copies = []
-        for probe in range(self.probes):
-            ins = tuple(self.perturbed_input(e, probe) for e in node.inputs)
-            copies.append(self.emit(node.replace(
-                name=self.builder.fresh_name(node.name + "_perturbed"), inputs=ins)))
-            self.forcer.add_heads("perturbed", node.name, copies[-1], self.used[i], probe)
-        return copies[0]
-
-    def heads(self) -> list[Entry]:
-        return self.forcer.out_heads
-
-    def perturbed_input(self, e: Entry, probe: int) -> Entry:
-        """The new graph's entry for original entry ``e`` read by a perturbed copy of
-        ``probe``."""
-        node, out = self.graph.nodes[e.node], self.forcer.out
-        if node.is_variable:
-            alias = self.aliases.get(node.name)
-            if alias is None:
-                # the perturbed copies read the float32 originals (the forced ones may read
-                # a low precision weight of the same name)
-                alias = self.aliases[node.name] = self.builder.fresh_name(f"{node.name}_float32")
-                out.param_aliases[alias] = node.name
-                out.var_dtypes[alias] = "float32"
-            return self.forcer.variable(alias, node.replace(name=alias))
-        return self.forcer.feed((node.name, e.output), "perturbed", "float32", probe)
+    forced: set[str]
+    inserted: set[int]
+    used: list[int]                   # of the graph the current loop walks
+    perturbing: bool = False          # which loop runs: the perturbed copies' (second)
+    vars: dict[str, int] = field(default_factory=dict)
+    copied: dict[int, int] = field(default_factory=dict)
+    fed: dict[tuple[str, int, str], Entry] = field(default_factory=dict)
+    out_heads: list[Entry] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)   # original variable -> float32 alias
+    out: ForcedGraph = field(default_factory=lambda: ForcedGraph(Graph((), ())))
 
 
 class TeacherForce(GraphPass[ForcedGraph]):
@@ -195,6 +102,7 @@ class TeacherForce(GraphPass[ForcedGraph]):
     """
 
     name = "teacher_force"
+    names_new_nodes = True
 
     def __init__(self, original: Graph, forced: Collection[str],
                  tensor_dtypes: Mapping[Entry, str | None],
@@ -206,14 +114,110 @@ class TeacherForce(GraphPass[ForcedGraph]):
 
     def call(self, graph: Graph) -> PassResult[ForcedGraph]:
         """Run the pass on the converted ``graph`` (see the module doc)."""
-        forcer = _Forcer(graph, self.name, self.original, self.forced, self.tensor_dtypes, self.inserted_casts)
-        forcer.run()
-        built = _Perturber(forcer, self.probes).run()
-        out = forcer.out
+        st = _Forcing(set(self.forced), set(self.inserted_casts), graph.num_used_outputs())
+        forcing = self.node_loop(graph, st)
+        forcing.reserve_names(self.original.nodes)   # the converted graph's are (names_new_nodes)
+        forcing.run()
+        # the perturbed copies: a loop over the original graph, appending to the forced
+        # copies' graph a float32 copy of every op that reads another op's output
+        st.perturbing, st.used = True, self.original.num_used_outputs()
+        built = self.node_loop(self.original, st, forcing.builder).run()
+        out = st.out
         fg = ForcedGraph(Graph(built.nodes, built.heads, graph.attrs), out.var_dtypes,
                          out.reference_feeds, out.perturbed_feeds, out.param_aliases, out.outputs,
                          out.perturbed_probes, out.output_probes)
         return PassResult(fg.graph, fg, True)
+
+    def rewrite_node(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        """A forced node's copy reading new variables (or the casts the conversion put
+        before it, copied once); in the second loop, the perturbed copies of an op."""
+        st: _Forcing = loop.state
+        if st.perturbing:
+            return self._perturbed(loop, i, node)
+        if node.is_variable or node.name not in st.forced:
+            return ()   # not copied: nothing in the new graph reads it through the loop
+        ins = tuple(self._forced_input(loop, e) for e in node.inputs)
+        idx = loop.emit(node.replace(inputs=ins))
+        _add_heads(st, "forced", node.name, idx, st.used[i])
+        return idx
+
+    def loop_heads(self, loop: Rewriter) -> list[Entry]:
+        """The copies' outputs, in the order they were made."""
+        heads: list[Entry] = loop.state.out_heads
+        return heads
+
+    def _perturbed(self, loop: Rewriter, i: int, node: Node) -> Outputs:
+        nodes, st = loop.graph.nodes, loop.state
+        if not self.probes or node.is_variable or node.subgraphs or \
+                all(nodes[e.node].is_variable for e in node.inputs):
+            return ()   # no copies asked for, or nothing upstream to carry an error through it
+        copies = []
+        for probe in range(self.probes):
+            ins = tuple(self._perturbed_input(loop, e, probe) for e in node.inputs)
+            copies.append(loop.emit(node.replace(
+                name=loop.builder.fresh_name(node.name + "_perturbed"), inputs=ins)))
+            _add_heads(st, "perturbed", node.name, copies[-1], st.used[i], probe)
+        return copies[0]
+
+    def _forced_input(self, loop: Rewriter, e: Entry) -> Entry:
+        """The new graph's entry for converted entry ``e`` read by a forced node."""
+        node, st = loop.graph.nodes[e.node], loop.state
+        if node.is_variable:
+            return _variable(loop, node.name, node)
+        if e.node in st.inserted:
+            if e.node not in st.copied:   # a cast the conversion inserted: copied once
+                ins = tuple(self._forced_input(loop, x) for x in node.inputs)
+                st.copied[e.node] = loop.emit(node.replace(inputs=ins))
+            return Entry(st.copied[e.node], e.output)
+        return _feed(loop, (node.name, e.output), "reference", self.tensor_dtypes.get(e))
+
+    def _perturbed_input(self, loop: Rewriter, e: Entry, probe: int) -> Entry:
+        """The new graph's entry for original entry ``e`` read by a perturbed copy of
+        ``probe``."""
+        node, st = loop.graph.nodes[e.node], loop.state
+        if node.is_variable:
+            alias = st.aliases.get(node.name)
+            if alias is None:
+                # the perturbed copies read the float32 originals (the forced ones may read
+                # a low precision weight of the same name)
+                alias = st.aliases[node.name] = loop.builder.fresh_name(f"{node.name}_float32")
+                st.out.param_aliases[alias] = node.name
+                st.out.var_dtypes[alias] = "float32"
+            return _variable(loop, alias, node.replace(name=alias))
+        return _feed(loop, (node.name, e.output), "perturbed", "float32", probe)
+
+
+def _add_heads(st: _Forcing, kind: str, name: str, idx: int, used: int, probe: int = 0) -> None:
+    """Output ``k < used`` of new node ``idx`` (a copy of ``name``) as a graph output."""
+    for k in range(used):
+        st.out.outputs.append((kind, name, k))
+        st.out.output_probes.append(probe)
+        st.out_heads.append(Entry(idx, k))
+
+
+def _variable(loop: Rewriter, name: str, node: Node | None = None) -> Entry:
+    st: _Forcing = loop.state
+    if name not in st.vars:
+        st.vars[name] = loop.emit(node or Node("null", name))
+    return Entry(st.vars[name])
+
+
+def _feed(loop: Rewriter, tensor: tuple[str, int], kind: str, dtype: str | None,
+          probe: int = 0) -> Entry:
+    """The variable fed with ``tensor``'s reference (``kind='reference'``) or its perturbed
+    reference (``'perturbed'``) of ``probe``."""
+    st: _Forcing = loop.state
+    key = (tensor[0], tensor[1], f"{kind}{probe or ''}")
+    if key not in st.fed:
+        name = loop.builder.fresh_name(f"{tensor[0]}_out{tensor[1]}_{key[2]}")
+        st.fed[key] = _variable(loop, name)
+        if kind == "reference":
+            st.out.reference_feeds[name] = tensor
+        else:
+            st.out.perturbed_feeds[name] = tensor
+            st.out.perturbed_probes[name] = probe
+        st.out.var_dtypes[name] = dtype or "float32"
+    return st.fed[key]
 
 
 def teacher_force(converted: Graph, original: Graph, forced: Collection[str],

@@ -16,7 +16,7 @@ import subprocess
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DrawError
-from ..io import atomic_write
+from ..files.atomic import atomic_write
 from .layout import CHAR_WIDTH, DTYPE_COLOURS, FONT_SIZE, LINE_HEIGHT, box_lines, fit_text, layout
 from .picture import Box, Picture, collapse
 from .precision_svg import precision_map_svg, stacked_svg

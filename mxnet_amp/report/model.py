@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from ..dtypes import dtype_name
-from ..graph import Graph
-from ..hardware import cpu_summary
+from ..ir.dtypes import dtype_name
+from ..ir.graph import Graph
+from ..mx.hardware import cpu_summary
 from ..passes.insert_casts import MULTICAST
 from ..policy import Category, Decision, reason_kind
 from .sections import AutoSection, DemoSection, OnnxSection, sections_dict
@@ -99,10 +99,10 @@ class ConversionReport:
         Convolutions whose shared output got an identity ``amp_cast`` before its fusable
         readers, so MXNet's oneDNN fusion cannot misconnect it (counted in ``casts``).
     tuning : mapping or None
-        What ``tune=`` timed (:meth:`mxnet_amp.tune.TuneRecord.to_dict`): the machine, each
+        What ``tune=`` timed (:meth:`mxnet_amp.tune.timing.TuneRecord.to_dict`): the machine, each
         kernel's float32 and low precision time, the whole model untuned and tuned.
     cpu : str or None
-        The CPU the report was made on (:func:`mxnet_amp.hardware.cpu_summary`: its ISA
+        The CPU the report was made on (:func:`mxnet_amp.mx.hardware.cpu_summary`: its ISA
         flags, ``DNNL_MAX_CPU_ISA``, whether bfloat16 runs natively).
     notes : tuple of str
         What the command adds for the reader (the machine cannot run the dtype, emulation

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ..graph import CAST_OPS, Graph, Node, attr_ints
-from ..io import graph_to_symbol
+from ..ir.graph import CAST_OPS, Graph, Node, attr_ints
+from ..mx.io import graph_to_symbol
 from ..shape_check.guess import guess_input_shapes
 
 if TYPE_CHECKING:   # only annotations name it

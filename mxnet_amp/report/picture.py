@@ -20,8 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from ..dtypes import is_float
-from ..graph import CAST_OPS, Entry, Graph, Node
+from ..ir.dtypes import is_float
+from ..ir.graph import CAST_OPS, Entry, Graph, Node
 from ..passes.insert_casts import MULTICAST
 
 if TYPE_CHECKING:   # only annotations name it

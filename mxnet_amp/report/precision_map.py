@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
 
-from ..graph import CAST_OPS, Graph
+from ..ir.graph import CAST_OPS, Graph
 from .model import build_report
 from .op_costs import Costs, op_costs
 from .picture import fp32_islands, node_dtypes

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Mapping
 
-from ..graph import Graph
+from ..ir.graph import Graph
 from .layout import DTYPE_COLOURS, fit_text
 from .precision_map import FOOT_LINES, LINE, MAP_WIDTH, PrecisionMap, precision_map
 

@@ -70,6 +70,8 @@ class DemoSection:
         Share of rows whose argmax agrees (None when the first output is not class scores).
     speed : DemoSpeed or None
         The timing, where the low precision model ran natively.
+    chunk : int or None
+        The samples one run held (``--chunk``: a larger batch ran chunk by chunk).
     """
 
     native: bool
@@ -78,6 +80,7 @@ class DemoSection:
     relative_max_error: float
     top1_agreement: float | None
     speed: DemoSpeed | None = None
+    chunk: int | None = None
 
 
 def sections_dict(notes: tuple[str, ...], onnx: OnnxSection | None, demo: DemoSection | None,
@@ -95,6 +98,8 @@ def sections_dict(notes: tuple[str, ...], onnx: OnnxSection | None, demo: DemoSe
             out.update(speedup=s.speedup, fp32_ms=s.fp32_ms, low_ms=s.low_ms, runs=s.runs)
         out.update(native=demo.native, execution=demo.execution, input=demo.input,
                    relative_max_error=demo.relative_max_error, top1_agreement=demo.top1_agreement)
+        if demo.chunk is not None:
+            out["chunk"] = demo.chunk
     if auto is not None:
         out["auto"] = dict(auto.record)
     return out

@@ -27,9 +27,9 @@ import re
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..errors import InputShapeError, ParamError, error_text
-from ..gcpause import gc_paused
-from ..graph import Graph, attr_ints
-from ..io import graph_from_symbol
+from ..ir.gcpause import gc_paused
+from ..ir.graph import Graph, attr_ints
+from ..mx.io import graph_from_symbol
 from .cuts import graph_with_cuts
 from .guess import guess_input_shapes, unknown_dim
 from .infer import CONTRADICTION, Checker, symbol_input_names
@@ -63,7 +63,7 @@ def check_param_shapes(sym: Symbol, arg_params: Mapping, aux_params: Mapping,
     their readers prove, see the module doc); then, when ``data_shapes`` are given, against
     those. The error names the param, its shape, the shape the symbol expects there (``?``
     for a dimension that cannot be told) and the nodes that read it. Names neither in the
-    symbol nor in the params are left to :func:`mxnet_amp.params.check_params`.
+    symbol nor in the params are left to :func:`mxnet_amp.mx.params.check_params`.
 
     Parameters
     ----------

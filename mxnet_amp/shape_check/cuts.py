@@ -11,8 +11,8 @@ from __future__ import annotations
 import warnings
 from typing import Mapping
 
-from ..graph import Entry, Graph, Node
-from ..io import graph_to_symbol
+from ..ir.graph import Entry, Graph, Node
+from ..mx.io import graph_to_symbol
 from ..passes.kernel import Outputs, Rewriter
 from .guess import SAME_SHAPE_INPUTS, SHAPE_KEEPING, reader_guess, unknown_dim, windowed_pool
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..graph import Graph, Node, attr_ints
+from ..ir.graph import Graph, Node, attr_ints
 
 __all__ = ["SHAPE_KEEPING", "SAME_SHAPE_INPUTS", "unknown_dim", "reader_guess",
            "guess_input_shapes", "windowed_pool"]

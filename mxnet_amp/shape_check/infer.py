@@ -11,8 +11,8 @@ import warnings
 from typing import TYPE_CHECKING, Mapping
 
 from ..errors import error_text
-from ..graph import Graph
-from ..io import graph_to_symbol
+from ..ir.graph import Graph
+from ..mx.io import graph_to_symbol
 from .cuts import cut_past
 
 if TYPE_CHECKING:   # mxnet itself is imported where it runs

@@ -6,7 +6,7 @@ import numbers
 from typing import Mapping, Sequence
 
 from ..errors import InputShapeError, ParamError
-from ..graph import Graph
+from ..ir.graph import Graph
 from .guess import unknown_dim
 
 __all__ = ["input_shapes", "param_error"]

@@ -11,7 +11,7 @@ import pytest
 from mxnet_amp.auto import auto_convert_block, auto_convert_model, check_outputs
 from mxnet_amp.convert import convert_model
 from mxnet_amp.errors import GraphError
-from mxnet_amp.io import symbol_json
+from mxnet_amp.mx.io import symbol_json
 
 from auto_models import clean_model, fc, nd, overflow_model, run
 from helpers import gluoncv_resnet18

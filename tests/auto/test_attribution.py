@@ -43,7 +43,7 @@ def test_culprit_estimates_do_not_drift_with_depth(shape):
 
 
 def test_teacher_force_copies_every_op_once_per_probe():
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.passes.teacher_force import teacher_force
     p = planted_structured(20, 1, "chain", seed=1)
     graph = graph_from_symbol(p.sym)
@@ -131,3 +131,46 @@ def test_local_errors_are_each_nodes_own_on_its_inputs_as_they_arrive():
     for follower in ("near0_diff", "near0_scaled", "res2_sub"):
         assert by_name[follower].local_error == 0.0 and by_name[follower].contribution == 0.0
     assert {e.name for e in report.attribution[:2]} == {"near0", "res2_add"}
+
+
+def _kink_net():
+    """``h`` (4 x 16, |values| ~ 0.1) -> ``big = FC(h, Q, bias 2048.5)`` (the culprit:
+    float16's spacing at 2048 is 2, so ``0.5 + Q h``, in (0.2, 0.8), is rounded to 0) ->
+    ``10 relu(0.1 - (big - 2048))``: every float32 value is below the relu's kink (it outputs
+    0, and its slope is 0), the rounding lifts them all past it (1 each). The output joins
+    that with a plain FullyConnected of ``h``."""
+    import mxnet as mx
+    from planted_culprits import Planted
+    rng = np.random.RandomState(7)
+    q = np.linalg.qr(rng.randn(WIDTH, WIDTH))[0].astype(np.float32)
+    data = mx.sym.var("data")
+    big = mx.sym.FullyConnected(data, num_hidden=WIDTH, name="big")
+    centred = mx.sym._internal._minus_scalar(big, scalar=2048.0, name="centred")
+    flipped = mx.sym._internal._mul_scalar(centred, scalar=-1.0, name="flipped")
+    shifted = mx.sym._internal._plus_scalar(flipped, scalar=0.1, name="shifted")
+    kinked = mx.sym._internal._mul_scalar(mx.sym.relu(shifted, name="kink"), scalar=10.0,
+                                          name="kinked")
+    plain = mx.sym.FullyConnected(data, num_hidden=WIDTH, name="plain")
+    out = mx.sym.reshape(mx.sym.Concat(kinked, plain, dim=1, name="join"), shape=(0, 4, -1),
+                         name="out")
+    args = {"big_weight": mx.nd.array(q), "big_bias": mx.nd.full(WIDTH, 2048.5),
+            "plain_weight": mx.nd.array(q.T), "plain_bias": mx.nd.zeros(WIDTH)}
+    sample = rng.uniform(-1, 1, (4, WIDTH)).astype(np.float32) / 8
+    return Planted(out, args, sample, ("big",), 9)
+
+
+def test_an_error_past_a_kink_is_measured_by_pushing_it_through_the_graph(monkeypatch):
+    """The linear measure reads the culprit's error at the relu's slope where float32 sits,
+    0: it ranks nothing like a culprit. Pushed through the float32 graph itself, the error's
+    change at the outputs is measured whole: the culprit is ranked first, picked alone and
+    kept exactly (4 executions). Without the push (monkeypatched out), it is not ranked
+    first."""
+    from mxnet_amp.auto import attribution
+    p = _kink_net()
+    report = auto_planted(p)
+    assert report.attribution[0].name == "big" and accuracy_culprits(report) == ["big"]
+    assert report.validated and report.executions == 4
+    assert report.attribution[0].contribution > PLANTED_TOLERANCE / 2
+    monkeypatch.setattr(attribution, "_to_push", lambda measured, reach, limit: [])
+    linear = auto_planted(p)
+    assert linear.attribution[0].name != "big"

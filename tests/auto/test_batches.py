@@ -297,7 +297,7 @@ def test_voc07_map_of_a_trained_ssd_through_metric_inputs(tmp_path):
 
 def test_cli_auto_reads_a_rec_and_a_folder_of_batches(tmp_path, capsys):
     from mxnet_amp.cli.main import main
-    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.mx.io import save_checkpoint
     sym, args = conv_classifier()
     prefix = str(tmp_path / "conv")
     save_checkpoint(prefix, 0, sym, args, {}, progress=None)
@@ -414,7 +414,7 @@ def test_known_batches_counts_what_says_its_size(tmp_path):
 def test_cli_refuses_an_absurd_worker_count(tmp_path, capsys):
     """``--workers 1000`` is refused naming the flag and the cores, exit 2, nothing spawned."""
     from mxnet_amp.cli.main import main
-    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.mx.io import save_checkpoint
     sym, args, _ = classifier()
     prefix = str(tmp_path / "m")
     save_checkpoint(prefix, 0, sym, args, {}, progress=None)
@@ -448,7 +448,7 @@ def test_eval_source_gives_the_batches_and_the_sample_inputs_ranges_run_on():
     data, batches of another shape not joined, with how many those are; with the caller's,
     those (rows None); without data, no source."""
     from mxnet_amp.auto.batches import eval_source
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     graph = graph_from_symbol(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc"))
     batches = [(np.full((3, 4), k, "float32"),) for k in range(3)] + [(np.zeros((2, 5), "float32"),)]
     got = eval_source(batches, None, ["data"], graph, attribution_samples=5)

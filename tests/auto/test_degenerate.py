@@ -3,7 +3,7 @@ import mxnet as mx
 import numpy as np
 
 from mxnet_amp.auto.degenerate import batchnorms, degenerate_params, nonfinite_origins
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 
 
 def _bn_graph(fix_gamma=True):

@@ -7,7 +7,7 @@ import pytest
 
 from mxnet_amp.auto import auto_convert_model
 from mxnet_amp.errors import DegenerateModelError
-from mxnet_amp.hardware import bf16_runs_natively
+from mxnet_amp.mx.hardware import bf16_runs_natively
 
 pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
 
@@ -124,7 +124,7 @@ def test_degenerate_params_reads_batchnorm_as_the_kernel_does():
     """A NaN gamma under fix_gamma (read as 1) is no degeneracy; a variance a rounding below
     zero (moving_var + eps > 0, as trained nets store) is none either; a negative one is."""
     from mxnet_amp.auto.degenerate import batchnorms, degenerate_params
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     d = mx.sym.var("data")
     sym = mx.sym.BatchNorm(mx.sym.BatchNorm(d, name="fixed"), fix_gamma=False, name="free")
     graph = graph_from_symbol(sym)

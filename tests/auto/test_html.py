@@ -7,7 +7,7 @@ import mxnet as mx
 import numpy as np
 
 from mxnet_amp.cli.main import main
-from mxnet_amp.io import save_checkpoint
+from mxnet_amp.mx.io import save_checkpoint
 
 from auto_models import cancellation_model
 

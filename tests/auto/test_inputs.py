@@ -7,7 +7,7 @@ import pytest
 
 from mxnet_amp.auto.inputs import loss_labels, sample_inputs
 from mxnet_amp.errors import GraphError, InputShapeError, InputValueError
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 
 
 def _softmax_model():

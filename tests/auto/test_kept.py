@@ -8,11 +8,11 @@ import numpy as np
 from mxnet_amp.auto import auto_convert_model
 from mxnet_amp.auto.kept import SOURCES, all_kept, fp32_source
 from mxnet_amp.auto.records import KeptNode, kept_groups
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import EXCLUDED_REASON
 from mxnet_amp.passes.onednn_reshapes import BLOCKED_RESHAPE_REASON
+from mxnet_amp.passes.weight_range import out_of_range_weights, readers_kept
 from mxnet_amp.policy import SlowKernel
-from mxnet_amp.weight_range import out_of_range_weights, readers_kept
 
 
 def test_each_producer_reason_is_read_as_its_source():
@@ -34,8 +34,8 @@ def test_each_producer_reason_is_read_as_its_source():
 
 def test_tune_reason_is_read_as_tuned():
     """A timing's reason, written by tune itself."""
-    from mxnet_amp.tune import KernelTiming
-    from mxnet_amp.tuning import KernelCase
+    from mxnet_amp.tune.timing import KernelTiming
+    from mxnet_amp.tune.tuning import KernelCase
     case = KernelCase("FullyConnected", (("num_hidden", "8"),), (("data", (2, 4)),))
     assert fp32_source(KernelTiming(case, 1e-3, 2e-3).reason("float16")) == "tuned"
 

@@ -9,7 +9,7 @@ from mxnet_amp.auto import auto_convert_model, check_outputs
 from mxnet_amp.auto.ranges import tensor_name
 from mxnet_amp.convert import convert_model
 from mxnet_amp.emulation import emulate_model
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 
 from auto_models import overflow_model, run, underflow_model, within_tolerance
 from helpers import assert_dtype_tags

@@ -190,3 +190,50 @@ def test_a_script_whose_worker_is_killed_fails_typed_and_exits(tmp_path):
     assert done.returncode == 1
     assert "mxnet_amp.auto.workers.WorkerError: worker process 0" in done.stderr
     assert "died (exit code -9)" in done.stderr
+
+
+def test_a_pool_never_told_to_stop_kills_its_workers_at_once_and_they_miss_a_terminal_ctrl_c():
+    """close() after a pass cut short (an error, Ctrl-C: stop was never called) kills the
+    workers (exit -9) instead of asking them to finish first: a busy one read its stop only
+    after its batch and the model queued before it (#42: 12 s on a 1 GB model). They run in a
+    process group of their own, so a terminal's Ctrl-C reaches only the caller."""
+    import os
+    import signal
+
+    from mxnet_amp.auto.workers import ProcessPool
+    batches = [Batch(k, {"data": np.full((1, 3), k, dtype=np.float32)}, []) for k in range(6)]
+    pool = ProcessPool(2, threads=1)
+    try:
+        assert all(os.getpgid(p.pid) != os.getpgid(0) for p in pool.processes)
+        with pytest.raises(KeyboardInterrupt):
+            for batch, _ in pool.map(_blob(), batches):
+                if batch.index == 1:
+                    raise KeyboardInterrupt   # as Ctrl-C would, mid-pass
+    finally:
+        pool.close()
+    assert [p.returncode for p in pool.processes] == [-signal.SIGKILL] * 2
+
+
+def test_a_stopped_pool_lets_its_workers_exit_by_themselves():
+    """After stop (the pass done), close waits: the workers exit with code 0, not killed."""
+    from mxnet_amp.auto.workers import ProcessPool
+    pool = ProcessPool(2, threads=1)
+    try:
+        pool.stop()
+    finally:
+        pool.close()
+    assert [p.returncode for p in pool.processes] == [0, 0]
+
+
+def test_a_pickled_blob_keeps_each_params_dtype_and_bits():
+    """The params travel array by array (MXNet's own NDArray pickling): float16 and
+    bfloat16 arrays arrive with their dtype and the same bits."""
+    from mxnet_amp.ir.dtypes import array_dtype, array_values
+    from mxnet_amp.mx.params import cast_array
+    blob = _blob()
+    blob.params = {"fc_weight": cast_array(blob.params["fc_weight"] + 0.3, "bfloat16"),
+                   "fc_bias": blob.params["fc_bias"].astype("float16")}
+    again = pickle.loads(pickle.dumps(blob))
+    for name, array in blob.params.items():
+        assert array_dtype(again.params[name]) == array_dtype(array)
+        np.testing.assert_array_equal(array_values(again.params[name]), array_values(array))

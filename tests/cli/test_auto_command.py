@@ -9,7 +9,7 @@ import pytest
 from mxnet_amp.cli.auto_command import cmd_auto, parse_input_spec
 from mxnet_amp.cli.parser import command_parser
 from mxnet_amp.errors import CLIError
-from mxnet_amp.io import load_checkpoint
+from mxnet_amp.mx.io import load_checkpoint
 
 from helpers import saved_small_model
 

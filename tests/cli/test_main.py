@@ -11,8 +11,8 @@ import pytest
 from mxnet_amp.cli.auto_command import parse_input_spec
 from mxnet_amp.cli.main import main
 from mxnet_amp.errors import CLIError
-from mxnet_amp.dtypes import dtype_name
-from mxnet_amp.io import load_checkpoint, symbol_json
+from mxnet_amp.ir.dtypes import dtype_name
+from mxnet_amp.mx.io import load_checkpoint, symbol_json
 
 from helpers import saved_small_model
 

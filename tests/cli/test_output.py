@@ -7,7 +7,7 @@ import mxnet as mx
 
 from mxnet_amp.cli.output import PROG, finish, native_log_silenced, say, with_note, write_outputs
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.report.model import build_report
 

@@ -17,12 +17,12 @@ import pytest
 from mxnet import gluon
 from mxnet.gluon import nn
 
-from mxnet_amp.dtypes import dtype_name
 from mxnet_amp.errors import AlreadyConvertedError, DeferredInitError, GraphError
 from mxnet_amp.gluon.adapter import convert_block, convert_hybrid_block, emulate_block
 from mxnet_amp.gluon.model import block_model, export_block
-from mxnet_amp.io import graph_from_symbol, symbol_json
-from mxnet_amp.params import cast_array
+from mxnet_amp.ir.dtypes import dtype_name
+from mxnet_amp.mx.io import graph_from_symbol, symbol_json
+from mxnet_amp.mx.params import cast_array
 
 from helpers import assert_dtype_tags
 

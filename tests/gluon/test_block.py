@@ -201,7 +201,7 @@ AMX_SCRIPT = """
 import mxnet as mx
 from mxnet.gluon import nn
 from mxnet_amp import convert_hybrid_block
-from mxnet_amp.hardware import enable_amx
+from mxnet_amp.mx.hardware import enable_amx
 print("granted", enable_amx())
 net = nn.Conv2D(32, 3, padding=1, in_channels=32, use_bias=False)
 net.initialize(mx.init.One())

@@ -7,13 +7,14 @@ What counts as an import: module level, function-local and ``if TYPE_CHECKING:``
 modules need each other: a circle in the design). Importing a package
 (``from . import __version__``) is an edge to its ``__init__``.
 
-The layers (docs/architecture.md draws them), lowest first; a module imports its own layer and
-those below:
+The ranks (docs/architecture.md lists the folders), lowest first; a module imports its own
+rank and those below, a folder or module of the package being one name of the table:
 
-- core: graph, dtypes, errors, verify, policy, options, tuning, registry, optypes, arguments, warn,
-  entries
-- the MXNet boundary: io, params, paths, progress, interrupts, hardware, gcpause, weight_range,
-  fused, tune, tune_cache
+- ir/ (the graph as plain data: no MXNet, checked here), errors, warn
+- files/ (atomic writes, paths, progress, interrupts: no MXNet either), policy
+- mx/: the MXNet boundary (registry, arguments, optypes, entries, hardware, fused, params, io),
+  and kernels/ (the compiled rounding ops)
+- policy_load, options, tune/ (the lists read, the options of a conversion, the timed choice)
 - passes/ (one pass per file on passes/kernel.py), then shape_check/
 - pipelines: convert, record, pipeline, checkpoint, bucketing, emulation, stripped_casts
 - gluon/, report/ and onnx/ (none imports another of the three)
@@ -126,11 +127,11 @@ def test_the_reader_counts_local_and_type_checking_imports(tmp_path):
                       "from .graph import Graph\n"
                       "from ..convert import _private\n"
                       "if TYPE_CHECKING:\n    from .report import Report\n"
-                      "def f():\n    from . import draw\n    import mxnet_amp.io\n")
+                      "def f():\n    from . import draw\n    import mxnet_amp.mx.io\n")
     found = _imports(source, "mxnet_amp.passes.mod")
     assert found == [("mxnet_amp.passes.graph", "Graph", 2), ("mxnet_amp.convert", "_private", 3),
                      ("mxnet_amp.passes.report", "Report", 5), ("mxnet_amp.passes", "draw", 7),
-                     ("mxnet_amp.io", None, 8)]
+                     ("mxnet_amp.mx.io", None, 8)]
 
 
 def test_no_import_circles():
@@ -143,47 +144,57 @@ def test_no_private_names_imported_across_modules():
     assert private == []
 
 
-_CORE = ("graph", "dtypes", "errors", "verify", "policy", "policy_load", "options", "tuning", "registry",
-         "optypes", "arguments", "warn", "entries")
-_BOUNDARY = ("io", "params", "paths", "progress", "interrupts", "hardware", "gcpause", "kernels",
-             "weight_range", "fused", "tune", "tune_cache")
-_PIPELINES = ("convert", "record", "pipeline", "checkpoint", "bucketing", "emulation", "stripped_casts")
-# rank of each top-level name (a module, or a subpackage with all its modules); a module may
-# import ranks up to its own, and a subpackage of rank 5 only itself among rank 5
-_RANK = {**dict.fromkeys(_CORE, 0), **dict.fromkeys(_BOUNDARY, 1), "passes": 2, "shape_check": 3,
-         **dict.fromkeys(_PIPELINES, 4), "gluon": 5, "report": 5, "onnx": 5, "auto": 6, "cli": 7,
-         "__main__": 8}
+# the ranks, lowest first: each top-level folder of the package (with all its modules) or
+# top-level module; a module may import its own rank and those below, and the folders of the
+# applications' rank (gluon, report, onnx) not one another. "" is the package's __init__
+# (public re-exports and ``__version__``, which cli reads).
+_RANKS = (
+    ("ir", "errors", "warn"),
+    ("files", "policy"),
+    ("mx", "kernels"),
+    ("policy_load", "options", "tune"),
+    ("passes",),
+    ("shape_check",),
+    ("convert", "record", "pipeline", "checkpoint", "bucketing", "emulation", "stripped_casts"),
+    ("gluon", "report", "onnx"),
+    ("auto",),
+    ("cli", ""),
+    ("__main__",),
+)
+_RANK = {name: rank for rank, names in enumerate(_RANKS) for name in names}
+_APPS = _RANK["gluon"]
 
 
 def _layer(module: str) -> tuple[str, int]:
-    """``(top-level name, rank)`` of ``mxnet_amp.x.y``; the package's ``__init__`` (public
-    re-exports and ``__version__``, which cli reads) ranks with cli."""
+    """``(top-level name, rank)`` of ``mxnet_amp.x.y``."""
     parts = module.split(".")
-    if len(parts) == 1:
-        return "", 7
-    return parts[1], _RANK[parts[1]]
+    top = parts[1] if len(parts) > 1 else ""
+    return top, _RANK[top]
 
 
 def _upward(edges: dict[str, set[str]]) -> list[str]:
-    """Each import of a higher layer, or of a sibling among gluon/report/onnx."""
+    """Each import of a higher rank, or of a sibling among gluon/report/onnx."""
     wrong = []
     for source, targets in sorted(edges.items()):
         top, rank = _layer(source)
         for target in sorted(targets):
             other, other_rank = _layer(target)
-            if other_rank > rank or (other_rank == rank == 5 and other != top):
+            if other_rank > rank or (other_rank == rank == _APPS and other != top):
                 wrong.append(f"{source} imports {target}")
     return wrong
 
 
 def test_every_module_has_a_layer():
+    """Every folder and top-level module has a rank, and every name of the table is one."""
     edges, _ = _graph()
     assert [m for m in edges if m != "mxnet_amp" and m.split(".")[1] not in _RANK] == []
+    tops = {p.stem for p in PKG.glob("*.py")} | {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert sorted(set(_RANK) - tops - {""}) == []
 
 
 def test_the_layers_import_downwards_only():
-    """core imports only core, the boundary nothing above it, report never auto, shape_check
-    never convert, gluon/report/onnx not one another."""
+    """ir/ imports only its rank (errors, warn), mx/ nothing above files/ and policy, report
+    never auto, shape_check never convert, gluon/report/onnx not one another."""
     edges, _ = _graph()
     assert _upward(edges) == []
 
@@ -200,7 +211,7 @@ def test_nothing_imports_cli_and_report_shape_check_keep_their_bounds():
 
 
 def test_the_layer_check_sees_an_upward_import():
-    assert _upward({"mxnet_amp.graph": {"mxnet_amp.convert"}}) == ["mxnet_amp.graph imports mxnet_amp.convert"]
+    assert _upward({"mxnet_amp.ir.graph": {"mxnet_amp.convert"}}) == ["mxnet_amp.ir.graph imports mxnet_amp.convert"]
     assert _upward({"mxnet_amp.report.pages": {"mxnet_amp.auto.html"}}) != []
     assert _upward({"mxnet_amp.report.pages": {"mxnet_amp.gluon.model"}}) != []
     assert _upward({"mxnet_amp.auto.html": {"mxnet_amp.report.tables"}}) == []
@@ -234,3 +245,37 @@ def test_each_public_name_has_one_home():
     reexports = [f"{m}: {n}" for m, (defined, listed) in names.items() if m not in packages
                  for n in listed if n not in defined]
     assert reexports == []
+
+
+def _mxnet_imports(path: Path) -> list[str]:
+    """``line: module`` of each import of MXNet in ``path``: module level, in functions and
+    under TYPE_CHECKING."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found += [f"{node.lineno}: {n}" for n in names if n.split(".")[0] == "mxnet"]
+    return found
+
+
+def test_ir_imports_no_mxnet():
+    """ir/ and every package module it imports, however deep, import no MXNet: the graph is
+    plain data (issue 43)."""
+    edges, _ = _graph()
+    seen = {m for m in edges if m == "mxnet_amp.ir" or m.startswith("mxnet_amp.ir.")}
+    todo = sorted(seen)
+    while todo:
+        for target in edges[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    assert "mxnet_amp.ir.graph" in seen and "mxnet_amp.errors" in seen
+    paths = {_module_name(p): p for p in PKG.rglob("*.py")}
+    assert [f"{m}:{line}" for m in sorted(seen) for line in _mxnet_imports(paths[m])] == []
+
+
+def test_the_mxnet_check_sees_every_kind_of_import(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text("import mxnet as mx\nif TYPE_CHECKING:\n    from mxnet.ndarray import NDArray\n"
+                      "def f():\n    import mxnet.symbol\n    from . import graph\n    import mxnet_amp\n")
+    assert _mxnet_imports(source) == ["1: mxnet", "3: mxnet.ndarray", "5: mxnet.symbol"]

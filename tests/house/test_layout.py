@@ -59,3 +59,12 @@ def test_the_mirror_is_computed_from_the_module_path():
     found = {m.relative_to(PACKAGE).as_posix() for m in package_modules()}
     assert "convert.py" in found and "passes/kernel.py" in found
     assert not any(name.endswith(tuple(NOT_MODULES)) for name in found)
+
+
+# issue 43: the top level is a listing of rank folders (ir/, files/, mx/, tune/, ...) and few modules
+MAX_TOP_LEVEL = 15
+
+
+def test_the_top_level_holds_at_most_15_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert "__init__.py" in top and len(top) <= MAX_TOP_LEVEL, top

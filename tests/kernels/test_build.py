@@ -89,7 +89,7 @@ def test_the_state_says_which_code_rounds():
     fast = KernelState(True, "/x.so", vectorised=True).describe()
     slow = KernelState(True, "/x.so", vectorised=False).describe()
     assert "F16C/AVX2" in fast and "scalar code" in slow and "the same bits" in slow
-    import mxnet_amp.hardware as hw
+    import mxnet_amp.mx.hardware as hw
     state = kernel_state()
     if state.loaded:   # this CPU's flags say which runs
         assert state.vectorised == ({"avx2", "f16c"} <= hw.cpu_flags())

@@ -58,7 +58,7 @@ def _emulated(converted, x=X):
 @pytest.mark.parametrize("model", [small_model, _mixed_model])
 def test_each_amp_cast_is_an_onnx_cast_and_the_checks_pass(tmp_path, model):
     converted, rec, proto = _export(tmp_path, *model())
-    graph = amp.io.graph_from_symbol(converted[0])
+    graph = amp.mx.io.graph_from_symbol(converted[0])
     casts = {n.name: n for n in graph.nodes if n.op in ("amp_cast", "amp_multicast")}
     assert casts, "the conversion put casts in"
     onnx_casts = {n.name: n for n in proto.graph.node if n.op_type == "Cast"}
@@ -112,14 +112,14 @@ def test_bfloat16_exports_with_its_bits_and_says_what_onnx_cannot_hold(tmp_path)
     onnx.checker.check_model(str(rec.path), full_check=True)
     onnx.shape_inference.infer_shapes(proto, strict_mode=True)
     assert rec.dtype == "bfloat16"
-    graph = amp.io.graph_from_symbol(converted[0])
+    graph = amp.mx.io.graph_from_symbol(converted[0])
     to = {n.name: n.attribute[0].i for n in proto.graph.node if n.op_type == "Cast"}
     for node in graph.nodes:
         if node.op == "amp_cast":
             assert to[node.name] == (BFLOAT16 if node.attrs["dtype"] == "bfloat16" else FLOAT)
     weights = {t.name: t for t in proto.graph.initializer}
     for name, array in converted[1].items():
-        if amp.dtypes.array_dtype(array) == "bfloat16":
+        if amp.ir.dtypes.array_dtype(array) == "bfloat16":
             bits = array.astype("float32").asnumpy().view(np.uint32) >> 16
             assert weights[name].data_type == BFLOAT16
             assert np.frombuffer(weights[name].raw_data, "<u2").tolist() == bits.ravel().tolist()
@@ -353,11 +353,11 @@ def test_onnxruntime_cpu_computes_a_float16_export_in_float32(tmp_path):
     such ops is rounded, not even the model's output, cast back to float32. The float16 arithmetic itself is
     checked against the emulation with ``ReferenceEvaluator`` (above)."""
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime, installed --no-deps (docs/onnx.md)")
-    from mxnet_amp.params import cast_array
+    from mxnet_amp.mx.params import cast_array
     from mxnet_amp.passes.strip_casts import strip_casts
     converted, rec, _ = _export(tmp_path, *_conv_chain())
     (got,) = ort.InferenceSession(str(rec.path), providers=["CPUExecutionProvider"]).run(None, {"data": X})
-    sym = amp.io.graph_to_symbol(strip_casts(amp.io.graph_from_symbol(converted[0])))
+    sym = amp.mx.io.graph_to_symbol(strip_casts(amp.mx.io.graph_from_symbol(converted[0])))
     wide = [{k: cast_array(v, "float32") for k, v in p.items()} for p in converted[1:]]
     (float32_arithmetic,) = run(sym, *wide, {"data": X})
     (emulated,) = _emulated(converted)
@@ -413,7 +413,7 @@ def test_every_node_is_named_after_its_mxnet_node_and_uniquely(tmp_path, dtype):
     the converted graph (a Cast: of the tensor it casts, itself named after its node)."""
     converted, rec, proto = _export(tmp_path, *_mixed_model(), dtype=dtype)
     assert _node_names_unique(proto)
-    mxnet = [n.name for n in amp.io.graph_from_symbol(converted[0]).nodes if not n.is_variable]
+    mxnet = [n.name for n in amp.mx.io.graph_from_symbol(converted[0]).nodes if not n.is_variable]
     assert all(any(n.name.startswith(m) for m in mxnet) for n in proto.graph.node), \
         [n.name for n in proto.graph.node if not any(n.name.startswith(m) for m in mxnet)]
     by_op = {n.op_type: n.name for n in proto.graph.node}

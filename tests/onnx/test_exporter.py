@@ -11,7 +11,7 @@ onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onn
 
 import mxnet_amp as amp  # noqa: E402
 from mxnet_amp.errors import InputShapeError  # noqa: E402
-from mxnet_amp.io import graph_from_symbol  # noqa: E402
+from mxnet_amp.mx.io import graph_from_symbol  # noqa: E402
 from mxnet_amp.onnx.exporter import (ExportInputs, exporter_graphs, mxnet_output_name,  # noqa: E402
                                      onnx_output_names)
 

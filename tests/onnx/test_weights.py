@@ -3,7 +3,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxnet_amp.dtypes import np_dtype
+from mxnet_amp.ir.dtypes import np_dtype
 from mxnet_amp.onnx.weights import SMALL_TENSOR_BYTES, external_tensor, param_bytes, plan_weights
 
 onnx = pytest.importorskip("onnx")

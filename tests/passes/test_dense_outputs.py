@@ -1,8 +1,8 @@
 """mxnet_amp.passes.dense_outputs: which outputs a closeness check can judge."""
 import mxnet as mx
 
-from mxnet_amp.graph import Entry
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.graph import Entry
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.passes.dense_outputs import BOUNDARY_OPS, dense_outputs
 
 

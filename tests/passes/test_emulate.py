@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from mxnet_amp.errors import ArgumentError
-from mxnet_amp.graph import CAST_OPS, Entry, GraphBuilder, Node, cast_node
-from mxnet_amp.io import graph_to_symbol
+from mxnet_amp.ir.graph import CAST_OPS, Entry, GraphBuilder, Node, cast_node
+from mxnet_amp.mx.io import graph_to_symbol
+from mxnet_amp.mx.params import cast_array
 from mxnet_amp.passes.emulate import check_rounding, emulate_graph
-from mxnet_amp.params import cast_array
 from mxnet_amp.passes.infer_dtypes import infer_dtypes
 
 

@@ -2,9 +2,9 @@
 values unchanged."""
 import numpy as np
 
-from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+from mxnet_amp.ir.verify import verify_graph
+from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.passes.expose_outputs import expose_outputs
-from mxnet_amp.verify import verify_graph
 
 from helpers import fc_sin_fc, init_params, run
 

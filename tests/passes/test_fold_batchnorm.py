@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.io import graph_from_symbol, graph_to_symbol
-from mxnet_amp.dtypes import array_dtype
-from mxnet_amp.params import recast_params
+from mxnet_amp.ir.dtypes import array_dtype
+from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
+from mxnet_amp.mx.params import recast_params
 from mxnet_amp.passes.fold_batchnorm import fold_batchnorm
 
 from helpers import init_params, rel_error, run

@@ -17,7 +17,7 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.errors import ParamError
-from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.passes.fold_batchnorm import FOLDABLE_OPS
 from mxnet_amp.passes.strip_casts import strip_casts
 
@@ -366,7 +366,7 @@ def test_a_variance_a_rounding_below_zero_folds():
     ref = net(x).asnumpy()
     amp.convert_block(net, target_dtype="float16")     # was a ParamError ("negative")
     from mxnet_amp.pipeline import fold_model
-    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
     net.hybridize()
     net(x)
     sym = net._cached_graph[1]
@@ -376,7 +376,7 @@ def test_a_variance_a_rounding_below_zero_folds():
     model = fold_model(graph_from_symbol(sym), args, auxs)
     graph, fargs, fauxs = model.graph, model.arg_params, model.aux_params
     assert [bn for bn, _ in model.folded] == ["net_batchnorm0_fwd"] and model.kept == ()
-    from mxnet_amp.params import recast_params   # folded weights stay numpy until written
+    from mxnet_amp.mx.params import recast_params   # folded weights stay numpy until written
     out = run(graph_to_symbol(graph), recast_params(fargs, {}), recast_params(fauxs, {}),
               {"data": x.asnumpy()})[0]
     assert np.isfinite(out).all() and rel_error(out, ref) < 1e-5

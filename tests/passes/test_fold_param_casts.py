@@ -3,10 +3,10 @@ prune."""
 import mxnet as mx
 
 import mxnet_amp as amp
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.verify import verify_graph
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.passes.emulate import emulate_graph
 from mxnet_amp.passes.fold_param_casts import fold_param_casts, prune
-from mxnet_amp.verify import verify_graph
 
 from helpers import fc_sin_fc, init_params
 
@@ -29,7 +29,7 @@ def test_fold_param_casts_names_each_weight_rounding_and_prunes_the_casts():
 
 def test_prune_drops_only_what_no_head_reads():
     graph = graph_from_symbol(mx.sym.Group([fc_sin_fc(), mx.sym.var("unused") * 2]))
-    from mxnet_amp.graph import Graph
+    from mxnet_amp.ir.graph import Graph
     one_head = Graph(graph.nodes, graph.heads[:1], graph.attrs)
     pruned = prune(one_head)
     verify_graph(pruned)

@@ -15,8 +15,8 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.hardware import bf16_runs_natively
-from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+from mxnet_amp.mx.hardware import bf16_runs_natively
+from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.passes.fusion_barriers import BARRIER_SUFFIX, guarded_readers, insert_fusion_barriers
 from mxnet_amp.passes.strip_casts import strip_casts
@@ -153,7 +153,7 @@ def test_golden_a_shared_convolution_output_reaches_its_fusable_reader_through_a
         conv -> Activation(relu);  conv -> sin
     """
     from golden import assert_graph, cast, graph, op, var
-    from mxnet_amp.graph import Entry
+    from mxnet_amp.ir.graph import Entry
     conv = {"kernel": "(3, 3)", "num_filter": "4", "no_bias": "True"}
     given = graph(var("x"), var("w"), op("conv", "Convolution", "x", "w", **conv),
                   op("act", "Activation", "conv", act_type="relu"), op("s", "sin", "conv"),

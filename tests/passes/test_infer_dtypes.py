@@ -2,10 +2,10 @@
 import mxnet as mx
 import pytest
 
-from mxnet_amp.io import graph_from_symbol
-from mxnet_amp.optypes import OpTypes
+from mxnet_amp.mx.io import graph_from_symbol
+from mxnet_amp.mx.optypes import OpTypes
+from mxnet_amp.mx.registry import InferenceFailed
 from mxnet_amp.passes.infer_dtypes import infer_dtypes
-from mxnet_amp.registry import InferenceFailed
 
 
 def test_a_cast_changes_the_dtype_downstream():

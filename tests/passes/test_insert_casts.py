@@ -3,12 +3,12 @@ import mxnet as mx
 import pytest
 
 from mxnet_amp.errors import AlreadyConvertedError
-from mxnet_amp.graph import CAST_OPS
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.graph import CAST_OPS
+from mxnet_amp.ir.verify import verify_graph
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.passes.insert_casts import CAST, MULTICAST, insert_casts, refuse_converted
 from mxnet_amp.policy import Category
 from mxnet_amp.policy_load import load_policy
-from mxnet_amp.verify import verify_graph
 
 
 def _convert(sym, target="float16", output_dtype="float32"):

@@ -5,7 +5,7 @@ from types import MappingProxyType
 import pytest
 
 from mxnet_amp.errors import GraphCheckError, PassNodeError, TypeInferenceError
-from mxnet_amp.graph import Entry, Graph, Node, cast_node
+from mxnet_amp.ir.graph import Entry, Graph, Node, cast_node
 from mxnet_amp.passes.kernel import GraphPass, PassResult, Rewriter, run_passes
 from mxnet_amp.passes.strip_casts import StripCasts
 
@@ -166,7 +166,7 @@ def test_a_pipeline_error_names_the_pass_and_the_passes_before_it():
     from mxnet_amp.errors import ParamError
     import mxnet as mx
     import numpy as np
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.passes.fold_batchnorm import FoldBatchnorm
     conv = mx.sym.Convolution(mx.sym.var("x"), kernel=(1, 1), num_filter=4, no_bias=True, name="conv")
     g = graph_from_symbol(mx.sym.relu(mx.sym.BatchNorm(conv, fix_gamma=False, name="bn")))
@@ -241,3 +241,40 @@ def test_a_pass_in_a_list_reads_the_record_of_the_pass_before():
     from mxnet_amp.errors import PassOrderError
     with pytest.raises(PassOrderError, match="pass counts must run before pass counts2"):
         run_passes(g, [Counts2(), Counts()], [this_before_that("counts", "counts2")])
+
+
+class CountFCs(GraphPass[int]):
+    """A pass owning its loop: a cast before each FC, the count kept on the loop's state."""
+    name = "count_fcs"
+    names_new_nodes = True
+
+    def call(self, graph):
+        counts = [0]
+        new = self.node_loop(graph, counts).run()
+        return PassResult(new, counts[0], bool(counts[0]))
+
+    def rewrite_node(self, loop, i, node):
+        if node.op != "FullyConnected":
+            return loop.copy(node)
+        loop.state[0] += 1
+        inputs = loop.inputs(node)
+        cast = loop.emit(cast_node(loop.builder.fresh_name(node.name + "_in16"), inputs[0], "float16"))
+        return loop.emit(node._replace(inputs=(Entry(cast),) + inputs[1:]))
+
+    def loop_heads(self, loop):
+        # the FC's output too: the heads hook sees the finished loop
+        return [loop.entry(h) for h in loop.graph.heads] + [loop.entry(Entry(2))]
+
+
+def test_a_pass_owns_its_loop_and_keeps_no_run_state():
+    count = CountFCs()
+    before = dict(vars(count))
+    first, second = count(small()), count(small())
+    assert first.decided == second.decided == 1 and first.graph == second.graph
+    assert [n.name for n in first.graph.nodes] == ["x", "w", "fc_in16", "fc", "relu"]
+    assert first.graph.heads == (Entry(4), Entry(3))
+    assert vars(count) == before   # a run writes nothing on the pass
+    # a node's error names the pass and the node, as a Rewriter subclass's does
+    bad = Graph(small().nodes[:2] + (fc("fc", Entry(5)),), (Entry(2),))
+    with pytest.raises(PassNodeError, match="in pass count_fcs, at node 2 'fc'"):
+        count(bad)

@@ -10,11 +10,10 @@ import pytest
 
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.emulation import emulate_model
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.passes.insert_casts import insert_casts
 from mxnet_amp.passes.onednn_reshapes import BLOCKED_RESHAPE_REASON, blocked_reshapes
-from mxnet_amp.io import graph_to_symbol
 
 from helpers import init_params, rel_error, run
 

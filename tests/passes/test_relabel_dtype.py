@@ -1,6 +1,6 @@
 """mxnet_amp.passes.relabel_dtype: one dtype named as another in dtype / __dtype__ attributes."""
-from mxnet_amp.dtypes import MX_CODE
-from mxnet_amp.graph import Entry, GraphBuilder, Node, cast_node
+from mxnet_amp.ir.dtypes import MX_CODE
+from mxnet_amp.ir.graph import Entry, GraphBuilder, Node, cast_node
 from mxnet_amp.passes.relabel_dtype import dtypes_named, relabel_dtype
 from mxnet_amp.passes.tag_param_dtypes import tag_param_dtypes
 

@@ -2,8 +2,8 @@
 become the kernels' ops, golden graphs compared whole (the numerics: tests/test_emulation_kernels.py)."""
 from golden import assert_graph, cast, graph, op, var
 
+from mxnet_amp.ir.verify import verify_graph
 from mxnet_amp.passes.round_kernels import RoundWithKernels, round_with_kernels
-from mxnet_amp.verify import verify_graph
 
 
 def _bias_step(low="float16", extra_reader=False):

@@ -5,10 +5,10 @@ import mxnet as mx
 import numpy as np
 
 import mxnet_amp as amp
-from mxnet_amp.graph import CAST_OPS, Entry, Graph, Node, cast_node, multicast_node
-from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+from mxnet_amp.ir.graph import CAST_OPS, Entry, Graph, Node, cast_node, multicast_node
+from mxnet_amp.ir.verify import verify_graph
+from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.passes.strip_casts import strip_casts
-from mxnet_amp.verify import verify_graph
 
 from helpers import init_params, run
 

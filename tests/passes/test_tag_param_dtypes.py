@@ -1,8 +1,8 @@
 """mxnet_amp.passes.tag_param_dtypes: variables tagged with the __dtype__ of their params."""
 import mxnet as mx
 
-from mxnet_amp.dtypes import MX_CODE
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.dtypes import MX_CODE
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.passes.tag_param_dtypes import tag_param_dtypes
 
 
@@ -30,7 +30,7 @@ def test_the_input_graph_is_not_modified_and_mxnet_reads_the_tags():
     weight's dtype from its tag (float16), with nothing else given."""
     import numpy as np
 
-    from mxnet_amp.io import graph_to_symbol
+    from mxnet_amp.mx.io import graph_to_symbol
     g = _graph()
     tagged = tag_param_dtypes(g, {"fc_weight": "float16", "fc_bias": "float16"})
     assert "__dtype__" not in g.nodes[g.index_of("fc_weight")].attrs

@@ -5,12 +5,12 @@ import numpy as np
 
 from mxnet_amp.convert import convert_model_full
 from mxnet_amp.emulation import round_numpy
+from mxnet_amp.ir.verify import verify_graph
+from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.options import make_options
-from mxnet_amp.io import graph_from_symbol, graph_to_symbol
 from mxnet_amp.passes.emulate import emulate_graph
 from mxnet_amp.passes.expose_outputs import expose_outputs
 from mxnet_amp.passes.teacher_force import teacher_force
-from mxnet_amp.verify import verify_graph
 
 from helpers import fc_sin_fc, init_params, run
 
@@ -79,7 +79,7 @@ def test_golden_forced_copies_read_reference_feeds_and_perturbed_copies_perturbe
         original: fc2(fc1(x, w1), w2);  converted: cast(fc2(fc1(cast(x, f16), w1), w2), f32)
     """
     from golden import assert_graph, cast, graph, op, var
-    from mxnet_amp.graph import Entry
+    from mxnet_amp.ir.graph import Entry
     original = graph(var("x"), var("w1"), op("fc1", "FullyConnected", "x", "w1", num_hidden="3"),
                      var("w2"), op("fc2", "FullyConnected", "fc1", "w2", num_hidden="2"), heads=["fc2"])
     converted = graph(var("x"), var("w1"), cast("x_amp_cast_float16", "x", "float16"),

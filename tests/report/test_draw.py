@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_graph
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.report.draw import graph_svg
 from mxnet_amp.report.picture import fp32_islands, collapse, node_dtypes
-from mxnet_amp.io import graph_from_symbol
 
 SVG = "{http://www.w3.org/2000/svg}"
 DETECTION = ("ssd_512_mobilenet1.0_voc", "yolo3_mobilenet1.0_voc")

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from mxnet_amp.convert import convert_graph, convert_model_full
-from mxnet_amp.options import OpLists, make_options
 from mxnet_amp.errors import DrawError
+from mxnet_amp.mx.io import graph_from_symbol, symbol_json
+from mxnet_amp.options import OpLists, make_options
 from mxnet_amp.report.draw import DTYPE_COLOURS, graph_dot, graph_svg, write_graph
-from mxnet_amp.report.picture import collapse, node_dtypes
-from mxnet_amp.io import graph_from_symbol, symbol_json
 from mxnet_amp.report.model import NON_FLOAT, ConversionReport, build_report
 from mxnet_amp.report.pages import format_table, report_html
+from mxnet_amp.report.picture import collapse, node_dtypes
 
 from helpers import small_model
 
@@ -33,7 +33,7 @@ def mxnet_node_dtypes(sym, data_dtype="float32"):
 
 
 def _dtype_str(t):
-    from mxnet_amp.dtypes import dtype_name
+    from mxnet_amp.ir.dtypes import dtype_name
     return dtype_name(t)
 
 

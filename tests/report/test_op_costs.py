@@ -5,8 +5,8 @@ from types import MappingProxyType
 import mxnet as mx
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.graph import Node
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.graph import Node
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.report.op_costs import ASSUMED_DIM, op_costs, node_flops
 

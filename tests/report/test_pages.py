@@ -68,7 +68,7 @@ def test_every_rendering_says_which_cpu_it_ran_on():
     executes natively (what the probe found, not only what the flags list)."""
     import json
 
-    from mxnet_amp.hardware import bf16_runs_natively, cpu_summary
+    from mxnet_amp.mx.hardware import bf16_runs_natively, cpu_summary
     report = _report()
     assert report.cpu == cpu_summary()
     assert report.cpu.endswith(f"native bfloat16: {'yes' if bf16_runs_natively() else 'no'}")

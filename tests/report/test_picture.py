@@ -2,7 +2,7 @@
 import mxnet as mx
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.report.picture import collapse, fp32_islands, node_dtypes
 

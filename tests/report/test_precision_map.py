@@ -8,8 +8,8 @@ import mxnet as mx
 import pytest
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.graph import Entry, GraphBuilder, Node
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.graph import Entry, GraphBuilder, Node
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.passes.insert_casts import CastResult
 from mxnet_amp.policy_load import load_policy

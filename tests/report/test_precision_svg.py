@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import mxnet as mx
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.report.draw import graph_svg, write_graph
 from mxnet_amp.report.layout import DTYPE_COLOURS

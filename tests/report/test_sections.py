@@ -6,7 +6,7 @@ import json
 import mxnet as mx
 
 from mxnet_amp.convert import convert_graph
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.options import make_options
 from mxnet_amp.report.model import build_report
 from mxnet_amp.report.pages import report_html, report_notes, result_rows
@@ -54,3 +54,10 @@ def test_a_report_without_sections_writes_no_extra_and_with_them_reads_them_by_f
     assert report_notes(auto) == ["the machine note", "auto's own"]   # each said once
     assert "NOT validated" not in report_html(auto)   # no result rows: no verdict shown
     assert "NOT validated" in report_html(dataclasses.replace(auto, demo=DEMO))
+
+
+def test_the_demo_chunk_is_written_only_when_the_batch_ran_in_chunks():
+    """``chunk`` (the samples one demo run held) follows the demo's figures when set."""
+    assert "chunk" not in sections_dict((), None, DEMO, None)
+    out = sections_dict((), None, dataclasses.replace(DEMO, chunk=256), None)
+    assert list(out)[-1] == "chunk" and out["chunk"] == 256

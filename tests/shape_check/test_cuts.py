@@ -1,10 +1,10 @@
 """mxnet_amp.shape_check.cuts (shape_check/cuts): cuts that let shape inference go past a node."""
 import mxnet as mx
 
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.verify import verify_graph
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.shape_check.cuts import cut_past, graph_with_cuts
 from mxnet_amp.shape_check.guess import unknown_dim
-from mxnet_amp.verify import verify_graph
 
 
 def _pool_fc():

@@ -1,7 +1,7 @@
 """mxnet_amp.shape_check.guess (shape_check/guess): what the params prove about a model's inputs."""
 import mxnet as mx
 
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.shape_check.guess import guess_input_shapes, unknown_dim, windowed_pool
 
 

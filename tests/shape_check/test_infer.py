@@ -2,7 +2,7 @@
 import mxnet as mx
 import pytest
 
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.shape_check.infer import CONTRADICTION, Checker, symbol_input_names
 
 

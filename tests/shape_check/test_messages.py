@@ -3,7 +3,7 @@ import mxnet as mx
 import pytest
 
 from mxnet_amp.errors import InputShapeError
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.io import graph_from_symbol
 from mxnet_amp.shape_check.guess import unknown_dim
 from mxnet_amp.shape_check.messages import input_shapes, param_error
 

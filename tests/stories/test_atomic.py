@@ -18,7 +18,8 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.checkpoint import convert_checkpoint
 from mxnet_amp.errors import CheckpointError
-from mxnet_amp.io import atomic_write, load_checkpoint, save_checkpoint
+from mxnet_amp.files.atomic import atomic_write
+from mxnet_amp.mx.io import load_checkpoint, save_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -137,7 +138,7 @@ def test_failed_write_keeps_the_previous_file(tmp_path):
 _CHILD = textwrap.dedent("""
     import sys
     import mxnet as mx, numpy as np
-    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.mx.io import save_checkpoint
     from mxnet_amp.checkpoint import convert_checkpoint
     mode, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if mode == "save":

@@ -54,7 +54,7 @@ def test_conversion_speed_quick(tmp_path):
 
 
 def test_cpu_inference_quick(tmp_path):
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     _, out = run_script("cpu_inference", tmp_path)
     data = load(out)
     assert data["bf16_runs_natively"] == bf16_runs_natively()
@@ -286,7 +286,7 @@ def test_deploy_fidelity_quick(tmp_path, bf16_mode):
 
 def test_nlp_inference_quick(tmp_path):
     pytest.importorskip("gluonnlp")
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     proc, out = run_script("nlp_inference", tmp_path)
     (row,) = load(out)["results"]
     assert row["fp32_ms"] > 0 and row["ours_error"] is None and row["ours_convert_s"] > 0
@@ -346,7 +346,7 @@ def test_attribution_hit_rate_quick(tmp_path):
 def test_auto_deployed_quick(tmp_path):
     """Issue 32: the error auto reports for an unfolded bfloat16 resnet is the one its written
     model gives through Module (oneDNN's fused path), where bfloat16 runs natively."""
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     if not bf16_runs_natively():
         pytest.skip("bfloat16 does not run natively here: Module cannot run the written model")
     _, out = run_script("auto_deployed", tmp_path)
@@ -424,7 +424,7 @@ def test_a_run_that_cannot_measure_natively_never_replaces_a_native_result(tmp_p
     an AVX2 CPU overwrote them with "does not run natively"; newcomer audit, #42)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import _common as C
-    import mxnet_amp.hardware as hardware
+    import mxnet_amp.mx.hardware as hardware
     shipped = tmp_path / "cpu_inference.json"
     shipped.write_text(json.dumps({"environment": {"bf16_runs_natively": True}, "rows": [1]}))
     doc = tmp_path / "benchmarks.md"

@@ -19,8 +19,8 @@ from mxnet.contrib import amp as contrib
 
 import mxnet_amp as amp
 from mxnet_amp.errors import ListError, ParamError, UnknownOpError
-from mxnet_amp.hardware import HardwareWarning
-from mxnet_amp.registry import infer_types
+from mxnet_amp.mx.hardware import HardwareWarning
+from mxnet_amp.mx.registry import infer_types
 
 from helpers import op_compute_dtypes, run, small_model
 

@@ -31,8 +31,8 @@ import pytest
 from mxnet.contrib import amp as contrib
 
 import mxnet_amp as amp
-from mxnet_amp.dtypes import dtype_of_code
-from mxnet_amp.params import cast_array
+from mxnet_amp.ir.dtypes import dtype_of_code
+from mxnet_amp.mx.params import cast_array
 
 from helpers import graph_of, op_compute_dtypes, small_model
 

@@ -17,10 +17,10 @@ import pytest
 import mxnet_amp as amp
 from mxnet_amp.checkpoint import convert_checkpoint
 from mxnet_amp.cli.main import main
-from mxnet_amp.gluon.model import block_model
 from mxnet_amp.errors import (AMPError, CheckpointError, GraphError, InputShapeError,
                               OutputPathError, OverwriteError, ParamError, error_text)
-from mxnet_amp.io import load_checkpoint, save_checkpoint
+from mxnet_amp.gluon.model import block_model
+from mxnet_amp.mx.io import load_checkpoint, save_checkpoint
 from mxnet_amp.shape_check.check import check_param_shapes
 
 from helpers import saved_small_model, small_model

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.ir.dtypes import array_dtype
 
 from helpers import gluoncv_resnet18, rel_error, run, small_model
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.hardware import bf16_runs_natively
+from mxnet_amp.mx.hardware import bf16_runs_natively
 
 from helpers import rel_error, run
 

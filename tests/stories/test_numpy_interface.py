@@ -6,8 +6,8 @@ import numpy as onp
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.hardware import HardwareWarning
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.mx.hardware import HardwareWarning
+from mxnet_amp.mx.io import graph_from_symbol
 
 from helpers import rel_error
 

@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate_model
 from mxnet_amp.errors import AlreadyConvertedError
-from mxnet_amp.graph import Entry
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.graph import Entry
+from mxnet_amp.mx.io import graph_from_symbol
+from mxnet_amp.mx.registry import infer_types
+from mxnet_amp.options import make_options
 from mxnet_amp.passes.infer_dtypes import infer_dtypes
-from mxnet_amp.registry import infer_types
 
 # every pass these tests run is checked by verify_graph
 

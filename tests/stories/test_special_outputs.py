@@ -18,7 +18,8 @@ import mxnet as mx
 import pytest
 
 from mxnet_amp.errors import OutputPathError
-from mxnet_amp.io import atomic_write, atomic_writes, save_checkpoint
+from mxnet_amp.files.atomic import atomic_write, atomic_writes
+from mxnet_amp.mx.io import save_checkpoint
 
 from helpers import saved_small_model, small_model
 
@@ -120,7 +121,7 @@ def test_fifo_is_written_through(tmp_path):
 @pytest.mark.parametrize("name", ["-", "/dev/stdout"])
 def test_dash_and_dev_stdout_write_standard_output(tmp_path, name):
     out = tmp_path / "so.txt"
-    code = ("import sys; sys.path.insert(0, %r); from mxnet_amp.io import atomic_write\n"
+    code = ("import sys; sys.path.insert(0, %r); from mxnet_amp.files.atomic import atomic_write\n"
             "print('before', flush=True)\n"
             "def w(p): open(p, 'w').write('REPORT')\n"
             "atomic_write(%r, w)\nprint('after')\n" % (REPO, name))

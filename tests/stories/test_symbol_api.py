@@ -17,11 +17,10 @@ import pytest
 from mxnet.gluon import nn
 
 import mxnet_amp as amp
-from mxnet_amp.dtypes import MX_CODE
-from mxnet_amp.gluon.model import block_model
 from mxnet_amp.gluon.block import AMPSymbolBlock
-from mxnet_amp.hardware import bf16_runs_natively
-from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.gluon.model import block_model
+from mxnet_amp.ir.dtypes import array_dtype, MX_CODE
+from mxnet_amp.mx.hardware import bf16_runs_natively
 
 from helpers import assert_dtype_tags, casts_into, graph_of, rel_error, run
 from upstream.c_predictor import Predictor

@@ -12,9 +12,9 @@ import pytest
 import trained_models as tm
 from mxnet_amp.auto import DTYPE_LIMITS, auto_convert_model
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate_model
-from mxnet_amp.hardware import bf16_runs_natively
+from mxnet_amp.mx.hardware import bf16_runs_natively
+from mxnet_amp.options import make_options
 
 pytestmark = pytest.mark.filterwarnings("ignore:type inference leaves")
 

@@ -20,7 +20,7 @@ import pytest
 import trained_models as tm
 import zoo_trainers as zt
 from mxnet_amp import convert_model
-from mxnet_amp.hardware import bf16_runs_natively
+from mxnet_amp.mx.hardware import bf16_runs_natively
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -88,8 +88,8 @@ def _coarser(params, bits):
     """``params`` with every low-precision array rounded to ``bits`` mantissa bits (bfloat16
     keeps 7): a conversion that rounds more than its dtype does."""
     import mxnet as mx
-    from mxnet_amp.dtypes import array_dtype
-    from mxnet_amp.params import cast_array
+    from mxnet_amp.ir.dtypes import array_dtype
+    from mxnet_amp.mx.params import cast_array
     out = {}
     for k, v in params.items():
         if array_dtype(v) == "float32":

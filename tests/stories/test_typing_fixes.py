@@ -5,8 +5,8 @@ import mxnet as mx
 import pytest
 
 from mxnet_amp.errors import ParamError
-from mxnet_amp.graph import Entry
-from mxnet_amp.params import check_params
+from mxnet_amp.ir.graph import Entry
+from mxnet_amp.mx.params import check_params
 from mxnet_amp.policy import Category
 from mxnet_amp.policy_load import load_policy
 

@@ -10,7 +10,7 @@ import pytest
 from mxnet_amp import convert_model
 from mxnet_amp.cli.main import main
 from mxnet_amp.errors import TargetDtypeError
-from mxnet_amp.io import load_checkpoint, save_checkpoint
+from mxnet_amp.mx.io import load_checkpoint, save_checkpoint
 from mxnet_amp.policy import check_target_dtype
 
 from helpers import small_model
@@ -153,7 +153,7 @@ def test_dtype_aliases_everywhere(alias, name, ckpt, tmp_path, capsys):
     assert check_target_dtype(alias) == name
     sym, args, auxs = small_model()
     sym16, _, _ = convert_model(sym, args, auxs, target_dtype=alias)
-    from mxnet_amp.io import symbol_json
+    from mxnet_amp.mx.io import symbol_json
     casts = {n["attrs"]["dtype"] for n in json.loads(symbol_json(sym16))["nodes"] if n["op"] == "amp_cast"}
     assert name in casts
     rep = tmp_path / "r.json"
@@ -185,7 +185,7 @@ def test_progress_bars_count_bytes(ckpt, tmp_path, capsys):
 
 
 def test_hardware_note_matches_the_probe():
-    from mxnet_amp.hardware import bf16_runs_natively, native_note
+    from mxnet_amp.mx.hardware import bf16_runs_natively, native_note
     note = native_note("bf16")
     assert (note is None) == bf16_runs_natively()
     if note is not None:

@@ -52,7 +52,7 @@ def ckpt(tmp_path):
 @pytest.fixture()
 def opless(tmp_path):
     """A checkpoint whose symbol is one variable: converting it warns ("no operators")."""
-    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.mx.io import save_checkpoint
     prefix = str(tmp_path / "v")
     save_checkpoint(prefix, 0, mx.sym.var("data"), {}, {})
     return prefix
@@ -169,7 +169,7 @@ def test_api_excluded_variable_is_a_graph_error_naming_its_readers():
 _SAVER = textwrap.dedent("""
     import sys
     import mxnet as mx
-    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.mx.io import save_checkpoint
     n = 60000
     sym = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=n, name="fc")
     args = {"fc_weight": mx.nd.full((n, 1024), 7.0), "fc_bias": mx.nd.full((n,), 7.0)}
@@ -207,7 +207,7 @@ def test_termination_signal_mid_write_leaves_no_temporary_file(tmp_path, signame
 
 
 def test_signal_handlers_are_restored_after_a_write(tmp_path):
-    from mxnet_amp.io import atomic_write
+    from mxnet_amp.files.atomic import atomic_write
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     seen = {}
 
@@ -222,7 +222,7 @@ def test_signal_handlers_are_restored_after_a_write(tmp_path):
 
 def test_write_from_a_thread_leaves_handlers_alone(tmp_path):
     import threading
-    from mxnet_amp.io import atomic_write
+    from mxnet_amp.files.atomic import atomic_write
     errors = []
 
     def work():
@@ -237,7 +237,7 @@ def test_write_from_a_thread_leaves_handlers_alone(tmp_path):
 
 
 def test_a_previous_handler_that_returns_gets_the_signal_and_a_typed_error(tmp_path):
-    from mxnet_amp.io import atomic_write
+    from mxnet_amp.files.atomic import atomic_write
     got = []
     old = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
     try:
@@ -271,9 +271,9 @@ def test_a_refused_temporary_file_is_named_by_the_path_asked_for(tmp_path, monke
     output, not its temporary file."""
     import tempfile
     from mxnet_amp.errors import OutputPathError
-    from mxnet_amp.io import atomic_write
-    import mxnet_amp.io as io   # atomic_writes looks check_writable up there
-    monkeypatch.setattr(io, "check_writable", lambda outputs: None)
+    from mxnet_amp.files.atomic import atomic_write
+    import mxnet_amp.files.atomic as atomic   # atomic_writes looks check_writable up there
+    monkeypatch.setattr(atomic, "check_writable", lambda outputs: None)
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / ".r.json.abc.tmp"))
@@ -395,7 +395,7 @@ def test_auto_on_a_symbol_api_classifier_needs_no_label_sample(tmp_path, capsys)
 
 def test_api_loss_labels_need_no_sample_but_may_be_given():
     from mxnet_amp.auto.inputs import loss_labels
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     data = mx.sym.var("data")
     fc = mx.sym.FullyConnected(data, num_hidden=3, name="fc")
     sym = mx.sym.LinearRegressionOutput(fc, name="reg")

@@ -13,7 +13,7 @@ import mxnet_amp as amp
 from mxnet_amp.cli import demo
 from mxnet_amp.cli.main import build_parser, main
 from mxnet_amp.errors import AMPError, ArgumentError, GraphError, InputShapeError, InputValueError
-from mxnet_amp.io import load_checkpoint
+from mxnet_amp.mx.io import load_checkpoint
 from helpers import graph_of, run
 
 RNG = np.random.RandomState(0)
@@ -147,18 +147,27 @@ def test_bool_options_are_type_checked(value):
 
 # ------------------------------------------------------------------ demo --batch
 
-def test_demo_batch_beyond_memory_is_refused_before_any_work(capsys):
-    code = main(["demo", "--batch", "1000000000"])
-    err = capsys.readouterr().err
-    assert code == 2 and "--batch 1000000000 needs at least" in err and "GiB" in err
+def test_demo_batch_beyond_memory_runs_in_chunks_says_how_long_and_stops_at_ctrl_c(capsys, monkeypatch):
+    # a batch whose samples cannot all be held at once runs chunk by chunk (memory that of a
+    # chunk), says first how long it will take, and Ctrl-C then ends it (exit 130)
+    said = []
+
+    def say(text):
+        said.append(text)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(demo, "say", say)
+    code = main(["demo", "--batch", "1000000000", "--runs", "1"])
+    assert code == 130 and "interrupted" in capsys.readouterr().err
+    assert len(said) == 1 and "to run 1000000000 samples 4 times in" in said[0]
+    assert "days" in said[0] and "Ctrl-C stops it" in said[0]
 
 
-def test_demo_batch_whose_activations_do_not_fit_is_refused(capsys, monkeypatch):
-    # 64 MiB "available": the input of 1000 32x32 samples fits, their activations do not
-    monkeypatch.setattr(demo, "available_memory", lambda: 64 * 2**20)
+def test_demo_sample_whose_activations_do_not_fit_is_refused(capsys, monkeypatch):
+    # 256 KiB "available": one 32x32 input fits, its activations in the two models do not
+    monkeypatch.setattr(demo, "available_memory", lambda: 2**18)
     code = main(["demo", "--batch", "1000", "--size", "32"])
     err = capsys.readouterr().err
-    assert code == 2 and "--batch 1000" in err and "activations" in err and "at most" in err
+    assert code == 2 and "--size 32" in err and "activations" in err and "smaller --size" in err
 
 
 @pytest.mark.parametrize("failure", [MemoryError(), mx.base.MXNetError("[12:00:00] src/storage/./cpu_device_storage.h:72: "
@@ -170,7 +179,7 @@ def test_demo_batch_that_runs_out_of_memory_past_the_bound_names_batch(capsys, m
     monkeypatch.setattr(demo, "_timed_runs", run_out)
     code = main(["demo", "--batch", "3", "--size", "32"])
     err = capsys.readouterr().err
-    assert code == 2 and "--batch 3" in err and "smaller --batch" in err
+    assert code == 2 and "--batch 3" in err and "smaller --chunk" in err
     assert "Traceback" not in err
 
 
@@ -312,7 +321,7 @@ def test_numpy_warnings_during_auto_are_report_notes_with_their_step(tmp_path):
 
 def test_the_html_report_names_the_fusion_barriers():
     from mxnet_amp.convert import convert_graph
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     from mxnet_amp.options import make_options
     from mxnet_amp.report.model import build_report
     from mxnet_amp.report.pages import report_html

@@ -13,7 +13,7 @@ import pytest
 from mxnet.gluon import nn
 
 import mxnet_amp as amp
-from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.ir.dtypes import array_dtype
 
 from helpers import graph_of, init_params
 

@@ -15,10 +15,10 @@ import pytest
 
 import mxnet_amp as amp
 from mxnet_amp.convert import convert_model_full
-from mxnet_amp.options import make_options
 from mxnet_amp.emulation import emulate_model
-from mxnet_amp.io import load_checkpoint, save_checkpoint, symbol_json
-from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.ir.dtypes import array_dtype
+from mxnet_amp.mx.io import load_checkpoint, save_checkpoint, symbol_json
+from mxnet_amp.options import make_options
 
 from helpers import assert_dtype_tags, rel_error, run
 from zoo import checkpoint
@@ -138,7 +138,7 @@ def test_contrib_agrees_on_where_casts_go_for_resnet(model):
                               cast_optional_params=False)
 
     def cast_targets(s):
-        from mxnet_amp.io import graph_from_symbol
+        from mxnet_amp.mx.io import graph_from_symbol
         g = graph_from_symbol(s)
         fed = set()
         for n in g.nodes:

@@ -111,7 +111,7 @@ def test_compare_flags_new_non_finite_and_measures_relative_error():
 
 
 def test_checked_entries_compares_the_dense_inputs_of_ordering_ops():
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     x = mx.sym.var("data")
     scores = mx.sym.FullyConnected(x, num_hidden=10, name="scores")
     top = mx.sym.topk(scores, k=3, ret_typ="value", name="top")
@@ -127,7 +127,7 @@ def test_extra_outputs_are_found_when_names_repeat():
     output is the same node in the fp32 graph and in the converted, emulated one."""
     import mxnet_amp
     from mxnet_amp.emulation import emulate_model
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     x = mx.sym.var("data")
     first = mx.sym.FullyConnected(x, mx.sym.var("w1"), mx.sym.var("b1"), num_hidden=4, name="fc")
     second = mx.sym.FullyConnected(mx.sym.relu(first), mx.sym.var("w2"), mx.sym.var("b2"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from mxnet_amp.graph import Entry, Graph, Node
+from mxnet_amp.ir.graph import Entry, Graph, Node
 
 
 def var(name: str, **attrs: str) -> tuple:

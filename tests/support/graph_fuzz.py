@@ -26,7 +26,7 @@ def base_models(folder: str) -> dict[str, str]:
     """Save the models as checkpoints ``folder/NAME`` (epoch 0); ``{name: symbol JSON}``."""
     import mxnet as mx
     import numpy as np
-    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.mx.io import save_checkpoint
     models = {}
 
     def save(name, sym, shapes, seed=0):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import mxnet as mx
 
-from mxnet_amp.graph import Graph
-from mxnet_amp.io import graph_from_symbol
+from mxnet_amp.ir.graph import Graph
+from mxnet_amp.mx.io import graph_from_symbol
 
 
 def graph_of(sym) -> Graph:
@@ -114,7 +114,7 @@ def small_model(seed=0):
 
 def saved_small_model(folder, name: str, epoch: int = 0) -> str:
     """:func:`small_model` saved as checkpoint ``folder/name``; returns the prefix."""
-    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.mx.io import save_checkpoint
     sym, args, auxs = small_model()
     prefix = str(folder / name)
     save_checkpoint(prefix, epoch, sym, args, auxs)
@@ -162,8 +162,8 @@ def gluoncv_resnet18(seed=0):
 def assert_dtype_tags(sym, arg_params, aux_params):
     """Every weight and aux variable of ``sym`` carries ``__dtype__`` = its param's dtype
     (what lets a converted symbol bind without a type_dict)."""
-    from mxnet_amp.dtypes import MX_CODE
-    from mxnet_amp.dtypes import array_dtype
+    from mxnet_amp.ir.dtypes import MX_CODE
+    from mxnet_amp.ir.dtypes import array_dtype
     attrs = sym.attr_dict()
     wrong = {k: (attrs.get(k, {}).get("__dtype__"), array_dtype(v))
              for k, v in {**arg_params, **aux_params}.items()
@@ -172,13 +172,13 @@ def assert_dtype_tags(sym, arg_params, aux_params):
 
 
 class VerifiedPasses:
-    """Counts the postcondition checks (:func:`mxnet_amp.verify.verify_graph`) that the pass
+    """Counts the postcondition checks (:func:`mxnet_amp.ir.verify.verify_graph`) that the pass
     runner (:class:`mxnet_amp.passes.kernel.GraphPass`) makes: every pass checks its own
     output, so tests no longer wrap pass functions; this only observes that it happens."""
 
     def __init__(self, monkeypatch):
         import mxnet_amp.passes.kernel as kernel
-        from mxnet_amp.verify import verify_graph
+        from mxnet_amp.ir.verify import verify_graph
         self.calls = 0
 
         def counted(graph, **kw):
@@ -194,8 +194,8 @@ def op_compute_dtypes(sym, data_names) -> dict:
     out. Data inputs are float32, every other variable the dtype its ``__dtype__`` tag says
     (float32 without one): what the symbol binds with. By node name, so that two
     conversions of one graph compare node by node whatever casts each inserted."""
-    from mxnet_amp.dtypes import dtype_of_code, is_float
-    from mxnet_amp.graph import CAST_OPS
+    from mxnet_amp.ir.dtypes import dtype_of_code, is_float
+    from mxnet_amp.ir.graph import CAST_OPS
     from mxnet_amp.passes.infer_dtypes import infer_dtypes
     graph = graph_of(sym)
     var_dtypes = {n.name: ("float32" if n.name in data_names

@@ -180,8 +180,8 @@ def pre_nms_entries(sym) -> list:
     """The tensors the zoo sweep judges before a detector's first boundary op (box decoding,
     score thresholds, NMS), as ``(node name, occurrence, output)``: here the class
     probabilities (N, anchors, 11) and the box regressions (N, anchors, 4)."""
-    from mxnet_amp.graph import ANY_CAST_OPS
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.ir.graph import ANY_CAST_OPS
+    from mxnet_amp.mx.io import graph_from_symbol
     checks = _checks()
     g = graph_from_symbol(sym)
     _, _, extra = checks.checked_entries(g)

@@ -364,7 +364,7 @@ def symbolblock_logits(sym, args, auxs, x: np.ndarray, folder: str, every_output
     """Logits through ``SymbolBlock.imports`` of the model saved with its casts (in
     ``folder``), hybridized; with ``every_output``, a list of all the outputs."""
     import mxnet as mx
-    from mxnet_amp.io import save_checkpoint
+    from mxnet_amp.mx.io import save_checkpoint
     prefix = os.path.join(folder, "deploy")
     save_checkpoint(prefix, 0, sym, args, auxs)   # with its casts, as a converted model is saved
     net = mx.gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"], prefix + "-0000.params")

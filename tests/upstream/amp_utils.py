@@ -14,10 +14,9 @@ import numpy as np
 import mxnet as mx
 
 import mxnet_amp
-from mxnet_amp.dtypes import dtype_name
-from mxnet_amp.hardware import bf16_runs_natively
-from mxnet_amp.dtypes import array_dtype
-from mxnet_amp.params import cast_array
+from mxnet_amp.ir.dtypes import array_dtype, dtype_name
+from mxnet_amp.mx.hardware import bf16_runs_natively
+from mxnet_amp.mx.params import cast_array
 
 DTYPES = ("float16", "bfloat16")
 IMAGE = (1, 3, 224, 224)

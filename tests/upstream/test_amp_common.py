@@ -28,9 +28,8 @@ import pytest
 from mxnet.gluon import nn
 
 import mxnet_amp as amp
-from mxnet_amp.dtypes import dtype_name
 from mxnet_amp.gluon.model import block_model
-from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.ir.dtypes import array_dtype, dtype_name
 
 from .amp_utils import DTYPES, net_stats, nodes, runs_natively
 

@@ -30,10 +30,9 @@ import mxnet as mx
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.dtypes import np_dtype
 from mxnet_amp.errors import AlreadyConvertedError, ListError
 from mxnet_amp.gluon.model import block_model
-from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.ir.dtypes import array_dtype, np_dtype
 
 from .amp_utils import (DTYPES, IMAGE, arg_dtypes_after_bind, assert_close_to_fp32, bound_module,
                         count_ops, forward, forward_fp32, retype, runnable, runs_natively, structure)

@@ -19,7 +19,7 @@ import mxnet as mx
 import pytest
 
 import mxnet_amp as amp
-from mxnet_amp.dtypes import array_dtype
+from mxnet_amp.ir.dtypes import array_dtype
 
 from .amp_utils import (DTYPES, IMAGE, assert_close_to_fp32, bound_module, count_ops, forward,
                         forward_fp32, runs_natively)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mxnet_amp.graph import ANY_CAST_OPS
-from mxnet_amp.hardware import environ_set
+from mxnet_amp.ir.graph import ANY_CAST_OPS
+from mxnet_amp.mx.hardware import environ_set
 from mxnet_amp.passes.dense_outputs import dense_outputs
 
 
@@ -35,9 +35,9 @@ def _copies(params: dict) -> dict:
 
 def _widened(params: dict) -> dict:
     """``params`` with low precision arrays cast to float32."""
-    from mxnet_amp.dtypes import LOW_PRECISION
-    from mxnet_amp.dtypes import array_dtype
-    from mxnet_amp.params import cast_array
+    from mxnet_amp.ir.dtypes import LOW_PRECISION
+    from mxnet_amp.ir.dtypes import array_dtype
+    from mxnet_amp.mx.params import cast_array
     return {k: (cast_array(v, "float32") if array_dtype(v) in LOW_PRECISION else v)
             for k, v in params.items()}
 
@@ -46,7 +46,7 @@ def strip_casts(sym):
     """``sym`` without its ``amp_cast`` / ``amp_multicast`` nodes
     (:func:`mxnet_amp.passes.strip_casts.strip_casts`): the converted graph computing
     entirely in float32, which must reproduce the float32 model to float32 roundoff."""
-    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
     from mxnet_amp.passes.strip_casts import strip_casts as strip
     return graph_to_symbol(strip(graph_from_symbol(sym)))
 
@@ -83,8 +83,8 @@ def _named(graph, skip_casts: bool = True) -> dict[tuple[str, int], int]:
 def _with_heads(sym, entries):
     """``sym`` with extra outputs: ``(node name, occurrence, output index)`` triples (see
     :func:`_named`); for a low precision output of an emulated graph, its rounded copy."""
-    from mxnet_amp.graph import Entry, Graph
-    from mxnet_amp.io import graph_from_symbol, graph_to_symbol
+    from mxnet_amp.ir.graph import Entry, Graph
+    from mxnet_amp.mx.io import graph_from_symbol, graph_to_symbol
     g = graph_from_symbol(sym)
     index = _named(g)
     # an emulated low precision output x is read through amp_cast(cast(x, low), float32)

@@ -182,7 +182,7 @@ def calibrate_graph_batchnorm(sym, args: dict, auxs: dict, shape: tuple[int, ...
     from mxnet._ctypes.ndarray import _imperative_invoke
     from mxnet.base import _LIB, check_call
 
-    from mxnet_amp.io import graph_from_symbol
+    from mxnet_amp.mx.io import graph_from_symbol
     graph = graph_from_symbol(sym)
 
     def at_identity(node) -> bool:

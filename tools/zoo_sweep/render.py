@@ -165,8 +165,8 @@ def write_markdown(path: str, records: Sequence[dict], *, dtypes: Sequence[str],
     their causes, degenerate models; emulation fidelity; one row per model."""
     import mxnet as mx
 
-    from mxnet_amp.hardware import bf16_runs_natively
-    from mxnet_amp.io import atomic_write
+    from mxnet_amp.mx.hardware import bf16_runs_natively
+    from mxnet_amp.files.atomic import atomic_write
     lines = [
         f"# gluoncv model zoo sweep: {' and '.join(dtypes)} conversion",
         "",

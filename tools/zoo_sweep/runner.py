@@ -141,7 +141,7 @@ def write_json(path: str, records: list[dict], dtypes: Sequence[str], tol: float
                 timeout: float, bn: str) -> None:
     """Write the sweep's ``records`` and settings to ``path`` as JSON (atomically: a reader
     never sees half a file, and an interrupted write leaves the old one)."""
-    from mxnet_amp.io import atomic_write
+    from mxnet_amp.files.atomic import atomic_write
     body = json.dumps({"dtypes": list(dtypes), "tolerance": tol, "timeout_s": timeout, "bn": bn,
                        "records": records}, indent=1)
 

@@ -71,7 +71,7 @@ class _Model:
             self.rec["calibrated_batchnorms"] += n
             self.rec["calibrated_in_graph"] = n
         self.data = {"data": self.x}
-        from mxnet_amp.io import graph_from_symbol
+        from mxnet_amp.mx.io import graph_from_symbol
         g32 = graph_from_symbol(self.sym)
         self.n_heads = len(g32.heads)
         dense, self.after, extra = checked_entries(g32)
@@ -117,7 +117,7 @@ def sweep_one(name: str, dtypes: Sequence[str] = DTYPES, tol: float = TOLERANCE,
     bfloat16 natively (default: where this CPU can). ``auto_dtypes``: where one of these
     dtypes (default: all) fails, run :func:`mxnet_amp.auto_convert_model` with the sweep's
     criterion and record what it keeps."""
-    from mxnet_amp.hardware import bf16_runs_natively
+    from mxnet_amp.mx.hardware import bf16_runs_natively
     t0 = time.time()
     try:
         model = _Model(name, bn)
@@ -211,7 +211,7 @@ def _sweep_dtype(model: _Model, dtype: str, tol: float, native: bool, auto: bool
             # the cast pass is checked against the graph it converted, folded: folding is
             # exact only to float32 roundoff, which a deep random net amplifies (the fold
             # itself is checked in tests/passes/test_fold_batchnorm.py; its drift recorded here)
-            from mxnet_amp.io import graph_to_symbol
+            from mxnet_amp.mx.io import graph_to_symbol
             folded = _bind_forward(model.probe(graph_to_symbol(conv.original)), cargs, cauxs, data)
             rec["fold_fp32_err"] = model.errors(folded)["max_rel_err"]
             rec["structure_err"] = _scaled_diff(model, wide, folded, model.checked)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ...dtypes import dtype_name
+from ...ir.dtypes import dtype_name
 from ...options import ConvertOptions
 from ..metrics import MetricCheck
 from ..records import AutoSettings
@@ -58,49 +58,25 @@ class RunConfig:
                    execution)
 
     @property
-    def target_dtype(self) -> str:
-        return self.options.target_dtype
-
-    @property
-    def tolerance(self) -> float:
-        return self.settings.tolerance
-
-    @property
-    def rtol(self) -> float | None:
-        return self.settings.rtol
-
-    @property
-    def atol(self) -> float | None:
-        return self.settings.atol
-
-    @property
-    def validate(self) -> Callable[[list, list], bool] | None:
-        return self.settings.validate
-
-    @property
-    def max_executions(self) -> int | None:
-        return self.settings.max_executions
-
-    @property
-    def search(self) -> str:
-        return self.settings.search
-
-    @property
     def accuracy_reason(self) -> str:
         """The reason of a node kept because the check failed: ``'metric'`` under a user
         metric, else ``'accuracy'``."""
-        return "metric" if isinstance(self.validate, MetricCheck) else "accuracy"
+        return "metric" if isinstance(self.settings.validate, MetricCheck) else "accuracy"
 
     def criterion_words(self) -> str:
         """The check's bound in words ("tolerance 0.01", "rtol 0.01, atol 0.001", ...)."""
-        if isinstance(self.validate, MetricCheck):
-            v = self.validate
+        if isinstance(self.settings.validate, MetricCheck):
+            v = self.settings.validate
             return f"{v.name} drop allowed {v.max_drop:g} ({v.drop})"
-        if self.validate is not None:
+        if self.settings.validate is not None:
             return "the caller's validate()"
-        if self.rtol is not None:
-            return f"allclose rtol {self.rtol:g}, atol {self.atol:g}"
-        return f"tolerance {self.tolerance:g}"
+        if self.settings.rtol is not None:
+            return f"allclose rtol {self.settings.rtol:g}, atol {self.settings.atol:g}"
+        return f"tolerance {self.settings.tolerance:g}"
+
+    def params(self) -> dict[str, Any]:
+        """The float32 params, arg and aux, in one new dict."""
+        return {**self.arg_params, **self.aux_params}
 
     def input_dtypes(self) -> dict[str, str]:
         """The sample inputs' dtype names."""

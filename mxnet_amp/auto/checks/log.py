@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ...dtypes import LOW_PRECISION
+from ...ir.dtypes import LOW_PRECISION
 from ..kept import all_kept
 from ..records import AutoReport, KeptNode, NodeError, OutputCheck, SearchStep
 
@@ -61,22 +61,24 @@ class SearchLog:
         """The :class:`AutoReport` of the returned model (``excluded`` kept in float32, its
         ``conversion``), from this log and ``config``."""
         result = self.results.get(excluded) or OutputCheck(
-            "scale" if config.rtol is None else "allclose", False, math.inf, math.inf, math.inf, 0, 0)
+            "scale" if config.settings.rtol is None else "allclose", False, math.inf, math.inf,
+            math.inf, 0, 0)
         nodes = [n for n in conversion.original.nodes if not n.is_variable]
         return AutoReport(
-            target_dtype=config.target_dtype, execution=config.execution, context=str(config.ctx),
+            target_dtype=config.options.target_dtype, execution=config.execution,
+            context=str(config.ctx),
             # every node computing in float32 and why: the search's, the caller's, the
             # weight-range guard's, ... (mxnet_amp.auto.kept)
             kept_fp32=all_kept(kept, conversion), executions=self.executions,
             validated=result.passed,
             tolerance_ratio=result.tolerance_ratio, max_abs_error=result.max_abs_error,
-            rtol=config.rtol, atol=config.atol,
+            rtol=config.settings.rtol, atol=config.settings.atol,
             # the graph converted (BatchNorms folded by default), as low_precision_nodes counts
             op_nodes=len(nodes),
             low_precision_nodes=sum(1 for n in nodes
                                     if conversion.result.node_dtypes.get(n.name) in LOW_PRECISION),
             criterion=result.criterion,
-            tolerance=config.tolerance if result.criterion == "scale" else None,
+            tolerance=config.settings.tolerance if result.criterion == "scale" else None,
             relative_error=result.relative_error, top1_flips=result.top1_flips,
             top1_rows=result.top1_rows, steps=tuple(self.steps), notes=tuple(notes),
             reference_finite=reference_finite, attribution=attribution,

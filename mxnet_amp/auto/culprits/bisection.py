@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ...graph import Graph
+from ...ir.graph import Graph
 from ..records import KeptNode
 from ..runner import Runs
 
@@ -49,7 +49,8 @@ class Prefixes:
 
     def undecided(self, prefix: int) -> tuple[frozenset, dict[str, KeptNode]]:
         """Out of budget: keep the candidates not yet cleared in float32 (that passed)."""
-        self.notes.append(f"the execution budget ({self.runs.max_executions}) ran out during the "
+        budget = self.runs.config.settings.max_executions
+        self.notes.append(f"the execution budget ({budget}) ran out during the "
                           f"accuracy search; kept {prefix} undecided candidates in float32")
         for name in self.cands[:prefix]:
             self.kept[name] = KeptNode(name, self.ops[name], "budget")
@@ -59,12 +60,12 @@ class Prefixes:
         """Record ``cands[hi - 1]`` as a culprit: ``config(lo)`` with ``lo = hi - 1`` fails,
         ``config(hi)`` passes (both measured); returns its name."""
         runs, culprit = self.runs, self.cands[hi - 1]
-        before, after = runs.results[self.config(lo)], runs.results[self.config(hi)]
+        before, after = runs.log.results[self.config(lo)], runs.log.results[self.config(hi)]
         self.kept[culprit] = KeptNode(
-            culprit, self.ops[culprit], runs.accuracy_reason,
+            culprit, self.ops[culprit], runs.config.accuracy_reason,
             float(before.tolerance_ratio - after.tolerance_ratio), culprit,
             f"keeping it float32 took the check from {runs.verdict_words(self.config(lo))} to "
-            f"{runs.verdict_words(self.config(hi))} (measured; {runs.criterion_words()})")
+            f"{runs.verdict_words(self.config(hi))} (measured; {runs.config.criterion_words()})")
         return culprit
 
     def all_fp32_fails(self) -> bool:
@@ -112,7 +113,7 @@ def known_failing(p: Prefixes, failed: frozenset) -> int:
     more kept: the check that sent the search here)."""
     prefix = sum(1 for n in p.cands if n in failed)
     if prefix and set(p.cands[:prefix]) <= failed:
-        hit = p.runs.results.get(p.config(prefix))
+        hit = p.runs.log.results.get(p.config(prefix))
         if hit is not None and not hit.passed:
             return prefix
     return 0

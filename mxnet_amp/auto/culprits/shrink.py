@@ -30,22 +30,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 __all__ = ["Checks", "Shrunk", "shrink", "singles_first", "verify_singles", "group_search"]
 
 
 class Checks(Protocol):
     """What the shrinking needs of :class:`~mxnet_amp.auto.runner.Runs`: a cached check of a
-    configuration (an object with ``passed``), the executions so far and the budget."""
+    configuration (an object with ``passed``), the budget, and its ``log``
+    (:class:`~mxnet_amp.auto.checks.log.SearchLog`: the executions so far and each
+    configuration's check)."""
 
     @property
-    def executions(self) -> int:
-        """Executions so far."""
-
-    @property
-    def results(self) -> Mapping[frozenset, Any]:
-        """Each configuration's check so far."""
+    def log(self) -> Any:
+        """``executions`` (so far) and ``results`` (configuration -> its check)."""
 
     @property
     def budget_left(self) -> bool:
@@ -102,7 +100,7 @@ def group_search(runs: Checks, base: frozenset, ranked: Sequence[str]) -> list[s
         return bool(runs.check(config(prefix), "shrink").passed)
 
     while True:
-        known = runs.results.get(config(hi - 1)) if hi - lo > 1 else None
+        known = runs.log.results.get(config(hi - 1)) if hi - lo > 1 else None
         if known is not None and not known.passed:
             lo = hi - 1   # measured before (the bisection's last failing prefix): no search
         while hi - lo > 1 and runs.budget_left:
@@ -135,7 +133,7 @@ def verify_singles(runs: Checks, base: frozenset, kept: Sequence[str]) -> tuple[
             if measured.get(name) == current:
                 continue
             config = base | (current - {name})
-            if config not in runs.results and not runs.budget_left:
+            if config not in runs.log.results and not runs.budget_left:
                 return kept, False
             if runs.check(config, "shrink").passed:
                 kept.remove(name)
@@ -150,13 +148,13 @@ def verify_singles(runs: Checks, base: frozenset, kept: Sequence[str]) -> tuple[
 def shrink(runs: Checks, base: frozenset, ranked: Sequence[str]) -> Shrunk:
     """``ranked`` (most suspicious first; ``base | ranked`` measured to pass, ``base`` to
     fail) shrunk to a 1-minimal set (module doc)."""
-    start = runs.executions
+    start = runs.log.executions
     kept: list[str] | None = list(dict.fromkeys(ranked))
     if kept and not singles_first(len(kept)):
         kept = group_search(runs, base, kept)
         if kept is None:   # budget out: the whole set passed (measured)
-            return Shrunk(tuple(ranked), False, runs.executions - start)
+            return Shrunk(tuple(ranked), False, runs.log.executions - start)
     assert kept is not None
     final, shown = verify_singles(runs, base, kept)
     dropped = tuple(n for n in ranked if n not in set(final))
-    return Shrunk(tuple(final), shown, runs.executions - start, dropped)
+    return Shrunk(tuple(final), shown, runs.log.executions - start, dropped)

@@ -27,7 +27,7 @@ def test_the_configuration_is_frozen_and_its_dicts_read_only():
         c.arg_params["extra"] = mx.nd.ones(1)
     args["added_later"] = mx.nd.ones(1)          # the caller's dict, changed after: not seen
     assert "added_later" not in c.arg_params and c.data_names == ("data",)
-    assert c.input_dtypes() == {"data": "float32"} and c.target_dtype == "float16"
+    assert c.input_dtypes() == {"data": "float32"} and c.options.target_dtype == "float16"
 
 
 def test_the_check_in_words_follows_the_settings():
@@ -35,4 +35,7 @@ def test_the_check_in_words_follows_the_settings():
     assert config(rtol=0.1)[0].criterion_words().startswith("allclose rtol 0.1")
     c = config(validate=lambda ref, out: bool(np.isfinite(out[0]).all()))[0]
     assert c.criterion_words() == "the caller's validate()" and c.accuracy_reason == "accuracy"
-    assert config(tolerance=0.2, max_executions=7)[0].max_executions == 7
+    assert config(tolerance=0.2, max_executions=7)[0].settings.max_executions == 7
+    # the options and settings are read where they live: no field forwarded beside them
+    assert not {"target_dtype", "tolerance", "rtol", "atol", "validate", "max_executions",
+                "search"} & set(dir(RunConfig))

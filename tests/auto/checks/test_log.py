@@ -33,8 +33,9 @@ def test_the_report_reads_the_returned_configurations_check_and_the_minimality()
 
     log = SearchLog(executions=6, minimality="1-minimal: the kept node fails alone (0 executions)")
     log.record(frozenset({"fc"}), "validate", check(True, 0.4))
-    config = SimpleNamespace(target_dtype="float16", execution="emulated", ctx="cpu(0)",
-                             rtol=None, atol=None, tolerance=0.01)
+    config = SimpleNamespace(options=SimpleNamespace(target_dtype="float16"), execution="emulated",
+                             ctx="cpu(0)", settings=SimpleNamespace(rtol=None, atol=None,
+                                                                    tolerance=0.01))
     nodes = [SimpleNamespace(name=n, op=o, is_variable=v)
              for n, o, v in [("data", "null", True), ("fc", "FullyConnected", False),
                              ("relu", "relu", False)]]

@@ -25,11 +25,11 @@ def test_bisect_finds_each_culprit_within_its_bound():
     runs.check(frozenset({"user"}), "check")      # the failed check that starts the search
     p = prefixes(runs, cands, base=frozenset({"user"}))
     config, kept = bisect(p)
-    assert config == frozenset({"user"} | culprits) and runs.results[config].passed
+    assert config == frozenset({"user"} | culprits) and runs.log.results[config].passed
     assert set(kept) == culprits and all(k.reason == "accuracy" for k in kept.values())
     assert "took the check from relative error 0.01 to relative error 0.005" in kept["n40"].detail
     k, n = len(culprits), len(cands)
-    assert runs.executions - 1 <= 1 + k * (math.ceil(math.log2(n)) + 1)
+    assert runs.log.executions - 1 <= 1 + k * (math.ceil(math.log2(n)) + 1)
     assert set(runs.kinds[1:]) == {"all-fp32", "bisect"}
 
 
@@ -55,7 +55,7 @@ def test_budget_out_keeps_the_undecided_candidates_of_a_passing_configuration():
     runs.check(frozenset(), "check")
     p = prefixes(runs, cands)
     config, kept = bisect(p)
-    assert runs.executions == 3 and runs.results[config].passed
+    assert runs.log.executions == 3 and runs.log.results[config].passed
     assert "n7" in config and len(config) < len(cands)
     assert {k.reason for k in kept.values()} == {"budget"} and set(kept) == set(config)
     assert any("budget" in n for n in p.notes)
@@ -68,5 +68,5 @@ def test_a_check_that_fails_even_all_float32_returns_the_base():
     runs.check(frozenset(), "check")
     p = prefixes(runs, ["a", "b", "c"])
     assert bisect(p) == (frozenset(), {})
-    assert runs.executions == 2
+    assert runs.log.executions == 2
     assert any("even with every low precision node kept in float32" in n for n in p.notes)

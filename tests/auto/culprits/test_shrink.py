@@ -26,10 +26,10 @@ def test_exact_picks_cost_one_check_per_node_and_one_culprit_costs_nothing():
         runs = FakeRuns(culprits)
         runs.check(frozenset({"range"}), "check")
         runs.check(frozenset({"range", *culprits}), "validate")
-        before = runs.executions
+        before = runs.log.executions
         shrunk = shrink(runs, frozenset({"range"}), culprits)
         assert shrunk.kept == tuple(culprits) and shrunk.shown and not shrunk.dropped
-        assert shrunk.executions == runs.executions - before == (0 if k == 1 else k)
+        assert shrunk.executions == runs.log.executions - before == (0 if k == 1 else k)
         assert set(runs.kinds[2:]) <= {"shrink"}
 
 
@@ -69,10 +69,10 @@ def test_group_search_reads_a_failing_prefix_measured_before():
     runs.check(frozenset(), "check")
     runs.check(frozenset("abcd"), "prefix")
     runs.check(frozenset("abc"), "prefix")
-    before = runs.executions
+    before = runs.log.executions
     assert group_search(runs, frozenset(), list("abcd")) == ["a", "d"]
     # {d} fails, then the search over a, b, c with d kept: {d, a} passes, at most 2 more
-    assert runs.executions - before <= 3
+    assert runs.log.executions - before <= 3
 
 
 def test_a_non_monotone_check_still_ends_1_minimal():
@@ -92,7 +92,7 @@ def test_out_of_budget_the_set_stays_and_minimality_is_not_claimed():
     runs.check(frozenset(names(5)), "validate")
     shrunk = shrink(runs, frozenset(), names(5))
     assert not shrunk.shown and "n1" in shrunk.kept
-    assert runs.results[frozenset(shrunk.kept)].passed
+    assert runs.log.results[frozenset(shrunk.kept)].passed
     assert shrunk.text().startswith("not shown 1-minimal: the execution budget ran out")
 
 
@@ -103,16 +103,16 @@ def test_verify_singles_remeasures_nodes_measured_on_a_larger_set():
     runs.check(frozenset(), "check")
     kept, shown = verify_singles(runs, frozenset(), ["x", "a", "y"])
     assert kept == ["a"] and shown
-    assert frozenset() in runs.results and not runs.results[frozenset()].passed
+    assert frozenset() in runs.log.results and not runs.log.results[frozenset()].passed
 
 
 def search_policy(runs, ranked, picks, base=frozenset()):
     """The accuracy search of mxnet_amp.auto.search on ``runs``: reference and check (both
     executions), the attribution run (one), its ``picks`` validated and shrunk, else the
     bisection in the ranking's order from them, then shrunk. Returns the Shrunk."""
-    runs.executions += 1                         # the reference run
+    runs.log.executions += 1                         # the reference run
     assert not runs.check(base, "check").passed
-    runs.executions += 1                         # the attribution run
+    runs.log.executions += 1                         # the attribution run
     if runs.check(base | frozenset(picks), "validate").passed:
         return shrink(runs, base, picks)
     original = SimpleNamespace(nodes=[SimpleNamespace(name=n, op="FullyConnected") for n in ranked])
@@ -166,7 +166,7 @@ def test_any_planted_set_is_found_exactly_minimally_and_within_the_bound(case):
     shrunk = search_policy(runs, ranked, picks)
     assert set(shrunk.kept) == culprits and shrunk.shown
     assert runs.one_minimal(frozenset(), shrunk.kept)
-    assert runs.executions <= bound(n, len(culprits), picks, culprits), (runs.kinds, len(picks))
+    assert runs.log.executions <= bound(n, len(culprits), picks, culprits), (runs.kinds, len(picks))
 
 
 @settings(max_examples=150, deadline=None)
@@ -185,5 +185,5 @@ def test_any_check_ends_1_minimal_or_says_it_is_not(seed, kept):
     runs.check(start, "validate")
     shrunk = shrink(runs, frozenset(), kept)
     assert isinstance(shrunk, Shrunk) and shrunk.shown
-    assert runs.results[frozenset(shrunk.kept)].passed
-    assert all(not runs.results[frozenset(shrunk.kept) - {n}].passed for n in shrunk.kept)
+    assert runs.log.results[frozenset(shrunk.kept)].passed
+    assert all(not runs.log.results[frozenset(shrunk.kept) - {n}].passed for n in shrunk.kept)
