@@ -29,9 +29,9 @@ CATEGORIES = ("target", "fp32", "widest", "follow")
 @lru_cache(maxsize=None)
 def op_info() -> dict[str, dict]:
     """name -> {'real': canonical name, 'inputs': [...], 'params': {name: type string}}."""
-    from mxnet_amp.mx.registry import list_op_names, op_signature
+    from mxnet_amp.mx.registry import mxnet_op_names, op_signature
     return {name: {"real": sig.name, "inputs": list(sig.inputs), "params": dict(sig.params)}
-            for name, sig in ((n, op_signature(n)) for n in list_op_names())}
+            for name, sig in ((n, op_signature(n)) for n in mxnet_op_names())}
 
 
 def registry() -> set[str]:

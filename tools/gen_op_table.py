@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's mxnet_amp, installed or not
-from mxnet_amp.mx.registry import list_op_names, op_signature  # noqa: E402
+from mxnet_amp.mx.registry import mxnet_op_names, op_signature  # noqa: E402
 
 LISTS = ROOT / "lists"
 DOC = ROOT / "docs" / "ops.md"
@@ -34,7 +34,7 @@ COMMAND = "python tools/gen_op_table.py"
 # --------------------------------------------------------------------------- registry
 def registry() -> dict[str, str]:
     """Every registered op name -> the name of the operator it is an alias of (or itself)."""
-    return {name: op_signature(name).name for name in list_op_names()}
+    return {name: op_signature(name).name for name in mxnet_op_names()}
 
 
 # --------------------------------------------------------------------------- lists

@@ -17,8 +17,11 @@ from ..ir.dtypes import MX_CODE, MX_NAME
 if TYPE_CHECKING:   # mxnet itself is imported where it runs
     from mxnet.symbol import Symbol
 
-__all__ = ["registry_op_names", "list_op_names", "op_signature", "OpSignature", "InferredTypes", "op_input_names",
+__all__ = ["registry_op_names", "list_op_names", "mxnet_op_names", "OWN_OP_PREFIX", "op_signature", "OpSignature", "InferredTypes", "op_input_names",
            "infer_types", "check_attrs"]
+
+# the prefix of the ops mxnet-amp's compiled rounding kernels register (kernels/round.cc)
+OWN_OP_PREFIX = "mxnet_amp_"
 
 
 def _lib() -> Any:
@@ -43,6 +46,15 @@ def list_op_names() -> list[str]:
     names = ctypes.POINTER(ctypes.c_char_p)()
     check_call(_lib().MXListAllOpNames(ctypes.byref(size), ctypes.byref(names)))
     return [py_str(names[i]) for i in range(size.value)]  # copied: MXNet reuses the buffer
+
+
+def mxnet_op_names() -> list[str]:
+    """The registered names that are MXNet's own: :func:`list_op_names` less the ops
+    mxnet-amp's compiled kernels register once loaded (``OWN_OP_PREFIX``, and the
+    ``_backward_`` ops MXNet registers beside them), so tables of
+    MXNet's operators do not depend on whether this process loaded them."""
+    return [name for name in list_op_names()
+            if not name.removeprefix("_backward_").startswith(OWN_OP_PREFIX)]
 
 
 @lru_cache(maxsize=None)

@@ -65,3 +65,18 @@ def test_attributes_that_can_never_run_are_refused_naming_the_node(attr, value, 
     good = mx.sym.Pooling(mx.sym.var("data"), kernel=(1, 1), global_pool=True, pool_type="avg")
     graph_from_json(good.tojson())
     graph_from_json(sym.tojson())
+
+
+def test_mxnet_op_names_leave_out_the_ops_our_kernels_register():
+    """The op tables (docs/ops.md, the list checks) read MXNet's registry: once the compiled
+    rounding kernels load, their ops are registered too and must not change those tables."""
+    from mxnet_amp.kernels.build import ROUND_BIAS_OP, ROUND_OP, kernel_state
+    from mxnet_amp.mx.registry import OWN_OP_PREFIX, list_op_names, mxnet_op_names
+    assert ROUND_OP.startswith(OWN_OP_PREFIX) and ROUND_BIAS_OP.startswith(OWN_OP_PREFIX)
+    if not kernel_state().loaded:
+        pytest.skip(f"kernels not loaded here: {kernel_state().reason}")
+    assert {ROUND_OP, ROUND_BIAS_OP} <= set(list_op_names())
+    ours = set(mxnet_op_names())
+    assert not {ROUND_OP, ROUND_BIAS_OP} & ours
+    own = {ROUND_OP, ROUND_BIAS_OP}
+    assert set(list_op_names()) - ours == own | {f"_backward_{op}" for op in own}
