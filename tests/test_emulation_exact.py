@@ -48,15 +48,12 @@ def _selecting_net():
 
 def _zoo(name):
     import zoo
-    net, x = zoo.build(name)
-    sym = net._cached_graph[1]
-    params = {p.name: p.data() for p in net.collect_params().values()}
-    return (sym, {k: params[k] for k in sym.list_arguments() if k in params},
-            {k: params[k] for k in sym.list_auxiliary_states()}, x.asnumpy())
+    return zoo.symbol_model(name)
 
 
 def _bits(outs):
-    return [np.ascontiguousarray(o, dtype=np.float32).view(np.uint32) for o in outs]
+    import zoo
+    return zoo.output_bits(outs)
 
 
 def _in_graph(sym, args, auxs, x):

@@ -130,17 +130,14 @@ def test_the_bias_op_gives_the_bits_of_round_add_round(low, shape, bias_shape, k
     np.testing.assert_array_equal(got, expected)
 
 
-def _model(name="resnet18_v1"):
+def _zoo_model(name):
     import zoo
-    net, x = zoo.build(name)
-    sym = net._cached_graph[1]
-    params = {p.name: p.data() for p in net.collect_params().values()}
-    return (sym, {k: params[k] for k in sym.list_arguments() if k in params},
-            {k: params[k] for k in sym.list_auxiliary_states()}, x.asnumpy())
+    return zoo.symbol_model(name)
 
 
 def _bits(outs):
-    return [np.ascontiguousarray(o, dtype=np.float32).view(np.uint32) for o in outs]
+    import zoo
+    return zoo.output_bits(outs)
 
 
 @pytest.mark.native_bf16
@@ -151,7 +148,7 @@ def test_an_emulated_model_gives_the_same_bits_with_kernels_casts_and_per_op_rou
     (MXNET_AMP_NO_KERNELS=1), and the per-op reference of tests/test_emulation_exact.py
     (every low precision tensor rounded by its own round trip, weights in the graph, MXNet's
     casts): equal bit for bit."""
-    sym, args, auxs, x = _model()
+    sym, args, auxs, x = _zoo_model("resnet18_v1")
     x = x.copy()
     x[0, 0, :2, :2] = [[7e4, -7e4], [1e-8, -1e-8]]   # overflow to +-inf, flush to +-0
     _, cargs, cauxs, conversion = convert_model_full(sym, args, auxs, make_options(low),
@@ -180,7 +177,7 @@ def test_with_kernels_puts_the_kernels_in_or_says_why_not(kernels, monkeypatch):
     """The kernels' graph where they run (fused bias steps for float16); the model as given,
     and a note naming MXNet's casts and why, when MXNET_AMP_NO_KERNELS is set, an input is
     not float32, or there is nothing to round."""
-    sym, args, auxs, x = _model()
+    sym, args, auxs, x = _zoo_model("resnet18_v1")
     _, cargs, cauxs, conversion = convert_model_full(sym, args, auxs, make_options("float16"),
                                                      cast_params=False)
     esym, eargs, eauxs = emulate_conversion(conversion, cargs, cauxs)

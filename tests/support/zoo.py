@@ -48,6 +48,21 @@ def build(name: str, seed: int = 0):
     return net, x
 
 
+def symbol_model(name: str, seed: int = 0):
+    """``(sym, args, auxs, x)``: :func:`build`'s net as the symbol and params a checkpoint
+    holds, with its input as numpy."""
+    net, x = build(name, seed)
+    sym = net._cached_graph[1]
+    params = {p.name: p.data() for p in net.collect_params().values()}
+    return (sym, {k: params[k] for k in sym.list_arguments() if k in params},
+            {k: params[k] for k in sym.list_auxiliary_states()}, x.asnumpy())
+
+
+def output_bits(outs):
+    """The float32 outputs as their uint32 bit patterns, for bit-for-bit comparisons."""
+    return [np.ascontiguousarray(o, dtype=np.float32).view(np.uint32) for o in outs]
+
+
 def checkpoint(name: str, folder, seed: int = 0):
     """Export ``name`` to ``folder``; returns ``(prefix, x)``."""
     net, x = build(name, seed)
