@@ -278,7 +278,7 @@ def _push_tiled(runs: Runs, original: Graph,
     values.update({k: mx.nd.concat(*([v] * width), dim=0) for k, v in runs.config.inputs.items()})
     per = {key: int(np.prod(shapes[key], dtype=np.int64)) for key in keys}
 
-    def run(group: Sequence[str]) -> list[list[np.ndarray]]:
+    def run(group: Sequence[str]) -> list[list[np.ndarray]] | None:
         flat = {key: np.zeros(per[key] * width, np.float32) for key in keys}
         for j, name in enumerate(group):
             for key, err in points[name]:
@@ -286,15 +286,24 @@ def _push_tiled(runs: Runs, original: Graph,
         for key, name in variables.items():
             values[name] = mx.nd.array(flat[key], ctx=runs.config.ctx)
         outs = _outputs(op(*[values[n] for n in sym.list_inputs()]))
+        # an output that does not grow with the copies (an SSD's anchors, (1, A, 4)) has
+        # no batch axis to split: the caller pushes one node a pass instead
+        if any(o.ndim == 0 or o.shape[0] != batch * width for o in outs):
+            return None
         return [[o[j * batch:(j + 1) * batch] for o in outs] for j in range(width)]
 
-    untouched = run(())[width - 1]
+    first = run(())
+    if first is None:
+        return None
+    untouched = first[width - 1]
     if _norm(untouched, references, weights) > _NOT_A_BATCH:
         return None
     result: dict[str, float] = {}
     for start in range(0, len(names), width - 1):
         group = names[start:start + width - 1]
         rows = run(group)
+        if rows is None:
+            return None
         control = rows[width - 1]
         if any(not np.array_equal(c, u, equal_nan=True) for c, u in zip(control, untouched)):
             return None

@@ -159,3 +159,28 @@ def test_pushed_reads_a_non_finite_output_as_infinite():
     got = pushed(runs, graph, {"bad": [((i, 0), err)], "none": [((i, 0), np.zeros_like(err))]},
                  heads, [ref])
     assert got == {"bad": np.inf, "none": 0.0}
+
+
+def test_pushed_handles_an_output_without_a_batch_axis():
+    """A batch of one beside an output that does not grow with it (an SSD's anchors,
+    ``(1, A, 4)``, made from parameters): side by side copies cannot be split on it, so each
+    node gets a pass of its own, and the answers are the exact ones (this raised an
+    IndexError in the random SSD of benchmarks/auto_detectors.py)."""
+    graph1, runs, ref, y_ref, sym = _kinked(batch=1)
+    anchors = mx.sym.expand_dims(mx.sym.sum(mx.sym.var("fc_weight"), axis=0), axis=0, name="anchors")
+    both = mx.sym.Group([sym, anchors])
+    graph = graph_from_symbol(both)
+    params = runs.config.params()
+    anchor_ref = anchors.eval(ctx=mx.cpu(), fc_weight=params["fc_weight"])[0].asnumpy()
+    assert anchor_ref.shape == (1, 4) and ref.shape[0] == 1
+    i = graph.index_of("fc")
+    heads = [(e.node, e.output) for e in graph.heads]
+    rng = np.random.RandomState(5)
+    points = {f"e{j}": [((i, 0), rng.randn(*y_ref.shape).astype(np.float32))] for j in range(3)}
+    got = pushed(runs, graph, points, heads, [ref, anchor_ref])
+    alone = pushed(runs, graph1, points, [(e.node, e.output) for e in graph1.heads], [ref])
+    for name in points:
+        # the anchors do not move, and each output is weighted by its own reference: the
+        # change is the main output's alone
+        assert np.isfinite(got[name]) and got[name] > 0
+        assert got[name] == pytest.approx(alone[name], rel=1e-5)
