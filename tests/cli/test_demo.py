@@ -57,7 +57,11 @@ def test_a_batch_run_chunk_by_chunk_gives_the_figures_of_one_run_and_binds_only_
         figures.append(json.loads(report.read_text())["extra"])
     assert bound == [2, 2, 5, 5]
     assert [f["chunk"] for f in figures] == [2, 5] and figures[0]["input"] == "5x3x32x32"
-    assert figures[0]["relative_max_error"] == figures[1]["relative_max_error"]
+    # the same samples, so the same error up to float32 summation order: oneDNN picks its
+    # kernels by batch size, and without native bf16 (AVX2) chunks of 2 and 5 differ in the
+    # last bits (1.048001e-2 against 1.047996e-2)
+    assert figures[0]["relative_max_error"] == pytest.approx(figures[1]["relative_max_error"],
+                                                             rel=1e-4)
     assert figures[0]["top1_agreement"] == figures[1]["top1_agreement"]
 
 
@@ -78,14 +82,17 @@ def test_the_chunk_fits_half_the_memory_available_and_at_most_256_samples(monkey
         demo._check_chunk_memory(32, 20000, per_sample, 1000)
 
 
+@pytest.mark.native_bf16   # native: 1 + --runs timed passes a model; elsewhere 1 (no timing)
 def test_a_long_demo_says_how_long_before_it_runs(capsys, monkeypatch):
     """An estimate over the threshold is said on stderr first: samples, passes, chunks."""
     from mxnet_amp.cli import demo
+    from mxnet_amp.mx.hardware import bf16_runs_natively
+    passes = 4 if bf16_runs_natively() else 2
     monkeypatch.setattr(demo, "_SAY_ESTIMATE_AFTER", 0.0)
     assert run_demo(_args("--model", "mobilenet0.25", "--size", "32", "--batch", "3", "--chunk", "1",
                           "--runs", "1", "--quiet")) == 0
     err = capsys.readouterr().err
-    assert "mxnet-amp: demo: about " in err and "to run 3 samples 4 times in 3 chunks of 1" in err
+    assert "mxnet-amp: demo: about " in err and f"to run 3 samples {passes} times in 3 chunks of 1" in err
 
 
 @pytest.mark.parametrize("seconds, said", [(40, "40 s"), (720, "12 min"), (3.5 * 3600, "3.5 h"),
